@@ -1,0 +1,9 @@
+"""jaxwarp: multi-agent RL environments as CUDA kernels inside jitted JAX programs."""
+
+from jaxwarp import _ffi, spaces, testing
+from jaxwarp.registry import make, registered_envs
+
+__version__ = "0.1.0"
+__all__ = ["make", "registered_envs", "spaces", "testing", "gpu_available"]
+
+gpu_available = _ffi.gpu_available

@@ -1,0 +1,601 @@
+"""Tag (continuous): taggers chase runners in a square arena.
+
+The benchmark environment of the WarpDrive paper, as specified in
+`shared/specs/tag_continuous.md`. Three backends compute the same numbers:
+
+* ``"cuda"``: CUDA kernels (`cuda/tag_continuous_kernels.cu`) through XLA FFI;
+* ``"cpu"``: the same C++ per-agent code on XLA:CPU (`ffi/tag_continuous_cpu.cc`);
+* ``"jax"``: the pure-JAX reference below (`reference_reset`, `reference_step`),
+  the oracle of the tests and the baseline of the benchmarks.
+
+| observation (per agent, f32) | 7 features for each observed agent j, feature-major, then time |
+|---|---|
+| ``(x_j - x_i) / (sqrt(2) L)``, ``(y_j - y_i) / (sqrt(2) L)`` | relative position |
+| ``(speed_j - speed_i) / max_speed``, ``(acc_j - acc_i) / max_speed`` | relative motion |
+| ``(dir_j - dir_i) / (2 pi)`` | relative heading |
+| ``type_j`` (1 tagger, 0 runner), ``still_in_game_j`` | |
+| ``timestep / episode_length`` | last element |
+
+Observed agents: all N-1 others in id order (``use_full_observation``) or the
+k nearest others still in the game (ties to the lower id), nearest first,
+empty slots 0. Agents out of the game observe zeros.
+
+| action (per agent, i32[2]) | index 0 is the no-op, 1..n map to ``linspace(min, max, n)`` |
+|---|---|
+| 0 | acceleration level, ``num_acceleration_levels + 1`` choices |
+| 1 | turn level, ``num_turn_levels + 1`` choices |
+
+| reward (per agent, f32) | |
+|---|---|
+| in the game | ``edge_hit_penalty`` if it hit the wall this step, plus the step reward of its type |
+| tagger | ``+tag_reward_for_tagger`` per runner it tagged this step |
+| runner | ``tag_penalty_for_runner`` when tagged; ``end_of_game_reward_for_runner`` if still in the game at the last step |
+
+Numerics: float arithmetic is written operation for operation as in the C++
+(`cuda/tag_continuous.h`): the reference's ``a * b + c`` patterns are the
+places where the C++ calls ``fmaf`` (XLA contracts them), divisions by
+constants are multiplications by float32 reciprocals, and sin/cos use the
+same fixed polynomial. On XLA:CPU the backends agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax.experimental import checkify
+from jax.extend.random import threefry2x32_p
+
+from jaxwarp import _ffi
+from jaxwarp.spaces import Box, MultiDiscrete
+
+NUM_FEATURES = 7
+MAX_LEVELS = 64  # cuda/tag_continuous.h: kMaxLevels
+MAX_AGENTS = 65535  # neighbour ids are uint16 in the kernels
+
+
+@dataclasses.dataclass(frozen=True)
+class TagContinuousParams:
+    """Static game configuration (hashable, static under jit).
+
+    Names follow WarpDrive's `TagContinuous` so its configurations carry over;
+    defaults are WarpDrive's training configuration (`warpdrive_default`).
+    """
+
+    num_taggers: int = 10  # taggers per env (agent ids 0..num_taggers-1)
+    num_runners: int = 100  # runners per env
+    grid_length: float = 20.0  # side L of the square arena
+    episode_length: int = 500  # steps per episode
+    max_speed: float = 1.0  # speed cap before skill
+    skill_level_tagger: float = 1.0  # multiplier on a tagger's speed cap
+    skill_level_runner: float = 1.0  # multiplier on a runner's speed cap
+    max_acceleration: float = 0.1  # acceleration action range
+    min_acceleration: float = -0.1
+    max_turn: float = 2.356  # turn action range (radians)
+    min_turn: float = -2.356
+    num_acceleration_levels: int = 20  # levels besides the no-op
+    num_turn_levels: int = 20
+    use_full_observation: bool = False  # all others vs the k nearest
+    num_other_agents_observed: int = 10  # k
+    tagging_distance: float = 0.02  # tag when distance < this * L
+    tag_reward_for_tagger: float = 10.0
+    tag_penalty_for_runner: float = -10.0
+    end_of_game_reward_for_runner: float = 1.0
+    step_penalty_for_tagger: float = 0.0
+    step_reward_for_runner: float = 0.0
+    edge_hit_penalty: float = 0.0
+    runner_exits_game_after_tagged: bool = True
+    # None: every env replica gets its own keyed random start. An int: every
+    # replica and every episode starts from the one start this seed gives
+    # (WarpDrive's behaviour).
+    fixed_start_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, what: str) -> None:
+            if not ok:
+                raise ValueError(
+                    f"tag_continuous: {name}={getattr(self, name)!r} is invalid; expected {what}"
+                )
+
+        for name in ("num_taggers", "num_runners", "episode_length",
+                     "num_acceleration_levels", "num_turn_levels",
+                     "num_other_agents_observed"):
+            value = getattr(self, name)
+            need(isinstance(value, (int, np.integer)) and not isinstance(value, bool),
+                 name, "an int")
+        need(self.num_taggers >= 1, "num_taggers", "an int >= 1")
+        need(self.num_runners >= 1, "num_runners", "an int >= 1")
+        need(self.num_agents <= MAX_AGENTS, "num_runners",
+             f"num_taggers + num_runners <= {MAX_AGENTS}")
+        need(self.episode_length >= 1, "episode_length", "an int >= 1")
+        need(1 <= self.num_acceleration_levels <= MAX_LEVELS, "num_acceleration_levels",
+             f"an int in [1, {MAX_LEVELS}]")
+        need(1 <= self.num_turn_levels <= MAX_LEVELS, "num_turn_levels",
+             f"an int in [1, {MAX_LEVELS}]")
+        need(self.grid_length > 0, "grid_length", "a float > 0")
+        need(self.max_speed > 0, "max_speed", "a float > 0")
+        need(self.skill_level_tagger > 0, "skill_level_tagger", "a float > 0")
+        need(self.skill_level_runner > 0, "skill_level_runner", "a float > 0")
+        need(self.tagging_distance >= 0, "tagging_distance", "a float >= 0")
+        need(self.min_acceleration <= self.max_acceleration, "min_acceleration",
+             "min_acceleration <= max_acceleration")
+        need(self.min_turn <= self.max_turn, "min_turn", "min_turn <= max_turn")
+        if not self.use_full_observation:
+            need(1 <= self.num_other_agents_observed <= self.num_agents - 1,
+                 "num_other_agents_observed",
+                 f"an int in [1, num_agents - 1 = {self.num_agents - 1}]")
+        if self.fixed_start_seed is not None:
+            need(isinstance(self.fixed_start_seed, (int, np.integer))
+                 and 0 <= self.fixed_start_seed < 2**32,
+                 "fixed_start_seed", "None or an int in [0, 2**32)")
+
+    @property
+    def num_agents(self) -> int:
+        return self.num_taggers + self.num_runners
+
+    @property
+    def obs_dim(self) -> int:
+        slots = self.num_agents - 1 if self.use_full_observation else (
+            self.num_other_agents_observed)
+        return NUM_FEATURES * slots + 1
+
+
+# Named configurations of the spec ("configurations used for comparison").
+CONFIGS: dict[str, dict[str, Any]] = {
+    "warpdrive_default": {},
+    "large": {"num_taggers": 50, "num_runners": 950, "grid_length": 100.0},
+}
+
+
+@struct.dataclass
+class TagContinuousState:
+    """Batched game state; every field is donated and updated in place.
+
+    x, y, speed, direction, acceleration: f32[envs, agents]
+    still_in_game: i32[envs, agents] (1 in the game, 0 out)
+    timestep: i32[envs]; num_runners_left: i32[envs]
+    episode_return: f32[envs, agents]: return of the current episode so far;
+        after a step that ended an episode (done), the final return of that
+        episode (it restarts from the next step on).
+    """
+
+    x: jax.Array
+    y: jax.Array
+    speed: jax.Array
+    direction: jax.Array
+    acceleration: jax.Array
+    still_in_game: jax.Array
+    timestep: jax.Array
+    num_runners_left: jax.Array
+    episode_return: jax.Array
+
+    def fields(self) -> tuple[jax.Array, ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+
+_STATE_DTYPES = (jnp.float32,) * 5 + (jnp.int32,) * 3 + (jnp.float32,)
+_STATE_PER_AGENT = (True,) * 6 + (False, False, True)
+
+
+# ---------------------------------------------------------------------------
+# Float32 constants shared by every backend.
+# ---------------------------------------------------------------------------
+TWO_PI = np.float32(2 * np.pi)
+HALF_PI = np.float32(np.pi / 2)
+_TWO_OVER_PI = np.float32(0.636619772367581343)
+_PIO2_HI = np.float32(1.5703125)
+_PIO2_MID = np.float32(4.837512969970703125e-4)
+_PIO2_LO = np.float32(7.54978995489188216e-8)
+_SIN = tuple(np.float32(c) for c in (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1))
+_COS = tuple(np.float32(c) for c in (2.443315711809948e-5, -1.388731625493765e-3,
+                                      4.166664568298827e-2))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Constants:
+    vmax_tagger: np.float32
+    vmax_runner: np.float32
+    tag_dist2: np.float32
+    pos_scale: np.float32
+    speed_scale: np.float32
+    dir_scale: np.float32
+    time_scale: np.float32
+    accel: np.ndarray  # f32[num_acceleration_levels + 1]
+    turn: np.ndarray  # f32[num_turn_levels + 1]
+    fixed_key: np.ndarray  # u32[2]
+
+
+def _constants(p: TagContinuousParams) -> _Constants:
+    def table(lo: float, hi: float, n: int) -> np.ndarray:
+        return np.concatenate([[0.0], np.linspace(lo, hi, n)]).astype(np.float32)
+
+    seed = p.fixed_start_seed or 0
+    return _Constants(
+        vmax_tagger=np.float32(p.max_speed * p.skill_level_tagger),
+        vmax_runner=np.float32(p.max_speed * p.skill_level_runner),
+        tag_dist2=np.float32((p.tagging_distance * p.grid_length) ** 2),
+        pos_scale=np.float32(1.0 / (math.sqrt(2.0) * p.grid_length)),
+        speed_scale=np.float32(1.0 / (p.max_speed + 1e-10)),
+        dir_scale=np.float32(1.0 / (2.0 * math.pi)),
+        time_scale=np.float32(1.0 / p.episode_length),
+        accel=table(p.min_acceleration, p.max_acceleration, p.num_acceleration_levels),
+        turn=table(p.min_turn, p.max_turn, p.num_turn_levels),
+        # Same derivation as jax.random.PRNGKey(seed) for a 32-bit seed.
+        fixed_key=np.array([0, seed], dtype=np.uint32),
+    )
+
+
+def _ffi_attrs(p: TagContinuousParams, c: _Constants) -> dict[str, Any]:
+    """Attributes of the FFI calls (ffi/tag_continuous_ffi.h: TagAttrs)."""
+    i32, f32 = np.int32, np.float32
+    return dict(
+        num_agents=i32(p.num_agents), num_taggers=i32(p.num_taggers),
+        episode_length=i32(p.episode_length), full_obs=i32(p.use_full_observation),
+        k_observed=i32(p.num_other_agents_observed),
+        exit_after_tag=i32(p.runner_exits_game_after_tagged),
+        fixed_start=i32(p.fixed_start_seed is not None), fixed_key=c.fixed_key,
+        grid_length=f32(p.grid_length), vmax_tagger=c.vmax_tagger,
+        vmax_runner=c.vmax_runner, edge_penalty=f32(p.edge_hit_penalty),
+        step_reward_tagger=f32(p.step_penalty_for_tagger),
+        step_reward_runner=f32(p.step_reward_for_runner),
+        tag_reward=f32(p.tag_reward_for_tagger), tag_penalty=f32(p.tag_penalty_for_runner),
+        end_reward=f32(p.end_of_game_reward_for_runner), tag_dist2=c.tag_dist2,
+        pos_scale=c.pos_scale, speed_scale=c.speed_scale, dir_scale=c.dir_scale,
+        time_scale=c.time_scale, accel=c.accel, turn=c.turn,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Pure-JAX reference. Vectorised over [envs, agents]; O(N^2) pairwise
+# distances per env and lax.top_k for the k nearest.
+# ---------------------------------------------------------------------------
+def sincos_fixed(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sin a, cos a) with the kernels' fixed evaluation order (jaxwarp_common.h)."""
+    q = jnp.floor(a * _TWO_OVER_PI + np.float32(0.5))
+    r = a - q * _PIO2_HI
+    r = r - q * _PIO2_MID
+    r = r - q * _PIO2_LO
+    z = r * r
+    ps = _SIN[0] * z + _SIN[1]
+    ps = ps * z + _SIN[2]
+    sr = (ps * z) * r + r
+    pc = _COS[0] * z + _COS[1]
+    pc = pc * z + _COS[2]
+    pc = pc * z - np.float32(0.5)
+    cr = pc * z + np.float32(1.0)
+    quadrant = q.astype(jnp.int32) & 3
+    odd = (quadrant & 1) == 1
+    ss = jnp.where(odd, cr, sr)
+    cc = jnp.where(odd, sr, cr)
+    s = jnp.where(quadrant >= 2, -ss, ss)
+    c = jnp.where((quadrant == 1) | (quadrant == 2), -cc, cc)
+    return s, c
+
+
+def _reset_agents(p: TagContinuousParams, c: _Constants, key_data: jax.Array,
+                  num_envs: int) -> tuple[jax.Array, ...]:
+    """Fresh starts for all envs: (x, y, direction) f32[envs, agents]."""
+    k = jnp.asarray(c.fixed_key) if p.fixed_start_seed is not None else key_data
+    shape = (num_envs, p.num_agents)
+    env = jnp.broadcast_to(jnp.arange(num_envs, dtype=jnp.uint32)[:, None], shape)
+    if p.fixed_start_seed is not None:
+        env = jnp.zeros_like(env)
+    agent = jnp.broadcast_to(jnp.arange(p.num_agents, dtype=jnp.uint32), shape)
+    k0 = jnp.broadcast_to(k[0], shape)
+    k1 = jnp.broadcast_to(k[1], shape)
+    ua, ub = threefry2x32_p.bind(k0, k1, env, agent * np.uint32(2))
+    wa, _ = threefry2x32_p.bind(k0, k1, env, agent * np.uint32(2) + np.uint32(1))
+    scale = np.float32(2.0**-24)
+    x = (ua >> 8).astype(jnp.float32) * scale * np.float32(p.grid_length)
+    y = (ub >> 8).astype(jnp.float32) * scale * np.float32(p.grid_length)
+    direction = (wa >> 30).astype(jnp.float32) * HALF_PI
+    return x, y, direction
+
+
+def _observe(p: TagContinuousParams, c: _Constants, x, y, speed, direction, acc,
+             still, timestep) -> jax.Array:
+    """obs: f32[envs, agents, obs_dim] of the given (observation) state."""
+    n = p.num_agents
+    is_tagger_f = (jnp.arange(n) < p.num_taggers).astype(jnp.float32)
+    still_f = still.astype(jnp.float32)
+    if p.use_full_observation:
+        slot = np.arange(n - 1)
+        other = np.where(slot[None, :] < np.arange(n)[:, None], slot[None, :], slot[None, :] + 1)
+        idx = jnp.broadcast_to(jnp.asarray(other, jnp.int32), (x.shape[0], n, n - 1))
+        present = jnp.ones(idx.shape, bool)
+    else:
+        dx = x[:, None, :] - x[:, :, None]  # [e, i, j] = x_j - x_i
+        dy = y[:, None, :] - y[:, :, None]
+        d2 = dx * dx + dy * dy
+        valid = (still[:, None, :] == 1) & ~jnp.eye(n, dtype=bool)[None]
+        neg = jnp.where(valid, -d2, -jnp.inf)
+        # top_k returns equal values lower index first: ties -> lower id.
+        vals, idx = jax.lax.top_k(neg, p.num_other_agents_observed)
+        present = vals > -jnp.inf
+
+    def gather(v):  # v[e, j] for every (e, i, slot)
+        return jnp.take_along_axis(v[:, None, :], idx, axis=2)
+
+    def rel(v, scale):
+        return (gather(v) - v[:, :, None]) * scale
+
+    feats = [
+        rel(x, c.pos_scale), rel(y, c.pos_scale), rel(speed, c.speed_scale),
+        rel(acc, c.speed_scale), rel(direction, c.dir_scale),
+        jnp.broadcast_to(is_tagger_f[idx], idx.shape), gather(still_f),
+    ]
+    feats = [jnp.where(present, f, np.float32(0)) for f in feats]
+    t = jnp.broadcast_to((timestep.astype(jnp.float32) * c.time_scale)[:, None, None],
+                         (x.shape[0], n, 1))
+    obs = jnp.concatenate(feats + [t], axis=-1)
+    return jnp.where((still == 1)[:, :, None], obs, np.float32(0))
+
+
+def reference_reset(p: TagContinuousParams, key_data: jax.Array, num_envs: int
+                    ) -> tuple[jax.Array, TagContinuousState]:
+    """Pure-JAX reset. key_data: u32[2]. Returns (obs, state)."""
+    c = _constants(p)
+    x, y, direction = _reset_agents(p, c, key_data, num_envs)
+    zeros = jnp.zeros_like(x)
+    still = jnp.ones(x.shape, jnp.int32)
+    timestep = jnp.zeros((num_envs,), jnp.int32)
+    state = TagContinuousState(
+        x=x, y=y, speed=zeros, direction=direction, acceleration=zeros,
+        still_in_game=still, timestep=timestep,
+        num_runners_left=jnp.full((num_envs,), p.num_runners, jnp.int32),
+        episode_return=zeros)
+    obs = _observe(p, c, x, y, zeros, direction, zeros, still, timestep)
+    return obs, state
+
+
+def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContinuousState,
+                   actions: jax.Array):
+    """Pure-JAX step with auto-reset. Returns (obs, state, reward, done)."""
+    c = _constants(p)
+    n, nt = p.num_agents, p.num_taggers
+    num_envs = state.x.shape[0]
+    is_tagger = jnp.arange(n) < nt
+    still = state.still_in_game
+    in_game = still == 1
+    t = state.timestep + 1
+
+    # 1. Move (out-of-range actions are clamped, as in the kernels).
+    a_acc = jnp.clip(actions[..., 0], 0, p.num_acceleration_levels)
+    a_turn = jnp.clip(actions[..., 1], 0, p.num_turn_levels)
+    vmax = jnp.where(is_tagger, c.vmax_tagger, c.vmax_runner)
+    acc = state.acceleration + jnp.asarray(c.accel)[a_acc]
+    d = jnp.fmod(state.direction + jnp.asarray(c.turn)[a_turn], TWO_PI)
+    d = jnp.where(d < 0, d + TWO_PI, d)
+    direction = jnp.where(in_game, d, np.float32(0))
+    v = jnp.minimum(jnp.maximum(state.speed + acc, np.float32(0)), vmax)
+    speed = jnp.where(in_game, v, np.float32(0))
+    acc = jnp.where((speed <= 0) | (speed >= vmax), np.float32(0), acc)
+    sn, cs = sincos_fixed(direction)
+    x = speed * cs + state.x
+    y = speed * sn + state.y
+    L = np.float32(p.grid_length)
+    crossed = (x < 0) | (x > L) | (y < 0) | (y > L)
+    x = jnp.clip(x, np.float32(0), L)
+    y = jnp.clip(y, np.float32(0), L)
+    edge = jnp.where(crossed, np.float32(p.edge_hit_penalty), np.float32(0))
+
+    # 2. Tagging: each runner in the game finds its nearest tagger.
+    dx = x[:, None, :nt] - x[:, nt:, None]  # [e, runner, tagger]
+    dy = y[:, None, :nt] - y[:, nt:, None]
+    d2 = dx * dx + dy * dy
+    nearest = jnp.argmin(d2, axis=-1)  # first minimum: ties -> lower id
+    best = jnp.min(d2, axis=-1)
+    tagged_r = in_game[:, nt:] & (best < c.tag_dist2)
+    tags = jnp.sum(tagged_r[:, :, None] & (nearest[:, :, None] == jnp.arange(nt)), axis=1)
+    tagged = jnp.concatenate([jnp.zeros((num_envs, nt), bool), tagged_r], axis=1)
+    tags = jnp.concatenate([tags, jnp.zeros((num_envs, n - nt), tags.dtype)], axis=1)
+    exits = tagged & p.runner_exits_game_after_tagged
+    runners_left = state.num_runners_left - jnp.sum(exits, axis=1, dtype=jnp.int32)
+    still_after = (in_game & ~exits).astype(jnp.int32)
+    last_step = t == p.episode_length
+    done = last_step | (runners_left == 0)
+
+    # 3. Rewards and returns.
+    step_reward = jnp.where(is_tagger, np.float32(p.step_penalty_for_tagger),
+                            np.float32(p.step_reward_for_runner))
+    base = jnp.where(in_game, edge + step_reward, np.float32(0))
+    tagger_r = tags.astype(jnp.float32) * np.float32(p.tag_reward_for_tagger) + base
+    runner_r = jnp.where(tagged, base + np.float32(p.tag_penalty_for_runner), base)
+    runner_r = jnp.where((still_after == 1) & last_step[:, None],
+                         runner_r + np.float32(p.end_of_game_reward_for_runner), runner_r)
+    reward = jnp.where(is_tagger, tagger_r, runner_r)
+    episode_return = jnp.where((state.timestep == 0)[:, None], np.float32(0),
+                               state.episode_return) + reward
+
+    # 4. Auto-reset finished envs (skipped when none finished), then observe.
+    moved = (x, y, speed, direction, acc)
+
+    def reset_done(_):
+        rx, ry, rdir = _reset_agents(p, c, key_data, num_envs)
+        zeros = jnp.zeros_like(rx)
+        fresh = (rx, ry, zeros, rdir, zeros)
+        return tuple(jnp.where(done[:, None], f, m) for f, m in zip(fresh, moved))
+
+    x, y, speed, direction, acc = jax.lax.cond(jnp.any(done), reset_done, lambda _: moved, None)
+    still_obs = jnp.where(done[:, None], 1, still)
+    t_obs = jnp.where(done, 0, t)
+    obs = _observe(p, c, x, y, speed, direction, acc, still_obs, t_obs)
+    new_state = TagContinuousState(
+        x=x, y=y, speed=speed, direction=direction, acceleration=acc,
+        still_in_game=jnp.where(done[:, None], 1, still_after),
+        timestep=t_obs,
+        num_runners_left=jnp.where(done, p.num_runners, runners_left),
+        episode_return=episode_return)
+    return obs, new_state, reward, done
+
+
+# ---------------------------------------------------------------------------
+# The environment object: configuration only; reset/step are pure functions.
+# ---------------------------------------------------------------------------
+BACKENDS = ("auto", "cuda", "cpu", "jax")
+
+
+def resolve_backend(backend: str) -> str:
+    """Maps "auto" to "cuda" or "cpu" and checks the backend can run here."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is unknown; expected one of {BACKENDS}")
+    if backend == "auto":
+        return "cuda" if _ffi.gpu_available() else "cpu"
+    if backend == "cuda" and not _ffi.gpu_available():
+        why = ("jaxwarp was built without its CUDA library (no nvcc at install time)"
+               if not _ffi.has_cuda_library() else "JAX sees no CUDA GPU")
+        raise RuntimeError(f"backend='cuda' is not available: {why}. "
+                           "Use backend='cpu' or backend='jax'.")
+    if backend == "cpu" and not _ffi.has_cpu_library():
+        raise RuntimeError("backend='cpu' is not available: jaxwarp's compiled XLA:CPU "
+                           "library is missing (reinstall with `pip install -e .`).")
+    return backend
+
+
+def key_data_of(key: jax.Array, argname: str = "key") -> jax.Array:
+    """u32[2] key words of a typed key or a raw `jax.random.PRNGKey`."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        data = jax.random.key_data(key)
+    else:
+        data = key
+    if data.dtype != jnp.uint32 or data.shape != (2,):
+        raise ValueError(
+            f"{argname} must be a single threefry key (jax.random.key(seed) or "
+            f"jax.random.PRNGKey(seed), i.e. u32[2] key data); got dtype {data.dtype}, "
+            f"shape {data.shape} (split keys and vmap to use several)")
+    return data
+
+
+class TagContinuous:
+    """Batched Tag (continuous) environment.
+
+    ``obs, state = env.reset(key, num_envs)`` and
+    ``obs, state, reward, done, info = env.step(key, state, actions)`` with
+    ``actions: i32[envs, agents, 2]``, ``obs: f32[envs, agents, obs_dim]``,
+    ``reward: f32[envs, agents]``, ``done: bool[envs]``. Finished envs restart
+    inside `step` from fresh starts drawn with its key; `info["episode_return"]`
+    (f32[envs, agents]) holds each finished episode's return where done.
+    """
+
+    name = "tag_continuous"
+
+    def __init__(self, params: TagContinuousParams | None = None, backend: str = "auto",
+                 checks: bool = False):
+        self.params = params or TagContinuousParams()
+        self.backend = resolve_backend(backend)
+        self.checks = bool(checks)
+        self._consts = _constants(self.params)
+        self._attrs = _ffi_attrs(self.params, self._consts)
+
+    # Spaces and agents ----------------------------------------------------
+    @property
+    def num_agents(self) -> int:
+        return self.params.num_agents
+
+    @property
+    def agent_types(self) -> np.ndarray:
+        """i32[agents]: 1 for taggers, 0 for runners."""
+        return (np.arange(self.num_agents) < self.params.num_taggers).astype(np.int32)
+
+    @property
+    def agent_names(self) -> tuple[str, ...]:
+        p = self.params
+        return tuple([f"tagger_{i}" for i in range(p.num_taggers)]
+                     + [f"runner_{i}" for i in range(p.num_runners)])
+
+    @property
+    def action_space(self) -> MultiDiscrete:
+        p = self.params
+        return MultiDiscrete((p.num_acceleration_levels + 1, p.num_turn_levels + 1))
+
+    @property
+    def observation_space(self) -> Box:
+        p, c = self.params, self._consts
+        slots = (p.obs_dim - 1) // NUM_FEATURES
+        vmax = float(max(c.vmax_tagger, c.vmax_runner))
+        amax = float(np.max(np.abs(c.accel)))
+        bounds = [1.0, 1.0, vmax / p.max_speed, 2 * (vmax + amax) / p.max_speed, 1.0]
+        low = np.concatenate([np.full(slots, -b) for b in bounds]
+                             + [np.zeros(2 * slots + 1)]).astype(np.float32)
+        high = np.concatenate([np.full(slots, b) for b in bounds]
+                              + [np.ones(2 * slots + 1)]).astype(np.float32)
+        return Box(low=low, high=high)
+
+    # Functional API -----------------------------------------------------------
+    def reset(self, key: jax.Array, num_envs: int) -> tuple[jax.Array, TagContinuousState]:
+        """obs: f32[num_envs, agents, obs_dim], state with [num_envs, ...] fields."""
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
+                or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+        num_envs = int(num_envs)
+        key_data = key_data_of(key)
+        if self.backend == "jax":
+            return reference_reset(self.params, key_data, num_envs)
+        n, d = self.num_agents, self.params.obs_dim
+        out_types = [
+            jax.ShapeDtypeStruct((num_envs, n) if per_agent else (num_envs,), dt)
+            for dt, per_agent in zip(_STATE_DTYPES, _STATE_PER_AGENT)
+        ] + [jax.ShapeDtypeStruct((num_envs, n, d), jnp.float32)]
+        outs = jax.ffi.ffi_call(
+            f"jaxwarp_tag_continuous_reset_{self.backend}", out_types,
+            vmap_method="broadcast_all")(key_data, **self._attrs)
+        return outs[-1], TagContinuousState(*outs[:-1])
+
+    def step(self, key: jax.Array, state: TagContinuousState, actions: jax.Array):
+        """One step of every env, with auto-reset of finished envs.
+
+        Returns (obs f32[envs, agents, obs_dim], state, reward f32[envs, agents],
+        done bool[envs], info {"episode_return": f32[envs, agents]}).
+        """
+        key_data = key_data_of(key)
+        self._check_state(state)
+        num_envs = state.x.shape[0]
+        expected = (num_envs, self.num_agents, 2)
+        if not hasattr(actions, "shape") or tuple(actions.shape) != expected:
+            raise ValueError(f"actions must have shape {expected} (envs, agents, 2); "
+                             f"got {getattr(actions, 'shape', type(actions).__name__)}")
+        if actions.dtype != jnp.int32:
+            raise TypeError(f"actions must have dtype int32; got {actions.dtype}")
+        if self.checks:
+            checkify.check(
+                self.action_space.contains(actions),
+                "tag_continuous: actions out of range: a[..., 0] must lie in [0, {n0}) "
+                "and a[..., 1] in [0, {n1}) (the kernels clamp them)",
+                n0=self.action_space.nvec[0], n1=self.action_space.nvec[1])
+        if self.backend == "jax":
+            obs, state, reward, done = reference_step(self.params, key_data, state, actions)
+        else:
+            fields = state.fields()
+            out_types = [jax.ShapeDtypeStruct(f.shape, f.dtype) for f in fields] + [
+                jax.ShapeDtypeStruct((num_envs, self.num_agents, self.params.obs_dim),
+                                     jnp.float32),
+                jax.ShapeDtypeStruct((num_envs, self.num_agents), jnp.float32),
+                jax.ShapeDtypeStruct((num_envs,), jnp.bool_),
+            ]
+            outs = jax.ffi.ffi_call(
+                f"jaxwarp_tag_continuous_step_{self.backend}", out_types,
+                vmap_method="broadcast_all",
+                input_output_aliases={2 + i: i for i in range(len(fields))},
+            )(key_data, actions, *fields, **self._attrs)
+            state = TagContinuousState(*outs[:len(fields)])
+            obs, reward, done = outs[len(fields):]
+        return obs, state, reward, done, {"episode_return": state.episode_return}
+
+    def _check_state(self, state: TagContinuousState) -> None:
+        if not isinstance(state, TagContinuousState):
+            raise TypeError(f"state must be a TagContinuousState; got {type(state).__name__}")
+        num_envs = state.x.shape[0] if state.x.ndim >= 1 else None
+        for f, dt, per_agent in zip(dataclasses.fields(state), _STATE_DTYPES, _STATE_PER_AGENT):
+            v = getattr(state, f.name)
+            shape = (num_envs, self.num_agents) if per_agent else (num_envs,)
+            if tuple(v.shape) != shape or v.dtype != dt:
+                raise ValueError(f"state.{f.name} must be {jnp.dtype(dt).name}{list(shape)}; "
+                                 f"got {v.dtype}{list(v.shape)}")
+
+    def __repr__(self) -> str:
+        return f"TagContinuous(backend={self.backend!r}, params={self.params})"

@@ -1,0 +1,49 @@
+"""`jaxwarp.make`: environments by name."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jaxwarp.envs import tag_continuous
+
+# name -> (env class, params class, named configurations)
+_REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {
+    "tag_continuous": (tag_continuous.TagContinuous, tag_continuous.TagContinuousParams,
+                       tag_continuous.CONFIGS),
+}
+
+
+def registered_envs() -> tuple[str, ...]:
+    """Names accepted by `make`."""
+    return tuple(_REGISTRY)
+
+
+def make(name: str, backend: str = "auto", config: str | None = None, checks: bool = False,
+         **params: Any):
+    """Builds an environment.
+
+    Args:
+        name: a name from `registered_envs()`, e.g. "tag_continuous".
+        backend: "auto" (cuda if a GPU is present, else cpu), "cuda", "cpu" or "jax".
+        config: optional named configuration (e.g. "warpdrive_default", "large");
+            `params` override its values.
+        checks: report out-of-range actions through `jax.experimental.checkify`.
+        **params: fields of the env's params dataclass.
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown env {name!r}; registered envs: {registered_envs()}")
+    env_cls, params_cls, configs = _REGISTRY[name]
+    values: dict[str, Any] = {}
+    if config is not None:
+        if config not in configs:
+            raise ValueError(f"unknown config {config!r} for {name}; expected one of "
+                             f"{tuple(configs)}")
+        values.update(configs[config])
+    values.update(params)
+    known = {f.name for f in dataclasses.fields(params_cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise TypeError(f"{name}: unknown parameter(s) {unknown}; valid parameters: "
+                        f"{sorted(known)}")
+    return env_cls(params_cls(**values), backend=backend, checks=checks)
