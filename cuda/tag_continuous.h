@@ -50,7 +50,12 @@ JW_HD int obs_dim(const Params& p) {
 JW_HD int num_runners(const Params& p) { return p.num_agents - p.num_taggers; }
 
 constexpr float kTwoPi = 6.28318548202514648f;  // float32(2 pi)
-constexpr float kHalfPi = 1.57079637050628662f;  // float32(pi / 2)
+// Reset directions: float32(k pi / 2), k = 0..3.
+JW_HD float heading(uint32_t k) {
+  return k == 0 ? 0.0f
+                : (k == 1 ? 1.5707963705062866f
+                          : (k == 2 ? 3.1415927410125732f : 4.71238899230957f));
+}
 
 // One agent's kinematic state; structure-of-arrays in memory.
 struct Agent {
@@ -101,9 +106,11 @@ JW_HD Agent reset_agent(const Params& p, uint32_t k0, uint32_t k1, uint32_t env,
   const U32x2 u = threefry2x32(k0, k1, env, 2u * agent);
   const U32x2 w = threefry2x32(k0, k1, env, 2u * agent + 1u);
   Agent s;
-  s.x = uniform01(u.a) * p.grid_length;
-  s.y = uniform01(u.b) * p.grid_length;
-  s.dir = static_cast<float>(w.a >> 30) * kHalfPi;
+  const float x = uniform01(u.a) * p.grid_length;
+  const float y = uniform01(u.b) * p.grid_length;
+  s.x = x > p.grid_length ? p.grid_length : x;  // as the reference: see there
+  s.y = y > p.grid_length ? p.grid_length : y;
+  s.dir = heading(w.a >> 30);
   s.speed = 0.0f;
   s.acc = 0.0f;
   s.still = 1;
@@ -139,12 +146,12 @@ JW_HD float base_reward(const Params& p, bool is_tagger, float edge) {
   return edge + (is_tagger ? p.step_reward_tagger : p.step_reward_runner);
 }
 
-// Reward after tagging. `tags`: runners this tagger tagged this step;
+// Reward after tagging. `base`: base_reward if the agent was in the game at
+// the start of tagging, else 0; `tags`: runners this tagger tagged this step;
 // `tagged`: this runner was tagged; `still_after`: in the game after tagging.
-JW_HD float final_reward(const Params& p, bool is_tagger, bool was_in_game,
-                         float edge, int tags, bool tagged, bool still_after,
-                         bool last_step) {
-  float r = was_in_game ? base_reward(p, is_tagger, edge) : 0.0f;
+JW_HD float final_reward(const Params& p, bool is_tagger, float base, int tags,
+                         bool tagged, bool still_after, bool last_step) {
+  float r = base;
   if (is_tagger) {
     r = fmaf(static_cast<float>(tags), p.tag_reward, r);
   } else {

@@ -6,7 +6,6 @@
 
 extern "C" XLA_FFI_Error* JaxwarpTagResetCuda(XLA_FFI_CallFrame*);
 extern "C" XLA_FFI_Error* JaxwarpTagStepCuda(XLA_FFI_CallFrame*);
-extern "C" int JaxwarpCudaDeviceCount();
 
 namespace nb = nanobind;
 
@@ -22,5 +21,4 @@ NB_MODULE(_jaxwarp_cuda, m) {
     d["jaxwarp_tag_continuous_step_cuda"] = Encapsulate(JaxwarpTagStepCuda);
     return d;
   });
-  m.def("device_count", []() { return JaxwarpCudaDeviceCount(); });
 }

@@ -201,8 +201,9 @@ ffi::Error TagStepCpu(
       const bool tagged = s.tagged[i];
       const int32_t still_after =
           s.still_obs[i] && !(tagged && p.exit_after_tag);
-      const float r = final_reward(p, i < nt, s.still_obs[i], s.edge[i],
-                                   s.tags[i], tagged, still_after, last_step);
+      const float base = s.still_obs[i] ? base_reward(p, i < nt, s.edge[i]) : 0.0f;
+      const float r = final_reward(p, i < nt, base, s.tags[i], tagged,
+                                   still_after, last_step);
       reward->typed_data()[g] = r;
       out.ret[g] = (t_prev == 0 ? 0.0f : s.reward[i]) + r;
       out.x[g] = s.x[i];

@@ -186,7 +186,7 @@ _STATE_PER_AGENT = (True,) * 6 + (False, False, True)
 # Float32 constants shared by every backend.
 # ---------------------------------------------------------------------------
 TWO_PI = np.float32(2 * np.pi)
-HALF_PI = np.float32(np.pi / 2)
+HEADINGS = (np.arange(4) * (np.pi / 2)).astype(np.float32)  # reset directions
 _TWO_OVER_PI = np.float32(0.636619772367581343)
 _PIO2_HI = np.float32(1.5703125)
 _PIO2_MID = np.float32(4.837512969970703125e-4)
@@ -291,9 +291,13 @@ def _reset_agents(p: TagContinuousParams, c: _Constants, key_data: jax.Array,
     ua, ub = threefry2x32_p.bind(k0, k1, env, agent * np.uint32(2))
     wa, _ = threefry2x32_p.bind(k0, k1, env, agent * np.uint32(2) + np.uint32(1))
     scale = np.float32(2.0**-24)
-    x = (ua >> 8).astype(jnp.float32) * scale * np.float32(p.grid_length)
-    y = (ub >> 8).astype(jnp.float32) * scale * np.float32(p.grid_length)
-    direction = (wa >> 30).astype(jnp.float32) * HALF_PI
+    L = np.float32(p.grid_length)
+    # The min (a no-op on the value) and the table lookup end each draw in an
+    # operation that XLA cannot contract into a later subtraction (it would
+    # turn u_j*c - x_i into fma(u_j, c, -x_i) and change the rounding).
+    x = jnp.minimum((ua >> 8).astype(jnp.float32) * scale * L, L)
+    y = jnp.minimum((ub >> 8).astype(jnp.float32) * scale * L, L)
+    direction = jnp.asarray(HEADINGS)[(wa >> 30).astype(jnp.int32)]
     return x, y, direction
 
 

@@ -1,0 +1,176 @@
+"""Env-only throughput of Tag (continuous), backends side by side in one run.
+
+For each configuration and backend: reset, then one jitted `lax.scan` of T
+steps (actions made on device, auto-reset inside `step`, state and obs
+donated); compile time is measured separately, a warm-up call is excluded,
+and each timed call ends with `block_until_ready`. Reports env-steps/s,
+agent-steps/s, the kernel/JAX ratio and the fraction of the memory-bandwidth
+roofline (bytes per env-step below, bandwidth measured in the same run).
+
+    python experiments/bench_env.py                 # GPU sizes (cuda vs jax)
+    python experiments/bench_env.py --small         # sizes that suit a CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxwarp
+
+# (config name, num_envs, steps per timed call)
+GPU_CASES = [("warpdrive_default", 100, 200), ("warpdrive_default", 1000, 200),
+             ("warpdrive_default", 2000, 200), ("large", 500, 50), ("large", 2000, 50)]
+SMALL_CASES = [("warpdrive_default", 8, 20), ("warpdrive_default", 32, 20)]
+
+
+def bytes_per_env_step(num_agents: int, obs_dim: int) -> int:
+    """Fewest bytes one env-step must move through memory.
+
+    Per agent: state read and written (x, y, speed, direction, acceleration,
+    still_in_game, episode_return: 7 x 4 B each way), actions read (2 x 4 B),
+    observation written (obs_dim x 4 B), reward written (4 B). Per env:
+    timestep and runners-left read and written (16 B), done written (1 B).
+    """
+    return num_agents * (2 * 7 * 4 + 2 * 4 + obs_dim * 4 + 4) + 17
+
+
+def hashed_actions(t: jax.Array, num_envs: int, num_agents: int, nvec) -> jax.Array:
+    """Pseudo-random actions i32[envs, agents, 2] from an integer hash of
+    (step, index): made on device, fused by XLA, far cheaper than the env."""
+    idx = jnp.arange(num_envs * num_agents * 2, dtype=jnp.uint32)
+    h = idx * np.uint32(2654435761) + t.astype(jnp.uint32) * np.uint32(40503)
+    h = (h ^ (h >> 15)) * np.uint32(2246822519)
+    h = h ^ (h >> 13)
+    h = h.reshape(num_envs, num_agents, 2)
+    return (h % jnp.asarray(nvec, jnp.uint32)).astype(jnp.int32)
+
+
+def measure_bandwidth(device: jax.Device, nbytes: int = 1 << 30) -> float:
+    """Device memory bandwidth (bytes/s, read + write) of an elementwise copy."""
+    x = jax.device_put(jnp.ones((nbytes // 4,), jnp.float32), device)
+    f = jax.jit(lambda a: a + 1.0)
+    f(x).block_until_ready()
+    times = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        f(x).block_until_ready()
+        times.append(time.perf_counter() - t0)
+    return 2 * nbytes / statistics.median(times)
+
+
+def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int,
+              device: jax.Device) -> dict:
+    env = jaxwarp.make("tag_continuous", backend=backend, config=config)
+    p = env.params
+    n = env.num_agents
+    nvec = env.action_space.nvec
+
+    def rollout(state, obs, key, t0):
+        def body(carry, t):
+            state, obs, key, ret = carry
+            key, k_step = jax.random.split(key)
+            actions = hashed_actions(t, num_envs, n, nvec)
+            obs, state, reward, done, _ = env.step(k_step, state, actions)
+            return (state, obs, key, ret + reward.sum()), None
+
+        ts = t0 + jnp.arange(steps, dtype=jnp.int32)
+        (state, obs, key, ret), _ = jax.lax.scan(body, (state, obs, key, jnp.float32(0)), ts)
+        return state, obs, key, ret
+
+    with jax.default_device(device):
+        obs, state = jax.jit(env.reset, static_argnums=1)(jax.random.key(0), num_envs)
+        key = jax.random.key(1)
+        run = jax.jit(rollout, donate_argnums=(0, 1))
+        t0 = time.perf_counter()
+        compiled = run.lower(state, obs, key, jnp.int32(0)).compile()
+        compile_s = time.perf_counter() - t0
+        state, obs, key, ret = compiled(state, obs, key, jnp.int32(0))  # warm-up
+        jax.block_until_ready(ret)
+        times = []
+        for r in range(repeats):
+            t0 = time.perf_counter()
+            state, obs, key, ret = compiled(state, obs, key, jnp.int32((r + 1) * steps))
+            jax.block_until_ready((state, obs, ret))
+            times.append(time.perf_counter() - t0)
+    sec = statistics.median(times)
+    env_steps = num_envs * steps / sec
+    return dict(config=config, backend=backend, num_envs=num_envs, num_agents=n,
+                obs_dim=p.obs_dim, steps_per_call=steps, repeats=repeats,
+                seconds_per_call=sec, env_steps_per_s=env_steps,
+                agent_steps_per_s=env_steps * n, compile_s=compile_s,
+                bytes_per_env_step=bytes_per_env_step(n, p.obs_dim))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backends", default=None,
+                    help="comma-separated; default: cuda,jax with a GPU, else cpu,jax")
+    ap.add_argument("--small", action="store_true", help="CPU-sized configurations")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default="experiments/results/bench_env.json")
+    args = ap.parse_args()
+
+    gpu = jaxwarp.gpu_available()
+    backends = args.backends.split(",") if args.backends else (
+        ["cuda", "jax"] if gpu else ["cpu", "jax"])
+    cases = SMALL_CASES if args.small else GPU_CASES
+    device = jax.devices("gpu")[0] if gpu else jax.devices("cpu")[0]
+    bandwidth = measure_bandwidth(device, (1 << 30) if gpu else (1 << 26))
+    print(f"device: {device.device_kind}; measured copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+
+    results = []
+    for config, num_envs, steps in cases:
+        for backend in backends:
+            dev = jax.devices("cpu")[0] if backend == "cpu" else device
+            r = bench_one(config, backend, num_envs, steps, args.repeats, dev)
+            r["roofline_fraction"] = (r["env_steps_per_s"] * r["bytes_per_env_step"]
+                                      / bandwidth)
+            results.append(r)
+            print(f"{config:18s} envs={num_envs:5d} {backend:5s} "
+                  f"{r['env_steps_per_s'] / 1e6:9.3f} M env-steps/s "
+                  f"{r['agent_steps_per_s'] / 1e9:8.3f} G agent-steps/s "
+                  f"roofline {100 * r['roofline_fraction']:5.1f}% "
+                  f"compile {r['compile_s']:.1f}s", flush=True)
+    # kernel / JAX ratio per case
+    by_case: dict = {}
+    for r in results:
+        by_case.setdefault((r["config"], r["num_envs"]), {})[r["backend"]] = r
+    ratios = []
+    for (config, num_envs), rs in by_case.items():
+        kernel = rs.get("cuda") or rs.get("cpu")
+        if kernel and "jax" in rs:
+            ratio = kernel["env_steps_per_s"] / rs["jax"]["env_steps_per_s"]
+            ratios.append(dict(config=config, num_envs=num_envs, kernel=kernel["backend"],
+                               kernel_over_jax=ratio))
+
+    print("\n| config | envs | agents | backend | M env-steps/s | G agent-steps/s "
+          "| roofline | compile s | kernel/JAX |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        ratio = next((x["kernel_over_jax"] for x in ratios if x["config"] == r["config"]
+                      and x["num_envs"] == r["num_envs"] and x["kernel"] == r["backend"]), None)
+        print(f"| {r['config']} | {r['num_envs']} | {r['num_agents']} | {r['backend']} | "
+              f"{r['env_steps_per_s'] / 1e6:.3f} | {r['agent_steps_per_s'] / 1e9:.3f} | "
+              f"{100 * r['roofline_fraction']:.1f}% | {r['compile_s']:.1f} | "
+              f"{'' if ratio is None else f'{ratio:.2f}x'} |")
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(
+        device=device.device_kind, platform=device.platform, jax=jax.__version__,
+        python=platform.python_version(), measured_bandwidth_bytes_per_s=bandwidth,
+        results=results, kernel_over_jax=ratios), indent=2))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
