@@ -566,11 +566,11 @@ class TagContinuous:
         if actions.dtype != jnp.int32:
             raise TypeError(f"actions must have dtype int32; got {actions.dtype}")
         if self.checks:
+            n0, n1 = self.action_space.nvec
             checkify.check(
                 self.action_space.contains(actions),
-                "tag_continuous: actions out of range: a[..., 0] must lie in [0, {n0}) "
-                "and a[..., 1] in [0, {n1}) (the kernels clamp them)",
-                n0=self.action_space.nvec[0], n1=self.action_space.nvec[1])
+                f"tag_continuous: actions out of range: a[..., 0] must lie in [0, {n0}) "
+                f"and a[..., 1] in [0, {n1}) (the kernels clamp them)")
         if self.backend == "jax":
             obs, state, reward, done = reference_step(self.params, key_data, state, actions)
         else:

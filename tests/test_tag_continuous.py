@@ -1,0 +1,407 @@
+"""Tag (continuous) on CPU: the XLA:CPU handlers against the pure-JAX reference
+over whole episodes, plus the functional API's properties and errors."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import checkify
+
+import jaxwarp
+from jaxwarp.envs.tag_continuous import (
+    TagContinuousState,
+    sincos_fixed,
+)
+from jaxwarp.testing import check_consistency
+
+SMALL = dict(num_taggers=2, num_runners=5, grid_length=5.0, tagging_distance=0.1,
+             episode_length=50)
+
+
+# ---------------------------------------------------------------------------
+# cpu vs jax over whole episodes (auto-resets included), bit for bit.
+# ---------------------------------------------------------------------------
+CONSISTENCY_CASES = {
+    "2x5_partial": (dict(SMALL, num_other_agents_observed=4), 6, None),
+    "2x5_full": (dict(SMALL, use_full_observation=True), 6, None),
+    "2x5_no_exit": (dict(SMALL, num_other_agents_observed=6,
+                         runner_exits_game_after_tagged=False), 6, None),
+    "2x5_full_no_exit_fixed_start": (dict(SMALL, use_full_observation=True,
+                                          runner_exits_game_after_tagged=False,
+                                          fixed_start_seed=7, edge_hit_penalty=-1.0,
+                                          step_penalty_for_tagger=-0.25,
+                                          step_reward_for_runner=0.5), 4, None),
+    "warpdrive_default": (dict(config="warpdrive_default"), 2, None),
+    "agents_1000": (dict(config="large", episode_length=12), 1, 26),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONSISTENCY_CASES))
+def test_cpu_matches_jax_bitwise(case):
+    kw, num_envs, steps = CONSISTENCY_CASES[case]
+    report = check_consistency(backends=("cpu", "jax"), num_envs=num_envs, num_steps=steps,
+                               rtol=0.0, atol=0.0, **kw)
+    assert report.ok, str(report)
+    assert report.episodes_finished >= num_envs, str(report)  # every env reset at least once
+
+
+def test_consistency_checker_reports_first_mismatch():
+    # Different params on the two sides must be caught and located.
+    class Shifted:
+        pass
+
+    report = check_consistency(backends=("cpu", "jax"), num_envs=2, num_steps=3,
+                               rtol=0, atol=0, **dict(SMALL, num_other_agents_observed=4))
+    assert report.ok
+    from jaxwarp import testing
+
+    mm, _ = testing._first_mismatch("obs", np.zeros((2, 3, 4)),
+                                    np.array(np.zeros((2, 3, 4))).copy(), 0, 0, 5, 3)
+    assert mm is None
+    b = np.zeros((2, 3, 4), np.float32)
+    b[1, 2, 3] = 1e-3
+    mm, diff = testing._first_mismatch("obs", np.zeros((2, 3, 4), np.float32), b, 1e-5,
+                                       1e-6, 5, 3)
+    assert (mm.step, mm.field, mm.env, mm.agent, mm.index) == (5, "obs", 1, 2, (1, 2, 3))
+    assert mm.value_b == pytest.approx(1e-3)
+    assert "step 5: obs differs at env 1, agent 2" in str(mm)
+
+
+# ---------------------------------------------------------------------------
+# Hand-computed transitions.
+# ---------------------------------------------------------------------------
+def _state(x, y, speed=None, direction=None, acc=None, still=None, t=0, left=None,
+           num_runners=1):
+    x = jnp.asarray([x], jnp.float32)
+    n = x.shape[1]
+    z = jnp.zeros((1, n), jnp.float32)
+    return TagContinuousState(
+        x=x, y=jnp.asarray([y], jnp.float32),
+        speed=z if speed is None else jnp.asarray([speed], jnp.float32),
+        direction=z if direction is None else jnp.asarray([direction], jnp.float32),
+        acceleration=z if acc is None else jnp.asarray([acc], jnp.float32),
+        still_in_game=jnp.ones((1, n), jnp.int32) if still is None
+        else jnp.asarray([still], jnp.int32),
+        timestep=jnp.asarray([t], jnp.int32),
+        num_runners_left=jnp.asarray([num_runners if left is None else left], jnp.int32),
+        episode_return=z)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_tag_by_hand(backend):
+    # L=10, tagging distance 0.02*10 = 0.2. Tagger 0 at (1, 1); runner 1 at
+    # (1.1, 1): distance 0.1 < 0.2 -> tagged; runner 2 at (5, 5) is far.
+    # No-op actions, zero speed: nobody moves.
+    env = jaxwarp.make("tag_continuous", backend=backend, num_taggers=1, num_runners=2,
+                       grid_length=10.0, num_other_agents_observed=2)
+    state = _state([1.0, 1.1, 5.0], [1.0, 1.0, 5.0], t=3, left=2)
+    a = jnp.zeros((1, 3, 2), jnp.int32)
+    obs, new, reward, done, info = env.step(jax.random.key(0), state, a)
+    np.testing.assert_array_equal(reward, [[10.0, -10.0, 0.0]])
+    assert not bool(done[0])
+    np.testing.assert_array_equal(new.still_in_game, [[1, 0, 1]])
+    np.testing.assert_array_equal(new.num_runners_left, [1])
+    np.testing.assert_array_equal(new.timestep, [4])
+    # The tagged runner still observes this step (observation precedes tagging):
+    # its nearest other is the tagger at dx = -0.1 / (sqrt(2) * 10).
+    pos_scale = np.float32(1 / (math.sqrt(2) * 10))
+    assert obs[0, 1, 0] == pytest.approx((1.0 - np.float32(1.1)) * pos_scale, rel=1e-6)
+    assert obs[0, 1, -1] == pytest.approx(4 / 500)
+    # Tagger 0 observes runner 1 first (nearest), then runner 2; types 0, 0.
+    np.testing.assert_array_equal(obs[0, 0, 10:12], [0.0, 0.0])  # type slots (k=2)
+    np.testing.assert_array_equal(obs[0, 0, 12:14], [1.0, 1.0])  # still slots
+    # Next step: the tagged runner observes zeros and earns nothing.
+    obs2, new2, reward2, done2, _ = env.step(jax.random.key(1), new, a)
+    assert np.all(np.asarray(obs2[0, 1]) == 0)
+    assert reward2[0, 1] == 0
+
+
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_last_runner_tagged_ends_and_resets(backend):
+    env = jaxwarp.make("tag_continuous", backend=backend, num_taggers=1, num_runners=1,
+                       grid_length=10.0, num_other_agents_observed=1)
+    state = _state([2.0, 2.05], [2.0, 2.0], t=7, left=1)
+    state = state.replace(episode_return=jnp.asarray([[3.0, -1.0]], jnp.float32))
+    obs, new, reward, done, info = env.step(jax.random.key(5), state,
+                                            jnp.zeros((1, 2, 2), jnp.int32))
+    assert bool(done[0])
+    np.testing.assert_array_equal(reward, [[10.0, -10.0]])
+    # The finished episode's return is kept in info where done ...
+    np.testing.assert_array_equal(info["episode_return"], [[13.0, -11.0]])
+    # ... and the env restarted: fresh starts from the step key, time 0.
+    np.testing.assert_array_equal(new.timestep, [0])
+    np.testing.assert_array_equal(new.num_runners_left, [1])
+    np.testing.assert_array_equal(new.still_in_game, [[1, 1]])
+    ref_obs, ref_state = env.reset(jax.random.key(5), 1)
+    np.testing.assert_array_equal(new.x, ref_state.x)
+    np.testing.assert_array_equal(obs, ref_obs)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_motion_edge_and_end_reward_by_hand(backend):
+    # One tagger far from one runner. Tagger accelerates (level 20 -> +0.1),
+    # heading 0: speed 0.5 -> 0.6, x 9.7 + 0.6 = 10.3 > L=10 -> clipped, edge
+    # penalty -2. Runner: last step of the episode -> end-of-game reward +1.
+    env = jaxwarp.make("tag_continuous", backend=backend, num_taggers=1, num_runners=1,
+                       grid_length=10.0, num_other_agents_observed=1, episode_length=5,
+                       edge_hit_penalty=-2.0)
+    state = _state([9.7, 1.0], [5.0, 1.0], speed=[0.5, 0.0], t=4, left=1)
+    a = jnp.asarray([[[20, 0], [0, 0]]], jnp.int32)
+    obs, new, reward, done, _ = env.step(jax.random.key(0), state, a)
+    np.testing.assert_allclose(reward, [[-2.0, 1.0]])
+    assert bool(done[0])  # time limit
+
+
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_motion_by_hand(backend):
+    env = jaxwarp.make("tag_continuous", backend=backend, num_taggers=1, num_runners=1,
+                       grid_length=10.0, num_other_agents_observed=1)
+    # Heading pi/2 (up), speed 0.5, accelerate +0.1 and turn level 11 (=+0.124 rad
+    # of linspace(-2.356, 2.356, 20), index 11 -> 0.124).
+    state = _state([5.0, 1.0], [5.0, 1.0], speed=[0.5, 0.0], direction=[np.pi / 2, 0.0])
+    a = jnp.asarray([[[20, 11], [0, 0]]], jnp.int32)
+    _, new, _, _, _ = env.step(jax.random.key(0), state, a)
+    turn = np.linspace(-2.356, 2.356, 20)[10]
+    heading = np.float32(np.pi / 2) + np.float32(turn)
+    assert new.speed[0, 0] == pytest.approx(0.6, rel=1e-6)
+    assert new.acceleration[0, 0] == pytest.approx(0.1, rel=1e-6)
+    assert new.direction[0, 0] == pytest.approx(heading, rel=1e-6)
+    assert new.x[0, 0] == pytest.approx(5 + 0.6 * np.cos(heading), abs=1e-6)
+    assert new.y[0, 0] == pytest.approx(5 + 0.6 * np.sin(heading), abs=1e-6)
+
+
+def test_sincos_fixed_accuracy():
+    a = jnp.linspace(0.0, 2 * np.pi, 100001, dtype=jnp.float32)
+    s, c = jax.jit(sincos_fixed)(a)
+    a64 = np.asarray(a, np.float64)
+    assert np.max(np.abs(np.asarray(s) - np.sin(a64))) < 3e-7
+    assert np.max(np.abs(np.asarray(c) - np.cos(a64))) < 3e-7
+
+
+# ---------------------------------------------------------------------------
+# API properties.
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_reset_shapes_dtypes_and_space(backend):
+    env = jaxwarp.make("tag_continuous", backend=backend)
+    obs, state = env.reset(jax.random.key(0), 5)
+    assert obs.shape == (5, 110, 71) and obs.dtype == jnp.float32
+    assert env.observation_space.shape == (71,)
+    assert bool(env.observation_space.contains(obs))
+    assert state.x.shape == (5, 110) and state.still_in_game.dtype == jnp.int32
+    assert state.timestep.shape == (5,)
+    np.testing.assert_array_equal(state.num_runners_left, 100)
+    assert np.all((np.asarray(state.x) >= 0) & (np.asarray(state.x) <= 20))
+    headings = (np.arange(4) * np.pi / 2).astype(np.float32)
+    assert np.all(np.isin(np.asarray(state.direction), headings))
+    # Each env replica has its own start.
+    assert not np.array_equal(state.x[0], state.x[1])
+    assert env.action_space.nvec == (21, 21)
+    assert env.agent_types.sum() == 10 and env.agent_names[10] == "runner_0"
+
+
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_step_outputs_and_space_over_rollout(backend):
+    env = jaxwarp.make("tag_continuous", backend=backend, **SMALL,
+                       num_other_agents_observed=3)
+    obs, state = env.reset(jax.random.key(0), 4)
+    step = jax.jit(env.step)
+    for t in range(60):
+        a = env.action_space.sample(jax.random.key(100 + t), (4, env.num_agents))
+        obs, state, reward, done, info = step(jax.random.key(t), state, a)
+        assert bool(env.observation_space.contains(obs))
+    assert reward.shape == (4, 7) and reward.dtype == jnp.float32
+    assert done.shape == (4,) and done.dtype == jnp.bool_
+    assert info["episode_return"].shape == (4, 7)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_same_key_same_rollout_different_key_differs(backend):
+    env = jaxwarp.make("tag_continuous", backend=backend, **SMALL,
+                       num_other_agents_observed=3)
+
+    @jax.jit
+    def rollout(key):
+        obs, state = env.reset(key, 3)
+
+        def body(carry, k):
+            obs, state = carry
+            ka, ks = jax.random.split(k)
+            a = env.action_space.sample(ka, (3, env.num_agents))
+            obs, state, r, d, _ = env.step(ks, state, a)
+            return (obs, state), r
+
+        (obs, state), rs = jax.lax.scan(body, (obs, state), jax.random.split(key, 80))
+        return obs, rs
+
+    a1, a2, b = rollout(jax.random.key(1)), rollout(jax.random.key(1)), rollout(
+        jax.random.key(2))
+    for x, y in zip(a1, a2):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(a1[0], b[0])
+
+
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_vmap_over_seeds_equals_loop(backend):
+    env = jaxwarp.make("tag_continuous", backend=backend, **SMALL,
+                       num_other_agents_observed=4)
+
+    def rollout(key):
+        k0, k1 = jax.random.split(key)
+        obs, state = env.reset(k0, 3)
+
+        def body(carry, k):
+            obs, state = carry
+            ka, ks = jax.random.split(k)
+            a = env.action_space.sample(ka, (3, env.num_agents))
+            obs, state, r, d, _ = env.step(ks, state, a)
+            return (obs, state), (r, d)
+
+        (obs, state), (r, d) = jax.lax.scan(body, (obs, state), jax.random.split(k1, 60))
+        return obs, state.x, r, d
+
+    keys = jax.random.split(jax.random.key(3), 4)
+    batched = jax.jit(jax.vmap(rollout))(keys)
+    for i, k in enumerate(keys):
+        for got, want in zip(batched, jax.jit(rollout)(k)):
+            np.testing.assert_array_equal(np.asarray(got[i]), np.asarray(want))
+
+
+def test_vmap_with_unbatched_key_matches_loop():
+    # vmap over states only: every batch member uses the same step key.
+    env = jaxwarp.make("tag_continuous", backend="cpu", **SMALL, num_other_agents_observed=4)
+    states = [env.reset(jax.random.key(s), 2)[1] for s in range(3)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    a = jnp.ones((3, 2, env.num_agents, 2), jnp.int32)
+    key = jax.random.key(9)
+    out = jax.vmap(env.step, in_axes=(None, 0, 0))(key, stacked, a)
+    for i, s in enumerate(states):
+        single = env.step(key, s, a[i])
+        np.testing.assert_array_equal(out[0][i], single[0])
+        np.testing.assert_array_equal(out[1].x[i], single[1].x)
+
+
+def test_fixed_start_gives_every_replica_one_start():
+    env = jaxwarp.make("tag_continuous", backend="cpu", fixed_start_seed=11)
+    _, s1 = env.reset(jax.random.key(0), 3)
+    _, s2 = env.reset(jax.random.key(1), 3)
+    np.testing.assert_array_equal(s1.x[0], s1.x[2])
+    np.testing.assert_array_equal(s1.x, s2.x)
+
+
+def _scan_body_copies(env, num_envs):
+    obs, state = env.reset(jax.random.key(0), num_envs)
+
+    def run(state, obs, key):
+        def body(carry, k):
+            state, obs = carry
+            a = jnp.zeros((num_envs, env.num_agents, 2), jnp.int32)
+            obs, state, *_ = env.step(k, state, a)
+            return (state, obs), None
+
+        (state, obs), _ = jax.lax.scan(body, (state, obs), jax.random.split(key, 4))
+        return state, obs
+
+    text = jax.jit(run, donate_argnums=(0, 1)).lower(state, obs, jax.random.key(1)) \
+        .compile().as_text()
+    bodies = [c for c in text.split("\n\n") if "jaxwarp_tag_continuous_step" in c]
+    assert bodies, "step custom call not found"
+    shape = f"f32[{num_envs},{env.num_agents}]"
+    return [ln for c in bodies for ln in c.splitlines() if " copy(" in ln and shape in ln]
+
+
+def test_state_is_updated_in_place_inside_scan():
+    env = jaxwarp.make("tag_continuous", backend="cpu", **SMALL, num_other_agents_observed=4)
+    assert _scan_body_copies(env, 6) == []
+
+
+def test_episode_return_accumulates_rewards():
+    env = jaxwarp.make("tag_continuous", backend="cpu", **SMALL, num_other_agents_observed=4)
+    obs, state = env.reset(jax.random.key(0), 4)
+    running = np.zeros((4, 7), np.float32)
+    checked = 0
+    for t in range(120):
+        a = env.action_space.sample(jax.random.key(t + 1000), (4, 7))
+        obs, state, reward, done, info = env.step(jax.random.key(t), state, a)
+        running += np.asarray(reward)
+        for e in np.flatnonzero(np.asarray(done)):
+            np.testing.assert_allclose(info["episode_return"][e], running[e], rtol=1e-5)
+            running[e] = 0
+            checked += 1
+    assert checked >= 4
+
+
+# ---------------------------------------------------------------------------
+# Bad input: clear Python errors before any kernel runs.
+# ---------------------------------------------------------------------------
+def test_unknown_env_backend_config_and_param():
+    with pytest.raises(ValueError, match="unknown env 'tag'"):
+        jaxwarp.make("tag")
+    with pytest.raises(ValueError, match="backend='gpu' is unknown"):
+        jaxwarp.make("tag_continuous", backend="gpu")
+    with pytest.raises(ValueError, match="unknown config 'huge'"):
+        jaxwarp.make("tag_continuous", config="huge")
+    with pytest.raises(TypeError, match=r"unknown parameter\(s\) \['num_tagger'\]"):
+        jaxwarp.make("tag_continuous", num_tagger=3)
+
+
+@pytest.mark.skipif(jaxwarp.gpu_available(), reason="a GPU is present")
+def test_cuda_backend_without_gpu():
+    with pytest.raises(RuntimeError, match="backend='cuda' is not available"):
+        jaxwarp.make("tag_continuous", backend="cuda")
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(num_taggers=0), "num_taggers=0 is invalid"),
+    (dict(num_runners=-1), "num_runners=-1 is invalid"),
+    (dict(num_other_agents_observed=110), r"num_other_agents_observed=110 is invalid.*109"),
+    (dict(episode_length=0), "episode_length=0"),
+    (dict(num_acceleration_levels=65), "num_acceleration_levels=65"),
+    (dict(grid_length=-1.0), "grid_length=-1.0"),
+    (dict(num_taggers=2.5), "num_taggers=2.5 is invalid; expected an int"),
+    (dict(fixed_start_seed=-3), "fixed_start_seed=-3"),
+])
+def test_invalid_params(kw, match):
+    with pytest.raises(ValueError, match=match):
+        jaxwarp.make("tag_continuous", backend="jax", **kw)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_bad_step_and_reset_input(backend):
+    env = jaxwarp.make("tag_continuous", backend=backend, **SMALL, num_other_agents_observed=4)
+    obs, state = env.reset(jax.random.key(0), 3)
+    key = jax.random.key(1)
+    with pytest.raises(ValueError, match=r"actions must have shape \(3, 7, 2\)"):
+        env.step(key, state, jnp.zeros((3, 7), jnp.int32))
+    with pytest.raises(TypeError, match="actions must have dtype int32; got float32"):
+        env.step(key, state, jnp.zeros((3, 7, 2), jnp.float32))
+    with pytest.raises(ValueError, match="num_envs must be a positive int; got 0"):
+        env.reset(key, 0)
+    with pytest.raises(ValueError, match="num_envs must be a positive int"):
+        env.reset(key, 2.0)
+    with pytest.raises(ValueError, match="key must be a single threefry key"):
+        env.reset(jax.random.split(key, 2), 3)
+    with pytest.raises(ValueError, match=r"state.x must be float32\[3, 7\]"):
+        env.step(key, state.replace(x=jnp.zeros((3, 6))), jnp.zeros((3, 7, 2), jnp.int32))
+    with pytest.raises(TypeError, match="state must be a TagContinuousState"):
+        env.step(key, {"x": 1}, jnp.zeros((3, 7, 2), jnp.int32))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_out_of_range_actions_clamped_and_reported_by_checkify(backend):
+    kw = dict(SMALL, num_other_agents_observed=4)
+    env = jaxwarp.make("tag_continuous", backend=backend, **kw)
+    checked = jaxwarp.make("tag_continuous", backend=backend, checks=True, **kw)
+    obs, state = env.reset(jax.random.key(0), 2)
+    bad = jnp.full((2, 7, 2), 99, jnp.int32).at[0, 0, 1].set(-5)
+    clamped = jnp.clip(bad, 0, 20)
+    got = env.step(jax.random.key(1), state, bad)
+    want = env.step(jax.random.key(1), state, clamped)
+    np.testing.assert_array_equal(got[0], want[0])
+    err, _ = jax.jit(checkify.checkify(checked.step))(jax.random.key(1), state, bad)
+    with pytest.raises(checkify.JaxRuntimeError, match="actions out of range"):
+        err.throw()
+    err, _ = jax.jit(checkify.checkify(checked.step))(jax.random.key(1), state, clamped)
+    assert err.get() is None
