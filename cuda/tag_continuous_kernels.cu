@@ -20,16 +20,43 @@ constexpr int kMaxThreads = 512;
 // Shared-memory carve-up of one env (see SharedBytes for the sizes).
 struct Smem {
   float2* pos;       // [n] (x, y); NaN in partial mode for agents out of game
-  float* speed;      // [n]
-  float* dir;        // [n]
-  float* acc;        // [n]
+  float* feat;       // [5][n] x, y, speed, acc, dir: observation features 0-4
+  float* speed;      // = feat + 2n
+  float* acc;        // = feat + 3n
+  float* dir;        // = feat + 4n
   float* base;       // [n] reward before tagging
   int* tags;         // [num_taggers] runners tagged this step
   uint16_t* nbr;     // [n * k] neighbour ids (partial observation)
   uint16_t* col;     // [obs_dim] (feature << 8 | slot) of each column
   uint8_t* still;    // [n] in the game, as observed this step
   uint8_t* tagged;   // [n]
+  // Uniform grid over the arena (large agent counts, partial observation):
+  int* cell_start;   // [cells + 1] first sorted slot of each cell
+  uint16_t* cell;    // [n] cell of each visible agent
+  uint16_t* rank;    // [n] its slot within the cell
+  float2* spos;      // [n] positions sorted by cell
+  uint16_t* sid;     // [n] agent id of each sorted slot
 };
+
+// Grid geometry: about two agents per cell, at most 64 x 64 cells.
+struct Grid {
+  int g;         // cells per side (0: no grid)
+  float cell;    // cell side
+  float inv;     // 1 / cell side
+};
+
+constexpr int kGridMinAgents = 256;
+
+__host__ __device__ inline Grid MakeGrid(const Params& p) {
+  Grid gr{0, 0.0f, 0.0f};
+  if (p.full_obs || p.k_observed > 16 || p.num_agents < kGridMinAgents) return gr;
+  int g = static_cast<int>(ceilf(sqrtf(0.5f * p.num_agents)));
+  g = g > 64 ? 64 : (g < 1 ? 1 : g);
+  gr.g = g;
+  gr.cell = p.grid_length / g;
+  gr.inv = g / p.grid_length;
+  return gr;
+}
 
 __host__ __device__ inline size_t AlignUp(size_t v) { return (v + 15) & ~size_t(15); }
 
@@ -43,27 +70,39 @@ __host__ __device__ inline size_t SharedBytes(const Params& p, Smem* s, char* ba
     off = AlignUp(off + bytes);
     return ptr;
   };
+  const Grid gr = MakeGrid(p);
+  const int cells = gr.g * gr.g;
+  const int gn = gr.g ? n : 0;
   char* pos = take(sizeof(float2) * n);
-  char* speed = take(sizeof(float) * n);
-  char* dir = take(sizeof(float) * n);
-  char* acc = take(sizeof(float) * n);
+  char* feat = take(sizeof(float) * 5 * n);
   char* rbase = take(sizeof(float) * n);
   char* tags = take(sizeof(int) * (p.num_taggers + 1));
   char* nbr = take(sizeof(uint16_t) * n * k);
   char* col = take(sizeof(uint16_t) * dim);
   char* still = take(n);
   char* tagged = take(n);
+  char* cell_start = take(sizeof(int) * (cells + 1));
+  char* cell = take(sizeof(uint16_t) * gn);
+  char* rank = take(sizeof(uint16_t) * gn);
+  char* spos = take(sizeof(float2) * gn);
+  char* sid = take(sizeof(uint16_t) * gn);
   if (s) {
     s->pos = reinterpret_cast<float2*>(pos);
-    s->speed = reinterpret_cast<float*>(speed);
-    s->dir = reinterpret_cast<float*>(dir);
-    s->acc = reinterpret_cast<float*>(acc);
+    s->feat = reinterpret_cast<float*>(feat);
+    s->speed = s->feat + 2 * n;
+    s->acc = s->feat + 3 * n;
+    s->dir = s->feat + 4 * n;
     s->base = reinterpret_cast<float*>(rbase);
     s->tags = reinterpret_cast<int*>(tags);
     s->nbr = reinterpret_cast<uint16_t*>(nbr);
     s->col = reinterpret_cast<uint16_t*>(col);
     s->still = reinterpret_cast<uint8_t*>(still);
     s->tagged = reinterpret_cast<uint8_t*>(tagged);
+    s->cell_start = reinterpret_cast<int*>(cell_start);
+    s->cell = reinterpret_cast<uint16_t*>(cell);
+    s->rank = reinterpret_cast<uint16_t*>(rank);
+    s->spos = reinterpret_cast<float2*>(spos);
+    s->sid = reinterpret_cast<uint16_t*>(sid);
   }
   return off;
 }
@@ -71,6 +110,8 @@ __host__ __device__ inline size_t SharedBytes(const Params& p, Smem* s, char* ba
 __device__ inline void StoreShared(const Params& p, const Smem& s, int i, const Agent& a) {
   const bool hide = !p.full_obs && !a.still;
   s.pos[i] = hide ? make_float2(NAN, NAN) : make_float2(a.x, a.y);
+  s.feat[i] = a.x;
+  s.feat[p.num_agents + i] = a.y;
   s.speed[i] = a.speed;
   s.dir[i] = a.dir;
   s.acc[i] = a.acc;
@@ -78,16 +119,15 @@ __device__ inline void StoreShared(const Params& p, const Smem& s, int i, const 
 }
 
 // Same arithmetic as obs_feature() in tag_continuous.h, on shared memory.
+// Features 0-4 share one code path (lanes of a warp usually hold different
+// features, so a switch would serialise them).
 __device__ inline float Feature(const Params& p, const Smem& s, int f, int i, int j) {
-  switch (f) {
-    case 0: return (s.pos[j].x - s.pos[i].x) * p.pos_scale;
-    case 1: return (s.pos[j].y - s.pos[i].y) * p.pos_scale;
-    case 2: return (s.speed[j] - s.speed[i]) * p.speed_scale;
-    case 3: return (s.acc[j] - s.acc[i]) * p.speed_scale;
-    case 4: return (s.dir[j] - s.dir[i]) * p.dir_scale;
-    case 5: return j < p.num_taggers ? 1.0f : 0.0f;
-    default: return static_cast<float>(s.still[j]);
+  if (f < 5) {
+    const float scale = f < 2 ? p.pos_scale : (f < 4 ? p.speed_scale : p.dir_scale);
+    const float* v = s.feat + f * p.num_agents;
+    return (v[j] - v[i]) * scale;
   }
+  return f == 5 ? (j < p.num_taggers ? 1.0f : 0.0f) : static_cast<float>(s.still[j]);
 }
 
 // The K nearest visible others of agent i, ordered by (distance^2, id), kept
@@ -124,6 +164,110 @@ __device__ inline void NearestInRegisters(const Params& p, const Smem& s, int i)
         bi[0] = j;
       }
     }
+  }
+#pragma unroll
+  for (int m = 0; m < K; ++m) s.nbr[i * K + m] = static_cast<uint16_t>(bi[m]);
+}
+
+// (d2, id) lexicographic order: candidates arrive in no particular id order.
+__device__ inline bool Before(float d2, int j, float d2b, int jb) {
+  return d2 < d2b || (d2 == d2b && j < jb);
+}
+
+// Builds the grid of visible agents: counting sort by cell (atomics only count;
+// ordering inside a cell does not matter, the search compares (d2, id)).
+__device__ inline void BuildGrid(const Params& p, const Smem& s, const Grid& gr) {
+  const int n = p.num_agents;
+  const int cells = gr.g * gr.g;
+  for (int c = threadIdx.x; c <= cells; c += blockDim.x) s.cell_start[c] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    if (!s.still[i]) continue;
+    const float2 q = s.pos[i];
+    int cx = static_cast<int>(q.x * gr.inv), cy = static_cast<int>(q.y * gr.inv);
+    cx = cx < 0 ? 0 : (cx >= gr.g ? gr.g - 1 : cx);
+    cy = cy < 0 ? 0 : (cy >= gr.g ? gr.g - 1 : cy);
+    const int c = cy * gr.g + cx;
+    s.cell[i] = static_cast<uint16_t>(c);
+    s.rank[i] = static_cast<uint16_t>(atomicAdd(&s.cell_start[c + 1], 1));
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // exclusive scan of the counts by one warp
+    const int lane = threadIdx.x;
+    int carry = 0;
+    for (int b = 0; b < cells; b += 32) {
+      const int idx = b + lane;
+      int v = idx < cells ? s.cell_start[idx + 1] : 0;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += u;
+      }
+      if (idx < cells) s.cell_start[idx + 1] = v + carry;
+      carry += __shfl_sync(0xffffffffu, v, 31);
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    if (!s.still[i]) continue;
+    const int slot = s.cell_start[s.cell[i]] + s.rank[i];
+    s.spos[slot] = s.pos[i];
+    s.sid[slot] = static_cast<uint16_t>(i);
+  }
+  __syncthreads();
+}
+
+// The K nearest visible others of agent i by rings of grid cells around its
+// own; stops once the K-th distance is inside the radius every unvisited
+// agent lies beyond. Same result as NearestInRegisters.
+template <int K>
+__device__ inline void NearestInGrid(const Params& p, const Smem& s, const Grid& gr, int i) {
+  float bd[K];
+  int bi[K];
+#pragma unroll
+  for (int m = 0; m < K; ++m) {
+    bd[m] = INFINITY;
+    bi[m] = kNoNeighbour;
+  }
+  const float2 me = s.pos[i];
+  const int c0 = s.cell[i];
+  const int cx = c0 % gr.g, cy = c0 / gr.g;
+  for (int r = 0;; ++r) {
+    for (int gy = cy - r; gy <= cy + r; ++gy) {
+      if (gy < 0 || gy >= gr.g) continue;
+      const bool full_row = r == 0 || gy == cy - r || gy == cy + r;
+      for (int gx = cx - r; gx <= cx + r; gx += full_row ? 1 : 2 * r) {
+        if (gx < 0 || gx >= gr.g) continue;
+        const int c = gy * gr.g + gx;
+        const int end = s.cell_start[c + 1];
+        for (int q = s.cell_start[c]; q < end; ++q) {
+          const int j = s.sid[q];
+          const float2 o = s.spos[q];
+          const float d2 = sq_dist(me.x, me.y, o.x, o.y);
+          if (j != i && Before(d2, j, bd[K - 1], bi[K - 1])) {
+#pragma unroll
+            for (int m = K - 1; m > 0; --m) {
+              if (Before(d2, j, bd[m - 1], bi[m - 1])) {
+                bd[m] = bd[m - 1];
+                bi[m] = bi[m - 1];
+              } else if (Before(d2, j, bd[m], bi[m])) {
+                bd[m] = d2;
+                bi[m] = j;
+              }
+            }
+            if (Before(d2, j, bd[0], bi[0])) {
+              bd[0] = d2;
+              bi[0] = j;
+            }
+          }
+        }
+      }
+    }
+    // Every unvisited agent is at least r cells' width away (less a margin
+    // for rounding in the cell index).
+    const float reach = (static_cast<float>(r) - 0.001f) * gr.cell;
+    if (r > 0 && bd[K - 1] < reach * reach) break;
+    if (cx - r <= 0 && cy - r <= 0 && cx + r >= gr.g - 1 && cy + r >= gr.g - 1) break;
   }
 #pragma unroll
   for (int m = 0; m < K; ++m) s.nbr[i * K + m] = static_cast<uint16_t>(bi[m]);
@@ -272,7 +416,15 @@ __global__ void __launch_bounds__(kMaxThreads) TagKernel(Params p, TagBuffers b)
   __syncthreads();
 
   // 5. k nearest neighbours of every observing agent.
-  if (K >= 0) {
+  const Grid gr = MakeGrid(p);
+  if (K > 0 && gr.g > 0) {
+    BuildGrid(p, s, gr);
+    // Walk agents in cell order so a warp's lanes search neighbouring cells.
+    const int visible = s.cell_start[gr.g * gr.g];
+    for (int q = threadIdx.x; q < visible; q += blockDim.x)
+      NearestInGrid<(K > 0 ? K : 1)>(p, s, gr, s.sid[q]);
+    __syncthreads();
+  } else if (K >= 0) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
       if (!s.still[i]) continue;
       if (K == 0) {

@@ -23,13 +23,19 @@ CASES = {
     "k20_selection_fallback": dict(config="warpdrive_default", num_other_agents_observed=20,
                                    episode_length=40),
     "agents_1000": dict(config="large", episode_length=20),
+    # >= 256 agents: the kernel's k-nearest search goes through its cell grid.
+    "grid_300_dense_k4": dict(num_taggers=30, num_runners=270, grid_length=12.0,
+                              tagging_distance=0.05, num_other_agents_observed=4,
+                              episode_length=30),
+    "grid_1000_k16_no_exit": dict(config="large", num_other_agents_observed=16,
+                                  runner_exits_game_after_tagged=False, episode_length=10),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_cuda_matches_cpu_bitwise(case):
     kw = dict(CASES[case])
-    num_envs = 2 if case == "agents_1000" else 8
+    num_envs = 2 if "1000" in case else 8
     report = check_consistency(backends=("cuda", "cpu"), num_envs=num_envs, rtol=0, atol=0,
                                **kw)
     assert report.ok, str(report)
@@ -39,7 +45,7 @@ def test_cuda_matches_cpu_bitwise(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_cuda_matches_jax(case):
     kw = dict(CASES[case])
-    num_envs = 2 if case == "agents_1000" else 8
+    num_envs = 2 if "1000" in case else 8
     report = check_consistency(backends=("cuda", "jax"), num_envs=num_envs, rtol=1e-5,
                                atol=1e-6, **kw)
     assert report.ok, str(report)
