@@ -67,8 +67,16 @@ def measure_bandwidth(device: jax.Device, nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / statistics.median(times)
 
 
+# XLA:GPU options that capture the whole scan (while loop included) in one
+# CUDA graph instead of launching kernel by kernel (DESIGN.md: measure both).
+COMMAND_BUFFER_OPTIONS = {
+    "xla_gpu_enable_command_buffer": "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL",
+    "xla_gpu_graph_min_graph_size": 1,
+}
+
+
 def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int,
-              device: jax.Device) -> dict:
+              device: jax.Device, unroll: int = 1, command_buffer: bool = False) -> dict:
     env = jaxwarp.make("tag_continuous", backend=backend, config=config)
     p = env.params
     n = env.num_agents
@@ -83,7 +91,8 @@ def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int
             return (state, obs, key, ret + reward.sum()), None
 
         ts = t0 + jnp.arange(steps, dtype=jnp.int32)
-        (state, obs, key, ret), _ = jax.lax.scan(body, (state, obs, key, jnp.float32(0)), ts)
+        (state, obs, key, ret), _ = jax.lax.scan(body, (state, obs, key, jnp.float32(0)), ts,
+                                                 unroll=unroll)
         return state, obs, key, ret
 
     with jax.default_device(device):
@@ -91,7 +100,8 @@ def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int
         key = jax.random.key(1)
         run = jax.jit(rollout, donate_argnums=(0, 1))
         t0 = time.perf_counter()
-        compiled = run.lower(state, obs, key, jnp.int32(0)).compile()
+        lowered = run.lower(state, obs, key, jnp.int32(0))
+        compiled = lowered.compile(COMMAND_BUFFER_OPTIONS if command_buffer else None)
         compile_s = time.perf_counter() - t0
         state, obs, key, ret = compiled(state, obs, key, jnp.int32(0))  # warm-up
         jax.block_until_ready(ret)
@@ -104,6 +114,7 @@ def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int
     sec = statistics.median(times)
     env_steps = num_envs * steps / sec
     return dict(config=config, backend=backend, num_envs=num_envs, num_agents=n,
+                scan_unroll=unroll, command_buffer=command_buffer,
                 obs_dim=p.obs_dim, steps_per_call=steps, repeats=repeats,
                 seconds_per_call=sec, env_steps_per_s=env_steps,
                 agent_steps_per_s=env_steps * n, compile_s=compile_s,
@@ -117,6 +128,9 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="CPU-sized configurations")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default="experiments/results/bench_env.json")
+    ap.add_argument("--variants", action="store_true",
+                    help="also time warpdrive_default at 2000 envs with the scan unrolled "
+                         "8x and with whole-loop CUDA-graph capture")
     args = ap.parse_args()
 
     gpu = jaxwarp.gpu_available()
@@ -140,6 +154,22 @@ def main() -> None:
                   f"{r['agent_steps_per_s'] / 1e9:8.3f} G agent-steps/s "
                   f"roofline {100 * r['roofline_fraction']:5.1f}% "
                   f"compile {r['compile_s']:.1f}s", flush=True)
+    variants = []
+    if args.variants and gpu:
+        for unroll, cb in ((8, False), (1, True), (8, True)):
+            for backend in backends:
+                try:
+                    r = bench_one("warpdrive_default", backend, 2000, 200, args.repeats,
+                                  device, unroll=unroll, command_buffer=cb)
+                except Exception as exc:  # an XLA build may reject the options
+                    r = dict(backend=backend, scan_unroll=unroll, command_buffer=cb,
+                             error=repr(exc)[:300])
+                variants.append(r)
+                rate = r.get("env_steps_per_s")
+                print(f"variant unroll={unroll} command_buffer={cb} {backend:5s} "
+                      + (f"{rate / 1e6:9.3f} M env-steps/s" if rate else r["error"]),
+                      flush=True)
+
     # kernel / JAX ratio per case
     by_case: dict = {}
     for r in results:
@@ -168,7 +198,7 @@ def main() -> None:
     out.write_text(json.dumps(dict(
         device=device.device_kind, platform=device.platform, jax=jax.__version__,
         python=platform.python_version(), measured_bandwidth_bytes_per_s=bandwidth,
-        results=results, kernel_over_jax=ratios), indent=2))
+        results=results, kernel_over_jax=ratios, variants=variants), indent=2))
     print(f"\nwrote {out}")
 
 
