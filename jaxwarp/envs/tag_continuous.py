@@ -416,16 +416,14 @@ def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContin
     episode_return = jnp.where((state.timestep == 0)[:, None], np.float32(0),
                                state.episode_return) + reward
 
-    # 4. Auto-reset finished envs (skipped when none finished), then observe.
+    # 4. Auto-reset finished envs, then observe. Fresh starts are drawn for
+    # every env and selected where done: a lax.cond skipping the draw would
+    # make XLA:GPU copy its predicate to the host every step (a sync).
+    rx, ry, rdir = _reset_agents(p, c, key_data, num_envs)
+    zeros = jnp.zeros_like(rx)
+    fresh = (rx, ry, zeros, rdir, zeros)
     moved = (x, y, speed, direction, acc)
-
-    def reset_done(_):
-        rx, ry, rdir = _reset_agents(p, c, key_data, num_envs)
-        zeros = jnp.zeros_like(rx)
-        fresh = (rx, ry, zeros, rdir, zeros)
-        return tuple(jnp.where(done[:, None], f, m) for f, m in zip(fresh, moved))
-
-    x, y, speed, direction, acc = jax.lax.cond(jnp.any(done), reset_done, lambda _: moved, None)
+    x, y, speed, direction, acc = (jnp.where(done[:, None], f, m) for f, m in zip(fresh, moved))
     still_obs = jnp.where(done[:, None], 1, still)
     t_obs = jnp.where(done, 0, t)
     obs = _observe(p, c, x, y, speed, direction, acc, still_obs, t_obs)
