@@ -48,10 +48,6 @@ def test_cpu_matches_jax_bitwise(case):
 
 
 def test_consistency_checker_reports_first_mismatch():
-    # Different params on the two sides must be caught and located.
-    class Shifted:
-        pass
-
     report = check_consistency(backends=("cpu", "jax"), num_envs=2, num_steps=3,
                                rtol=0, atol=0, **dict(SMALL, num_other_agents_observed=4))
     assert report.ok
