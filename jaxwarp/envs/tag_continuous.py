@@ -511,6 +511,27 @@ class TagContinuous:
                      + [f"runner_{i}" for i in range(p.num_runners)])
 
     @property
+    def policy_groups(self) -> dict[str, np.ndarray]:
+        """Default policy groups for training: agent ids of taggers and runners."""
+        nt = self.params.num_taggers
+        return {"tagger": np.arange(nt), "runner": np.arange(nt, self.num_agents)}
+
+    def episode_metrics(self, episode_return: jax.Array) -> dict[str, jax.Array]:
+        """Per-env statistics of finished episodes, from their returns.
+
+        episode_return: f32[envs, agents] -> {"tags_per_episode": f32[envs]}:
+        taggers' summed return over ``tag_reward_for_tagger``. That is the
+        number of tags only when taggers earn nothing else (no step or edge
+        penalty, as in the named configs); otherwise nothing is reported.
+        """
+        p = self.params
+        if p.step_penalty_for_tagger != 0 or p.edge_hit_penalty != 0 \
+                or p.tag_reward_for_tagger == 0:
+            return {}
+        tagger_total = episode_return[:, :p.num_taggers].sum(axis=1)
+        return {"tags_per_episode": tagger_total * np.float32(1 / p.tag_reward_for_tagger)}
+
+    @property
     def action_space(self) -> MultiDiscrete:
         p = self.params
         return MultiDiscrete((p.num_acceleration_levels + 1, p.num_turn_levels + 1))

@@ -1,0 +1,72 @@
+"""``jaxwarp`` command line.
+
+    jaxwarp train [--env NAME] [--config FILE_OR_NAME] [key=value ...]
+                  [--seeds S] [--out DIR] [--resume DIR] [--no-progress]
+    jaxwarp configs          # list the shipped training configs
+
+Overrides use the config's keys, nested with dots:
+``num_envs=2000 policies.tagger.lr=1e-3 env_params.grid_length=40``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from jaxwarp.train.config import ConfigError, load_config, shipped_configs
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jaxwarp", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train policies on an env (PPO or A2C, one jitted program)")
+    t.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="config overrides, e.g. num_envs=64 policies.tagger.lr=1e-3")
+    t.add_argument("--env", help="env name (same as env=NAME)")
+    t.add_argument("--config", help="YAML file, or a shipped config name "
+                   f"({', '.join(shipped_configs())})")
+    t.add_argument("--seeds", type=int, default=1, help="seeds trained together (vmap)")
+    t.add_argument("--out", help="output folder (default runs/<env>-<time>)")
+    t.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sub.add_parser("configs", help="list the shipped training configs")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "configs":
+        for name in shipped_configs():
+            print(name)
+        return 0
+
+    from jaxwarp.train.runner import train_run
+
+    try:
+        if args.resume:
+            if args.overrides or args.config or args.env or args.out:
+                raise ConfigError("--resume DIR takes the run's saved config; drop --env, "
+                                  "--config, --out and key=value overrides")
+            result = train_run(None, args.resume, resume=True, progress=not args.no_progress)
+        else:
+            overrides = list(args.overrides)
+            if args.env:
+                overrides.insert(0, f"env={args.env}")
+            config = load_config(args.config, overrides)
+            out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+            result = train_run(config, out, seeds=args.seeds, progress=not args.no_progress)
+    except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as e:
+        print(f"jaxwarp train: error: {e}", file=sys.stderr)
+        return 2
+    s = result.summary
+    print(f"{s['updates']}/{s['num_updates']} updates, {s['env_steps_per_seed']:,} env-steps per "
+          f"seed x {s['seeds']} seed(s); {s['env_steps_per_s']:,.0f} env-steps/s "
+          f"(compile {s['compile_s']:.1f} s); final {s['final']}")
+    print(f"outputs in {Path(result.out_dir)}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""Training: PPO and A2C over jaxwarp envs as one jitted program.
+
+`make_train(config) -> train(key)` (see `trainer`), configs (`config`),
+Flax models (`models`), and the host-side runner behind ``jaxwarp train``
+(`runner`: chunks, progress, logs, checkpoints, plots).
+"""
+
+from jaxwarp.train.config import (ConfigError, PolicyConfig, TrainConfig, config_from_dict,
+                                  derived, load_config, shipped_configs)
+from jaxwarp.train.models import MLPActorCritic, UniformPolicy, register_model
+from jaxwarp.train.trainer import RunnerState, Trainer, build_trainer, make_train
+
+__all__ = [
+    "ConfigError", "PolicyConfig", "TrainConfig", "config_from_dict", "derived", "load_config",
+    "shipped_configs", "MLPActorCritic", "UniformPolicy", "register_model", "RunnerState",
+    "Trainer", "build_trainer", "make_train",
+]

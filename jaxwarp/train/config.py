@@ -1,0 +1,303 @@
+"""Training configuration: typed, frozen, validated, loadable from YAML.
+
+A `TrainConfig` is built from nested mappings (YAML files, ``key=value``
+overrides) by `config_from_dict`, which rejects unknown keys and bad values
+with a message naming the key. Derived quantities (number of updates,
+minibatch size, ...) are computed by `derived`, never written back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ALGORITHMS = ("ppo", "a2c")
+ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+class ConfigError(ValueError):
+    """An unknown key or an invalid value in a training configuration."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig:
+    """One policy group: one model and one optimiser shared by its agents."""
+
+    model: str = "mlp"  # "mlp" (actor-critic MLP) | "uniform" (random baseline) | a registered name
+    hidden_sizes: tuple[int, ...] = (256, 256)  # MLP torso widths (actor and critic share it)
+    activation: str = "tanh"  # one of ACTIVATIONS
+    lr: float = 3e-4  # Adam learning rate (linearly annealed to 0 when anneal_lr)
+    train: bool = True  # False: the policy acts but is never updated (WarpDrive's to_train)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs; hashable and static under jit."""
+
+    env: str = "tag_continuous"  # registered env name (jaxwarp.registered_envs())
+    env_config: str | None = "warpdrive_default"  # named env configuration or None
+    env_params: tuple[tuple[str, Any], ...] = ()  # env parameter overrides (name, value)
+    backend: str = "auto"  # env backend: "auto" | "cuda" | "cpu" | "jax"
+    sampler: str = "auto"  # action sampler: "auto" (kernel unless backend is "jax") | "cuda" | "cpu" | "jax"
+    num_envs: int = 100  # env replicas stepped together
+    num_steps: int = 100  # rollout length T per update (batch = num_envs * num_steps env-steps)
+    total_env_steps: int = 10_000_000  # run length; updates = total_env_steps // batch
+    algorithm: str = "ppo"  # "ppo" | "a2c"
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE lambda (1.0: Monte-Carlo returns bootstrapped at T)
+    clip_eps: float = 0.2  # PPO ratio clip
+    ent_coef: float = 0.01  # entropy bonus weight
+    vf_coef: float = 0.5  # value loss weight
+    max_grad_norm: float = 0.5  # global gradient-norm clip (0 disables)
+    update_epochs: int = 4  # PPO epochs per update (A2C: 1)
+    num_minibatches: int = 4  # PPO minibatches per epoch, split along envs (A2C: 1)
+    anneal_lr: bool = True  # linear learning-rate decay to 0 over the run
+    normalize_advantages: bool = True  # per-minibatch advantage normalisation
+    normalize_obs: bool = False  # running mean/std observation normalisation per group
+    policies: tuple[tuple[str, PolicyConfig], ...] = ()  # per-group overrides (name, config)
+    seed: int = 0  # PRNG seed of the run (the CLI's --seeds S trains seed..seed+S-1)
+    chunk_updates: int = 10  # CLI: updates per jitted call (progress/log granularity)
+    checkpoint_every: int = 50  # CLI: updates between checkpoints (a multiple of chunk_updates)
+
+    def policy(self, name: str) -> PolicyConfig:
+        """The configuration of policy group `name` (defaults where not given)."""
+        return dict(self.policies).get(name, PolicyConfig())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (YAML-ready); inverse of `config_from_dict`."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "env_params":
+                v = {k: _plain(x) for k, x in v}
+            elif f.name == "policies":
+                v = {k: {g.name: _plain(getattr(p, g.name)) for g in dataclasses.fields(p)}
+                     for k, p in v}
+            out[f.name] = _plain(v)
+        return out
+
+
+def _plain(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+@dataclasses.dataclass(frozen=True)
+class Derived:
+    """Quantities computed from a config (never stored in it)."""
+
+    batch_env_steps: int  # env-steps per update
+    num_updates: int
+    minibatch_envs: int  # envs per PPO minibatch
+    epochs: int
+    minibatches: int
+
+
+def derived(config: TrainConfig) -> Derived:
+    """Run length and minibatch layout of `config`."""
+    batch = config.num_envs * config.num_steps
+    epochs = config.update_epochs if config.algorithm == "ppo" else 1
+    minibatches = config.num_minibatches if config.algorithm == "ppo" else 1
+    return Derived(batch_env_steps=batch, num_updates=config.total_env_steps // batch,
+                   minibatch_envs=config.num_envs // minibatches, epochs=epochs,
+                   minibatches=minibatches)
+
+
+# ---------------------------------------------------------------------------
+# Building and validating configs from mappings / YAML / key=value strings.
+# ---------------------------------------------------------------------------
+def _field_types(cls) -> dict[str, Any]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _coerce(where: str, value: Any, default: Any, allow_none: bool) -> Any:
+    """Checks `value` against the type of the field's default."""
+    if value is None and allow_none:
+        return None
+    kind = type(default)
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if isinstance(default, int) and not isinstance(default, bool):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if isinstance(default, str) or (default is None and allow_none):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if kind is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(value)
+    return value
+
+
+def _policy_from_dict(name: str, d: Any) -> PolicyConfig:
+    if d is None:
+        d = {}
+    if not isinstance(d, Mapping):
+        raise ConfigError(f"policies.{name}: expected a mapping, got {d!r}")
+    fields = _field_types(PolicyConfig)
+    kwargs = {}
+    for k, v in d.items():
+        if k not in fields:
+            raise ConfigError(f"policies.{name}.{k}: unknown key; expected one of "
+                              f"{sorted(fields)}")
+        kwargs[k] = _coerce(f"policies.{name}.{k}", v, fields[k].default, allow_none=False)
+    p = PolicyConfig(**kwargs)
+    if not p.hidden_sizes or any(not isinstance(h, int) or isinstance(h, bool) or h < 1
+                                 for h in p.hidden_sizes):
+        raise ConfigError(f"policies.{name}.hidden_sizes: expected a non-empty list of "
+                          f"positive integers, got {list(p.hidden_sizes)}")
+    if p.activation not in ACTIVATIONS:
+        raise ConfigError(f"policies.{name}.activation: {p.activation!r} is unknown; "
+                          f"expected one of {ACTIVATIONS}")
+    if not p.lr >= 0:
+        raise ConfigError(f"policies.{name}.lr: expected a number >= 0, got {p.lr}")
+    return p
+
+
+def config_from_dict(d: Mapping[str, Any], base: TrainConfig | None = None) -> TrainConfig:
+    """Builds a validated `TrainConfig` from a nested mapping over `base`.
+
+    Raises ConfigError naming the key for unknown keys, wrong types and
+    out-of-range values. Model names and policy group names are checked
+    against the env when the trainer is built.
+    """
+    base = base or TrainConfig()
+    if not isinstance(d, Mapping):
+        raise ConfigError(f"a training config must be a mapping; got {type(d).__name__}")
+    fields = _field_types(TrainConfig)
+    kwargs: dict[str, Any] = {}
+    for k, v in d.items():
+        if k not in fields:
+            raise ConfigError(f"{k}: unknown config key; expected one of {sorted(fields)}")
+        if k == "env_params":
+            if v is None:
+                v = {}
+            if not isinstance(v, Mapping):
+                raise ConfigError(f"env_params: expected a mapping, got {v!r}")
+            merged = dict(base.env_params)
+            merged.update(v)
+            kwargs[k] = tuple(sorted(merged.items()))
+        elif k == "policies":
+            if v is None:
+                v = {}
+            if not isinstance(v, Mapping):
+                raise ConfigError(f"policies: expected a mapping of group name -> settings, "
+                                  f"got {v!r}")
+            merged = dict(base.policies)
+            for name, pd in v.items():
+                if pd is None:
+                    pd = {}
+                if not isinstance(pd, Mapping):
+                    raise ConfigError(f"policies.{name}: expected a mapping, got {pd!r}")
+                settings = dataclasses.asdict(merged.get(str(name), PolicyConfig()))
+                settings.update(pd)
+                merged[str(name)] = _policy_from_dict(name, settings)
+            kwargs[k] = tuple(sorted(merged.items()))
+        else:
+            kwargs[k] = _coerce(k, v, fields[k].default, allow_none=(k == "env_config"))
+    config = dataclasses.replace(base, **kwargs)
+    validate(config)
+    return config
+
+
+def validate(c: TrainConfig) -> None:
+    """Range checks that do not need the env."""
+    def need(ok: bool, key: str, what: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key}={getattr(c, key)!r} is invalid; expected {what}")
+
+    need(c.algorithm in ALGORITHMS, "algorithm", f"one of {ALGORITHMS}")
+    need(c.backend in ("auto", "cuda", "cpu", "jax"), "backend", "auto, cuda, cpu or jax")
+    need(c.sampler in ("auto", "cuda", "cpu", "jax"), "sampler", "auto, cuda, cpu or jax")
+    need(c.num_envs >= 1, "num_envs", "an integer >= 1")
+    need(c.num_steps >= 1, "num_steps", "an integer >= 1")
+    need(c.total_env_steps >= c.num_envs * c.num_steps, "total_env_steps",
+         f"at least one update's worth: num_envs * num_steps = {c.num_envs * c.num_steps}")
+    need(0 <= c.gamma <= 1, "gamma", "a number in [0, 1]")
+    need(0 <= c.gae_lambda <= 1, "gae_lambda", "a number in [0, 1]")
+    need(c.clip_eps > 0, "clip_eps", "a number > 0")
+    need(c.ent_coef >= 0, "ent_coef", "a number >= 0")
+    need(c.vf_coef >= 0, "vf_coef", "a number >= 0")
+    need(c.max_grad_norm >= 0, "max_grad_norm", "a number >= 0 (0 disables clipping)")
+    need(c.update_epochs >= 1, "update_epochs", "an integer >= 1")
+    need(c.num_minibatches >= 1, "num_minibatches", "an integer >= 1")
+    if c.algorithm == "ppo":
+        need(c.num_envs % c.num_minibatches == 0, "num_minibatches",
+             f"a divisor of num_envs={c.num_envs} (minibatches split the envs)")
+    need(c.chunk_updates >= 1, "chunk_updates", "an integer >= 1")
+    need(c.checkpoint_every >= 1 and c.checkpoint_every % c.chunk_updates == 0,
+         "checkpoint_every", f"a positive multiple of chunk_updates={c.chunk_updates}")
+    need(0 <= c.seed < 2**31, "seed", "an integer in [0, 2**31)")
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """``"a.b=value"`` -> ``{"a": {"b": value}}`` with the value parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key=value (e.g. num_envs=64)")
+    key, raw = text.split("=", 1)
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r}: empty key")
+    value = yaml.safe_load(raw) if raw.strip() else None
+    out: dict[str, Any] = {}
+    node = out
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def merge(a: dict[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge (b wins)."""
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = merge(dict(out[k]), v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
+                ) -> TrainConfig:
+    """Config from a YAML file (a path, or the name of a shipped config such as
+    ``"tag_warpdrive_default"``) plus ``key=value`` overrides."""
+    d: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists() and (CONFIG_DIR / f"{path}.yaml").exists():
+            p = CONFIG_DIR / f"{path}.yaml"
+        if not p.exists():
+            shipped = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
+            raise ConfigError(f"config {str(path)!r}: no such file and not a shipped config "
+                              f"(shipped: {shipped})")
+        loaded = yaml.safe_load(p.read_text())
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, Mapping):
+            raise ConfigError(f"config {str(p)!r}: expected a YAML mapping at the top level")
+        d = dict(loaded)
+    for o in overrides:
+        d = merge(d, parse_override(o))
+    return config_from_dict(d)
+
+
+def shipped_configs() -> list[str]:
+    """Names of the YAML configs shipped in `jaxwarp/train/configs`."""
+    return sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
+

@@ -1,0 +1,135 @@
+"""Pure pieces of the trainer: GAE, multi-head categorical, losses, obs stats."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+def gae(rewards: jax.Array, values: jax.Array, dones: jax.Array, last_value: jax.Array,
+        gamma: float, lam: float) -> tuple[jax.Array, jax.Array]:
+    """Generalised advantage estimation by a reverse scan over time.
+
+    rewards, values: f32[T, ...]; dones: bool/f32[T, ...] broadcastable to
+    them (done[t]: the episode ended with transition t, so V(s_{t+1}) of the
+    next episode's first state is not bootstrapped); last_value: f32[...],
+    the value of the state after the last transition.
+    Returns (advantages, returns = advantages + values), both f32[T, ...].
+    """
+    not_done = 1.0 - jnp.broadcast_to(dones, rewards.shape).astype(jnp.float32)
+
+    def back(carry, x):
+        adv_next, v_next = carry
+        r, v, nd = x
+        delta = r + gamma * v_next * nd - v
+        adv = delta + gamma * lam * nd * adv_next
+        return (adv, v), adv
+
+    _, adv = jax.lax.scan(back, (jnp.zeros_like(last_value), last_value),
+                          (rewards, values, not_done), reverse=True)
+    return adv, adv + values
+
+
+def _heads(logits: jax.Array, nvec: Sequence[int]) -> list[jax.Array]:
+    bounds = [0]
+    for n in nvec:
+        bounds.append(bounds[-1] + int(n))
+    return [logits[..., a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def log_prob(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]) -> jax.Array:
+    """f32[...]: sum over heads of log softmax(logits_h)[actions[..., h]].
+
+    logits: f32[..., sum(nvec)]; actions: i32[..., len(nvec)].
+    """
+    total = 0.0
+    for h, lg in enumerate(_heads(logits, nvec)):
+        lp = jax.nn.log_softmax(lg, axis=-1)
+        total = total + jnp.take_along_axis(lp, actions[..., h:h + 1], axis=-1)[..., 0]
+    return total
+
+
+def entropy(logits: jax.Array, nvec: Sequence[int]) -> jax.Array:
+    """f32[...]: sum over heads of the categorical entropy."""
+    total = 0.0
+    for lg in _heads(logits, nvec):
+        lp = jax.nn.log_softmax(lg, axis=-1)
+        total = total - jnp.sum(jnp.exp(lp) * lp, axis=-1)
+    return total
+
+
+@struct.dataclass
+class Batch:
+    """One policy group's training data, [T, envs, agents_in_group, ...]."""
+
+    obs: jax.Array  # f32[..., obs_dim]
+    actions: jax.Array  # i32[..., heads]
+    log_prob: jax.Array  # f32[...]: behaviour policy's log-probability
+    value: jax.Array  # f32[...]: behaviour critic's value
+    advantage: jax.Array  # f32[...]
+    target: jax.Array  # f32[...]: value target (GAE return)
+
+
+def policy_loss(logits: jax.Array, value: jax.Array, batch: Batch, nvec: Sequence[int], *,
+                algorithm: str, clip_eps: float, vf_coef: float, ent_coef: float,
+                normalize_advantages: bool) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """PPO (clipped surrogate, clipped value loss) or A2C loss of one batch.
+
+    Returns (total loss, metrics: policy_loss, value_loss, entropy,
+    approx_kl, clip_frac).
+    """
+    adv = batch.advantage
+    if normalize_advantages:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    lp = log_prob(logits, batch.actions, nvec)
+    ent = entropy(logits, nvec).mean()
+    log_ratio = lp - batch.log_prob
+    ratio = jnp.exp(log_ratio)
+    if algorithm == "ppo":
+        pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * adv).mean()
+        v_clipped = batch.value + jnp.clip(value - batch.value, -clip_eps, clip_eps)
+        v_loss = 0.5 * jnp.maximum(jnp.square(value - batch.target),
+                                   jnp.square(v_clipped - batch.target)).mean()
+    else:  # a2c: on-policy, so the behaviour log-prob only feeds the diagnostics
+        pg = -(lp * adv).mean()
+        v_loss = 0.5 * jnp.square(value - batch.target).mean()
+    total = pg + vf_coef * v_loss - ent_coef * ent
+    metrics = {
+        "policy_loss": pg, "value_loss": v_loss, "entropy": ent,
+        # k3 estimator of KL(behaviour || current) (Schulman): non-negative, low variance.
+        "approx_kl": jax.lax.stop_gradient(((ratio - 1) - log_ratio).mean()),
+        "clip_frac": jax.lax.stop_gradient(
+            (jnp.abs(ratio - 1) > clip_eps).astype(jnp.float32).mean()),
+    }
+    return total, metrics
+
+
+@struct.dataclass
+class RunningStats:
+    """Running mean/variance of observations (parallel Welford merge)."""
+
+    mean: jax.Array  # f32[obs_dim]
+    var: jax.Array  # f32[obs_dim]
+    count: jax.Array  # f32[]
+
+    @classmethod
+    def create(cls, obs_dim: int) -> RunningStats:
+        return cls(jnp.zeros(obs_dim, jnp.float32), jnp.ones(obs_dim, jnp.float32),
+                   jnp.asarray(1e-4, jnp.float32))
+
+    def update(self, obs: jax.Array) -> RunningStats:
+        """Merges a batch obs: f32[..., obs_dim]."""
+        x = obs.reshape(-1, obs.shape[-1])
+        n = jnp.asarray(x.shape[0], jnp.float32)
+        b_mean, b_var = x.mean(0), x.var(0)
+        total = self.count + n
+        delta = b_mean - self.mean
+        mean = self.mean + delta * n / total
+        m2 = self.var * self.count + b_var * n + jnp.square(delta) * self.count * n / total
+        return RunningStats(mean, m2 / total, total)
+
+    def normalize(self, obs: jax.Array) -> jax.Array:
+        return jnp.clip((obs - self.mean) / jnp.sqrt(self.var + 1e-8), -10.0, 10.0)

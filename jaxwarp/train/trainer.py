@@ -1,0 +1,279 @@
+"""PPO and A2C for multi-agent envs as one jitted program (PureJaxRL layout).
+
+``train = make_train(config)`` gives a pure function ``train(key)`` that
+resets the envs, then runs ``lax.scan`` over updates; each update is a
+``lax.scan`` over ``num_steps`` env steps (policy forward per policy group
+→ sampler custom call → env step custom call), GAE by a reverse scan, and
+``update_epochs`` x ``num_minibatches`` Optax steps per policy group.
+``jax.jit(train)`` runs a whole training run without returning to the
+host; ``jax.vmap(train)`` over keys trains several seeds in one program.
+
+Policy groups map agent ids to a policy (Tag: ``tagger`` and ``runner``);
+each group has its own Flax model, parameters (shared by its agents) and
+optimiser. `build_trainer` exposes the same pieces (init, run) for callers
+that run the updates in chunks (the CLI: progress, logs, checkpoints).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from jaxwarp.registry import make as make_env
+from jaxwarp.sampler import sample_actions
+from jaxwarp.train import core
+from jaxwarp.train.config import ConfigError, Derived, TrainConfig, derived
+from jaxwarp.train.models import make_model
+
+
+@struct.dataclass
+class RunnerState:
+    """Everything carried from one update to the next (a pytree of arrays).
+
+    params / opt_state / obs_stats: per policy group; env_state, obs:
+    the envs' state and current observation f32[envs, agents, obs_dim];
+    key: u32[2] raw key data; update: i32[] updates done so far;
+    last_return: per group f32[], mean return of the latest finished
+    episodes (NaN until one finishes); last_extra: env-specific episode
+    metrics of the same episodes.
+    """
+
+    params: dict[str, Any]
+    opt_state: dict[str, Any]
+    obs_stats: dict[str, core.RunningStats]
+    env_state: Any
+    obs: jax.Array
+    key: jax.Array
+    update: jax.Array
+    last_return: dict[str, jax.Array]
+    last_extra: dict[str, jax.Array]
+
+
+class Trainer(NamedTuple):
+    """The pure functions of one configured run (see `build_trainer`)."""
+
+    config: TrainConfig
+    derived: Derived
+    env: Any
+    groups: dict[str, np.ndarray]  # group -> agent ids
+    models: dict[str, nn.Module]
+    init: Callable[[jax.Array], RunnerState]  # key u32[2] -> state
+    run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
+
+
+def _contiguous(ids: np.ndarray) -> bool:
+    return len(ids) > 0 and np.array_equal(ids, np.arange(ids[0], ids[0] + len(ids)))
+
+
+def build_trainer(config: TrainConfig, env: Any = None,
+                  models: Mapping[str, nn.Module] | None = None) -> Trainer:
+    """Builds the env, the policy groups' models and optimisers of `config`.
+
+    env: an env object to use instead of ``jaxwarp.make(config.env, ...)``.
+    models: group name -> Flax module (``logits, value = m.apply(p, obs)``)
+    overriding the model named in the config.
+    """
+    c, d = config, derived(config)
+    if env is None:
+        env = make_env(c.env, backend=c.backend, config=c.env_config, **dict(c.env_params))
+    nvec = tuple(int(n) for n in env.action_space.nvec)
+    groups: dict[str, np.ndarray] = dict(getattr(env, "policy_groups", None)
+                                         or {"agent": np.arange(env.num_agents)})
+    for name in dict(c.policies):
+        if name not in groups:
+            raise ConfigError(f"policies.{name}: {c.env} has no policy group {name!r}; "
+                              f"its groups are {sorted(groups)}")
+    for name in (models or {}):
+        if name not in groups:
+            raise ConfigError(f"models: {c.env} has no policy group {name!r}; "
+                              f"its groups are {sorted(groups)}")
+    nets = {g: (models or {}).get(g) or make_model(c.policy(g).model, nvec, c.policy(g), g)
+            for g in groups}
+    order = np.concatenate(list(groups.values()))
+    if sorted(order.tolist()) != list(range(env.num_agents)):
+        raise ValueError("policy groups must partition the agent ids 0..num_agents-1")
+    inverse = None if np.array_equal(order, np.arange(env.num_agents)) else np.argsort(order)
+    sampler = c.sampler if c.sampler != "auto" else (
+        "jax" if env.backend == "jax" else env.backend)
+    obs_dim = int(env.observation_space.shape[-1])
+    episode_metrics = getattr(env, "episode_metrics", None)
+
+    def optimiser(g: str) -> optax.GradientTransformation:
+        lr = c.policy(g).lr
+        steps = d.num_updates * d.epochs * d.minibatches
+        schedule = optax.linear_schedule(lr, 0.0, steps) if c.anneal_lr else lr
+        adam = optax.adam(schedule, eps=1e-5)
+        return optax.chain(optax.clip_by_global_norm(c.max_grad_norm), adam) \
+            if c.max_grad_norm > 0 else adam
+
+    txs = {g: optimiser(g) for g in groups}
+    trainable = {g: c.policy(g).train for g in groups}
+
+    def select(x: jax.Array, g: str, axis: int) -> jax.Array:
+        ids = groups[g]
+        if _contiguous(ids):
+            return jax.lax.slice_in_dim(x, int(ids[0]), int(ids[0]) + len(ids), axis=axis)
+        return jnp.take(x, jnp.asarray(ids), axis=axis)
+
+    def forward(g: str, params, stats, obs_g: jax.Array):
+        if c.normalize_obs:
+            obs_g = stats[g].normalize(obs_g)
+        return nets[g].apply(params[g], obs_g)
+
+    def policy(params, stats, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """obs f32[envs, agents, D] -> logits f32[envs, agents, sum(nvec)], value f32[envs, agents]."""
+        outs = [forward(g, params, stats, select(obs, g, 1)) for g in groups]
+        logits = jnp.concatenate([o[0] for o in outs], axis=1)
+        value = jnp.concatenate([o[1] for o in outs], axis=1)
+        if inverse is not None:
+            logits, value = logits[:, inverse], value[:, inverse]
+        return logits, value
+
+    # ------------------------------------------------------------------ init
+    def init(key: jax.Array) -> RunnerState:
+        key, k_env, *k_models = jax.random.split(key, 2 + len(groups))
+        obs, env_state = env.reset(k_env, c.num_envs)
+        dummy = jnp.zeros((1, obs_dim), jnp.float32)
+        params = {g: nets[g].init(k, dummy) for g, k in zip(groups, k_models)}
+        return RunnerState(
+            params=params,
+            opt_state={g: txs[g].init(params[g]) for g in groups},
+            obs_stats={g: core.RunningStats.create(obs_dim) for g in groups}
+            if c.normalize_obs else {},
+            env_state=env_state, obs=obs, key=key,
+            update=jnp.zeros((), jnp.int32),
+            last_return={g: jnp.full((), jnp.nan, jnp.float32) for g in groups},
+            last_extra={k: jnp.full((), jnp.nan, jnp.float32)
+                        for k in _extra_names(env, episode_metrics, c.num_envs)})
+
+    # ---------------------------------------------------------------- update
+    def env_step(carry, key):
+        params, stats, env_state, obs = carry
+        k_act, k_env = jax.random.split(key)
+        logits, value = policy(params, stats, obs)
+        actions, logp = sample_actions(k_act, logits, nvec, backend=sampler)
+        next_obs, env_state, reward, done, info = env.step(k_env, env_state, actions)
+        # Episode statistics leave the scan as per-step sums (no host traffic).
+        ret = info["episode_return"]
+        w = done.astype(jnp.float32)
+        ep = {g: jnp.sum(w * select(ret, g, 1).mean(axis=1)) for g in groups}
+        if episode_metrics is not None:
+            ep.update({k: jnp.sum(w * v) for k, v in episode_metrics(ret).items()})
+        step = (obs, actions, logp, value, reward, done, ep, jnp.sum(w))
+        return (params, stats, env_state, next_obs), step
+
+    def update_group(g: str, params, opt_state, stats, batch: core.Batch, key):
+        def loss_fn(p, mb: core.Batch):
+            logits, value = forward(g, {g: p}, stats, mb.obs)
+            return core.policy_loss(
+                logits, value, mb, nvec, algorithm=c.algorithm, clip_eps=c.clip_eps,
+                vf_coef=c.vf_coef, ent_coef=c.ent_coef,
+                normalize_advantages=c.normalize_advantages)
+
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+        def sgd_step(carry, mb):
+            p, o = carry
+            (loss, metrics), grads = grad_fn(p, mb)
+            updates, o = txs[g].update(grads, o, p)
+            return (optax.apply_updates(p, updates), o), {"loss": loss, **metrics}
+
+        def epoch(carry, k):
+            if d.minibatches == 1:
+                mbs = jax.tree.map(lambda x: x[None], batch)
+            else:  # minibatches are disjoint sets of envs (contiguous rows in memory)
+                perm = jax.random.permutation(k, c.num_envs).reshape(d.minibatches, -1)
+                mbs = jax.tree.map(lambda x: jnp.take(x, perm, axis=1).swapaxes(0, 1), batch)
+            return jax.lax.scan(sgd_step, carry, mbs)
+
+        (params, opt_state), metrics = jax.lax.scan(
+            epoch, (params, opt_state), jax.random.split(key, d.epochs))
+        return params, opt_state, jax.tree.map(jnp.mean, metrics)
+
+    def update(rs: RunnerState, _) -> tuple[RunnerState, dict[str, jax.Array]]:
+        key, k_roll, k_upd = jax.random.split(rs.key, 3)
+        (_, _, env_state, obs), traj = jax.lax.scan(
+            env_step, (rs.params, rs.obs_stats, rs.env_state, rs.obs),
+            jax.random.split(k_roll, c.num_steps))
+        t_obs, t_act, t_logp, t_value, t_reward, t_done, t_ep, t_count = traj
+        _, last_value = policy(rs.params, rs.obs_stats, obs)
+        adv, target = core.gae(t_reward, t_value, t_done[:, :, None], last_value,
+                               c.gamma, c.gae_lambda)
+
+        params, opt_state, metrics = dict(rs.params), dict(rs.opt_state), {}
+        for g, k in zip(groups, jax.random.split(k_upd, len(groups))):
+            metrics[f"{g}/reward"] = select(t_reward, g, 2).mean()
+            if not trainable[g] or not jax.tree.leaves(params[g]):
+                continue
+            batch = core.Batch(*(select(x, g, 2) for x in
+                                 (t_obs, t_act, t_logp, t_value, adv, target)))
+            params[g], opt_state[g], m = update_group(
+                g, params[g], opt_state[g], rs.obs_stats, batch, k)
+            metrics.update({f"{g}/{name}": v for name, v in m.items()})
+        stats = ({g: rs.obs_stats[g].update(select(t_obs, g, 2)) for g in groups}
+                 if c.normalize_obs else {})
+
+        episodes = t_count.sum()
+        seen = episodes > 0
+        last_return = {g: jnp.where(seen, t_ep[g].sum() / jnp.maximum(episodes, 1),
+                                    rs.last_return[g]) for g in groups}
+        last_extra = {k: jnp.where(seen, t_ep[k].sum() / jnp.maximum(episodes, 1),
+                                   rs.last_extra[k]) for k in rs.last_extra}
+        rs = RunnerState(params=params, opt_state=opt_state, obs_stats=stats,
+                         env_state=env_state, obs=obs, key=key, update=rs.update + 1,
+                         last_return=last_return, last_extra=last_extra)
+        metrics.update({f"{g}/episode_return": last_return[g] for g in groups})
+        metrics.update(last_extra)
+        metrics["episodes"] = episodes
+        metrics["env_steps"] = rs.update.astype(jnp.float32) * d.batch_env_steps
+        return rs, metrics
+
+    def run(rs: RunnerState, num_updates: int):
+        """`num_updates` updates by lax.scan; metrics: name -> f32[num_updates]."""
+        return jax.lax.scan(update, rs, None, length=num_updates)
+
+    return Trainer(config=c, derived=d, env=env, groups=groups, models=nets,
+                   init=init, run=run)
+
+
+def _extra_names(env, episode_metrics, num_envs: int) -> list[str]:
+    if episode_metrics is None:
+        return []
+    ret = jax.ShapeDtypeStruct((num_envs, env.num_agents), jnp.float32)
+    return sorted(jax.eval_shape(episode_metrics, ret))
+
+
+def make_train(config: TrainConfig, env: Any = None,
+               models: Mapping[str, nn.Module] | None = None
+               ) -> Callable[[jax.Array], tuple[RunnerState, dict[str, jax.Array]]]:
+    """``train(key) -> (final RunnerState, metrics name -> f32[num_updates])``.
+
+    key: u32[2] raw key data (``jax.random.PRNGKey(seed)``); a pure function
+    of its key: ``jax.jit(train)`` runs the whole run, ``jax.vmap(train)``
+    over keys runs several seeds.
+    """
+    trainer = build_trainer(config, env=env, models=models)
+
+    def train(key: jax.Array):
+        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+            key = jax.random.key_data(key)
+        return trainer.run(trainer.init(key), trainer.derived.num_updates)
+
+    return train
+
+
+def replace_config(config: TrainConfig, **changes: Any) -> TrainConfig:
+    """`dataclasses.replace` with validation (convenience for scripts and tests)."""
+    from jaxwarp.train.config import validate
+
+    out = dataclasses.replace(config, **changes)
+    validate(out)
+    return out
