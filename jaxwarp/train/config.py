@@ -130,6 +130,11 @@ def _coerce(where: str, value: Any, default: Any, allow_none: bool) -> Any:
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         return value
     if isinstance(default, float):
+        if isinstance(value, str):  # YAML 1.1 reads "1e-4" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         return float(value)

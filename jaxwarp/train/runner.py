@@ -15,6 +15,7 @@ import csv
 import json
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,7 +323,8 @@ def plot_run(out_dir: str | Path) -> Path | None:
     fig, axes = plt.subplots(1, len(curves) + 1, figsize=(4.5 * (len(curves) + 1), 3.6))
     for ax, k in zip(axes, curves):
         vals = np.array([[r[k] for r in by_update[u]] for u in updates], dtype=float)
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():  # all-NaN before the first finished episode
+            warnings.simplefilter("ignore", RuntimeWarning)
             ax.plot(steps, np.nanmean(vals, axis=1), label="mean over seeds")
             if vals.shape[1] > 1:
                 ax.fill_between(steps, np.nanmin(vals, axis=1), np.nanmax(vals, axis=1),
