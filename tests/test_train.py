@@ -285,7 +285,7 @@ def test_overrides_and_roundtrip(tmp_path):
 # Runner: checkpoints, resume, CLI
 # ---------------------------------------------------------------------------
 def _metric_table(rows):
-    return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k != "env_steps_per_s"}
+    return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in ("env_steps_per_s", "wall_s")}
             for r in rows}
 
 

@@ -47,7 +47,7 @@ class RunResult:
 
 
 def _rows(metrics: Mapping[str, np.ndarray], first_update: int, seeds: list[int],
-          rate: float) -> list[dict[str, float]]:
+          rate: float, wall_s: float) -> list[dict[str, float]]:
     """name -> [seeds, n] arrays to one row per (update, seed)."""
     n = next(iter(metrics.values())).shape[1]
     rows = []
@@ -56,6 +56,7 @@ def _rows(metrics: Mapping[str, np.ndarray], first_update: int, seeds: list[int]
             row: dict[str, float] = {"update": first_update + i + 1, "seed": seed}
             row.update({k: float(v[s, i]) for k, v in sorted(metrics.items())})
             row["env_steps_per_s"] = rate
+            row["wall_s"] = wall_s
             rows.append(row)
     return rows
 
@@ -143,7 +144,8 @@ def _checkpointer(out_dir: Path):
 
 def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/latest",
               seeds: int = 1, resume: bool = False, progress: bool = True,
-              stop_after_updates: int | None = None, env: Any = None,
+              stop_after_updates: int | None = None, time_limit_s: float | None = None,
+              env: Any = None,
               models: Mapping[str, Any] | None = None) -> RunResult:
     """Trains `seeds` seeds of `config` (seed, seed+1, ...) in one program.
 
@@ -152,7 +154,9 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     learning_curve.png (with matplotlib). resume: continue the run saved in
     out_dir (its config.yaml; `config` must be None or equal to it).
     stop_after_updates: stop early after that many updates of this process
-    (at a chunk boundary, as if killed; used by tests).
+    (at a chunk boundary, as if killed; used by tests). time_limit_s: stop
+    at the first chunk boundary after that many seconds (compile included);
+    the run can be resumed later.
     """
     import orbax.checkpoint as ocp
 
@@ -207,7 +211,8 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     stopped_early = False
     try:
         while done_updates < num_updates:
-            if stop_after_updates is not None and len(rows) // seeds >= stop_after_updates:
+            if (stop_after_updates is not None and len(rows) // seeds >= stop_after_updates) \
+                    or (time_limit_s is not None and time.perf_counter() - t0 >= time_limit_s):
                 stopped_early = True
                 break
             n = min(chunk, num_updates - done_updates)
@@ -220,7 +225,7 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
             dt = time.perf_counter() - t
             run_s += dt
             rate = n * trainer.derived.batch_env_steps * seeds / dt
-            new = _rows(metrics, done_updates, seed_ids, rate)
+            new = _rows(metrics, done_updates, seed_ids, rate, time.perf_counter() - t0)
             writer.write(new)
             rows.extend(new)
             done_updates += n

@@ -1,0 +1,114 @@
+"""End-to-end training throughput: rollout + update of Tag in one jitted program.
+
+For each case (shipped config, num_envs, algorithm) and env backend, the
+trainer's `run(state, n)` (n updates: policy forward, sampler, env step,
+GAE, Optax updates) is compiled once (time reported separately), called
+once to warm up, then timed over several calls, each ending with
+`block_until_ready`. env-steps/s = updates x num_envs x num_steps / time.
+The kernel backend ("cuda", or "cpu" without a GPU) and the pure-JAX
+reference backend ("jax": env in pure JAX, sampler jax.random.categorical)
+run side by side in the same process.
+
+    python experiments/bench_train.py --out experiments/results/bench_train_h100.json
+    python experiments/bench_train.py --small     # sizes that suit a CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import jax
+
+import jaxwarp
+from jaxwarp.train import build_trainer, load_config
+
+# (shipped config, overrides, updates per timed call)
+GPU_CASES = [
+    ("tag_warpdrive_default", [], 5),  # WarpDrive's training config: 100 envs, A2C, fc 256-256
+    ("tag_warpdrive_default", ["algorithm=ppo", "update_epochs=4", "num_minibatches=4"], 5),
+    ("tag_warpdrive_default", ["num_envs=2000", "num_steps=50"], 3),  # A2C at 2000 envs
+    ("tag_2000_envs", [], 3),  # PPO, 2 epochs x 4 minibatches
+]
+SMALL_CASES = [
+    ("tag_warpdrive_default", ["num_envs=8", "num_steps=20"], 2),
+    ("tag_small_cpu", [], 5),
+]
+
+
+def bench_case(config_name: str, overrides: list[str], backend: str, updates: int,
+               repeats: int) -> dict:
+    config = load_config(config_name, [*overrides, f"backend={backend}"])
+    trainer = build_trainer(config)
+    batch = trainer.derived.batch_env_steps
+    state = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+    run = jax.jit(lambda s: trainer.run(s, updates), donate_argnums=0)
+    t = time.perf_counter()
+    compiled = run.lower(state).compile()
+    compile_s = time.perf_counter() - t
+    state, m = compiled(state)  # warm-up
+    jax.block_until_ready((state, m))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        state, m = compiled(state)
+        jax.block_until_ready((state, m))
+        times.append(time.perf_counter() - t)
+    sec = statistics.median(times)
+    env = trainer.env
+    return {
+        "config": config_name, "overrides": overrides, "backend": env.backend,
+        "sampler": config.sampler, "algorithm": config.algorithm,
+        "num_envs": config.num_envs, "num_agents": env.num_agents,
+        "num_steps": config.num_steps, "batch_env_steps": batch,
+        "epochs": trainer.derived.epochs, "minibatches": trainer.derived.minibatches,
+        "hidden_sizes": list(config.policy("tagger").hidden_sizes),
+        "updates_per_call": updates, "repeats": repeats, "compile_s": compile_s,
+        "seconds_per_update": sec / updates,
+        "env_steps_per_s": updates * batch / sec,
+        "agent_steps_per_s": updates * batch * env.num_agents / sec,
+        "times_s": times,
+        "tagger_loss_finite": bool(jax.numpy.isfinite(m["tagger/loss"]).all()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--small", action="store_true", help="CPU-sized cases")
+    ap.add_argument("--backends", default=None,
+                    help="comma list (default: cuda,jax with a GPU, else cpu,jax)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default="experiments/results/bench_train.json")
+    args = ap.parse_args()
+    gpu = jaxwarp.gpu_available()
+    backends = args.backends.split(",") if args.backends else (
+        ["cuda", "jax"] if gpu else ["cpu", "jax"])
+    cases = SMALL_CASES if args.small or not gpu else GPU_CASES
+    results = []
+    for name, overrides, updates in cases:
+        row = {}
+        for backend in backends:
+            r = bench_case(name, overrides, backend, updates, args.repeats)
+            results.append(r)
+            row[backend] = r["env_steps_per_s"]
+            print(f"{name:22s} {' '.join(overrides):40s} {r['algorithm']} {r['num_envs']:5d} envs "
+                  f"{backend:4s}: {r['env_steps_per_s']:12,.0f} env-steps/s "
+                  f"({r['seconds_per_update'] * 1e3:8.1f} ms/update, compile "
+                  f"{r['compile_s']:.1f} s)", flush=True)
+        if len(row) == 2:
+            a, b = backends
+            print(f"{'':70s} {a}/{b} = {row[a] / row[b]:.2f}x", flush=True)
+    meta = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
+            "jax": jax.__version__, "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

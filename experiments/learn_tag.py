@@ -1,0 +1,110 @@
+"""Learning curve of Tag on one device, against a random policy.
+
+1. Random baseline: the same config with the taggers' policy replaced by a
+   uniform random one, run long enough for episodes to finish; its mean
+   tags per episode is the reference level.
+2. Training run through `jaxwarp.train.runner.train_run` (the code behind
+   ``jaxwarp train``) for a wall-clock budget (compile included).
+3. Writes <out>/learn_tag.json (both curves, tags-per-episode ratio to
+   random at the budget) and <out>/learn_tag.png (tags per episode vs
+   wall-clock seconds, with the random level and 3x random).
+
+    python experiments/learn_tag.py --config tag_warpdrive_default --minutes 5 \
+        --out experiments/results/learn_tag_h100 policies.runner.model=uniform
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from jaxwarp.train import load_config
+from jaxwarp.train.runner import read_metrics, train_run
+
+
+def _series(rows, key):
+    rows = sorted(rows, key=lambda r: r["update"])
+    return ([r["wall_s"] for r in rows], [r["env_steps"] for r in rows], [r[key] for r in rows])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("overrides", nargs="*", metavar="key=value")
+    ap.add_argument("--config", default="tag_warpdrive_default")
+    ap.add_argument("--minutes", type=float, default=5.0, help="training budget (wall clock)")
+    ap.add_argument("--baseline-updates", type=int, default=20)
+    ap.add_argument("--out", default="experiments/results/learn_tag")
+    args = ap.parse_args()
+    out = Path(args.out)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+
+    config = load_config(args.config, args.overrides)
+    random_cfg = load_config(args.config, [
+        *args.overrides, "policies.tagger.model=uniform", "policies.tagger.train=false",
+        f"total_env_steps={args.baseline_updates * config.num_envs * config.num_steps}",
+        f"chunk_updates={args.baseline_updates}", f"checkpoint_every={args.baseline_updates}"])
+    t = time.perf_counter()
+    base = train_run(random_cfg, out / "random", progress=False)
+    base_rows = read_metrics(out / "random")
+    base_tags = float(np.nanmean([r["tags_per_episode"] for r in base_rows]))
+    base_return = float(np.nanmean([r["tagger/episode_return"] for r in base_rows]))
+    print(f"random taggers: {base_tags:.2f} tags per episode "
+          f"({base.summary['env_steps_per_s']:,.0f} env-steps/s, {time.perf_counter() - t:.0f} s)",
+          flush=True)
+
+    run = train_run(config, out / "trained", progress=False, time_limit_s=60 * args.minutes)
+    rows = read_metrics(out / "trained")
+    wall, steps, tags = _series(rows, "tags_per_episode")
+    _, _, ret = _series(rows, "tagger/episode_return")
+    # Tags per episode at the end of the budget: mean over the last 5% of updates.
+    tail = max(1, len(tags) // 20)
+    final_tags = float(np.nanmean(tags[-tail:]))
+    first_3x = next((w for w, v in zip(wall, tags) if not math.isnan(v) and v >= 3 * base_tags),
+                    None)
+    result = {
+        "config": args.config, "overrides": args.overrides, "minutes": args.minutes,
+        "summary": run.summary,
+        "random": {"tags_per_episode": base_tags, "tagger_episode_return": base_return,
+                   "updates": args.baseline_updates},
+        "trained": {"final_tags_per_episode": final_tags,
+                    "ratio_to_random": final_tags / base_tags if base_tags > 0 else None,
+                    "first_wall_s_at_3x_random": first_3x,
+                    "wall_s": wall, "env_steps": steps, "tags_per_episode": tags,
+                    "tagger_episode_return": ret},
+    }
+    (out / "learn_tag.json").write_text(json.dumps(
+        result, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v))
+    print(f"trained taggers: {final_tags:.2f} tags per episode after "
+          f"{run.summary['updates']} updates ({wall[-1]:.0f} s incl. compile) = "
+          f"{final_tags / base_tags:.2f}x random; 3x random first reached at {first_3x} s",
+          flush=True)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    ax.plot(wall, tags, label="trained taggers")
+    ax.axhline(base_tags, color="gray", ls="--", label="random taggers")
+    ax.axhline(3 * base_tags, color="gray", ls=":", label="3x random")
+    ax.set_xlabel("wall-clock seconds (compile included)")
+    ax.set_ylabel("tags per episode")
+    ax.set_title(f"Tag, {config.num_envs} envs x {run.summary.get('env', '')}, "
+                 f"{config.algorithm.upper()}, {run.summary['devices'][0]}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "learn_tag.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
