@@ -33,6 +33,38 @@ def _series(rows, key):
     return ([r["wall_s"] for r in rows], [r["env_steps"] for r in rows], [r[key] for r in rows])
 
 
+def plot(json_path: Path) -> Path | None:
+    """learn_tag.png next to learn_tag.json (None without matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (rerun with --plot-only later)")
+        return None
+    res = json.loads(Path(json_path).read_text())
+    tr, base = res["trained"], res["random"]["tags_per_episode"]
+    s = res["summary"]
+    tags = [math.nan if v is None else v for v in tr["tags_per_episode"]]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    ax.plot(tr["wall_s"], tags, alpha=0.35, label="trained taggers (per update)")
+    ax.plot(tr["wall_s"], tr["tags_per_episode_smoothed"],
+            label=f"moving mean, {tr['smoothing_window_updates']} updates")
+    ax.axhline(base, color="gray", ls="--", label=f"random taggers ({base:.2f})")
+    ax.axhline(3 * base, color="gray", ls=":", label="3x random")
+    ax.set_xlabel("wall-clock seconds (compile included)")
+    ax.set_ylabel("tags per episode")
+    ax.set_title(f"{res['config']} {' '.join(res['overrides'])}\n"
+                 f"{s['updates']} updates, {s['env_steps_per_s']:,.0f} env-steps/s, "
+                 f"{s['devices'][0]}", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(json_path).with_suffix(".png")
+    fig.savefig(path, dpi=120)
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("overrides", nargs="*", metavar="key=value")
@@ -40,7 +72,11 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=5.0, help="training budget (wall clock)")
     ap.add_argument("--baseline-updates", type=int, default=20)
     ap.add_argument("--out", default="experiments/results/learn_tag")
+    ap.add_argument("--plot-only", metavar="JSON", help="only redraw the plot of a result")
     args = ap.parse_args()
+    if args.plot_only:
+        print(plot(Path(args.plot_only)))
+        return
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)
@@ -64,10 +100,14 @@ def main() -> None:
     rows = read_metrics(out / "trained")
     wall, steps, tags = _series(rows, "tags_per_episode")
     _, _, ret = _series(rows, "tagger/episode_return")
-    # Tags per episode at the end of the budget: mean over the last 5% of updates.
-    tail = max(1, len(tags) // 20)
-    final_tags = float(np.nanmean(tags[-tail:]))
-    first_3x = next((w for w, v in zip(wall, tags) if not math.isnan(v) and v >= 3 * base_tags),
+    # Per-update values are the latest finished episodes of each update:
+    # judge on a moving mean over the last 5% of the updates (at least 5).
+    window = max(5, len(tags) // 20)
+    smooth = [float(np.nanmean(tags[max(0, i + 1 - window):i + 1]))
+              if not all(math.isnan(v) for v in tags[max(0, i + 1 - window):i + 1]) else math.nan
+              for i in range(len(tags))]
+    final_tags = smooth[-1]
+    first_3x = next((w for w, v in zip(wall, smooth) if not math.isnan(v) and v >= 3 * base_tags),
                     None)
     result = {
         "config": args.config, "overrides": args.overrides, "minutes": args.minutes,
@@ -77,7 +117,9 @@ def main() -> None:
         "trained": {"final_tags_per_episode": final_tags,
                     "ratio_to_random": final_tags / base_tags if base_tags > 0 else None,
                     "first_wall_s_at_3x_random": first_3x,
+                    "smoothing_window_updates": window,
                     "wall_s": wall, "env_steps": steps, "tags_per_episode": tags,
+                    "tags_per_episode_smoothed": smooth,
                     "tagger_episode_return": ret},
     }
     (out / "learn_tag.json").write_text(json.dumps(
@@ -86,24 +128,7 @@ def main() -> None:
           f"{run.summary['updates']} updates ({wall[-1]:.0f} s incl. compile) = "
           f"{final_tags / base_tags:.2f}x random; 3x random first reached at {first_3x} s",
           flush=True)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    ax.plot(wall, tags, label="trained taggers")
-    ax.axhline(base_tags, color="gray", ls="--", label="random taggers")
-    ax.axhline(3 * base_tags, color="gray", ls=":", label="3x random")
-    ax.set_xlabel("wall-clock seconds (compile included)")
-    ax.set_ylabel("tags per episode")
-    ax.set_title(f"Tag, {config.num_envs} envs x {run.summary.get('env', '')}, "
-                 f"{config.algorithm.upper()}, {run.summary['devices'][0]}", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "learn_tag.png", dpi=120)
+    plot(out / "learn_tag.json")
 
 
 if __name__ == "__main__":

@@ -47,8 +47,9 @@ class RunResult:
 
 
 def _rows(metrics: Mapping[str, np.ndarray], first_update: int, seeds: list[int],
-          rate: float, wall_s: float) -> list[dict[str, float]]:
-    """name -> [seeds, n] arrays to one row per (update, seed)."""
+          rate: float, wall_start: float, wall_end: float) -> list[dict[str, float]]:
+    """name -> [seeds, n] arrays to one row per (update, seed); wall_s spreads
+    the chunk's time evenly over its updates."""
     n = next(iter(metrics.values())).shape[1]
     rows = []
     for i in range(n):
@@ -56,7 +57,7 @@ def _rows(metrics: Mapping[str, np.ndarray], first_update: int, seeds: list[int]
             row: dict[str, float] = {"update": first_update + i + 1, "seed": seed}
             row.update({k: float(v[s, i]) for k, v in sorted(metrics.items())})
             row["env_steps_per_s"] = rate
-            row["wall_s"] = wall_s
+            row["wall_s"] = wall_start + (wall_end - wall_start) * (i + 1) / n
             rows.append(row)
     return rows
 
@@ -225,7 +226,7 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
             dt = time.perf_counter() - t
             run_s += dt
             rate = n * trainer.derived.batch_env_steps * seeds / dt
-            new = _rows(metrics, done_updates, seed_ids, rate, time.perf_counter() - t0)
+            new = _rows(metrics, done_updates, seed_ids, rate, t - t0, t - t0 + dt)
             writer.write(new)
             rows.extend(new)
             done_updates += n
