@@ -500,8 +500,6 @@ cudaError_t Launch(const Params& p, const TagBuffers& b, int64_t total_envs,
 
 }  // namespace
 
-size_t TagSharedBytes(const Params& p) { return SharedBytes(p, nullptr, nullptr); }
-
 cudaError_t LaunchTag(const Params& p, const TagBuffers& b, int64_t total_envs,
                       cudaStream_t stream) {
   if (total_envs == 0) return cudaSuccess;

@@ -3,7 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstddef>
 #include <cstdint>
 
 #include "tag_continuous.h"
@@ -26,9 +25,6 @@ struct TagBuffers {
   bool* done;     // [envs]
   int64_t envs_per_key;
 };
-
-// Dynamic shared memory one block (one env) needs.
-size_t TagSharedBytes(const Params& p);
 
 // Enqueues one reset or step of `total_envs` envs on `stream`. Asynchronous:
 // never synchronises, allocates nothing.
