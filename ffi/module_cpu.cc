@@ -6,6 +6,7 @@
 
 extern "C" XLA_FFI_Error* JaxwarpTagResetCpu(XLA_FFI_CallFrame*);
 extern "C" XLA_FFI_Error* JaxwarpTagStepCpu(XLA_FFI_CallFrame*);
+extern "C" XLA_FFI_Error* JaxwarpSampleCategoricalCpu(XLA_FFI_CallFrame*);
 
 namespace nb = nanobind;
 
@@ -19,6 +20,7 @@ NB_MODULE(_jaxwarp_cpu, m) {
     nb::dict d;
     d["jaxwarp_tag_continuous_reset_cpu"] = Encapsulate(JaxwarpTagResetCpu);
     d["jaxwarp_tag_continuous_step_cpu"] = Encapsulate(JaxwarpTagStepCpu);
+    d["jaxwarp_sample_categorical_cpu"] = Encapsulate(JaxwarpSampleCategoricalCpu);
     return d;
   });
 }

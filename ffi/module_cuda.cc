@@ -6,6 +6,7 @@
 
 extern "C" XLA_FFI_Error* JaxwarpTagResetCuda(XLA_FFI_CallFrame*);
 extern "C" XLA_FFI_Error* JaxwarpTagStepCuda(XLA_FFI_CallFrame*);
+extern "C" XLA_FFI_Error* JaxwarpSampleCategoricalCuda(XLA_FFI_CallFrame*);
 
 namespace nb = nanobind;
 
@@ -19,6 +20,7 @@ NB_MODULE(_jaxwarp_cuda, m) {
     nb::dict d;
     d["jaxwarp_tag_continuous_reset_cuda"] = Encapsulate(JaxwarpTagResetCuda);
     d["jaxwarp_tag_continuous_step_cuda"] = Encapsulate(JaxwarpTagStepCuda);
+    d["jaxwarp_sample_categorical_cuda"] = Encapsulate(JaxwarpSampleCategoricalCuda);
     return d;
   });
 }

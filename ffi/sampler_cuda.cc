@@ -1,0 +1,50 @@
+// CUDA FFI handler of the categorical sampler: decode buffers and attributes,
+// then enqueue cuda/sampler_kernels.cu on XLA's stream. It never
+// synchronises, allocates nothing and never reads device memory on the host,
+// so it is marked command-buffer (CUDA graph) compatible.
+#include <string>
+
+#include "sampler_ffi.h"
+#include "sampler_kernels.h"
+
+namespace jaxwarp {
+namespace sampler {
+namespace {
+
+ffi::Error SampleCategoricalCuda(cudaStream_t stream, ffi::Buffer<ffi::U32> keys,
+                                 ffi::Buffer<ffi::F32> logits,
+                                 ffi::ResultBuffer<ffi::S32> actions,
+                                 ffi::ResultBuffer<ffi::F32> log_prob,
+                                 ffi::Span<const int32_t> nvec, int32_t partitionable) {
+  SamplerParams p;
+  Layout lay;
+  if (auto err = MakeSampler(nvec, partitionable, keys.element_count(),
+                             logits.element_count(), actions->element_count(),
+                             log_prob->element_count(), &p, &lay);
+      !err.success())
+    return err;
+  SamplerBuffers b{keys.typed_data(), logits.typed_data(), actions->typed_data(),
+                   log_prob->typed_data(), lay.rows, lay.rows_per_member};
+  const cudaError_t err = LaunchSampler(p, b, stream);
+  if (err == cudaSuccess) return ffi::Error::Success();
+  return ffi::Error::Internal(std::string("jaxwarp sample_categorical kernel: ") +
+                              cudaGetErrorString(err));
+}
+
+}  // namespace
+}  // namespace sampler
+}  // namespace jaxwarp
+
+namespace xffi = xla::ffi;
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxwarpSampleCategoricalCuda,
+                              jaxwarp::sampler::SampleCategoricalCuda,
+                              xffi::Ffi::Bind()
+                                  .Ctx<xffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xffi::Buffer<xffi::U32>>()
+                                  .Arg<xffi::Buffer<xffi::F32>>()
+                                  .Ret<xffi::Buffer<xffi::S32>>()
+                                  .Ret<xffi::Buffer<xffi::F32>>()
+                                  .Attr<xffi::Span<const int32_t>>("nvec")
+                                  .Attr<int32_t>("partitionable"),
+                              {xffi::Traits::kCmdBufferCompatible});
