@@ -2,8 +2,9 @@
 
 from jaxwarp import _ffi, spaces, testing
 from jaxwarp.registry import make, registered_envs
+from jaxwarp.sampler import sample_actions
 
 __version__ = "0.1.0"
-__all__ = ["make", "registered_envs", "spaces", "testing", "gpu_available"]
+__all__ = ["make", "registered_envs", "sample_actions", "spaces", "testing", "gpu_available"]
 
 gpu_available = _ffi.gpu_available
