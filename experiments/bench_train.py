@@ -89,6 +89,10 @@ def main() -> None:
         ["cuda", "jax"] if gpu else ["cpu", "jax"])
     cases = SMALL_CASES if args.small or not gpu else GPU_CASES
     results = []
+    meta = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
+            "jax": jax.__version__, "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for name, overrides, updates in cases:
         row = {}
         for backend in backends:
@@ -102,11 +106,8 @@ def main() -> None:
         if len(row) == 2:
             a, b = backends
             print(f"{'':70s} {a}/{b} = {row[a] / row[b]:.2f}x", flush=True)
-    meta = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
-            "jax": jax.__version__, "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+        # Written after every case so that a cut-off run keeps what it measured.
+        Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     print(f"wrote {args.out}")
 
 

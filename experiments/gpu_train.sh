@@ -10,5 +10,5 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import jax; print(jax.__version__, jax.devices())" | tee -a "$OUT/gpu.txt"
 python3 -m pip install --no-build-isolation -e . 2>&1 | tail -3 | tee "$OUT/build.log" || exit 1
-python3 -m pytest -m gpu -q -x 2>&1 | tee "$OUT/pytest_gpu.log"
-python3 experiments/bench_train.py --out "$OUT/bench_train_h100.json" 2>&1 | tee "$OUT/bench_train_h100.log"
+python3 -m pytest -m gpu -q tests/test_train_gpu.py tests/test_sampler_gpu.py tests/test_tag_continuous_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log"
+python3 experiments/bench_train.py --out "$OUT/bench_train_h100.json" "$@" 2>&1 | tee "$OUT/bench_train_h100.log"
