@@ -29,10 +29,16 @@ from jaxwarp.train import build_trainer, load_config
 
 # (shipped config, overrides, updates per timed call)
 GPU_CASES = [
-    ("tag_warpdrive_default", [], 5),  # WarpDrive's training config: 100 envs, A2C, fc 256-256
-    ("tag_warpdrive_default", ["algorithm=ppo", "update_epochs=4", "num_minibatches=4"], 5),
-    ("tag_warpdrive_default", ["num_envs=2000", "num_steps=50"], 3),  # A2C at 2000 envs
-    ("tag_2000_envs", [], 3),  # PPO, 2 epochs x 4 minibatches
+    # WarpDrive's training configuration: 100 envs x 110 agents, A2C, shared fc 256-256.
+    ("tag_warpdrive_default", [], 5),
+    ("tag_warpdrive_default", ["policies.tagger.dtype=bfloat16",
+                               "policies.runner.dtype=bfloat16"], 5),
+    # The same at 2000 envs (50 steps, gradients over 10 chunks of 200 envs).
+    ("tag_warpdrive_default", ["num_envs=2000", "num_steps=50", "num_minibatches=10"], 3),
+    ("tag_warpdrive_default", ["num_envs=2000", "num_steps=50", "num_minibatches=10",
+                               "policies.tagger.dtype=bfloat16",
+                               "policies.runner.dtype=bfloat16"], 3),
+    ("tag_2000_envs", [], 3),  # PPO, 2 epochs x 4 minibatches, separate actor/critic
 ]
 SMALL_CASES = [
     ("tag_warpdrive_default", ["num_envs=8", "num_steps=20"], 2),

@@ -367,3 +367,28 @@ def test_short_cpu_run_taggers_beat_random_policy():
     assert r_random > 0  # random taggers do tag sometimes
     assert r_learned > 1.8 * r_random, (r_learned, r_random)
     np.testing.assert_allclose(tags_learned * 10 / 2, r_learned, rtol=1e-5)
+
+
+def test_a2c_gradient_chunks_equal_one_full_batch_step():
+    """A2C's num_minibatches only splits the gradient computation."""
+    states = []
+    for chunks in (1, 4):
+        c = tiny_config(algorithm="a2c", num_minibatches=chunks)
+        assert derived(c).optimizer_steps == 1
+        trainer = build_trainer(c)
+        rs = trainer.init(jax.random.PRNGKey(0))
+        states.append(jax.jit(lambda r: trainer.run(r, 2))(rs)[0])
+    for a, b in zip(jax.tree.leaves(states[0].params), jax.tree.leaves(states[1].params)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("shared, dtype", [(True, "float32"), (False, "bfloat16")])
+def test_mlp_variants(shared, dtype):
+    model = MLPActorCritic((3, 2), (16, 16), "relu", shared, jnp.dtype(dtype))
+    params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 5)))
+    logits, value = model.apply(params, jnp.ones((4, 7, 5)))
+    assert logits.shape == (4, 7, 5) and value.shape == (4, 7)
+    assert logits.dtype == jnp.float32 and value.dtype == jnp.float32
+    n_dense = len(params["params"])
+    assert n_dense == (4 if shared else 6)  # 2 torso (+2) + policy + value heads
+    assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(params))

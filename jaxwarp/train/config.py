@@ -17,6 +17,7 @@ import yaml
 
 ALGORITHMS = ("ppo", "a2c")
 ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
+DTYPES = ("float32", "bfloat16")
 CONFIG_DIR = Path(__file__).parent / "configs"
 
 
@@ -31,6 +32,8 @@ class PolicyConfig:
     model: str = "mlp"  # "mlp" (actor-critic MLP) | "uniform" (random baseline) | a registered name
     hidden_sizes: tuple[int, ...] = (256, 256)  # MLP torso widths (actor and critic share it)
     activation: str = "tanh"  # one of ACTIVATIONS
+    shared_torso: bool = False  # one torso for actor and critic (WarpDrive's model) vs two
+    dtype: str = "float32"  # matmul compute dtype: "float32" | "bfloat16" (params stay f32)
     lr: float = 3e-4  # Adam learning rate (linearly annealed to 0 when anneal_lr)
     train: bool = True  # False: the policy acts but is never updated (WarpDrive's to_train)
 
@@ -55,7 +58,8 @@ class TrainConfig:
     vf_coef: float = 0.5  # value loss weight
     max_grad_norm: float = 0.5  # global gradient-norm clip (0 disables)
     update_epochs: int = 4  # PPO epochs per update (A2C: 1)
-    num_minibatches: int = 4  # PPO minibatches per epoch, split along envs (A2C: 1)
+    num_minibatches: int = 4  # PPO: minibatches per epoch, split along envs. A2C: chunks
+    #   of envs whose gradients are accumulated into its one step (bounds memory)
     anneal_lr: bool = True  # linear learning-rate decay to 0 over the run
     normalize_advantages: bool = True  # per-minibatch advantage normalisation
     normalize_obs: bool = False  # running mean/std observation normalisation per group
@@ -92,19 +96,21 @@ class Derived:
 
     batch_env_steps: int  # env-steps per update
     num_updates: int
-    minibatch_envs: int  # envs per PPO minibatch
+    minibatch_envs: int  # envs per minibatch (PPO) or gradient chunk (A2C)
     epochs: int
-    minibatches: int
+    minibatches: int  # minibatches (PPO) or gradient chunks (A2C) per epoch
+    optimizer_steps: int  # Optax steps per update and group
 
 
 def derived(config: TrainConfig) -> Derived:
     """Run length and minibatch layout of `config`."""
     batch = config.num_envs * config.num_steps
-    epochs = config.update_epochs if config.algorithm == "ppo" else 1
-    minibatches = config.num_minibatches if config.algorithm == "ppo" else 1
+    ppo = config.algorithm == "ppo"
+    epochs = config.update_epochs if ppo else 1
+    minibatches = config.num_minibatches
     return Derived(batch_env_steps=batch, num_updates=config.total_env_steps // batch,
                    minibatch_envs=config.num_envs // minibatches, epochs=epochs,
-                   minibatches=minibatches)
+                   minibatches=minibatches, optimizer_steps=epochs * minibatches if ppo else 1)
 
 
 # ---------------------------------------------------------------------------
@@ -169,6 +175,9 @@ def _policy_from_dict(name: str, d: Any) -> PolicyConfig:
     if p.activation not in ACTIVATIONS:
         raise ConfigError(f"policies.{name}.activation: {p.activation!r} is unknown; "
                           f"expected one of {ACTIVATIONS}")
+    if p.dtype not in DTYPES:
+        raise ConfigError(f"policies.{name}.dtype: {p.dtype!r} is unknown; expected one of "
+                          f"{DTYPES}")
     if not p.lr >= 0:
         raise ConfigError(f"policies.{name}.lr: expected a number >= 0, got {p.lr}")
     return p
@@ -241,9 +250,8 @@ def validate(c: TrainConfig) -> None:
     need(c.max_grad_norm >= 0, "max_grad_norm", "a number >= 0 (0 disables clipping)")
     need(c.update_epochs >= 1, "update_epochs", "an integer >= 1")
     need(c.num_minibatches >= 1, "num_minibatches", "an integer >= 1")
-    if c.algorithm == "ppo":
-        need(c.num_envs % c.num_minibatches == 0, "num_minibatches",
-             f"a divisor of num_envs={c.num_envs} (minibatches split the envs)")
+    need(c.num_envs % c.num_minibatches == 0, "num_minibatches",
+         f"a divisor of num_envs={c.num_envs} (minibatches split the envs)")
     need(c.chunk_updates >= 1, "chunk_updates", "an integer >= 1")
     need(c.checkpoint_every >= 1 and c.checkpoint_every % c.chunk_updates == 0,
          "checkpoint_every", f"a positive multiple of chunk_updates={c.chunk_updates}")

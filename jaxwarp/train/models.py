@@ -10,6 +10,7 @@ that call signature can be passed to the trainer instead of a name.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -24,32 +25,37 @@ _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 
 class MLPActorCritic(nn.Module):
-    """Separate actor and critic MLPs (PureJaxRL/CleanRL layout).
+    """Actor and critic MLPs: separate (PureJaxRL/CleanRL layout) or one
+    shared torso with a policy and a value head (WarpDrive's model; half the
+    compute).
 
     Orthogonal initialisation; the policy head starts near uniform (gain
-    0.01), the value head with gain 1.
+    0.01), the value head with gain 1. ``dtype=bfloat16`` runs the matmuls
+    in bfloat16 with float32 parameters; logits and value return as float32.
     """
 
     action_dims: Sequence[int]  # nvec: choices per action head
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "tanh"
+    shared_torso: bool = False
+    dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         act = _ACTIVATIONS[self.activation]
         hidden_init = nn.initializers.orthogonal(np.sqrt(2))
 
-        a = obs
-        for width in self.hidden_sizes:
-            a = act(nn.Dense(width, kernel_init=hidden_init)(a))
-        logits = nn.Dense(int(sum(self.action_dims)),
-                          kernel_init=nn.initializers.orthogonal(0.01))(a)
+        def torso(x):
+            for width in self.hidden_sizes:
+                x = act(nn.Dense(width, kernel_init=hidden_init, dtype=self.dtype)(x))
+            return x
 
-        v = obs
-        for width in self.hidden_sizes:
-            v = act(nn.Dense(width, kernel_init=hidden_init)(v))
-        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(v)
-        return logits, jnp.squeeze(value, -1)
+        a = torso(obs)
+        v = a if self.shared_torso else torso(obs)
+        logits = nn.Dense(int(sum(self.action_dims)), dtype=self.dtype,
+                          kernel_init=nn.initializers.orthogonal(0.01))(a)
+        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), dtype=self.dtype)(v)
+        return logits.astype(jnp.float32), jnp.squeeze(value, -1).astype(jnp.float32)
 
 
 class UniformPolicy(nn.Module):
@@ -71,7 +77,7 @@ ModelFactory = Callable[[Sequence[int], PolicyConfig], nn.Module]
 
 MODELS: dict[str, ModelFactory] = {
     "mlp": lambda nvec, p: MLPActorCritic(tuple(int(n) for n in nvec), tuple(p.hidden_sizes),
-                                          p.activation),
+                                          p.activation, p.shared_torso, jnp.dtype(p.dtype)),
     "uniform": lambda nvec, p: UniformPolicy(tuple(int(n) for n in nvec)),
 }
 

@@ -108,7 +108,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
 
     def optimiser(g: str) -> optax.GradientTransformation:
         lr = c.policy(g).lr
-        steps = d.num_updates * d.epochs * d.minibatches
+        steps = d.num_updates * d.optimizer_steps
         schedule = optax.linear_schedule(lr, 0.0, steps) if c.anneal_lr else lr
         adam = optax.adam(schedule, eps=1e-5)
         return optax.chain(optax.clip_by_global_norm(c.max_grad_norm), adam) \
@@ -171,18 +171,43 @@ def build_trainer(config: TrainConfig, env: Any = None,
         return (params, stats, env_state, next_obs), step
 
     def update_group(g: str, params, opt_state, stats, batch: core.Batch, key):
-        def loss_fn(p, mb: core.Batch):
+        def loss_fn(p, mb: core.Batch, normalize: bool):
             logits, value = forward(g, {g: p}, stats, mb.obs)
             return core.policy_loss(
                 logits, value, mb, nvec, algorithm=c.algorithm, clip_eps=c.clip_eps,
-                vf_coef=c.vf_coef, ent_coef=c.ent_coef,
-                normalize_advantages=c.normalize_advantages)
+                vf_coef=c.vf_coef, ent_coef=c.ent_coef, normalize_advantages=normalize)
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
+        def chunks(perm: jax.Array) -> core.Batch:
+            """[T, envs, ...] -> [minibatches, T, envs / minibatches, ...] along perm."""
+            perm = perm.reshape(d.minibatches, -1)
+            return jax.tree.map(lambda x: jnp.take(x, perm, axis=1).swapaxes(0, 1), batch)
+
+        if c.algorithm == "a2c":
+            # One optimiser step on the whole batch; gradients are summed over
+            # equal chunks of envs so that memory stays bounded.
+            if c.normalize_advantages:
+                a = batch.advantage
+                batch = batch.replace(advantage=(a - a.mean()) / (a.std() + 1e-8))
+            if d.minibatches == 1:
+                (loss, metrics), grads = grad_fn(params, batch, False)
+                metrics = {"loss": loss, **metrics}
+            else:
+                def accumulate(acc, mb):
+                    (loss, m), g_ = grad_fn(params, mb, False)
+                    return jax.tree.map(jnp.add, acc, g_), {"loss": loss, **m}
+
+                zero = jax.tree.map(jnp.zeros_like, params)
+                grads, metrics = jax.lax.scan(accumulate, zero, chunks(jnp.arange(c.num_envs)))
+                grads = jax.tree.map(lambda x: x / d.minibatches, grads)
+                metrics = jax.tree.map(jnp.mean, metrics)
+            updates, opt_state = txs[g].update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, metrics
+
         def sgd_step(carry, mb):
             p, o = carry
-            (loss, metrics), grads = grad_fn(p, mb)
+            (loss, metrics), grads = grad_fn(p, mb, c.normalize_advantages)
             updates, o = txs[g].update(grads, o, p)
             return (optax.apply_updates(p, updates), o), {"loss": loss, **metrics}
 
@@ -190,8 +215,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
             if d.minibatches == 1:
                 mbs = jax.tree.map(lambda x: x[None], batch)
             else:  # minibatches are disjoint sets of envs (contiguous rows in memory)
-                perm = jax.random.permutation(k, c.num_envs).reshape(d.minibatches, -1)
-                mbs = jax.tree.map(lambda x: jnp.take(x, perm, axis=1).swapaxes(0, 1), batch)
+                mbs = chunks(jax.random.permutation(k, c.num_envs))
             return jax.lax.scan(sgd_step, carry, mbs)
 
         (params, opt_state), metrics = jax.lax.scan(
