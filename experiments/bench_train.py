@@ -66,6 +66,21 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
         times.append(time.perf_counter() - t)
     sec = statistics.median(times)
     env = trainer.env
+
+    # Where the time goes: the same number of rollouts without the updates.
+    def rollouts(s):
+        def body(s, k):
+            env_state, obs, traj = trainer.rollout(s, k)
+            return s.replace(env_state=env_state, obs=obs), traj[4].mean()
+        return jax.lax.scan(body, s, jax.random.split(s.key, updates))
+
+    roll = jax.jit(rollouts, donate_argnums=0).lower(state).compile()
+    state, r = roll(state)
+    jax.block_until_ready((state, r))
+    t = time.perf_counter()
+    state, r = roll(state)
+    jax.block_until_ready((state, r))
+    rollout_s = (time.perf_counter() - t) / updates
     return {
         "config": config_name, "overrides": overrides, "backend": env.backend,
         "sampler": config.sampler, "algorithm": config.algorithm,
@@ -75,6 +90,7 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
         "hidden_sizes": list(config.policy("tagger").hidden_sizes),
         "updates_per_call": updates, "repeats": repeats, "compile_s": compile_s,
         "seconds_per_update": sec / updates,
+        "rollout_seconds_per_update": rollout_s,
         "env_steps_per_s": updates * batch / sec,
         "agent_steps_per_s": updates * batch * env.num_agents / sec,
         "times_s": times,
@@ -88,12 +104,15 @@ def main() -> None:
     ap.add_argument("--backends", default=None,
                     help="comma list (default: cuda,jax with a GPU, else cpu,jax)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cases", default=None, help="comma list of case indices (default: all)")
     ap.add_argument("--out", default="experiments/results/bench_train.json")
     args = ap.parse_args()
     gpu = jaxwarp.gpu_available()
     backends = args.backends.split(",") if args.backends else (
         ["cuda", "jax"] if gpu else ["cpu", "jax"])
     cases = SMALL_CASES if args.small or not gpu else GPU_CASES
+    if args.cases:
+        cases = [cases[int(i)] for i in args.cases.split(",")]
     results = []
     meta = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
             "jax": jax.__version__, "python": platform.python_version(),
@@ -107,7 +126,8 @@ def main() -> None:
             row[backend] = r["env_steps_per_s"]
             print(f"{name:22s} {' '.join(overrides):40s} {r['algorithm']} {r['num_envs']:5d} envs "
                   f"{backend:4s}: {r['env_steps_per_s']:12,.0f} env-steps/s "
-                  f"({r['seconds_per_update'] * 1e3:8.1f} ms/update, compile "
+                  f"({r['seconds_per_update'] * 1e3:8.1f} ms/update, rollout "
+                  f"{r['rollout_seconds_per_update'] * 1e3:6.1f} ms, compile "
                   f"{r['compile_s']:.1f} s)", flush=True)
         if len(row) == 2:
             a, b = backends

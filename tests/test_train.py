@@ -229,7 +229,7 @@ def test_user_models_per_group_route_to_their_agents():
 # ---------------------------------------------------------------------------
 def test_shipped_configs_load_and_build():
     names = shipped_configs()
-    assert {"tag_warpdrive_default", "tag_2000_envs", "tag_small_cpu"} <= set(names)
+    assert {"tag_warpdrive_default", "tag_2000_envs", "tag_small_cpu", "tag_chase"} <= set(names)
     for name in names:
         c = load_config(name, ["backend=cpu"])
         t = build_trainer(c)

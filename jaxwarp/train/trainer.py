@@ -67,6 +67,7 @@ class Trainer(NamedTuple):
     models: dict[str, nn.Module]
     init: Callable[[jax.Array], RunnerState]  # key u32[2] -> state
     run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
+    rollout: Callable[[RunnerState, jax.Array], tuple[Any, jax.Array, tuple]]  # for profiling
 
 
 def _contiguous(ids: np.ndarray) -> bool:
@@ -222,11 +223,16 @@ def build_trainer(config: TrainConfig, env: Any = None,
             epoch, (params, opt_state), jax.random.split(key, d.epochs))
         return params, opt_state, jax.tree.map(jnp.mean, metrics)
 
-    def update(rs: RunnerState, _) -> tuple[RunnerState, dict[str, jax.Array]]:
-        key, k_roll, k_upd = jax.random.split(rs.key, 3)
+    def rollout(rs: RunnerState, key: jax.Array):
+        """num_steps env steps with the current policies: (env_state, obs, trajectory)."""
         (_, _, env_state, obs), traj = jax.lax.scan(
             env_step, (rs.params, rs.obs_stats, rs.env_state, rs.obs),
-            jax.random.split(k_roll, c.num_steps))
+            jax.random.split(key, c.num_steps))
+        return env_state, obs, traj
+
+    def update(rs: RunnerState, _) -> tuple[RunnerState, dict[str, jax.Array]]:
+        key, k_roll, k_upd = jax.random.split(rs.key, 3)
+        env_state, obs, traj = rollout(rs, k_roll)
         t_obs, t_act, t_logp, t_value, t_reward, t_done, t_ep, t_count = traj
         _, last_value = policy(rs.params, rs.obs_stats, obs)
         adv, target = core.gae(t_reward, t_value, t_done[:, :, None], last_value,
@@ -265,7 +271,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
         return jax.lax.scan(update, rs, None, length=num_updates)
 
     return Trainer(config=c, derived=d, env=env, groups=groups, models=nets,
-                   init=init, run=run)
+                   init=init, run=run, rollout=rollout)
 
 
 def _extra_names(env, episode_metrics, num_envs: int) -> list[str]:
