@@ -180,10 +180,17 @@ def build_trainer(config: TrainConfig, env: Any = None,
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-        def chunks(perm: jax.Array) -> core.Batch:
-            """[T, envs, ...] -> [minibatches, T, envs / minibatches, ...] along perm."""
-            perm = perm.reshape(d.minibatches, -1)
-            return jax.tree.map(lambda x: jnp.take(x, perm, axis=1).swapaxes(0, 1), batch)
+        size = d.minibatch_envs
+
+        def chunk(i: jax.Array, perm: jax.Array | None) -> core.Batch:
+            """Minibatch i: envs perm[i*size:(i+1)*size] (or that slice) of every
+            [T, envs, ...] field, cut inside the scan body so that the
+            minibatches are never materialised all at once."""
+            if perm is None:
+                return jax.tree.map(
+                    lambda x: jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=1), batch)
+            idx = jax.lax.dynamic_slice_in_dim(perm, i * size, size)
+            return jax.tree.map(lambda x: jnp.take(x, idx, axis=1), batch)
 
         if c.algorithm == "a2c":
             # One optimiser step on the whole batch; gradients are summed over
@@ -195,29 +202,29 @@ def build_trainer(config: TrainConfig, env: Any = None,
                 (loss, metrics), grads = grad_fn(params, batch, False)
                 metrics = {"loss": loss, **metrics}
             else:
-                def accumulate(acc, mb):
-                    (loss, m), g_ = grad_fn(params, mb, False)
+                def accumulate(acc, i):
+                    (loss, m), g_ = grad_fn(params, chunk(i, None), False)
                     return jax.tree.map(jnp.add, acc, g_), {"loss": loss, **m}
 
                 zero = jax.tree.map(jnp.zeros_like, params)
-                grads, metrics = jax.lax.scan(accumulate, zero, chunks(jnp.arange(c.num_envs)))
+                grads, metrics = jax.lax.scan(accumulate, zero, jnp.arange(d.minibatches))
                 grads = jax.tree.map(lambda x: x / d.minibatches, grads)
                 metrics = jax.tree.map(jnp.mean, metrics)
             updates, opt_state = txs[g].update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, metrics
 
-        def sgd_step(carry, mb):
-            p, o = carry
-            (loss, metrics), grads = grad_fn(p, mb, c.normalize_advantages)
-            updates, o = txs[g].update(grads, o, p)
-            return (optax.apply_updates(p, updates), o), {"loss": loss, **metrics}
-
         def epoch(carry, k):
-            if d.minibatches == 1:
-                mbs = jax.tree.map(lambda x: x[None], batch)
-            else:  # minibatches are disjoint sets of envs (contiguous rows in memory)
-                mbs = chunks(jax.random.permutation(k, c.num_envs))
-            return jax.lax.scan(sgd_step, carry, mbs)
+            # Minibatches are disjoint random sets of envs (rows of T x agents).
+            perm = jax.random.permutation(k, c.num_envs) if d.minibatches > 1 else None
+
+            def sgd_step(carry, i):
+                p, o = carry
+                mb = chunk(i, perm) if d.minibatches > 1 else batch
+                (loss, metrics), grads = grad_fn(p, mb, c.normalize_advantages)
+                updates, o = txs[g].update(grads, o, p)
+                return (optax.apply_updates(p, updates), o), {"loss": loss, **metrics}
+
+            return jax.lax.scan(sgd_step, carry, jnp.arange(d.minibatches))
 
         (params, opt_state), metrics = jax.lax.scan(
             epoch, (params, opt_state), jax.random.split(key, d.epochs))
