@@ -14,9 +14,10 @@ pytestmark = pytest.mark.gpu
 
 NVEC = (1, 2, 5, 21, 100)
 
-# case -> (nvec, rows). The launcher gives each (row, head) a group of 1-32
-# lanes (about n/4 elements per lane; n <= 64: row tiles in shared memory,
-# else whole warps on global memory); odd row counts leave partial tiles.
+# case -> (nvec, rows). max(nvec) <= 64: row tiles in shared memory, one
+# thread per (row, head), exp-sum associated as G = 1-16 lanes would (about
+# n/4 elements per lane); else whole warps on global memory. Odd row counts
+# leave partial tiles.
 LAUNCH_CASES = {
     "lanes1_tiled": ((2, 3), 30_001),
     "lanes2_tiled": ((6,), 20_000),
