@@ -1,14 +1,34 @@
 #!/usr/bin/env bash
-# One GPU session for the trainer: build, GPU tests (env + sampler), training
-# throughput (kernel vs pure-JAX backends). Logs and JSON go to $OUT (or
-# experiments/results when OUT is unset). The learning curve is a separate
-# call: experiments/learn_tag.py (about 6 minutes).
+# GPU session for the trainer, in two parts that each fit a 10-minute call.
+#   bash experiments/gpu_train.sh checks   # build, GPU tests, sampler bench, profile, CLI run
+#   bash experiments/gpu_train.sh bench    # training throughput, kernel vs pure-JAX backends
+# The learning curve is experiments/learn_tag.py (about 6 minutes).
+# Logs and JSON go to $OUT (or experiments/results when OUT is unset).
 set -o pipefail
 OUT=${OUT:-experiments/results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-python3 -c "import jax; print(jax.__version__, jax.devices())" | tee -a "$OUT/gpu.txt"
-python3 -m pip install --no-build-isolation -e . 2>&1 | tail -3 | tee "$OUT/build.log" || exit 1
-python3 -m pytest -m gpu -q tests/test_train_gpu.py tests/test_sampler_gpu.py tests/test_tag_continuous_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log"
-python3 experiments/bench_train.py --out "$OUT/bench_train_h100.json" "$@" 2>&1 | tee "$OUT/bench_train_h100.log"
+python3 -m pip install --no-build-isolation -e . 2>&1 | tail -1
+case "${1:-checks}" in
+checks)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+  python3 -m pytest -m gpu -q tests/test_sampler_gpu.py tests/test_train_gpu.py \
+    tests/test_tag_continuous_gpu.py 2>&1 | tee "$OUT/pytest_gpu_h100.log" | tail -3
+  python3 experiments/bench_sampler.py --out "$OUT/bench_sampler_h100.json" 2>&1 \
+    | tee "$OUT/bench_sampler_h100.log"
+  python3 experiments/profile_train.py --config tag_warpdrive_default num_envs=2000 \
+    num_steps=50 num_minibatches=10 policies.tagger.dtype=bfloat16 \
+    policies.runner.dtype=bfloat16 --updates 1 --top 30 --out /tmp/jaxwarp_prof 2>&1 \
+    | grep -v "^W1\|bfc_alloc" > "$OUT/profile_train_2000envs_bf16_h100.txt"
+  head -8 "$OUT/profile_train_2000envs_bf16_h100.txt"
+  rm -rf /tmp/jaxwarp_cli_run
+  timeout 150 jaxwarp train --config tag_warpdrive_default --no-progress \
+    total_env_steps=3000000 chunk_updates=50 checkpoint_every=100 \
+    --out /tmp/jaxwarp_cli_run 2>&1 | tail -3 | tee "$OUT/cli_run_h100.log"
+  ls /tmp/jaxwarp_cli_run | tee -a "$OUT/cli_run_h100.log"
+  ;;
+bench)
+  python3 experiments/bench_train.py --repeats 2 --out "$OUT/bench_train_h100.json" 2>&1 \
+    | grep -v "^W1\|bfc_alloc" | tee "$OUT/bench_train_h100.log"
+  ;;
+esac
