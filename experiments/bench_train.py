@@ -28,17 +28,21 @@ import jaxwarp
 from jaxwarp.train import build_trainer, load_config
 
 # (shipped config, overrides, updates per timed call)
+BF16 = ["policies.tagger.dtype=bfloat16", "policies.runner.dtype=bfloat16"]
+AT_2000 = ["num_envs=2000", "num_steps=50", "num_minibatches=10"]  # gradients over 10 env chunks
 GPU_CASES = [
-    # WarpDrive's training configuration: 100 envs x 110 agents, A2C, shared fc 256-256.
+    # 0-1: WarpDrive's training configuration: 100 envs x 110 agents, A2C, shared fc 256-256,
+    # both policy groups trained.
     ("tag_warpdrive_default", [], 5),
-    ("tag_warpdrive_default", ["policies.tagger.dtype=bfloat16",
-                               "policies.runner.dtype=bfloat16"], 5),
-    # The same at 2000 envs (50 steps, gradients over 10 chunks of 200 envs).
-    ("tag_warpdrive_default", ["num_envs=2000", "num_steps=50", "num_minibatches=10"], 3),
-    ("tag_warpdrive_default", ["num_envs=2000", "num_steps=50", "num_minibatches=10",
-                               "policies.tagger.dtype=bfloat16",
-                               "policies.runner.dtype=bfloat16"], 3),
-    ("tag_2000_envs", [], 3),  # PPO, 2 epochs x 4 minibatches, separate actor/critic
+    ("tag_warpdrive_default", BF16, 5),
+    # 2-4: the same at 2000 envs (50 steps per update).
+    ("tag_warpdrive_default", AT_2000, 3),
+    ("tag_warpdrive_default", AT_2000 + BF16, 3),
+    ("tag_warpdrive_default", AT_2000[:2] + ["num_minibatches=4"] + BF16, 3),
+    # 5: runners act but are not trained, as in WarpDrive's shipped Tag config.
+    ("tag_warpdrive_default", AT_2000 + ["policies.runner.train=false"], 3),
+    # 6: PPO, 2 epochs x 4 minibatches, separate actor and critic.
+    ("tag_2000_envs", [], 3),
 ]
 SMALL_CASES = [
     ("tag_warpdrive_default", ["num_envs=8", "num_steps=20"], 2),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU session for the trainer, in two parts that each fit a 10-minute call.
 #   bash experiments/gpu_train.sh checks   # build, GPU tests, sampler bench, profile, CLI run
-#   bash experiments/gpu_train.sh bench    # training throughput, kernel vs pure-JAX backends
+#   bash experiments/gpu_train.sh bench [CASES]  # training throughput, kernel vs pure-JAX
+#                                                # backends (CASES: e.g. 0,1,2,3)
 # The learning curve is experiments/learn_tag.py (about 6 minutes).
 # Logs and JSON go to $OUT (or experiments/results when OUT is unset).
 set -o pipefail
@@ -28,7 +29,8 @@ checks)
   ls /tmp/jaxwarp_cli_run | tee -a "$OUT/cli_run_h100.log"
   ;;
 bench)
-  python3 experiments/bench_train.py --repeats 2 --out "$OUT/bench_train_h100.json" 2>&1 \
-    | grep -v "^W1\|bfc_alloc" | tee "$OUT/bench_train_h100.log"
+  python3 experiments/bench_train.py --repeats 2 --out "$OUT/bench_train_h100${2:+_$2}.json" \
+    ${2:+--cases $2} 2>&1 \
+    | grep -v "^W1\|bfc_alloc" | tee "$OUT/bench_train_h100${2:+_$2}.log"
   ;;
 esac
