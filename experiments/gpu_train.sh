@@ -29,8 +29,8 @@ checks)
   ls /tmp/jaxwarp_cli_run | tee -a "$OUT/cli_run_h100.log"
   ;;
 bench)
-  python3 experiments/bench_train.py --repeats 2 --out "$OUT/bench_train_h100${2:+_$2}.json" \
+  python3 experiments/bench_train.py --repeats 2 --out "$OUT/bench_train_h100${2:+_${2//,/-}}.json" \
     ${2:+--cases $2} 2>&1 \
-    | grep -v "^W1\|bfc_alloc" | tee "$OUT/bench_train_h100${2:+_$2}.log"
+    | grep -v "^W1\|bfc_alloc" | tee "$OUT/bench_train_h100${2:+_${2//,/-}}.log"
   ;;
 esac
