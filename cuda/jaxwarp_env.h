@@ -1,0 +1,94 @@
+// jaxwarp's environment authoring API: what an env header is written against.
+//
+// An env is a header with three functions, compiled both by g++ (XLA:CPU)
+// and nvcc (CUDA) into FFI handlers that jaxwarp generates from the env's
+// Python spec (jaxwarp/authoring.py). The generated code defines, before it
+// includes the header, in the env's namespace:
+//
+//   struct Params { float gravity; int32_t max_steps; ... };  // the spec's params dataclass
+//   struct State  { float* x; int32_t* timestep; ... };       // the spec's state fields
+//
+// `State` holds pointers to *one env's* rows: a per-agent field is indexed by
+// agent (`s.x[a.agent]`), a per-env field has one element (`s.timestep[0]`).
+// The header implements, in the same namespace:
+//
+//   constexpr int kStepPhases = 1;  // phases of step(), with a barrier between
+//   JW_HD void reset(const Params& p, const State& s, const jaxwarp::Agent& a);
+//   JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a,
+//                   const int32_t* action, int phase, jaxwarp::StepResult& r);
+//   JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs);
+//
+// and declares the state fields it uses, which jaxwarp checks against the
+// spec before compiling (a missing field or a wrong dtype is a build error
+// that names the field):
+//
+//   JAXWARP_STATE(f32, x, agent)
+//   JAXWARP_STATE(i32, timestep, env)
+//
+// Per env, the generated kernels run: reset = every agent's reset(), then
+// observe(); step = for each phase, every agent's step() (all agents finish a
+// phase before the next starts), then where any agent reported terminated or
+// truncated, every agent's reset() with the step's key (fresh start; state
+// fields that reset() does not write keep their values), then observe().
+// Before the first reset every state field is zero. Per-env fields are
+// written by agent 0 in reset() and step().
+#pragma once
+
+#include <stdint.h>
+
+#include "jaxwarp_common.h"
+
+namespace jaxwarp {
+
+// One agent of one env, as its reset/step/observe code sees it.
+struct Agent {
+  uint32_t env;  // env index within this call's key (vmap members count from 0)
+  int agent;     // agent id, 0 .. num_agents-1
+  int num_agents;
+  uint32_t key0, key1;  // this call's key
+  uint32_t stream;      // 0 in reset(), 1 in step(): their draws never collide
+
+  // Draw number `draw` (< 32768) of this agent in this call: uniform in [0, 1).
+  // Bits = Threefry-2x32(key, (env, agent << 16 | stream << 15 | draw)).x0, so
+  // the pure-JAX reference reproduces it with threefry2x32_p.
+  JW_HD float uniform(uint32_t draw) const {
+    const uint32_t c1 = (static_cast<uint32_t>(agent) << 16) | (stream << 15) | (draw & 0x7FFFu);
+    return uniform01(threefry2x32(key0, key1, env, c1).a);
+  }
+  // Uniform in [low, high): fmaf(u, high - low, low), which is what XLA makes
+  // of the reference's `u * (high - low) + low`.
+  JW_HD float uniform(uint32_t draw, float low, float high) const {
+    return fmaf(uniform(draw), high - low, low);
+  }
+};
+
+// What one agent's step() reports; the env is done if any agent says so.
+struct StepResult {
+  float reward = 0.0f;
+  bool terminated = false;
+  bool truncated = false;
+};
+
+}  // namespace jaxwarp
+
+// Declares a state field the header uses: dtype f32 | i32 | u32, scope agent | env.
+#define JAXWARP_STATE(dtype, name, scope)                                          \
+  static_assert(::jaxwarp::detail::is_field<decltype(State::name),                 \
+                                            ::jaxwarp::detail::dtype##_t>::value,  \
+                "jaxwarp: state field '" #name "' must be declared " #dtype " in the spec");
+
+namespace jaxwarp {
+namespace detail {
+using f32_t = float;
+using i32_t = int32_t;
+using u32_t = uint32_t;
+template <typename A, typename B>
+struct is_field {
+  static constexpr bool value = false;
+};
+template <typename T>
+struct is_field<T*, T> {
+  static constexpr bool value = true;
+};
+}  // namespace detail
+}  // namespace jaxwarp
