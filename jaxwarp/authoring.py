@@ -386,7 +386,14 @@ def _compiler_id(path: str) -> str:
 
 
 def _gpu_arch() -> str:
-    cc = getattr(jax.devices("gpu")[0], "compute_capability", "9.0")
+    """Compute capability to build for ("90"): $JAXWARP_CUDA_ARCH, else the first GPU's."""
+    if os.environ.get("JAXWARP_CUDA_ARCH"):
+        return os.environ["JAXWARP_CUDA_ARCH"]
+    try:
+        cc = jax.devices("gpu")[0].compute_capability
+    except (RuntimeError, AttributeError) as e:
+        raise EnvBuildError("no CUDA GPU to build for: set JAXWARP_CUDA_ARCH (e.g. 90) to "
+                            f"compile without one ({e})") from None
     return str(cc).replace(".", "")
 
 
