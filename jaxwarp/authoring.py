@@ -39,7 +39,11 @@ import numpy as np
 from jaxwarp import _ffi
 from jaxwarp.spaces import Box, MultiDiscrete
 
-API_DIR = Path(__file__).resolve().parent.parent / "cuda"
+# The API headers: installed with the package (jaxwarp/include), or the
+# repository's cuda/ folder in a source checkout / editable install.
+_INSTALLED = Path(__file__).resolve().parent / "include"
+API_DIR = _INSTALLED if (_INSTALLED / "jaxwarp_env.h").exists() else (
+    Path(__file__).resolve().parent.parent / "cuda")
 _DTYPES = {"f32": ("float", jnp.float32, "F32"), "i32": ("int32_t", jnp.int32, "S32"),
            "u32": ("uint32_t", jnp.uint32, "U32")}
 

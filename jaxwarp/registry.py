@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxwarp.envs import tag_continuous
+from jaxwarp.envs import cartpole, classic_control, tag_continuous
 
 # name -> (env class, params class, named configurations)
 _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {
     "tag_continuous": (tag_continuous.TagContinuous, tag_continuous.TagContinuousParams,
                        tag_continuous.CONFIGS),
+    "cartpole": (cartpole.CartPole, classic_control.CartPoleParams, {}),
 }
 
 

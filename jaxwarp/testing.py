@@ -90,8 +90,8 @@ def check_consistency(env: str = "tag_continuous", backends: tuple[str, str] = (
         env: registered env name.
         backends: the two backends to compare ("cuda", "cpu", "jax").
         num_envs: env replicas.
-        num_steps: steps to run; default two episodes plus 3 steps, so every
-            env finishes and restarts at least once.
+        num_steps: steps to run; default two episode lengths (episode_length or
+            max_steps) plus 3 steps, so every env finishes and restarts at least once.
         seed: seeds the reset key, the per-step keys and the random actions.
         rtol, atol: float fields pass when |a - b| <= atol + rtol |b|; ints and
             done flags must be equal. rtol=atol=0 demands identical bits.
@@ -102,7 +102,8 @@ def check_consistency(env: str = "tag_continuous", backends: tuple[str, str] = (
     envs = [make(env, backend=bk, config=config, **params) for bk in backends]
     p = envs[0].params
     if num_steps is None:
-        num_steps = 2 * p.episode_length + 3
+        length = getattr(p, "episode_length", None) or getattr(p, "max_steps")
+        num_steps = 2 * length + 3
     devices = [_device_for(bk) for bk in backends]
 
     def put(x, dev):
@@ -111,7 +112,7 @@ def check_consistency(env: str = "tag_continuous", backends: tuple[str, str] = (
     resets = [jax.jit(e.reset, static_argnums=1) for e in envs]
     steps = [jax.jit(e.step) for e in envs]
     space = envs[0].action_space
-    sample = jax.jit(lambda k: space.sample(k, (num_envs, p.num_agents)))
+    sample = jax.jit(lambda k: space.sample(k, (num_envs, envs[0].num_agents)))
 
     key = jax.random.key(seed)
     key, k_reset = jax.random.split(key)

@@ -1,9 +1,10 @@
 // CartPole (Gymnasium CartPole-v1): push a cart left or right to keep a pole
 // upright. Written against jaxwarp's authoring API (cuda/jaxwarp_env.h), like
-// any user env; spec and pure-JAX reference: jaxwarp/envs/cartpole.py.
+// any user env; spec: jaxwarp/envs/cartpole.py, pure-JAX reference:
+// jaxwarp/envs/classic_control.py (same expressions, operation for operation).
 //
-// Gymnasium computes in float64; this env (and its reference) in float32,
-// with sin/cos from jaxwarp's fixed polynomial.
+// Gymnasium computes in float64; this env and its reference in float32, with
+// sin/cos from jaxwarp's fixed polynomial.
 #pragma once
 
 constexpr int kStepPhases = 1;
@@ -15,28 +16,35 @@ JAXWARP_STATE(f32, theta_dot, agent)
 JAXWARP_STATE(i32, timestep, env)
 JAXWARP_STATE(f32, episode_return, agent)
 
-JW_HD void reset(const Params& p, const State& s, const jaxwarp::Agent& a) {
+JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   const int i = a.agent;
-  s.x[i] = a.uniform(0, -p.reset_bound, p.reset_bound);
-  s.x_dot[i] = a.uniform(1, -p.reset_bound, p.reset_bound);
-  s.theta[i] = a.uniform(2, -p.reset_bound, p.reset_bound);
-  s.theta_dot[i] = a.uniform(3, -p.reset_bound, p.reset_bound);
-  if (i == 0) s.timestep[0] = 0;
+  s.x[i] = a.uniform(0, -0.05f, 0.05f);
+  s.x_dot[i] = a.uniform(1, -0.05f, 0.05f);
+  s.theta[i] = a.uniform(2, -0.05f, 0.05f);
+  s.theta_dot[i] = a.uniform(3, -0.05f, 0.05f);
+  s.timestep[0] = 0;
 }
 
 JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const int32_t* action,
                 int /*phase*/, jaxwarp::StepResult& r) {
   const int i = a.agent;
-  const float total_mass = p.masspole + p.masscart;
-  const float polemass_length = p.masspole * p.length;
-  const float force = action[0] == 1 ? p.force_mag : -p.force_mag;
+  // Constants folded in double, as the reference does in Python.
+  const double total_mass = static_cast<double>(p.masspole) + p.masscart;
+  const float inv_total_mass = static_cast<float>(1.0 / total_mass);
+  const float polemass_length = static_cast<float>(static_cast<double>(p.masspole) * p.length);
+  const float four_thirds_length = static_cast<float>(p.length * 4.0 / 3.0);
+  const float length_masspole = static_cast<float>(p.length * p.masspole / total_mass);
+  const float polemass_length_over_mass =
+      static_cast<float>(static_cast<double>(p.masspole) * p.length / total_mass);
+
+  const float force = action[0] >= 1 ? p.force_mag : -p.force_mag;
   float sintheta, costheta;
   jaxwarp::sincos_fixed(s.theta[i], &sintheta, &costheta);
-  const float temp = (force + polemass_length * s.theta_dot[i] * s.theta_dot[i] * sintheta) /
-                     total_mass;
-  const float thetaacc = (p.gravity * sintheta - costheta * temp) /
-                         (p.length * (4.0f / 3.0f - p.masspole * costheta * costheta / total_mass));
-  const float xacc = temp - polemass_length * thetaacc * costheta / total_mass;
+  const float td = s.theta_dot[i];
+  const float temp = (force + polemass_length * (td * td) * sintheta) * inv_total_mass;
+  const float denom = four_thirds_length - length_masspole * (costheta * costheta);
+  const float thetaacc = (p.gravity * sintheta - costheta * temp) / denom;
+  const float xacc = temp - polemass_length_over_mass * thetaacc * costheta;
   // Euler integration, as Gymnasium's default.
   const float x = s.x[i] + p.tau * s.x_dot[i];
   const float x_dot = s.x_dot[i] + p.tau * xacc;
@@ -49,10 +57,10 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   const int t = s.timestep[0] + 1;
   s.timestep[0] = t;
   r.reward = 1.0f;
-  r.terminated = x < -p.x_threshold || x > p.x_threshold || theta < -p.theta_threshold ||
-                 theta > p.theta_threshold;
-  r.truncated = !r.terminated && t >= p.max_steps;
-  // Return of the episode so far; after the last step it holds the final
+  r.terminated = x < -p.x_threshold || x > p.x_threshold ||
+                 theta < -p.theta_threshold_radians || theta > p.theta_threshold_radians;
+  r.truncated = t >= p.max_steps;
+  // Return of the episode so far; after its last step it holds the final
   // return until the next step (the first of a new episode) restarts it.
   s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + r.reward;
 }
