@@ -100,9 +100,27 @@ class EnvSpec:
     policy_groups: Callable[[Any], dict[str, np.ndarray]] | None = None
 
 
+def agent_uniform(key_data: jax.Array, num_envs: int, num_agents: int, draw: int,
+                  stream: int = 0) -> jax.Array:
+    """f32[envs, agents]: what ``jaxwarp::Agent::uniform(draw)`` returns in
+    reset() (stream 0) or step() (stream 1) for every env and agent."""
+    from jax.extend.random import threefry2x32_p
+
+    shape = (num_envs, num_agents)
+    env = jnp.broadcast_to(jnp.arange(num_envs, dtype=jnp.uint32)[:, None], shape)
+    agent = jnp.broadcast_to(jnp.arange(num_agents, dtype=jnp.uint32)[None, :], shape)
+    c1 = (agent << 16) | np.uint32((stream << 15) | (draw & 0x7FFF))
+    k0 = jnp.broadcast_to(key_data[0], shape)
+    k1 = jnp.broadcast_to(key_data[1], shape)
+    bits, _ = threefry2x32_p.bind(k0, k1, env, c1)
+    return (bits >> 8).astype(jnp.float32) * np.float32(2.0**-24)
+
+
 # ---------------------------------------------------------------------------
 # Spec checks and code generation.
 # ---------------------------------------------------------------------------
+_RESERVED = {"p", "s", "a", "b", "e", "n", "obs_dim", "heads", "keys", "actions", "obs",
+             "reward", "done", "term", "trunc", "envs", "members", "per_member", "stream"}
 _FIELD_DECL = re.compile(r"^\s*JAXWARP_STATE\s*\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)", re.M)
 
 
@@ -111,6 +129,9 @@ def _param_fields(spec: EnvSpec) -> list[tuple[str, str, Any]]:
     out = []
     defaults = spec.params_type()
     for f in dataclasses.fields(spec.params_type):
+        if f.name.startswith("jw_") or f.name in _RESERVED:
+            raise EnvBuildError(f"{spec.name}: param name {f.name!r} is reserved by the "
+                                "generated code; rename it")
         v = getattr(defaults, f.name)
         if isinstance(v, bool):
             out.append((f.name, "int32_t", np.int32))
@@ -295,7 +316,8 @@ __global__ void StepKernel(Params p, Bases b, int64_t envs, int64_t per_member,
                    "obs->typed_data(), reward->typed_data(), done->typed_data(), "
                    "term->typed_data(), trunc->typed_data());\n  }\n")
     w(f"""static ffi::Error Reset{suffix}({stream_arg}ffi::Buffer<ffi::U32> keys, {state_out},
-    ffi::ResultBuffer<ffi::F32> obs, int32_t n, int32_t obs_dim, {sig_params}) {{
+    ffi::ResultBuffer<ffi::F32> obs, int32_t jw_n, int32_t jw_obs_dim, {sig_params}) {{
+  const int n = jw_n, obs_dim = jw_obs_dim;
   const Params p{{{pinit}}};
   const int64_t envs = {envs_of};
   const int64_t members = keys.element_count() / 2;
@@ -310,7 +332,9 @@ static ffi::Error Step{suffix}({stream_arg}ffi::Buffer<ffi::U32> keys, ffi::Buff
     {state_in}, {state_out},
     ffi::ResultBuffer<ffi::F32> obs, ffi::ResultBuffer<ffi::F32> reward,
     ffi::ResultBuffer<ffi::PRED> done, ffi::ResultBuffer<ffi::PRED> term,
-    ffi::ResultBuffer<ffi::PRED> trunc, int32_t n, int32_t obs_dim, int32_t heads, {sig_params}) {{
+    ffi::ResultBuffer<ffi::PRED> trunc, int32_t jw_n, int32_t jw_obs_dim, int32_t jw_heads,
+    {sig_params}) {{
+  const int n = jw_n, obs_dim = jw_obs_dim, heads = jw_heads;
   const Params p{{{pinit}}};
   const int64_t envs = {envs_in};
   const int64_t members = keys.element_count() / 2;
@@ -329,7 +353,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_{spec.name}_reset_{platform}, Reset{suffix
     for f in fields:
         w(f"        .Ret<ffi::Buffer<ffi::{ffi_t[f.dtype]}>>()")
     w(f"""        .Ret<ffi::Buffer<ffi::F32>>()
-        .Attr<int32_t>("num_agents").Attr<int32_t>("obs_dim"){attrs},
+        .Attr<int32_t>("jw_num_agents").Attr<int32_t>("jw_obs_dim"){attrs},
     {{ffi::Traits::kCmdBufferCompatible}});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_{spec.name}_step_{platform}, Step{suffix},
     ffi::Ffi::Bind(){stream_bind}
@@ -341,7 +365,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_{spec.name}_step_{platform}, Step{suffix},
         w(f"        .Ret<ffi::Buffer<ffi::{ffi_t[f.dtype]}>>()")
     w(f"""        .Ret<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>()
         .Ret<ffi::Buffer<ffi::PRED>>().Ret<ffi::Buffer<ffi::PRED>>().Ret<ffi::Buffer<ffi::PRED>>()
-        .Attr<int32_t>("num_agents").Attr<int32_t>("obs_dim").Attr<int32_t>("heads"){attrs},
+        .Attr<int32_t>("jw_num_agents").Attr<int32_t>("jw_obs_dim").Attr<int32_t>("jw_heads"){attrs},
     {{ffi::Traits::kCmdBufferCompatible}});""")
     return "\n".join(L) + "\n"
 
@@ -549,7 +573,7 @@ class ContractEnv:
                                   _DTYPES[f.dtype][1]) for f in self.spec.fields]
             + [jax.ShapeDtypeStruct((num_envs, n, self.obs_dim), jnp.float32)],
             vmap_method="broadcast_all",
-        )(key_data, num_agents=np.int32(n), obs_dim=np.int32(self.obs_dim), **self._attrs)
+        )(key_data, jw_num_agents=np.int32(n), jw_obs_dim=np.int32(self.obs_dim), **self._attrs)
         return outs[-1], self.spec.state_type(*outs[:-1])
 
     def step(self, key: jax.Array, state: Any, actions: jax.Array):
@@ -581,8 +605,8 @@ class ContractEnv:
             + [jax.ShapeDtypeStruct((num_envs,), jnp.bool_)] * 3,
             vmap_method="broadcast_all",
             input_output_aliases={2 + i: i for i in range(k)},
-        )(key_data, actions, *fields, num_agents=np.int32(n), obs_dim=np.int32(self.obs_dim),
-          heads=np.int32(heads), **self._attrs)
+        )(key_data, actions, *fields, jw_num_agents=np.int32(n),
+          jw_obs_dim=np.int32(self.obs_dim), jw_heads=np.int32(heads), **self._attrs)
         state = self.spec.state_type(*outs[:k])
         obs, reward, done, term, trunc = outs[k:]
         info = {"terminated": term, "truncated": trunc}

@@ -15,6 +15,19 @@ _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {
 }
 
 
+def register_env(name: str, env_cls: type, params_cls: type,
+                 configs: dict[str, dict[str, Any]] | None = None) -> None:
+    """Makes a user env available to `make` (and to ``jaxwarp train env=name``).
+
+    env_cls(params, backend=..., checks=...) builds the env; params_cls is its
+    params dataclass; configs are optional named parameter sets.
+    """
+    if not dataclasses.is_dataclass(params_cls):
+        raise TypeError(f"register_env({name!r}): params_cls must be a dataclass; got "
+                        f"{params_cls!r}")
+    _REGISTRY[name] = (env_cls, params_cls, dict(configs or {}))
+
+
 def registered_envs() -> tuple[str, ...]:
     """Names accepted by `make`."""
     return tuple(_REGISTRY)

@@ -43,6 +43,7 @@ class TrainConfig:
     """Everything one training run needs; hashable and static under jit."""
 
     env: str = "tag_continuous"  # registered env name (jaxwarp.registered_envs())
+    env_module: str | None = None  # a .py file or module to import first (registers a user env)
     env_config: str | None = "warpdrive_default"  # named env configuration or None
     env_params: tuple[tuple[str, Any], ...] = ()  # env parameter overrides (name, value)
     backend: str = "auto"  # env backend: "auto" | "cuda" | "cpu" | "jax"
@@ -223,7 +224,8 @@ def config_from_dict(d: Mapping[str, Any], base: TrainConfig | None = None) -> T
                 merged[str(name)] = _policy_from_dict(name, settings)
             kwargs[k] = tuple(sorted(merged.items()))
         else:
-            kwargs[k] = _coerce(k, v, fields[k].default, allow_none=(k == "env_config"))
+            kwargs[k] = _coerce(k, v, fields[k].default,
+                                allow_none=k in ("env_config", "env_module"))
     config = dataclasses.replace(base, **kwargs)
     validate(config)
     return config

@@ -83,6 +83,8 @@ def build_trainer(config: TrainConfig, env: Any = None,
     overriding the model named in the config.
     """
     c, d = config, derived(config)
+    if c.env_module:
+        import_env_module(c.env_module)
     if env is None:
         env = make_env(c.env, backend=c.backend, config=c.env_config, **dict(c.env_params))
     nvec = tuple(int(n) for n in env.action_space.nvec)
@@ -279,6 +281,32 @@ def build_trainer(config: TrainConfig, env: Any = None,
 
     return Trainer(config=c, derived=d, env=env, groups=groups, models=nets,
                    init=init, run=run, rollout=rollout)
+
+
+def import_env_module(name: str) -> None:
+    """Imports a user env's module (a .py path or a dotted name) so that it
+    registers its env with `jaxwarp.register_env`."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(name)
+    if name.endswith(".py"):
+        if not path.exists():
+            raise ConfigError(f"env_module: {name!r} does not exist")
+        mod_name = f"jaxwarp_user_{path.stem}"
+        if mod_name in sys.modules:
+            return
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    else:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ConfigError(f"env_module: cannot import {name!r}: {e}") from None
 
 
 def _extra_names(env, episode_metrics, num_envs: int) -> list[str]:

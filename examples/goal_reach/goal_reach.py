@@ -1,0 +1,129 @@
+"""Goal reach: the tutorial env of docs/custom_env.md, written as a user would.
+
+The kernel is `goal_reach.h` (next to this file); this module is its spec:
+params, state, the pure-JAX reference, and a `make` that builds the kernels
+at run time (`jaxwarp.build_env`) and registers the env under "goal_reach"
+so that `jaxwarp.make` and `jaxwarp train env=goal_reach` find it.
+
+| observation (f32[envs, agents, 3]) | goal_x - x, goal_y - y, home (0/1) |
+|---|---|
+| action (i32[envs, agents, 1]) | 0 stay, 1 right, 2 left, 3 up, 4 down |
+| reward | -distance to the goal, + bonus on arrival |
+| end | terminated: all agents home; truncated: max_steps |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+import jaxwarp
+from jaxwarp.authoring import ContractEnv, EnvSpec, StateField, agent_uniform
+
+F32 = np.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class GoalReachParams:
+    num_agents: int = 3
+    step_size: float = 0.05
+    radius: float = 0.1
+    bonus: float = 10.0
+    max_steps: int = 100
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.num_agents, int) and self.num_agents >= 1):
+            raise ValueError(f"goal_reach: num_agents={self.num_agents!r}; expected an int >= 1")
+        if not (isinstance(self.max_steps, int) and self.max_steps >= 1):
+            raise ValueError(f"goal_reach: max_steps={self.max_steps!r}; expected an int >= 1")
+
+
+@struct.dataclass
+class GoalReachState:
+    x: jax.Array  # f32[envs, agents]
+    y: jax.Array  # f32[envs, agents]
+    home: jax.Array  # i32[envs, agents]
+    goal_x: jax.Array  # f32[envs]
+    goal_y: jax.Array  # f32[envs]
+    timestep: jax.Array  # i32[envs]
+    episode_return: jax.Array  # f32[envs, agents]
+
+
+def _fresh(p: GoalReachParams, key_data: jax.Array, num_envs: int) -> dict[str, jax.Array]:
+    """A new episode for every env: the draws reset() makes in goal_reach.h."""
+    n = p.num_agents
+    return dict(x=agent_uniform(key_data, num_envs, n, 0),
+                y=agent_uniform(key_data, num_envs, n, 1),
+                home=jnp.zeros((num_envs, n), jnp.int32),
+                goal_x=agent_uniform(key_data, num_envs, 1, 2)[:, 0],
+                goal_y=agent_uniform(key_data, num_envs, 1, 3)[:, 0])
+
+
+def observe(p: GoalReachParams, s: GoalReachState) -> jax.Array:
+    return jnp.stack([s.goal_x[:, None] - s.x, s.goal_y[:, None] - s.y,
+                      s.home.astype(jnp.float32)], axis=-1)
+
+
+def reference_reset(p: GoalReachParams, key_data: jax.Array, num_envs: int):
+    s = GoalReachState(**_fresh(p, key_data, num_envs),
+                       timestep=jnp.zeros((num_envs,), jnp.int32),
+                       episode_return=jnp.zeros((num_envs, p.num_agents), jnp.float32))
+    return observe(p, s), s
+
+
+def reference_step(p: GoalReachParams, key_data: jax.Array, s: GoalReachState,
+                   actions: jax.Array):
+    m = actions[..., 0]
+    home = s.home == 1
+    h = F32(p.step_size)
+    dx = jnp.where(m == 1, h, jnp.where(m == 2, -h, F32(0)))
+    dy = jnp.where(m == 3, h, jnp.where(m == 4, -h, F32(0)))
+    x = jnp.where(home, s.x, jnp.clip(s.x + dx, F32(0), F32(1)))
+    y = jnp.where(home, s.y, jnp.clip(s.y + dy, F32(0), F32(1)))
+    ex, ey = x - s.goal_x[:, None], y - s.goal_y[:, None]
+    dist = jnp.sqrt(ex * ex + ey * ey)  # the kernel: sqrtf(fmaf(ex, ex, ey * ey))
+    arrived = ~home & (dist < F32(p.radius))
+    reward = -dist + jnp.where(arrived, F32(p.bonus), F32(0))
+    t = s.timestep + 1
+    episode_return = jnp.where((t == 1)[:, None], F32(0), s.episode_return) + reward
+    terminated = jnp.all(home | arrived, axis=1)
+    truncated = t >= p.max_steps
+    done = terminated | truncated
+    fresh = _fresh(p, key_data, s.x.shape[0])
+    moved = dict(x=x, y=y, home=(home | arrived).astype(jnp.int32), goal_x=s.goal_x,
+                 goal_y=s.goal_y)
+    pick = {k: jnp.where(done if v.ndim == 1 else done[:, None], fresh[k], v)
+            for k, v in moved.items()}
+    new = GoalReachState(**pick, timestep=jnp.where(done, 0, t), episode_return=episode_return)
+    info = {"terminated": terminated, "truncated": truncated, "episode_return": episode_return}
+    return observe(p, new), new, reward, done, info
+
+
+SPEC = EnvSpec(
+    name="goal_reach",
+    header=Path(__file__).with_name("goal_reach.h"),
+    params_type=GoalReachParams,
+    state_type=GoalReachState,
+    fields=(StateField("x", "f32"), StateField("y", "f32"), StateField("home", "i32"),
+            StateField("goal_x", "f32", "env"), StateField("goal_y", "f32", "env"),
+            StateField("timestep", "i32", "env"), StateField("episode_return", "f32")),
+    num_agents=lambda p: p.num_agents,
+    obs_dim=lambda p: 3,
+    nvec=lambda p: (5,),
+    reference_reset=reference_reset,
+    reference_step=reference_step,
+)
+
+
+class GoalReach(ContractEnv):
+    def __init__(self, params: GoalReachParams | None = None, backend: str = "auto",
+                 checks: bool = False):
+        super().__init__(SPEC, params=params, backend=backend)
+
+
+jaxwarp.register_env("goal_reach", GoalReach, GoalReachParams)
