@@ -3,6 +3,7 @@
 #   bash experiments/gpu_train.sh checks   # build, GPU tests, sampler bench, profile, CLI run
 #   bash experiments/gpu_train.sh bench [CASES]  # training throughput, kernel vs pure-JAX
 #                                                # backends (CASES: e.g. 0,1,2,3)
+#   bash experiments/gpu_train.sh authoring    # user-env contract: GPU tests, env throughput
 # The learning curve is experiments/learn_tag.py (about 6 minutes).
 # Logs and JSON go to $OUT (or experiments/results when OUT is unset).
 set -o pipefail
@@ -32,5 +33,11 @@ bench)
   python3 experiments/bench_train.py --repeats 2 --out "$OUT/bench_train_h100${2:+_${2//,/-}}.json" \
     ${2:+--cases $2} 2>&1 \
     | grep -v "^W1\|bfc_alloc" | tee "$OUT/bench_train_h100${2:+_${2//,/-}}.log"
+  ;;
+authoring)
+  python3 -m pytest -m gpu -q tests/test_authoring_gpu.py 2>&1 \
+    | tee "$OUT/pytest_authoring_gpu_h100.log" | tail -3
+  python3 experiments/bench_contract_envs.py --out "$OUT/bench_contract_envs_h100.json" 2>&1 \
+    | tee "$OUT/bench_contract_envs_h100.log"
   ;;
 esac

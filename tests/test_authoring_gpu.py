@@ -33,3 +33,18 @@ def test_cartpole_cuda_vmap_equals_loop():
         out_i = jax.jit(env.step)(keys[i], st_i, act[i])
         for a, b in zip(jax.tree.leaves(out_b), jax.tree.leaves(out_i)):
             np.testing.assert_array_equal(a[i], b)
+
+
+def test_tutorial_env_cuda_matches_cpu_and_reference():
+    from pathlib import Path
+
+    from jaxwarp.train.trainer import import_env_module
+
+    import_env_module(str(Path(__file__).resolve().parent.parent / "examples" / "goal_reach"
+                          / "goal_reach.py"))
+    r = jaxwarp.testing.check_consistency("goal_reach", ("cuda", "cpu"), num_envs=32,
+                                          rtol=0, atol=0, num_agents=4, max_steps=40)
+    assert r.ok, r
+    r = jaxwarp.testing.check_consistency("goal_reach", ("cuda", "jax"), num_envs=32,
+                                          rtol=1e-6, atol=1e-6, num_agents=4, max_steps=40)
+    assert r.ok, r

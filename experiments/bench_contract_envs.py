@@ -1,0 +1,89 @@
+"""Env-only throughput of envs built through the authoring contract
+(cartpole, the tutorial's goal_reach): kernel vs pure-JAX reference, side by
+side in one process. One jitted lax.scan of T steps with random actions
+drawn on device, auto-reset on, compile excluded, median of 5 timed calls.
+
+    python experiments/bench_contract_envs.py --out experiments/results/bench_contract_envs_h100.json
+    python experiments/bench_contract_envs.py --small
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+import jaxwarp
+from jaxwarp.train.trainer import import_env_module
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_CASES = [("cartpole", {}, 4096, 500), ("cartpole", {}, 65536, 500),
+             ("cartpole", {}, 1048576, 100), ("goal_reach", {"num_agents": 3}, 65536, 200)]
+SMALL_CASES = [("cartpole", {}, 256, 200), ("goal_reach", {"num_agents": 3}, 256, 100)]
+
+
+def bench(name: str, params: dict, backend: str, num_envs: int, steps: int) -> dict:
+    env = jaxwarp.make(name, backend=backend, **params)
+    nvec = env.action_space.nvec
+
+    def run(state, key):
+        def body(s, k):
+            k1, k2 = jax.random.split(k)
+            a = env.action_space.sample(k1, (num_envs, env.num_agents))
+            _, s, r, d, _ = env.step(k2, s, a)
+            return s, r.mean() + d.mean()
+        return jax.lax.scan(body, state, jax.random.split(key, steps))
+
+    _, state = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), num_envs)
+    f = jax.jit(run, donate_argnums=0)
+    t = time.perf_counter()
+    compiled = f.lower(state, jax.random.PRNGKey(1)).compile()
+    compile_s = time.perf_counter() - t
+    state, out = compiled(state, jax.random.PRNGKey(1))
+    jax.block_until_ready(out)
+    times = []
+    for i in range(5):
+        t = time.perf_counter()
+        state, out = compiled(state, jax.random.PRNGKey(2 + i))
+        jax.block_until_ready(out)
+        times.append(time.perf_counter() - t)
+    sec = statistics.median(times)
+    return {"env": name, "params": params, "backend": env.backend, "num_envs": num_envs,
+            "num_agents": env.num_agents, "nvec": list(map(int, nvec)), "steps": steps,
+            "compile_s": compile_s, "env_steps_per_s": num_envs * steps / sec, "times_s": times}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--out", default="experiments/results/bench_contract_envs.json")
+    args = ap.parse_args()
+    import_env_module(str(ROOT / "examples" / "goal_reach" / "goal_reach.py"))
+    gpu = jaxwarp.gpu_available()
+    kernel = "cuda" if gpu else "cpu"
+    cases = SMALL_CASES if args.small or not gpu else GPU_CASES
+    results = []
+    for name, params, n, steps in cases:
+        row = {}
+        for backend in (kernel, "jax"):
+            r = bench(name, params, backend, n, steps)
+            results.append(r)
+            row[backend] = r["env_steps_per_s"]
+            print(f"{name:10s} {n:8d} envs {backend:4s}: {r['env_steps_per_s'] / 1e6:9.1f} M "
+                  f"env-steps/s (compile {r['compile_s']:.1f} s)", flush=True)
+        print(f"{'':28s} {kernel}/jax = {row[kernel] / row['jax']:.2f}x", flush=True)
+    meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
+            "python": sys.version.split()[0], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
