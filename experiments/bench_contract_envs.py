@@ -1,7 +1,8 @@
 """Env-only throughput of envs built through the authoring contract
 (cartpole, the tutorial's goal_reach): kernel vs pure-JAX reference, side by
 side in one process. One jitted lax.scan of T steps with random actions
-drawn on device, auto-reset on, compile excluded, median of 5 timed calls.
+drawn on device, auto-reset on, state and observations carried and donated,
+compile excluded, median of 5 timed calls.
 
     python experiments/bench_contract_envs.py --out experiments/results/bench_contract_envs_h100.json
     python experiments/bench_contract_envs.py --small
@@ -32,15 +33,18 @@ def bench(name: str, params: dict, backend: str, num_envs: int, steps: int) -> d
     env = jaxwarp.make(name, backend=backend, **params)
     nvec = env.action_space.nvec
 
-    def run(state, key):
-        def body(s, k):
+    def run(carry, key):
+        # Observations are carried (and returned), so neither backend can skip them.
+        def body(c, k):
+            s, _ = c
             k1, k2 = jax.random.split(k)
             a = env.action_space.sample(k1, (num_envs, env.num_agents))
-            _, s, r, d, _ = env.step(k2, s, a)
-            return s, r.mean() + d.mean()
-        return jax.lax.scan(body, state, jax.random.split(key, steps))
+            obs, s, r, d, _ = env.step(k2, s, a)
+            return (s, obs), r.mean() + d.mean()
+        return jax.lax.scan(body, carry, jax.random.split(key, steps))
 
-    _, state = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), num_envs)
+    obs, state = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), num_envs)
+    state = (state, obs)
     f = jax.jit(run, donate_argnums=0)
     t = time.perf_counter()
     compiled = f.lower(state, jax.random.PRNGKey(1)).compile()
