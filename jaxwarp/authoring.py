@@ -258,7 +258,8 @@ def generate_source(spec: EnvSpec, header_path: Path, platform: str) -> str:
                             const uint32_t* keys, int n, int obs_dim, float* obs) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= envs) return;
-  const int64_t m = e / per_member;
+  // Only a vmapped call has several key members; skip the 64-bit division otherwise.
+  const int64_t m = per_member == envs ? 0 : e / per_member;
   reset_env(p, b, e, static_cast<uint32_t>(e - m * per_member), keys + 2 * m, n, obs_dim, obs);
 }
 __global__ void StepKernel(Params p, Bases b, int64_t envs, int64_t per_member,
@@ -267,7 +268,7 @@ __global__ void StepKernel(Params p, Bases b, int64_t envs, int64_t per_member,
                            bool* term, bool* trunc) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= envs) return;
-  const int64_t m = e / per_member;
+  const int64_t m = per_member == envs ? 0 : e / per_member;
   step_env(p, b, e, static_cast<uint32_t>(e - m * per_member), keys + 2 * m, n, obs_dim,
            heads, act, obs, reward, done, term, trunc);
 }""")
