@@ -1,0 +1,115 @@
+"""MPE simple_spread on the CPU: the kernel against its pure-JAX reference,
+and both against JaxMARL's SimpleSpreadMPE step by step from the same state
+and actions (skipped where jaxmarl is not installed)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+from jaxwarp.envs import mpe
+
+jaxwarp.register_env("mpe_simple_spread", mpe.MPESimpleSpread, mpe.MPESimpleSpreadParams)
+
+# The kernel's expf/log1pf (contact force) and summation order differ from
+# XLA's by an ulp or so; resync keeps those from compounding.
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("params", [{}, {"num_agents": 5, "num_landmarks": 4,
+                                         "local_ratio": 0.3, "max_steps": 10}])
+def test_spread_cpu_matches_reference(params):
+    r = jaxwarp.testing.check_consistency("mpe_simple_spread", ("cpu", "jax"), num_envs=16,
+                                          resync=True, **TOL, **params)
+    assert r.ok, r
+    assert r.episodes_finished == 32  # every env twice in 2 (max_steps + 1) + 1 steps
+
+
+def test_spread_shapes_spaces_and_episode_length():
+    env = mpe.MPESimpleSpread(backend="cpu")
+    assert env.num_agents == 3 and env.obs_dim == 18
+    assert env.action_space.nvec == (5,)
+    assert set(env.policy_groups) == {"agent"}
+    obs, s = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), 4)
+    assert obs.shape == (4, 3, 18) and obs.dtype == jnp.float32
+    assert s.timestep.shape == (4,) and s.timestep.dtype == jnp.int32
+    assert float(jnp.abs(s.x).max()) <= 1.0 and float(jnp.abs(s.lm_y).max()) <= 1.0
+    np.testing.assert_array_equal(obs[..., 14:], 0.0)  # communication: silent agents
+    step = jax.jit(env.step)
+    act = jnp.zeros((4, 3, 1), jnp.int32)
+    for t in range(26):
+        obs, s, rew, done, info = step(jax.random.PRNGKey(t + 1), s, act)
+        assert rew.shape == (4, 3) and rew.dtype == jnp.float32 and done.dtype == jnp.bool_
+        # JaxMARL: done = step >= max_steps before the step, so 26 steps per episode.
+        assert bool(done.all()) == (t == 25), t
+        assert not bool(info["terminated"].any())
+    assert int(s.timestep.max()) == 0
+
+
+def test_spread_params_validation():
+    with pytest.raises(ValueError, match="num_landmarks"):
+        mpe.MPESimpleSpreadParams(num_agents=2, num_landmarks=3)
+    with pytest.raises(ValueError, match="local_ratio"):
+        mpe.MPESimpleSpreadParams(local_ratio=1.5)
+    with pytest.raises(ValueError, match="checks"):
+        mpe.MPESimpleSpread(backend="jax", checks=True)
+
+
+def _to_jaxmarl(s, num_landmarks):
+    from jaxmarl.environments.mpe.simple import State
+
+    e, n = s.x.shape
+    pos = jnp.concatenate([jnp.stack([s.x, s.y], -1),
+                           jnp.stack([s.lm_x, s.lm_y], -1)[:, :num_landmarks]], axis=1)
+    vel = jnp.concatenate([jnp.stack([s.vx, s.vy], -1),
+                           jnp.zeros((e, num_landmarks, 2), jnp.float32)], axis=1)
+    return State(p_pos=pos, p_vel=vel, c=jnp.zeros((e, n, 2), jnp.float32),
+                 done=jnp.zeros((e,), bool), step=s.timestep)
+
+
+@pytest.mark.parametrize("n,nl", [(3, 3), (4, 2)])
+def test_spread_matches_jaxmarl_step_by_step(n, nl):
+    pytest.importorskip("jaxmarl")
+    from jaxmarl.environments.mpe.simple_spread import SimpleSpreadMPE
+
+    ref = SimpleSpreadMPE(num_agents=n, num_landmarks=nl)
+    p = mpe.MPESimpleSpreadParams(num_agents=n, num_landmarks=nl)
+    envs = [mpe.MPESimpleSpread(p, backend=b) for b in ("jax", "cpu")]
+    num_envs = 64
+    _, s = envs[0].reset(jax.random.PRNGKey(0), num_envs)
+    # Half the envs start crowded, so that the soft contacts and the collision
+    # penalty are exercised.
+    crowd = (jnp.arange(num_envs) % 2 == 0)[:, None]
+    s = s.replace(x=jnp.where(crowd, s.x * 0.2, s.x), y=jnp.where(crowd, s.y * 0.2, s.y))
+    ref_step = jax.jit(jax.vmap(ref.step_env))
+    steps = [jax.jit(e.step) for e in envs]
+    collisions = dones = 0
+    for t in range(30):
+        k_act, k_step = jax.random.split(jax.random.PRNGKey(100 + t))
+        act = jax.random.randint(k_act, (num_envs, n, 1), 0, 5, jnp.int32)
+        acts = {a: act[:, i, 0] for i, a in enumerate(ref.agents)}
+        r_obs, r_state, r_rew, r_done, _ = ref_step(jax.random.split(k_step, num_envs),
+                                                    _to_jaxmarl(s, nl), acts)
+        r_obs = np.stack([r_obs[a] for a in ref.agents], 1)
+        r_rew = np.stack([r_rew[a] for a in ref.agents], 1)
+        r_done = np.asarray(r_done["__all__"])
+        outs = [st(k_step, s, act) for st in steps]
+        for obs, s_new, rew, done, _ in outs:
+            np.testing.assert_array_equal(np.asarray(done), r_done)
+            np.testing.assert_allclose(rew, r_rew, **TOL)
+            live = ~r_done
+            np.testing.assert_allclose(np.asarray(obs)[live], r_obs[live], **TOL)
+            np.testing.assert_allclose(np.asarray(s_new.x)[live],
+                                       np.asarray(r_state.p_pos)[live, :n, 0], **TOL)
+            np.testing.assert_allclose(np.asarray(s_new.vy)[live],
+                                       np.asarray(r_state.p_vel)[live, :n, 1], **TOL)
+        pos = np.asarray(r_state.p_pos)[:, :n]
+        d = np.linalg.norm(pos[:, :, None] - pos[:, None], axis=-1)
+        collisions += int(((d < 0.3) & ~np.eye(n, dtype=bool)).sum())
+        s = outs[0][1]
+        dones += int(r_done.sum())
+    assert dones == num_envs  # 30 steps cross the end of the first episode
+    assert collisions > 100
