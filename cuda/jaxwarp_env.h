@@ -55,10 +55,13 @@ struct Agent {
     const uint32_t c1 = (static_cast<uint32_t>(agent) << 16) | (stream << 15) | (draw & 0x7FFFu);
     return uniform01(threefry2x32(key0, key1, env, c1).a);
   }
-  // Uniform in [low, high): fmaf(u, high - low, low), which is what XLA makes
-  // of the reference's `u * (high - low) + low`.
+  // Uniform in [low, high): min(u * span, span) + low with span = high - low,
+  // all in float32 and rounded after each operation. The reference writes the
+  // same (jaxwarp.authoring.agent_uniform(..., low, high)); the min, a no-op on
+  // the value, keeps XLA from contracting the multiply-add into an fma.
   JW_HD float uniform(uint32_t draw, float low, float high) const {
-    return fmaf(uniform(draw), high - low, low);
+    const float span = high - low;
+    return fminf(uniform(draw) * span, span) + low;
   }
 };
 

@@ -101,9 +101,11 @@ class EnvSpec:
 
 
 def agent_uniform(key_data: jax.Array, num_envs: int, num_agents: int, draw: int,
+                  low: float | None = None, high: float | None = None,
                   stream: int = 0) -> jax.Array:
-    """f32[envs, agents]: what ``jaxwarp::Agent::uniform(draw)`` returns in
-    reset() (stream 0) or step() (stream 1) for every env and agent."""
+    """f32[envs, agents]: what ``jaxwarp::Agent::uniform(draw)`` (or
+    ``uniform(draw, low, high)``) returns in reset() (stream 0) or step()
+    (stream 1) for every env and agent."""
     from jax.extend.random import threefry2x32_p
 
     shape = (num_envs, num_agents)
@@ -113,7 +115,11 @@ def agent_uniform(key_data: jax.Array, num_envs: int, num_agents: int, draw: int
     k0 = jnp.broadcast_to(key_data[0], shape)
     k1 = jnp.broadcast_to(key_data[1], shape)
     bits, _ = threefry2x32_p.bind(k0, k1, env, c1)
-    return (bits >> 8).astype(jnp.float32) * np.float32(2.0**-24)
+    u = (bits >> 8).astype(jnp.float32) * np.float32(2.0**-24)
+    if low is None:
+        return u
+    span = np.float32(high) - np.float32(low)
+    return jnp.minimum(u * span, span) + np.float32(low)
 
 
 # ---------------------------------------------------------------------------

@@ -236,8 +236,9 @@ def test_reset_distribution_shapes_and_draws(name):
         bits, _ = threefry2x32_p.bind(
             k0, k1, jnp.arange(n, dtype=jnp.uint32), jnp.full((n,), i, jnp.uint32))
         u = (np.asarray(bits) >> 8).astype(np.float64) * 2.0**-24
-        expect = u * np.float64(np.float32(hi - lo)) + np.float64(np.float32(lo))
-        np.testing.assert_array_equal(v[:, 0], expect.astype(np.float32))  # one rounding
+        span = np.float32(np.float32(hi) - np.float32(lo))
+        expect = (u * np.float64(span)).astype(np.float32) + np.float32(lo)  # two roundings
+        np.testing.assert_array_equal(v[:, 0], expect)
     if name == "mountain_car":
         assert not np.any(state.velocity)
     if name in ("cartpole", "mountain_car"):  # the obs is the state

@@ -132,7 +132,12 @@ def uniform_draw(key_data: jax.Array, num_envs: int, draw: int, low: float,
     d = jnp.full(shape, draw, jnp.uint32)
     bits, _ = threefry2x32_p.bind(k0, k1, env, d)
     u = (bits >> 8).astype(jnp.float32) * F32(2.0**-24)
-    return (u * F32(high - low) + F32(low))[:, None]
+    # span and low in float32 as the kernels compute them; the min (a no-op on
+    # the value, since u < 1) keeps XLA from contracting u * span + low into
+    # an fma in some programs and not in others, so the bits never depend on
+    # the surrounding program (jaxwarp::Agent::uniform(draw, low, high)).
+    span = F32(high) - F32(low)
+    return (jnp.minimum(u * span, span) + F32(low))[:, None]
 
 
 def _check_reset_args(key_data: jax.Array, num_envs: int) -> int:
