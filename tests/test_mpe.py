@@ -1,4 +1,4 @@
-"""MPE simple_spread on the CPU: the kernel against its pure-JAX reference,
+"""MPE simple_spread and simple_tag on the CPU: the kernel against its pure-JAX reference,
 and both against JaxMARL's SimpleSpreadMPE step by step from the same state
 and actions (skipped where jaxmarl is not installed)."""
 
@@ -13,6 +13,7 @@ import jaxwarp
 from jaxwarp.envs import mpe
 
 jaxwarp.register_env("mpe_simple_spread", mpe.MPESimpleSpread, mpe.MPESimpleSpreadParams)
+jaxwarp.register_env("mpe_simple_tag", mpe.MPESimpleTag, mpe.MPESimpleTagParams)
 
 # The kernel's expf/log1pf (contact force) and summation order differ from
 # XLA's by an ulp or so; resync keeps those from compounding.
@@ -70,14 +71,24 @@ def _to_jaxmarl(s, num_landmarks):
                  done=jnp.zeros((e,), bool), step=s.timestep)
 
 
-@pytest.mark.parametrize("n,nl", [(3, 3), (4, 2)])
-def test_spread_matches_jaxmarl_step_by_step(n, nl):
+@pytest.mark.parametrize("case", ["spread", "spread_4_2", "tag", "tag_2_2_3"])
+def test_matches_jaxmarl_step_by_step(case):
     pytest.importorskip("jaxmarl")
     from jaxmarl.environments.mpe.simple_spread import SimpleSpreadMPE
+    from jaxmarl.environments.mpe.simple_tag import SimpleTagMPE
 
-    ref = SimpleSpreadMPE(num_agents=n, num_landmarks=nl)
-    p = mpe.MPESimpleSpreadParams(num_agents=n, num_landmarks=nl)
-    envs = [mpe.MPESimpleSpread(p, backend=b) for b in ("jax", "cpu")]
+    if case.startswith("spread"):
+        n, nl = (3, 3) if case == "spread" else (4, 2)
+        ref = SimpleSpreadMPE(num_agents=n, num_landmarks=nl)
+        p = mpe.MPESimpleSpreadParams(num_agents=n, num_landmarks=nl)
+        cls = mpe.MPESimpleSpread
+    else:
+        ng, na, nl = (1, 3, 2) if case == "tag" else (2, 2, 3)
+        n = ng + na
+        ref = SimpleTagMPE(num_good_agents=ng, num_adversaries=na, num_obs=nl)
+        p = mpe.MPESimpleTagParams(num_good_agents=ng, num_adversaries=na, num_obs=nl)
+        cls = mpe.MPESimpleTag
+    envs = [cls(p, backend=b) for b in ("jax", "cpu")]
     num_envs = 64
     _, s = envs[0].reset(jax.random.PRNGKey(0), num_envs)
     # Half the envs start crowded, so that the soft contacts and the collision
@@ -93,7 +104,9 @@ def test_spread_matches_jaxmarl_step_by_step(n, nl):
         acts = {a: act[:, i, 0] for i, a in enumerate(ref.agents)}
         r_obs, r_state, r_rew, r_done, _ = ref_step(jax.random.split(k_step, num_envs),
                                                     _to_jaxmarl(s, nl), acts)
-        r_obs = np.stack([r_obs[a] for a in ref.agents], 1)
+        width = max(r_obs[a].shape[-1] for a in ref.agents)  # tag: good agents pad with 0
+        r_obs = np.stack([np.pad(r_obs[a], ((0, 0), (0, width - r_obs[a].shape[-1])))
+                          for a in ref.agents], 1)
         r_rew = np.stack([r_rew[a] for a in ref.agents], 1)
         r_done = np.asarray(r_done["__all__"])
         outs = [st(k_step, s, act) for st in steps]
@@ -108,8 +121,21 @@ def test_spread_matches_jaxmarl_step_by_step(n, nl):
                                        np.asarray(r_state.p_vel)[live, :n, 1], **TOL)
         pos = np.asarray(r_state.p_pos)[:, :n]
         d = np.linalg.norm(pos[:, :, None] - pos[:, None], axis=-1)
-        collisions += int(((d < 0.3) & ~np.eye(n, dtype=bool)).sum())
+        collisions += int(((d < 0.12) & ~np.eye(n, dtype=bool)).sum())
         s = outs[0][1]
         dones += int(r_done.sum())
     assert dones == num_envs  # 30 steps cross the end of the first episode
-    assert collisions > 100
+    assert collisions > 20  # pairs closer than any two agents' radii
+
+
+def test_tag_cpu_matches_reference_and_groups():
+    r = jaxwarp.testing.check_consistency("mpe_simple_tag", ("cpu", "jax"), num_envs=16,
+                                          resync=True, **TOL)
+    assert r.ok, r
+    assert r.episodes_finished == 32
+    env = mpe.MPESimpleTag(backend="cpu")
+    assert env.num_agents == 4 and env.obs_dim == 16
+    np.testing.assert_array_equal(env.policy_groups["adversary"], [0, 1, 2])
+    np.testing.assert_array_equal(env.policy_groups["agent"], [3])
+    with pytest.raises(ValueError, match="num_obs"):
+        mpe.MPESimpleTagParams(num_good_agents=1, num_adversaries=1, num_obs=3)

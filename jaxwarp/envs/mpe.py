@@ -291,3 +291,142 @@ class MPESimpleSpread(ContractEnv):
                              "action is decoded as JaxMARL does: <= 2 moves along x, even "
                              "is +, 0 is no-op)")
         super().__init__(SPREAD_SPEC, params=params, backend=backend)
+
+
+# ---------------------------------------------------------------------------
+# simple_tag.
+# ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class MPESimpleTagParams:
+    """JaxMARL ``SimpleTagMPE`` defaults. Agents 0 .. num_adversaries-1 are
+    the adversaries, the rest the good agents (JaxMARL's order)."""
+
+    num_good_agents: int = 1
+    num_adversaries: int = 3
+    num_obs: int = 2  # obstacles (landmarks); <= num_good_agents + num_adversaries
+    max_steps: int = 25  # an episode has max_steps + 1 steps, as in JaxMARL
+    dt: float = 0.1
+    damping: float = 0.25
+    contact_force: float = 100.0
+    contact_margin: float = 1e-3
+    adversary_size: float = 0.075
+    good_size: float = 0.05
+    obs_size: float = 0.2
+    adversary_accel: float = 3.0
+    good_accel: float = 4.0
+    adversary_max_speed: float = 1.0
+    good_max_speed: float = 1.3
+    mass: float = 1.0
+
+    def __post_init__(self) -> None:
+        env = "mpe_simple_tag"
+        _check_int(env, "num_good_agents", self.num_good_agents, 1)
+        _check_int(env, "num_adversaries", self.num_adversaries, 1)
+        _check_int(env, "num_obs", self.num_obs, 0)
+        if self.num_obs > self.num_good_agents + self.num_adversaries:
+            raise ValueError(f"{env}: num_obs={self.num_obs} > num_good_agents + "
+                             f"num_adversaries={self.num_good_agents + self.num_adversaries}; "
+                             "jaxwarp stores obstacle l in agent slot l, so at most "
+                             "num_agents obstacles are supported")
+        _check_int(env, "max_steps", self.max_steps, 0)
+        for name in ("dt", "contact_margin", "adversary_size", "good_size", "obs_size", "mass",
+                     "adversary_max_speed", "good_max_speed"):
+            _check_positive(env, name, getattr(self, name))
+        if not 0.0 <= self.damping <= 1.0:
+            raise ValueError(f"{env}: damping={self.damping!r}; expected 0 <= damping <= 1")
+
+    @property
+    def num_agents(self) -> int:
+        return self.num_adversaries + self.num_good_agents
+
+
+def tag_obs_dim(p: MPESimpleTagParams) -> int:
+    return 4 + 2 * p.num_obs + 2 * (p.num_agents - 1) + 2
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def tag_observe(p: MPESimpleTagParams, s: MPEState) -> jax.Array:
+    """obs: f32[envs, agents, tag_obs_dim(p)]; good agents' last 2 are 0."""
+    own = jnp.stack([s.vx, s.vy, s.x, s.y], axis=-1)
+    rel = _interleave((_landmarks_rel(s.x, s.lm_x, p.num_obs),
+                       _landmarks_rel(s.y, s.lm_y, p.num_obs)),
+                      (_others(s.x), _others(s.y)))
+    adversary = (jnp.arange(p.num_agents) < p.num_adversaries)[None, :, None]
+    last_vel = jnp.stack([s.vx[:, -1], s.vy[:, -1]], -1)[:, None, :]
+    tail = jnp.where(adversary, last_vel, F32(0))
+    return jnp.concatenate([own, rel, tail], axis=-1)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def tag_reset(p: MPESimpleTagParams, key_data: jax.Array, num_envs: int):
+    n = p.num_agents
+    s = MPEState(**_fresh(p.num_obs, key_data, num_envs, n),
+                 timestep=jnp.zeros((num_envs,), jnp.int32),
+                 episode_return=jnp.zeros((num_envs, n), jnp.float32))
+    return tag_observe(p, s), s
+
+
+def _bound(x: jax.Array) -> jax.Array:
+    """JaxMARL's ``map_bounds_reward`` of |coordinate| x."""
+    return jnp.where(x < F32(0.9), F32(0),
+                     jnp.where(x < F32(1), (x - F32(0.9)) * F32(10),
+                               jnp.minimum(jnp.exp(F32(2) * x - F32(2)), F32(10))))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def tag_step(p: MPESimpleTagParams, key_data: jax.Array, s: MPEState, actions: jax.Array):
+    n, na, nl = p.num_agents, p.num_adversaries, p.num_obs
+    adversary = np.arange(n) < na
+    accel = jnp.asarray(np.where(adversary, p.adversary_accel, p.good_accel), jnp.float32)
+    size = jnp.asarray(np.where(adversary, p.adversary_size, p.good_size), jnp.float32)
+    max_speed = jnp.asarray(np.where(adversary, p.adversary_max_speed, p.good_max_speed),
+                            jnp.float32)
+    ux, uy = _decode(actions, accel)
+    not_self = ~np.eye(n, dtype=bool)
+    ax, ay = _contact(s.x, s.y, s.x, s.y, size[:, None] + size[None, :], not_self, p)
+    ox, oy = _contact(s.x, s.y, s.lm_x[:, :nl], s.lm_y[:, :nl],
+                      (size[:, None] + F32(p.obs_size)), np.ones((n, nl), bool), p)
+    fx, fy = ax + ox + ux, ay + oy + uy
+    x, y, vx, vy = _integrate(p, s, fx, fy, max_speed)
+    # hit[g, b]: good agent g touches adversary b (on the new positions).
+    dx = x[:, na:, None] - x[:, None, :na]
+    dy = y[:, na:, None] - y[:, None, :na]
+    hit = jnp.sqrt(dx * dx + dy * dy) < F32(p.good_size) + F32(p.adversary_size)
+    total = hit.sum((1, 2)).astype(jnp.int32)
+    # JaxMARL indexes hit with g + num_adversaries, clamped by jit to the last row.
+    rows = np.minimum(np.arange(na, n), p.num_good_agents - 1)
+    mine = hit[:, rows].sum(-1).astype(jnp.int32)  # [envs, good]
+    good_rew = (-10 * mine).astype(jnp.float32) - (_bound(jnp.abs(x[:, na:]))
+                                                    + _bound(jnp.abs(y[:, na:])))
+    adv_rew = jnp.broadcast_to((10 * total).astype(jnp.float32)[:, None], (x.shape[0], na))
+    reward = jnp.concatenate([adv_rew, good_rew], axis=1)
+    moved = dict(x=x, y=y, vx=vx, vy=vy, lm_x=s.lm_x, lm_y=s.lm_y, force_x=fx, force_y=fy)
+    return _finish(p, key_data, s, moved, reward, tag_observe, nl)
+
+
+TAG_SPEC = EnvSpec(
+    name="mpe_simple_tag",
+    header=API_DIR / "envs" / "mpe_simple_tag.h",
+    params_type=MPESimpleTagParams,
+    state_type=MPEState,
+    fields=_FIELDS,
+    num_agents=lambda p: p.num_agents,
+    obs_dim=tag_obs_dim,
+    nvec=lambda p: (5,),
+    reference_reset=tag_reset,
+    reference_step=tag_step,
+    policy_groups=lambda p: {"adversary": np.arange(p.num_adversaries),
+                             "agent": np.arange(p.num_adversaries, p.num_agents)},
+)
+
+
+class MPESimpleTag(ContractEnv):
+    """JaxMARL's MPE simple_tag_v3 (discrete); see the module docstring and
+    `ContractEnv` for the API."""
+
+    def __init__(self, params: MPESimpleTagParams | None = None, backend: str = "auto",
+                 checks: bool = False):
+        if checks:
+            raise ValueError("mpe_simple_tag: checks=True is not supported (every int "
+                             "action is decoded as JaxMARL does)")
+        super().__init__(TAG_SPEC, params=params, backend=backend)

@@ -1,0 +1,160 @@
+// MPE simple_tag (JaxMARL's simple_tag_v3, discrete actions): agents
+// 0 .. A-1 are adversaries (slower, larger) that chase good agents A .. N-1
+// among L obstacles; +10 to every adversary per adversary/good contact, -10
+// to the good agent touched, and a penalty for good agents leaving [-1, 1].
+// Written against jaxwarp's authoring API (cuda/jaxwarp_env.h) like any user
+// env; spec and pure-JAX reference: jaxwarp/envs/mpe.py (same expressions as
+// JaxMARL's jaxmarl/environments/mpe/simple.py and simple_tag.py).
+//
+// Obstacle l lives in slot l of the per-agent fields lm_x / lm_y, so
+// num_obs <= num_agents (slots >= num_obs stay 0).
+#pragma once
+
+// 0: forces from the old positions; 1: integrate; 2: rewards on the new
+// positions; 3: agent 0 advances the step counter (read by all in phase 2).
+constexpr int kStepPhases = 4;
+
+JAXWARP_STATE(f32, x, agent)
+JAXWARP_STATE(f32, y, agent)
+JAXWARP_STATE(f32, vx, agent)
+JAXWARP_STATE(f32, vy, agent)
+JAXWARP_STATE(f32, lm_x, agent)
+JAXWARP_STATE(f32, lm_y, agent)
+JAXWARP_STATE(f32, force_x, agent)
+JAXWARP_STATE(f32, force_y, agent)
+JAXWARP_STATE(i32, timestep, env)
+JAXWARP_STATE(f32, episode_return, agent)
+
+// JaxMARL's soft contact: contact_margin * logaddexp(0, -(dist - dist_min) / margin),
+// with jax.numpy's logaddexp: max(0, z) + log1p(exp(-|z|)).
+JW_HD float mpe_penetration(float dist, float dist_min, float k) {
+  const float z = -(dist - dist_min) / k;
+  return (fmaxf(0.0f, z) + log1pf(expf(-fabsf(z)))) * k;
+}
+
+JW_HD void reset(const Params& p, const State& s, const jaxwarp::Agent& a) {
+  const int i = a.agent;
+  s.x[i] = a.uniform(0, -1.0f, 1.0f);
+  s.y[i] = a.uniform(1, -1.0f, 1.0f);
+  s.vx[i] = 0.0f;
+  s.vy[i] = 0.0f;
+  const bool lm = i < p.num_obs;
+  s.lm_x[i] = lm ? a.uniform(2, -1.0f, 1.0f) : 0.0f;
+  s.lm_y[i] = lm ? a.uniform(3, -1.0f, 1.0f) : 0.0f;
+  s.force_x[i] = 0.0f;
+  s.force_y[i] = 0.0f;
+  if (i == 0) s.timestep[0] = 0;
+}
+
+JW_HD float tag_size(const Params& p, int i) {
+  return i < p.num_adversaries ? p.adversary_size : p.good_size;
+}
+
+// JaxMARL's map_bounds_reward of |coordinate| x.
+JW_HD float tag_bound(float x) {
+  if (x < 0.9f) return 0.0f;
+  if (x < 1.0f) return (x - 0.9f) * 10.0f;
+  return fminf(expf(2.0f * x - 2.0f), 10.0f);
+}
+
+JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const int32_t* action,
+                int phase, jaxwarp::StepResult& r) {
+  const int i = a.agent;
+  const int n = a.num_agents;
+  const bool adversary = i < p.num_adversaries;
+  if (phase == 0) {
+    // JaxMARL's discrete decoding: 0 no-op, 1 -x, 2 +x, 3 -y, 4 +y, times accel.
+    const int m = action[0];
+    const float sign = (m & 1) == 0 ? 1.0f : -1.0f;
+    const float u = m != 0 ? sign * (adversary ? p.adversary_accel : p.good_accel) : 0.0f;
+    const float ux = m <= 2 ? u : 0.0f;
+    const float uy = m <= 2 ? 0.0f : u;
+    // Soft collisions with every other agent and every obstacle.
+    float fx = 0.0f, fy = 0.0f;
+    for (int j = 0; j < n + p.num_obs; ++j) {
+      if (j == i) continue;
+      const bool agent = j < n;
+      const float qx = agent ? s.x[j] : s.lm_x[j - n];
+      const float qy = agent ? s.y[j] : s.lm_y[j - n];
+      const float dist_min = tag_size(p, i) + (agent ? tag_size(p, j) : p.obs_size);
+      const float dx = s.x[i] - qx;
+      const float dy = s.y[i] - qy;
+      // XLA contracts the reference's dx * dx + dy * dy into this fma.
+      const float dist = sqrtf(fmaf(dx, dx, dy * dy));
+      const float pen = mpe_penetration(dist, dist_min, p.contact_margin);
+      fx += p.contact_force * dx / dist * pen;
+      fy += p.contact_force * dy / dist * pen;
+    }
+    s.force_x[i] = fx + ux;
+    s.force_y[i] = fy + uy;
+  } else if (phase == 1) {
+    const float keep = 1.0f - p.damping;
+    s.x[i] = fmaf(s.vx[i], p.dt, s.x[i]);
+    s.y[i] = fmaf(s.vy[i], p.dt, s.y[i]);
+    float vx = fmaf(s.vx[i], keep, s.force_x[i] / p.mass * p.dt);
+    float vy = fmaf(s.vy[i], keep, s.force_y[i] / p.mass * p.dt);
+    const float max_speed = adversary ? p.adversary_max_speed : p.good_max_speed;
+    const float speed = sqrtf(fmaf(vx, vx, vy * vy));
+    if (speed > max_speed) {
+      vx = vx / speed * max_speed;
+      vy = vy / speed * max_speed;
+    }
+    s.vx[i] = vx;
+    s.vy[i] = vy;
+  } else if (phase == 2) {
+    // c[g][b]: good agent g touches adversary b.
+    const int good = n - p.num_adversaries;
+    // JaxMARL indexes its [good, adversary] table with g + num_adversaries,
+    // which jit clamps to the last row: every good agent gets the last good
+    // agent's collisions (the right row when there is one good agent).
+    const int row = adversary ? -1 : (i < good - 1 ? i : good - 1);
+    int total = 0, mine = 0;
+    for (int g = 0; g < good; ++g) {
+      const int gi = p.num_adversaries + g;
+      for (int b = 0; b < p.num_adversaries; ++b) {
+        const float dx = s.x[gi] - s.x[b];
+        const float dy = s.y[gi] - s.y[b];
+        const bool hit = sqrtf(fmaf(dx, dx, dy * dy)) < p.good_size + p.adversary_size;
+        total += hit ? 1 : 0;
+        mine += hit && g == row ? 1 : 0;
+      }
+    }
+    if (adversary) {
+      r.reward = static_cast<float>(10 * total);
+    } else {
+      r.reward = static_cast<float>(-10 * mine) - (tag_bound(fabsf(s.x[i])) +
+                                                   tag_bound(fabsf(s.y[i])));
+    }
+    const int t = s.timestep[0] + 1;
+    s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + r.reward;
+    // JaxMARL: done = step >= max_steps before this step (max_steps + 1 steps).
+    r.truncated = s.timestep[0] >= p.max_steps;
+  } else if (i == 0) {
+    s.timestep[0] += 1;
+  }
+}
+
+// [vel (2), pos (2), obstacle - pos (2 L), other agent - pos (2 (N-1), by
+// index), then for adversaries the velocity of agent N-1 (2), for good
+// agents 2 zeros (JaxMARL's good agents see 2 fewer values)].
+JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs) {
+  const int i = a.agent;
+  const int n = a.num_agents;
+  int k = 0;
+  obs[k++] = s.vx[i];
+  obs[k++] = s.vy[i];
+  obs[k++] = s.x[i];
+  obs[k++] = s.y[i];
+  for (int l = 0; l < p.num_obs; ++l) {
+    obs[k++] = s.lm_x[l] - s.x[i];
+    obs[k++] = s.lm_y[l] - s.y[i];
+  }
+  for (int j = 0; j < n; ++j) {
+    if (j == i) continue;
+    obs[k++] = s.x[j] - s.x[i];
+    obs[k++] = s.y[j] - s.y[i];
+  }
+  const bool adversary = i < p.num_adversaries;
+  obs[k++] = adversary ? s.vx[n - 1] : 0.0f;
+  obs[k++] = adversary ? s.vy[n - 1] : 0.0f;
+}
