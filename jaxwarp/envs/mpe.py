@@ -1,4 +1,4 @@
-"""MPE simple_spread (and simple_tag) as JaxMARL has them, through the authoring contract.
+"""MPE simple_spread and simple_tag as JaxMARL has them, through the authoring contract.
 
 Same dynamics, observations, rewards, episode length, reset ranges and
 discrete action decoding as JaxMARL's ``simple_spread_v3`` / ``simple_tag_v3``
@@ -38,6 +38,13 @@ counter-based ones, not ``jax.random``'s.
 | observation (f32[envs, N, 4 + 2 L + 4 (N - 1)]) | vel, pos, landmark - pos (L), other agent - pos (N - 1, by index), comm (2 (N - 1) zeros) |
 | action (i32[envs, N, 1]) | 0 no-op, 1 left, 2 right, 3 down, 4 up |
 | reward | ``local_ratio * -(agents collided with) + (1 - local_ratio) * -sum_l min_i dist(agent i, landmark l)`` |
+| end | truncated after max_steps + 1 = 26 steps |
+
+| simple_tag (agents 0..A-1 adversaries, A..N-1 good) | |
+|---|---|
+| observation (f32[envs, N, 4 + 2 L + 2 (N - 1) + 2]) | vel, pos, obstacle - pos, other agent - pos, then adversaries: velocity of agent N-1; good agents: 2 zeros (JaxMARL's are 2 shorter) |
+| action (i32[envs, N, 1]) | as simple_spread; accel 3 (adversary) / 4 (good), max speed 1.0 / 1.3 |
+| reward | adversary: +10 per adversary/good contact (any); good: -10 per contact of the *last* good agent (JaxMARL's clamped index; its own when there is one) minus the boundary penalty |
 | end | truncated after max_steps + 1 = 26 steps |
 """
 
