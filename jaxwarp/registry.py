@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxwarp.envs import cartpole, classic_control, tag_continuous
+from jaxwarp.envs import cartpole, classic_control, tag_continuous, tag_gridworld
 
 # name -> (env class, params class, named configurations)
 _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {
     "tag_continuous": (tag_continuous.TagContinuous, tag_continuous.TagContinuousParams,
                        tag_continuous.CONFIGS),
+    "tag_gridworld": (tag_gridworld.TagGridworld, tag_gridworld.TagGridworldParams,
+                      tag_gridworld.CONFIGS),
     "cartpole": (cartpole.CartPole, classic_control.CartPoleParams, {}),
 }
 

@@ -13,12 +13,9 @@ import pytest
 from jax.experimental import checkify
 
 import jaxwarp
-from jaxwarp.envs.tag_gridworld import (CONFIGS, TagGridworld, TagGridworldParams,
-                                        TagGridworldState)
+from jaxwarp.envs.tag_gridworld import TagGridworld, TagGridworldParams, TagGridworldState
 from jaxwarp.train import config_from_dict, make_train
 
-# Until jaxwarp/registry.py lists it.
-jaxwarp.register_env("tag_gridworld", TagGridworld, TagGridworldParams, CONFIGS)
 
 F32 = np.float32
 BACKENDS = ("cpu", "jax")

@@ -7,14 +7,11 @@ import jax
 import numpy as np
 import pytest
 
-import jaxwarp
-from jaxwarp.envs.tag_gridworld import CONFIGS, TagGridworld, TagGridworldParams
+from jaxwarp.envs.tag_gridworld import TagGridworld, TagGridworldParams
 from jaxwarp.testing import check_consistency
 
 pytestmark = pytest.mark.gpu
 
-# Until jaxwarp/registry.py lists it.
-jaxwarp.register_env("tag_gridworld", TagGridworld, TagGridworldParams, CONFIGS)
 
 CASES = {
     "warpdrive_default": dict(config="warpdrive_default"),
