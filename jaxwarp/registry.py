@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxwarp.envs import cartpole, classic_control, tag_continuous, tag_gridworld
+from jaxwarp.envs import cartpole, classic_control, mpe, tag_continuous, tag_gridworld
 
 # name -> (env class, params class, named configurations)
 _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {
@@ -13,6 +13,8 @@ _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {
                        tag_continuous.CONFIGS),
     "tag_gridworld": (tag_gridworld.TagGridworld, tag_gridworld.TagGridworldParams,
                       tag_gridworld.CONFIGS),
+    "mpe_simple_spread": (mpe.MPESimpleSpread, mpe.MPESimpleSpreadParams, {}),
+    "mpe_simple_tag": (mpe.MPESimpleTag, mpe.MPESimpleTagParams, {}),
     "cartpole": (cartpole.CartPole, classic_control.CartPoleParams, {}),
 }
 

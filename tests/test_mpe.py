@@ -12,8 +12,6 @@ import pytest
 import jaxwarp
 from jaxwarp.envs import mpe
 
-jaxwarp.register_env("mpe_simple_spread", mpe.MPESimpleSpread, mpe.MPESimpleSpreadParams)
-jaxwarp.register_env("mpe_simple_tag", mpe.MPESimpleTag, mpe.MPESimpleTagParams)
 
 # The kernel's expf/log1pf (contact force) and summation order differ from
 # XLA's by an ulp or so; resync keeps those from compounding.
@@ -73,9 +71,11 @@ def _to_jaxmarl(s, num_landmarks):
 
 @pytest.mark.parametrize("case", ["spread", "spread_4_2", "tag", "tag_2_2_3"])
 def test_matches_jaxmarl_step_by_step(case):
-    pytest.importorskip("jaxmarl")
-    from jaxmarl.environments.mpe.simple_spread import SimpleSpreadMPE
-    from jaxmarl.environments.mpe.simple_tag import SimpleTagMPE
+    try:  # jaxmarl 0.2.0, installed with --no-deps (see README); any import failure skips
+        from jaxmarl.environments.mpe.simple_spread import SimpleSpreadMPE
+        from jaxmarl.environments.mpe.simple_tag import SimpleTagMPE
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"jaxmarl is not importable: {e!r}")
 
     if case.startswith("spread"):
         n, nl = (3, 3) if case == "spread" else (4, 2)

@@ -6,11 +6,9 @@ from __future__ import annotations
 import pytest
 
 import jaxwarp
-from jaxwarp.envs import mpe
 
 pytestmark = pytest.mark.gpu
 
-jaxwarp.register_env("mpe_simple_spread", mpe.MPESimpleSpread, mpe.MPESimpleSpreadParams)
 
 
 @pytest.mark.parametrize("other", ["cpu", "jax"])
@@ -23,7 +21,6 @@ def test_spread_cuda_matches(other, params):
     assert r.episodes_finished == 128
 
 
-jaxwarp.register_env("mpe_simple_tag", mpe.MPESimpleTag, mpe.MPESimpleTagParams)
 
 
 @pytest.mark.parametrize("other", ["cpu", "jax"])
