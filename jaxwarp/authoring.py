@@ -449,8 +449,10 @@ def _compile(spec: EnvSpec, header: Path, platform: str) -> Path:
     arch = _gpu_arch() if platform == "cuda" else ""
     api = "".join((API_DIR / f).read_text() for f in ("jaxwarp_env.h", "jaxwarp_common.h"))
     h = hashlib.sha256()
-    for part in (src, header.read_text(), api, _compiler_id(compiler), jaxlib.__version__, arch,
-                 sys.platform):
+    # Headers next to the env's (it may include them) count too.
+    local = "".join(f.name + f.read_text() for f in sorted(header.parent.glob("*.h")))
+    for part in (src, header.read_text(), local, api, _compiler_id(compiler), jaxlib.__version__,
+                 arch, sys.platform):
         h.update(part.encode())
     digest = h.hexdigest()[:16]
     out_dir = cache_dir() / f"{spec.name}-{platform}-{digest}"
