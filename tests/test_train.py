@@ -233,7 +233,7 @@ def test_shipped_configs_load_and_build():
     for name in names:
         c = load_config(name, ["backend=cpu"])
         t = build_trainer(c)
-        expected = {"agent"} if c.env == "cartpole" else {"tagger", "runner"}
+        expected = {"tag_continuous": {"tagger", "runner"}}.get(c.env, {"agent"})
         assert set(t.groups) == expected
     wd = load_config("tag_warpdrive_default")
     assert (wd.num_envs, wd.algorithm, wd.policy("tagger").hidden_sizes) == (100, "a2c",
