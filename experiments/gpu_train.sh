@@ -4,6 +4,8 @@
 #   bash experiments/gpu_train.sh bench [CASES]  # training throughput, kernel vs pure-JAX
 #                                                # backends (CASES: e.g. 0,1,2,3)
 #   bash experiments/gpu_train.sh authoring    # user-env contract: GPU tests, env throughput
+#   bash experiments/gpu_train.sh envs-tests   # GPU tests of the contract envs, launch ablation
+#   bash experiments/gpu_train.sh envs-bench   # contract envs vs references/upstream; PPO runs
 # The learning curve is experiments/learn_tag.py (about 6 minutes).
 # Logs and JSON go to $OUT (or experiments/results when OUT is unset).
 set -o pipefail
@@ -39,5 +41,27 @@ authoring)
     | tee "$OUT/pytest_authoring_gpu_h100.log" | tail -3
   python3 experiments/bench_contract_envs.py --out "$OUT/bench_contract_envs_h100.json" 2>&1 \
     | tee "$OUT/bench_contract_envs_h100.log"
+  ;;
+envs-tests)
+  python3 -m pytest -m gpu -q tests/test_authoring_gpu.py tests/test_tag_gridworld_gpu.py \
+    tests/test_mpe_gpu.py tests/test_classic_control_kernels_gpu.py 2>&1 \
+    | tee "$OUT/pytest_envs_gpu_h100.log" | tail -3
+  python3 experiments/ablation_launch.py --out "$OUT/ablation_launch_h100.json" 2>&1 \
+    | tee "$OUT/ablation_launch_h100.log"
+  ;;
+envs-bench)
+  # gymnax and JaxMARL (installed with --no-deps into .device_pkgs, see README) as baselines.
+  PYTHONPATH=.device_pkgs python3 experiments/bench_contract_envs.py \
+    --out "$OUT/bench_contract_envs_h100.json" 2>&1 | grep -v "Submoduled\|Importing sub" \
+    | tee "$OUT/bench_contract_envs_h100.log"
+  for cfg in cartpole_ppo mpe_simple_spread_ppo; do
+    rm -rf "/tmp/jaxwarp_$cfg"
+    t0=$(date +%s)
+    jaxwarp train --config $cfg --no-progress --out "/tmp/jaxwarp_$cfg" 2>&1 | tail -3 \
+      | tee "$OUT/train_${cfg}_h100.log"
+    echo "$cfg: wall $(( $(date +%s) - t0 )) s, process start and compile included" \
+      | tee -a "$OUT/train_${cfg}_h100.log"
+    cp "/tmp/jaxwarp_$cfg/metrics.csv" "$OUT/train_${cfg}_h100_metrics.csv"
+  done
   ;;
 esac
