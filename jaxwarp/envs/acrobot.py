@@ -1,0 +1,50 @@
+"""Acrobot (Gymnasium Acrobot-v1) through jaxwarp's authoring contract.
+
+The kernel is `cuda/envs/acrobot.h`, written against `cuda/jaxwarp_env.h`
+exactly as a user env would be; its FFI bindings are generated from `SPEC`
+and built on first use (`jaxwarp.authoring.build_env`, cached). The pure-JAX
+reference is `jaxwarp.envs.classic_control.acrobot_reset/step`.
+
+| observation (f32[envs, 1, 6]) | cos t1, sin t1, cos t2, sin t2, dtheta1, dtheta2 |
+|---|---|
+| action (i32[envs, 1, 1]) | torque 0: -1, 1: 0, 2: +1 on the middle joint |
+| reward | -1 every step, 0 on the terminating step |
+| end | terminated: -cos t1 - cos(t1 + t2) > 1 (tip above the line); truncated: 500 steps |
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxwarp.authoring import API_DIR, ContractEnv, EnvSpec, StateField
+from jaxwarp.envs.classic_control import (AcrobotParams, AcrobotState, acrobot_reset,
+                                          acrobot_step)
+
+SPEC = EnvSpec(
+    name="acrobot",
+    header=API_DIR / "envs" / "acrobot.h",
+    params_type=AcrobotParams,
+    state_type=AcrobotState,
+    fields=(StateField("theta1", "f32"), StateField("theta2", "f32"),
+            StateField("dtheta1", "f32"), StateField("dtheta2", "f32"),
+            StateField("timestep", "i32", "env"), StateField("episode_return", "f32")),
+    num_agents=lambda p: 1,
+    obs_dim=lambda p: 6,
+    nvec=lambda p: (3,),
+    reference_reset=acrobot_reset,
+    reference_step=acrobot_step,
+    obs_bounds=lambda p: (
+        np.array([-1.0, -1.0, -1.0, -1.0, -p.max_vel_1, -p.max_vel_2]),
+        np.array([1.0, 1.0, 1.0, 1.0, p.max_vel_1, p.max_vel_2])),
+)
+
+
+class Acrobot(ContractEnv):
+    """Batched Acrobot-v1; see the module docstring and `ContractEnv`."""
+
+    def __init__(self, params: AcrobotParams | None = None, backend: str = "auto",
+                 checks: bool = False):
+        if checks:
+            raise ValueError("acrobot: checks=True is not supported (actions are clamped "
+                             "to {0, 1, 2} by the kernels and the reference)")
+        super().__init__(SPEC, params=params, backend=backend)

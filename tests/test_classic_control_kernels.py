@@ -1,0 +1,162 @@
+"""Acrobot, Pendulum and MountainCar as built-in kernels through the authoring
+contract (cuda/envs/{acrobot,pendulum,mountain_car}.h), against their pure-JAX
+references (jaxwarp/envs/classic_control.py) on XLA:CPU."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+from jaxwarp.envs import classic_control as cc
+from jaxwarp.envs.acrobot import Acrobot
+from jaxwarp.envs.mountain_car import MountainCar
+from jaxwarp.envs.pendulum import Pendulum
+
+ENVS = {
+    "acrobot": (Acrobot, cc.AcrobotParams, cc.AcrobotState, 6, 3),
+    "pendulum": (Pendulum, cc.PendulumParams, cc.PendulumState, 3, 5),
+    "mountain_car": (MountainCar, cc.MountainCarParams, cc.MountainCarState, 2, 3),
+}
+for _name, (_cls, _params, *_) in ENVS.items():
+    jaxwarp.register_env(_name, _cls, _params)
+
+
+def _pair(name, **params):
+    cls, params_cls, *_ = ENVS[name]
+    p = params_cls(**params)
+    return cls(p, backend="cpu"), cls(p, backend="jax")
+
+
+def _assert_outputs_close(out_a, out_b, rtol=1e-5, atol=1e-6):
+    for a, b in zip(jax.tree.leaves(out_a), jax.tree.leaves(out_b)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape and a.dtype == b.dtype
+        if np.issubdtype(a.dtype, np.floating):
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+def test_cpu_matches_reference_step_by_step(name):
+    report = jaxwarp.testing.check_consistency(name, ("cpu", "jax"), num_envs=16,
+                                               resync=True, rtol=1e-5, atol=1e-6)
+    assert report.ok, report
+    assert report.episodes_finished >= 16  # every env ended and restarted at least once
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+def test_reset_is_bitwise_and_shapes(name):
+    _, _, state_cls, obs_dim, num_actions = ENVS[name]
+    cpu, ref = _pair(name)
+    assert cpu.num_agents == 1 and cpu.obs_dim == obs_dim
+    assert tuple(cpu.action_space.nvec) == (num_actions,)
+    key = jax.random.PRNGKey(3)
+    (o1, s1), (o2, s2) = (jax.jit(e.reset, static_argnums=1)(key, 5) for e in (cpu, ref))
+    np.testing.assert_array_equal(o1, o2)
+    for a, b in zip(jax.tree.leaves(s1), jax.tree.leaves(s2)):
+        np.testing.assert_array_equal(a, b)
+    assert isinstance(s1, state_cls)
+    assert o1.shape == (5, 1, obs_dim) and o1.dtype == jnp.float32
+    assert s1.timestep.shape == (5,) and s1.timestep.dtype == jnp.int32
+    assert s1.episode_return.shape == (5, 1) and s1.episode_return.dtype == jnp.float32
+    space = cpu.observation_space
+    assert (o1 >= space.low).all() and (o1 <= space.high).all()
+    obs, s, r, d, info = jax.jit(cpu.step)(key, s1, jnp.ones((5, 1, 1), jnp.int32))
+    assert obs.shape == (5, 1, obs_dim) and obs.dtype == jnp.float32
+    assert r.shape == (5, 1) and r.dtype == jnp.float32
+    assert d.shape == (5,) and d.dtype == jnp.bool_
+    assert set(info) == {"terminated", "truncated", "episode_return"}
+    np.testing.assert_array_equal(s.timestep, 1)
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+def test_episode_truncates_at_max_steps(name):
+    """A policy that does not reach the goal within 6 steps: done exactly at
+    step 6, truncated, the episode's return in info, timestep back to 0."""
+    cpu, ref = _pair(name, max_steps=6)
+    key = jax.random.PRNGKey(1)
+    steps = [jax.jit(e.step) for e in (cpu, ref)]
+    states = [jax.jit(e.reset, static_argnums=1)(key, 4)[1] for e in (cpu, ref)]
+    total = np.zeros((4, 1), np.float32)
+    for t in range(6):
+        k = jax.random.PRNGKey(100 + t)
+        a = jnp.full((4, 1, 1), 1, jnp.int32)  # acrobot: no torque, car: no push
+        outs = [st(k, s, a) for st, s in zip(steps, states)]
+        _assert_outputs_close(outs[0], outs[1])
+        obs, s, r, d, info = outs[0]
+        total = total + np.asarray(r)
+        states = [o[1] for o in outs]
+        assert not info["terminated"].any()
+        if t < 5:
+            assert not d.any()
+            np.testing.assert_array_equal(s.timestep, t + 1)
+    assert d.all() and info["truncated"].all()
+    np.testing.assert_allclose(info["episode_return"], total, rtol=1e-6)
+    np.testing.assert_array_equal(s.timestep, 0)
+    # The next step starts a new episode: its return restarts.
+    _, s, r, _, info = jax.jit(cpu.step)(key, s, jnp.ones((4, 1, 1), jnp.int32))
+    np.testing.assert_array_equal(info["episode_return"], r)
+
+
+def _terminal_start(name):
+    """A state one step from the goal, and the action that reaches it."""
+    n = 3
+    f = lambda v: jnp.full((n, 1), v, jnp.float32)  # noqa: E731
+    common = dict(timestep=jnp.array([0, 3, 7], jnp.int32),
+                  episode_return=jnp.array([[5.0], [-3.0], [-7.0]], jnp.float32))
+    if name == "acrobot":  # both links pointing up: -cos t1 - cos(t1 + t2) = 2 > 1
+        return cc.AcrobotState(theta1=f(3.0), theta2=f(0.0), dtheta1=f(0.0),
+                               dtheta2=f(0.0), **common), 1
+    if name == "mountain_car":  # just below the flag, moving right
+        return cc.MountainCarState(position=f(0.49), velocity=f(0.05), **common), 2
+    return None, None
+
+
+@pytest.mark.parametrize("name", ["acrobot", "mountain_car"])
+def test_episode_terminates(name):
+    cpu, ref = _pair(name)
+    state, action = _terminal_start(name)
+    a = jnp.full((3, 1, 1), action, jnp.int32)
+    key = jax.random.PRNGKey(7)
+    outs = [jax.jit(e.step)(key, state, a) for e in (cpu, ref)]
+    _assert_outputs_close(outs[0], outs[1])
+    obs, s, r, d, info = outs[0]
+    assert d.all() and info["terminated"].all() and not info["truncated"].any()
+    expected_reward = 0.0 if name == "acrobot" else -1.0  # acrobot pays 0 at the goal
+    np.testing.assert_array_equal(r, expected_reward)
+    # Return of the finished episode (restarted where timestep was 0), then a fresh start.
+    np.testing.assert_array_equal(info["episode_return"][:, 0],
+                                  [expected_reward, -3.0 + expected_reward,
+                                   -7.0 + expected_reward])
+    np.testing.assert_array_equal(s.timestep, 0)
+    fresh_obs, _ = jax.jit(cpu.reset, static_argnums=1)(key, 3)
+    np.testing.assert_array_equal(obs, fresh_obs)
+
+
+def test_pendulum_never_terminates_and_torques_follow_linspace():
+    cpu, ref = _pair("pendulum", num_torque_levels=4, max_torque=1.5)
+    key = jax.random.PRNGKey(2)
+    _, s = jax.jit(cpu.reset, static_argnums=1)(key, 4)
+    # From theta = 0, theta_dot = 0 the first step's cost is 0.001 u^2 exactly
+    # as the reference computes it, u = linspace(-1.5, 1.5, 4)[a].
+    s = s.replace(theta=jnp.zeros((4, 1)), theta_dot=jnp.zeros((4, 1)))
+    a = jnp.arange(4, dtype=jnp.int32).reshape(4, 1, 1)
+    outs = [jax.jit(e.step)(key, s, a) for e in (cpu, ref)]
+    _assert_outputs_close(outs[0], outs[1], rtol=0, atol=0)
+    u = np.linspace(-1.5, 1.5, 4).astype(np.float32)
+    np.testing.assert_array_equal(outs[0][2][:, 0], -(np.float32(0.001) * (u * u)))
+    assert not outs[0][4]["terminated"].any()
+    # Out-of-range actions are clamped like the reference's.
+    a = jnp.array([-3, 0, 3, 9], jnp.int32).reshape(4, 1, 1)
+    outs = [jax.jit(e.step)(key, s, a) for e in (cpu, ref)]
+    _assert_outputs_close(outs[0], outs[1], rtol=0, atol=0)
+
+
+def test_checks_flag_is_refused():
+    for cls, *_ in ENVS.values():
+        with pytest.raises(ValueError, match="checks=True is not supported"):
+            cls(backend="jax", checks=True)
