@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxwarp.envs import cartpole, classic_control, mpe, tag_continuous, tag_gridworld
+from jaxwarp.envs import (acrobot, cartpole, classic_control, mountain_car, mpe, pendulum,
+                          tag_continuous, tag_gridworld)
 
 # name -> (env class, params class, named configurations)
 _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {
@@ -16,6 +17,9 @@ _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {
     "mpe_simple_spread": (mpe.MPESimpleSpread, mpe.MPESimpleSpreadParams, {}),
     "mpe_simple_tag": (mpe.MPESimpleTag, mpe.MPESimpleTagParams, {}),
     "cartpole": (cartpole.CartPole, classic_control.CartPoleParams, {}),
+    "acrobot": (acrobot.Acrobot, classic_control.AcrobotParams, {}),
+    "pendulum": (pendulum.Pendulum, classic_control.PendulumParams, {}),
+    "mountain_car": (mountain_car.MountainCar, classic_control.MountainCarParams, {}),
 }
 
 

@@ -20,8 +20,6 @@ ENVS = {
     "pendulum": (Pendulum, cc.PendulumParams, cc.PendulumState, 3, 5),
     "mountain_car": (MountainCar, cc.MountainCarParams, cc.MountainCarState, 2, 3),
 }
-for _name, (_cls, _params, *_) in ENVS.items():
-    jaxwarp.register_env(_name, _cls, _params)
 
 
 def _pair(name, **params):

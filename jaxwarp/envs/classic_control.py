@@ -73,8 +73,9 @@ Differences from Gymnasium (each one deliberate):
 Random draws (the C++ kernels reproduce them bit for bit): draw ``d`` of env
 ``e`` is ``u = uniform01(x0)`` with ``(x0, x1) = threefry2x32(key_data, (e, d))``
 and ``uniform01(b) = f32(b >> 8) * 2**-24``; a value in ``[low, high)`` is
-``u * f32(high - low) + f32(low)`` (one fma; ``high - low`` computed in float64
-and rounded once). Draws: CartPole ``d = 0..3`` for (x, x_dot, theta,
+``min(u * span, span) + f32(low)`` with ``span = f32(high) - f32(low)``, every
+operation rounded in float32 (the min, a no-op on the value, keeps XLA from
+contracting the multiply-add, so the bits do not depend on the program). Draws: CartPole ``d = 0..3`` for (x, x_dot, theta,
 theta_dot) in [-0.05, 0.05); Acrobot ``d = 0..3`` for (theta1, theta2, dtheta1,
 dtheta2) in [-0.1, 0.1); Pendulum ``d = 0`` theta in [-pi, pi), ``d = 1``
 theta_dot in [-1, 1); MountainCar ``d = 0`` position in [-0.6, -0.4),
