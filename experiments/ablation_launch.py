@@ -44,7 +44,11 @@ def main() -> None:
             return state, obs
 
         step = jax.jit(one_step, donate_argnums=0)
-        fused = jax.jit(lambda s, k: jax.lax.scan(one_step, s, jax.random.split(k, args.steps)),
+        def fused_body(s, k):  # keep one number per step, not [steps, envs, agents, obs]
+            s, obs = one_step(s, k)
+            return s, obs[0, 0, 0]
+
+        fused = jax.jit(lambda s, k: jax.lax.scan(fused_body, s, jax.random.split(k, args.steps)),
                         donate_argnums=0)
         _, state = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), num_envs)
         keys = jax.random.split(jax.random.PRNGKey(1), args.steps)
