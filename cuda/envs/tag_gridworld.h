@@ -54,9 +54,18 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   const int runner = p.num_taggers;
   if (phase == 0) {
     // Out-of-range actions are clamped to {0..4}.
-    const int m = action[0] < 0 ? 0 : (action[0] > 4 ? 4 : action[0]);
-    const int32_t nx = s.x[i] + (m == 1 ? 1 : (m == 2 ? -1 : 0));
-    const int32_t ny = s.y[i] + (m == 3 ? 1 : (m == 4 ? -1 : 0));
+    const int32_t a0 = action[0];
+    const int32_t m = a0 < 0 ? 0 : (a0 > 4 ? 4 : a0);
+    int32_t dx = 0, dy = 0;
+    switch (m) {
+      case 1: dx = 1; break;
+      case 2: dx = -1; break;
+      case 3: dy = 1; break;
+      case 4: dy = -1; break;
+      default: break;
+    }
+    const int32_t nx = s.x[i] + dx;
+    const int32_t ny = s.y[i] + dy;
     const int32_t cx = nx < 0 ? 0 : (nx > p.grid_length ? p.grid_length : nx);
     const int32_t cy = ny < 0 ? 0 : (ny > p.grid_length ? p.grid_length : ny);
     s.wall_hit[i] = (cx != nx || cy != ny) ? 1 : 0;
