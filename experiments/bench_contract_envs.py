@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 
 import jaxwarp
 from jaxwarp.train.trainer import import_env_module
@@ -35,6 +34,24 @@ SMALL_CASES = [("cartpole", {}, 256, 200), ("mpe_simple_spread", {}, 256, 50),
                ("goal_reach", {"num_agents": 3}, 256, 100)]
 # Upstream implementations of the same envs, timed the same way where importable.
 UPSTREAM = {"cartpole": "gymnax", "mpe_simple_spread": "jaxmarl", "mpe_simple_tag": "jaxmarl"}
+
+
+def time_scan(run, carry) -> tuple[float, float, list[float]]:
+    """Compiles run(carry, key) (carry donated), warms up, times 5 calls:
+    (compile seconds, median seconds per call, all call times)."""
+    f = jax.jit(run, donate_argnums=0)
+    t = time.perf_counter()
+    compiled = f.lower(carry, jax.random.PRNGKey(1)).compile()
+    compile_s = time.perf_counter() - t
+    carry, out = compiled(carry, jax.random.PRNGKey(1))
+    jax.block_until_ready(out)
+    times = []
+    for i in range(5):
+        t = time.perf_counter()
+        carry, out = compiled(carry, jax.random.PRNGKey(2 + i))
+        jax.block_until_ready(out)
+        times.append(time.perf_counter() - t)
+    return compile_s, statistics.median(times), times
 
 
 def bench_upstream(name: str, num_envs: int, steps: int) -> dict | None:
@@ -79,20 +96,7 @@ def bench_upstream(name: str, num_envs: int, steps: int) -> dict | None:
             return (s, obs), r.mean() + d.mean()
         return jax.lax.scan(body, carry, jax.random.split(key, steps))
 
-    f = jax.jit(run, donate_argnums=0)
-    carry = (state, obs)
-    t = time.perf_counter()
-    compiled = f.lower(carry, jax.random.PRNGKey(1)).compile()
-    compile_s = time.perf_counter() - t
-    carry, out = compiled(carry, jax.random.PRNGKey(1))
-    jax.block_until_ready(out)
-    times = []
-    for i in range(5):
-        t = time.perf_counter()
-        carry, out = compiled(carry, jax.random.PRNGKey(2 + i))
-        jax.block_until_ready(out)
-        times.append(time.perf_counter() - t)
-    sec = statistics.median(times)
+    compile_s, sec, times = time_scan(run, (state, obs))
     return {"env": name, "backend": "gymnax" if name == "cartpole" else "jaxmarl",
             "num_envs": num_envs, "steps": steps, "compile_s": compile_s,
             "env_steps_per_s": num_envs * steps / sec, "times_s": times}
@@ -113,20 +117,7 @@ def bench(name: str, params: dict, backend: str, num_envs: int, steps: int) -> d
         return jax.lax.scan(body, carry, jax.random.split(key, steps))
 
     obs, state = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), num_envs)
-    state = (state, obs)
-    f = jax.jit(run, donate_argnums=0)
-    t = time.perf_counter()
-    compiled = f.lower(state, jax.random.PRNGKey(1)).compile()
-    compile_s = time.perf_counter() - t
-    state, out = compiled(state, jax.random.PRNGKey(1))
-    jax.block_until_ready(out)
-    times = []
-    for i in range(5):
-        t = time.perf_counter()
-        state, out = compiled(state, jax.random.PRNGKey(2 + i))
-        jax.block_until_ready(out)
-        times.append(time.perf_counter() - t)
-    sec = statistics.median(times)
+    compile_s, sec, times = time_scan(run, (state, obs))
     return {"env": name, "params": params, "backend": env.backend, "num_envs": num_envs,
             "num_agents": env.num_agents, "nvec": list(map(int, nvec)), "steps": steps,
             "compile_s": compile_s, "env_steps_per_s": num_envs * steps / sec, "times_s": times}
