@@ -5,6 +5,12 @@ down (y - 1) in addition to the requested move unless the action was 3 (up),
 while the CPU build and the reference are right. Calls the generated bindings
 directly (authoring.ContractEnv), bypassing TagGridworld's refusal of "cuda".
 
+What is known: the PTX that nvcc emits for the move (both the original
+nested conditional and the current switch) is correct when read by hand, so
+the fault is in ptxas's sm_90 code or at run time. Next: run this with
+CUDA_FORCE_PTX_JIT=1 (driver JIT from the embedded compute_90 PTX instead of
+the sm_90 SASS) and with -Xptxas -O0, and compare.
+
     python experiments/diag_tag_gridworld_cuda.py
 """
 
