@@ -3,6 +3,8 @@
     jaxwarp train [--env NAME] [--config FILE_OR_NAME] [key=value ...]
                   [--seeds S] [--out DIR] [--resume DIR] [--no-progress]
     jaxwarp configs          # list the shipped training configs
+    jaxwarp build [--backend cpu|cuda|all] [ENV ...]   # build contract envs into the cache now
+                             # (cuda needs a GPU or JAXWARP_CUDA_ARCH, e.g. 90)
 
 Overrides use the config's keys, nested with dots:
 ``num_envs=2000 policies.tagger.lr=1e-3 env_params.grid_length=40``.
@@ -32,7 +34,49 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("configs", help="list the shipped training configs")
+    b = sub.add_parser("build", help="build envs written through the authoring contract "
+                       "(default: all built-ins) into the cache, so first use is instant")
+    b.add_argument("envs", nargs="*", metavar="ENV")
+    b.add_argument("--backend", default="all", choices=("cpu", "cuda", "all"),
+                   help="all: cpu, plus cuda when nvcc is found")
     return p
+
+
+def _build(names: list[str], backend: str) -> int:
+    import time as _time
+    from pathlib import Path as _Path
+
+    import jaxwarp
+    from jaxwarp import authoring
+    from jaxwarp.registry import _REGISTRY
+
+    contract = [n for n, (cls, _, _) in _REGISTRY.items()
+                if isinstance(cls, type) and issubclass(cls, authoring.ContractEnv)]
+    names = names or contract
+    for n in names:
+        if n not in contract:
+            print(f"jaxwarp build: error: {n!r} is not an env built through the authoring "
+                  f"contract; those are {contract}", file=sys.stderr)
+            return 2
+    platforms = ["cpu", "cuda"] if backend == "all" else [backend]
+    if backend == "all":  # cuda only where nvcc and a target architecture are known
+        try:
+            authoring._find_nvcc()
+            authoring._gpu_arch()
+        except authoring.EnvBuildError:
+            platforms = ["cpu"]
+    for n in names:
+        for platform in platforms:
+            t = _time.perf_counter()
+            try:
+                env = jaxwarp.make(n, backend="jax")
+                spec = env.spec
+                lib = authoring._compile(spec, _Path(spec.header), platform)
+            except authoring.EnvBuildError as e:
+                print(f"jaxwarp build: error: {e}", file=sys.stderr)
+                return 2
+            print(f"{n:20s} {platform:4s} {_time.perf_counter() - t:6.1f} s  {lib}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in shipped_configs():
             print(name)
         return 0
+    if args.command == "build":
+        return _build(list(args.envs), args.backend)
 
     from jaxwarp.train.runner import train_run
 

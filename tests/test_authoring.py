@@ -183,3 +183,13 @@ def test_ppo_learns_cartpole_on_cpu():
     _, m = jax.jit(make_train(config))(jax.random.PRNGKey(0))
     final = float(np.nanmean(m["agent/episode_return"][-5:]))
     assert final > 150, final
+
+
+def test_cli_build_prebuilds_contract_envs(capsys):
+    from jaxwarp.cli import main as cli_main
+
+    assert cli_main(["build", "--backend", "cpu", "cartpole", "mpe_simple_spread"]) == 0
+    out = capsys.readouterr().out
+    assert "cartpole" in out and "libcartpole_cpu.so" in out and "mpe_simple_spread" in out
+    assert cli_main(["build", "tag_continuous"]) == 2
+    assert "not an env built through the authoring contract" in capsys.readouterr().err
