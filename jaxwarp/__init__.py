@@ -6,6 +6,7 @@ from jaxwarp.registry import make, register_env, registered_envs
 from jaxwarp.sampler import sample_actions
 
 __version__ = "0.1.0"
-__all__ = ["make", "register_env", "build_env", "registered_envs", "sample_actions", "spaces", "testing", "gpu_available"]
+__all__ = ["make", "register_env", "build_env", "registered_envs", "sample_actions", "spaces",
+           "testing", "gpu_available"]
 
 gpu_available = _ffi.gpu_available

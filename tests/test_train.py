@@ -286,7 +286,8 @@ def test_overrides_and_roundtrip(tmp_path):
 # Runner: checkpoints, resume, CLI
 # ---------------------------------------------------------------------------
 def _metric_table(rows):
-    return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in ("env_steps_per_s", "wall_s")}
+    timing = ("env_steps_per_s", "wall_s")
+    return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in timing}
             for r in rows}
 
 

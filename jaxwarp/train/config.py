@@ -47,7 +47,8 @@ class TrainConfig:
     env_config: str | None = "warpdrive_default"  # named env configuration or None
     env_params: tuple[tuple[str, Any], ...] = ()  # env parameter overrides (name, value)
     backend: str = "auto"  # env backend: "auto" | "cuda" | "cpu" | "jax"
-    sampler: str = "auto"  # action sampler: "auto" (kernel unless backend is "jax") | "cuda" | "cpu" | "jax"
+    # action sampler: "auto" (the kernel unless backend is "jax") | "cuda" | "cpu" | "jax"
+    sampler: str = "auto"
     num_envs: int = 100  # env replicas stepped together
     num_steps: int = 100  # rollout length T per update (batch = num_envs * num_steps env-steps)
     total_env_steps: int = 10_000_000  # run length; updates = total_env_steps // batch

@@ -132,7 +132,8 @@ def build_trainer(config: TrainConfig, env: Any = None,
         return nets[g].apply(params[g], obs_g)
 
     def policy(params, stats, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """obs f32[envs, agents, D] -> logits f32[envs, agents, sum(nvec)], value f32[envs, agents]."""
+        """obs f32[envs, agents, D] -> (logits f32[envs, agents, sum(nvec)],
+        value f32[envs, agents])."""
         outs = [forward(g, params, stats, select(obs, g, 1)) for g in groups]
         logits = jnp.concatenate([o[0] for o in outs], axis=1)
         value = jnp.concatenate([o[1] for o in outs], axis=1)
