@@ -322,16 +322,18 @@ __global__ void StepKernel(Params p, Bases b, int64_t envs, int64_t per_member,
                    "keys.typed_data() + 2 * m, n, obs_dim, heads, actions.typed_data(), "
                    "obs->typed_data(), reward->typed_data(), done->typed_data(), "
                    "term->typed_data(), trunc->typed_data());\n  }\n")
+    # vmap folds a batch of keys into the env axis: members of per_member envs each.
+    layout = f"""  const int64_t members = keys.element_count() / 2;
+  if (members < 1 || envs % members != 0)
+    return ffi::Error::InvalidArgument("{spec.name}: envs not divisible by key batch");
+  const int64_t per_member = envs / members;
+"""
     w(f"""static ffi::Error Reset{suffix}({stream_arg}ffi::Buffer<ffi::U32> keys, {state_out},
     ffi::ResultBuffer<ffi::F32> obs, int32_t jw_n, int32_t jw_obs_dim, {sig_params}) {{
   const int n = jw_n, obs_dim = jw_obs_dim;
   const Params p{{{pinit}}};
   const int64_t envs = {envs_of};
-  const int64_t members = keys.element_count() / 2;
-  if (members < 1 || envs % members != 0)
-    return ffi::Error::InvalidArgument("{spec.name}: envs not divisible by key batch");
-  const int64_t per_member = envs / members;
-{zeros}
+{layout}{zeros}
   const Bases b{{{bases}}};
 {launch_reset}{err}  return ffi::Error::Success();
 }}
@@ -344,11 +346,7 @@ static ffi::Error Step{suffix}({stream_arg}ffi::Buffer<ffi::U32> keys, ffi::Buff
   const int n = jw_n, obs_dim = jw_obs_dim, heads = jw_heads;
   const Params p{{{pinit}}};
   const int64_t envs = {envs_in};
-  const int64_t members = keys.element_count() / 2;
-  if (members < 1 || envs % members != 0)
-    return ffi::Error::InvalidArgument("{spec.name}: envs not divisible by key batch");
-  const int64_t per_member = envs / members;
-{copies}
+{layout}{copies}
   const Bases b{{{bases}}};
 {launch_step}{err}  return ffi::Error::Success();
 }}
@@ -590,12 +588,20 @@ class ContractEnv:
         from jaxwarp.envs.tag_continuous import key_data_of
 
         key_data = key_data_of(key)
+        if not isinstance(state, self.spec.state_type):
+            raise TypeError(f"state must be a {self.spec.state_type.__name__}; got "
+                            f"{type(state).__name__}")
         fields = [getattr(state, f.name) for f in self.spec.fields]
+        # The kernels index every field by env (and agent): shapes must agree
+        # exactly, or they would read and write out of bounds.
+        first = fields[0]
+        num_envs = first.shape[0] if getattr(first, "ndim", 0) >= 1 else None
         for f, v in zip(self.spec.fields, fields):
             want = _DTYPES[f.dtype][1]
-            if v.dtype != want:
-                raise ValueError(f"state.{f.name} must be {jnp.dtype(want).name}; got {v.dtype}")
-        num_envs = fields[0].shape[0]
+            shape = (num_envs, self.num_agents) if f.scope == "agent" else (num_envs,)
+            if tuple(v.shape) != shape or v.dtype != want:
+                raise ValueError(f"state.{f.name} must be {jnp.dtype(want).name}{list(shape)}; "
+                                 f"got {v.dtype}{list(v.shape)}")
         heads = len(self.spec.nvec(self.params))
         expected = (num_envs, self.num_agents, heads)
         if not hasattr(actions, "shape") or tuple(actions.shape) != expected:

@@ -193,3 +193,16 @@ def test_cli_build_prebuilds_contract_envs(capsys):
     assert "cartpole" in out and "libcartpole_cpu.so" in out and "mpe_simple_spread" in out
     assert cli_main(["build", "tag_continuous"]) == 2
     assert "not an env built through the authoring contract" in capsys.readouterr().err
+
+
+def test_bad_state_is_refused_before_the_kernel():
+    env = jaxwarp.make("cartpole", backend="cpu")
+    _, state = env.reset(jax.random.PRNGKey(0), 4)
+    a = jnp.zeros((4, 1, 1), jnp.int32)
+    short = state.replace(theta=state.theta[:3])
+    with pytest.raises(ValueError, match=r"state.theta must be float32\[4, 1\]; got float32\[3, 1\]"):
+        env.step(jax.random.PRNGKey(1), short, a)
+    with pytest.raises(ValueError, match=r"state.timestep must be int32\[4\]; got float32\[4\]"):
+        env.step(jax.random.PRNGKey(1), state.replace(timestep=state.timestep * 1.0), a)
+    with pytest.raises(TypeError, match=r"state must be a CartPoleState; got tuple"):
+        env.step(jax.random.PRNGKey(1), (state,), a)

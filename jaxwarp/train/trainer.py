@@ -16,7 +16,6 @@ that run the updates in chunks (the CLI: progress, logs, checkpoints).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -335,11 +334,3 @@ def make_train(config: TrainConfig, env: Any = None,
 
     return train
 
-
-def replace_config(config: TrainConfig, **changes: Any) -> TrainConfig:
-    """`dataclasses.replace` with validation (convenience for scripts and tests)."""
-    from jaxwarp.train.config import validate
-
-    out = dataclasses.replace(config, **changes)
-    validate(out)
-    return out
