@@ -25,6 +25,7 @@ import functools
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -449,8 +450,9 @@ def _compile(spec: EnvSpec, header: Path, platform: str) -> Path:
     h = hashlib.sha256()
     # Headers next to the env's (it may include them) count too.
     local = "".join(f.name + f.read_text() for f in sorted(header.parent.glob("*.h")))
+    extra = shlex.split(os.environ.get("JAXWARP_NVCC_FLAGS", "")) if platform == "cuda" else []
     for part in (src, header.read_text(), local, api, _compiler_id(compiler), jaxlib.__version__,
-                 arch, sys.platform):
+                 arch, sys.platform, " ".join(extra)):
         h.update(part.encode())
     digest = h.hexdigest()[:16]
     out_dir = cache_dir() / f"{spec.name}-{platform}-{digest}"
@@ -466,7 +468,7 @@ def _compile(spec: EnvSpec, header: Path, platform: str) -> Path:
         cmd = [compiler, "-std=c++17", "-O3", "--fmad=false", "-shared", "-Xcompiler", "-fPIC,-w",
                "-cudart", "static",
                f"-gencode=arch=compute_{arch},code=[sm_{arch},compute_{arch}]",
-               *includes, str(gen), "-o", str(tmp)]
+               *extra, *includes, str(gen), "-o", str(tmp)]
     else:
         cmd = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-ffp-contract=off", "-w",
                "-fno-fast-math", *includes, str(gen), "-o", str(tmp)]
