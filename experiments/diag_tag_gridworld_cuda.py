@@ -1,17 +1,18 @@
-"""Diagnostic for the tag_gridworld CUDA bug: the generated CUDA kernels
-against the pure-JAX reference, per variant of the move code, on a GPU.
-
-Symptom on an H100 (nvcc 13.0, sm_90): the CUDA build moved every agent one
-cell down (y - 1) in addition to the requested move unless the action was 3
-(up), while the XLA:CPU build of the same header matches the reference bit
-for bit. The PTX of the move reads correctly by hand.
+"""Diagnostic for a CUDA miscompilation met in tag_gridworld: the generated
+CUDA kernels against the pure-JAX reference, per variant of the move code.
 
 Each variant is the shipped header with the move (action -> dx, dy) written
 differently; the build flags come from the environment, so the same script
 runs under `JAXWARP_NVCC_FLAGS="-Xptxas -O0"` or `CUDA_FORCE_PTX_JIT=1`
 (driver JIT from the embedded PTX instead of the sm_90 SASS). It calls the
-generated bindings directly (authoring.ContractEnv), bypassing TagGridworld's
-refusal of "cuda", and prints one JSON line per variant.
+generated bindings directly (authoring.ContractEnv) and prints one JSON line
+per variant, with wrong moves counted per action.
+
+Found on an H100 with nvcc 13.0 (experiments/results/
+diag_tag_gridworld_cuda_h100.jsonl): "arith" (dy = (m == 3) - (m == 4)) moves
+agents one extra cell down at the default level and under the driver JIT, and
+is right at -Xptxas -O0; the shipped switch is right under all three. The
+XLA:CPU build of every variant matches the reference (--backend cpu).
 
     python experiments/diag_tag_gridworld_cuda.py [--label NAME] [--out FILE]
 """

@@ -278,9 +278,3 @@ def test_short_ppo_run_taggers_beat_random_taggers():
     print(f"tagger return per episode: learned {r_learned:.2f}, random {r_random:.2f}")
     assert r_random > 1.0  # random taggers do tag sometimes
     assert r_learned > 8.5 and r_learned > 1.8 * r_random, (r_learned, r_random)
-
-
-def test_cuda_backend_is_refused_with_a_clear_error():
-    with pytest.raises(RuntimeError, match=r"backend='cuda' is disabled.*use backend='cpu' or "
-                                          r"backend='jax'"):
-        TagGridworld(backend="cuda")

@@ -53,7 +53,11 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   const int i = a.agent;
   const int runner = p.num_taggers;
   if (phase == 0) {
-    // Out-of-range actions are clamped to {0..4}.
+    // Out-of-range actions are clamped to {0..4}. Keep the move a switch:
+    // the equivalent dy = (m == 3) - (m == 4) came out wrong for every action
+    // but 4 from nvcc 13.0's optimiser for sm_90 (right at -Xptxas -O0; see
+    // experiments/diag_tag_gridworld_cuda.py), and the GPU bitwise tests in
+    // tests/test_tag_gridworld_gpu.py are what catch such a fault.
     const int32_t a0 = action[0];
     const int32_t m = a0 < 0 ? 0 : (a0 > 4 ? 4 : a0);
     int32_t dx = 0, dy = 0;

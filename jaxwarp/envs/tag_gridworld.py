@@ -245,19 +245,6 @@ class TagGridworld(ContractEnv):
 
     def __init__(self, params: TagGridworldParams | None = None, backend: str = "auto",
                  checks: bool = False):
-        from jaxwarp import _ffi
-
-        # The CUDA build of this env disagrees with its CPU build and reference
-        # on an H100 (experiments/diag_tag_gridworld_cuda.py: the y move comes
-        # out wrong); until that is understood it is refused rather than used.
-        if backend == "cuda":
-            raise RuntimeError(
-                "tag_gridworld: backend='cuda' is disabled: its CUDA build gives moves that "
-                "differ from the CPU build and the reference on an H100 (under "
-                "investigation, see experiments/diag_tag_gridworld_cuda.py); use "
-                "backend='cpu' or backend='jax' (the pure-JAX env also runs on the GPU)")
-        if backend == "auto" and _ffi.gpu_available():
-            backend = "jax"
         super().__init__(SPEC, params=params, backend=backend)
         self.checks = bool(checks)
 
