@@ -32,6 +32,12 @@
 // fields that reset() does not write keep their values), then observe().
 // Before the first reset every state field is zero. Per-env fields are
 // written by agent 0 in reset() and step().
+//
+// On the GPU every agent is a thread (an env's agents share a block, with a
+// barrier between passes), so within one pass (reset(), one phase of step(),
+// observe()) agents run concurrently: an agent may read another agent's
+// fields only if no agent writes them in that pass; write in one phase, read
+// in the next. The CPU build runs the agents of a pass in order.
 #pragma once
 
 #include <stdint.h>

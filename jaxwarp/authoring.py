@@ -216,8 +216,9 @@ def generate_source(spec: EnvSpec, header_path: Path, platform: str) -> str:
         off = "e * n" if f.scope == "agent" else "e"
         w(f"  s.{f.name} = b.{f.name} + {off};")
     w("  return s;\n}")
-    # Per-env bodies shared by the CPU loop and the CUDA thread.
-    w(f"""{attr} void reset_env(const Params& p, const Bases& b, int64_t e, uint32_t local,
+    # Per-env bodies of the CPU loop: agents one after another.
+    if not cu:
+        w(f"""{attr} void reset_env(const Params& p, const Bases& b, int64_t e, uint32_t local,
                       const uint32_t* key, int n, int obs_dim, float* obs) {{
   State s = state_of(b, e, n);
   for (int i = 0; i < n; ++i) {{
@@ -261,24 +262,102 @@ def generate_source(spec: EnvSpec, header_path: Path, platform: str) -> str:
   trunc[e] = any_trunc;
 }}""")
     if cu:
-        w("""__global__ void ResetKernel(Params p, Bases b, int64_t envs, int64_t per_member,
-                            const uint32_t* keys, int n, int obs_dim, float* obs) {
-  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (e >= envs) return;
-  // Only a vmapped call has several key members; skip the 64-bit division otherwise.
-  const int64_t m = per_member == envs ? 0 : e / per_member;
-  reset_env(p, b, e, static_cast<uint32_t>(e - m * per_member), keys + 2 * m, n, obs_dim, obs);
+        # One thread per agent, several envs per block (WarpDrive's thread per
+        # agent, without its block per env): tpe threads serve one env's agents
+        # (tpe = min(n, 1024); a thread loops when n > 1024), epb envs share a
+        # block, and __syncthreads() is the barrier between phases. Per env,
+        # two shared flags collect "any agent terminated/truncated".
+        # The kernels have C names (jaxwarp_<env>_{reset,step}_kernel) so that
+        # PyCUDA can launch the very same code (jaxwarp.pycuda_bridge).
+        w("""struct Layout {
+  int tpe, epb;  // threads per env, envs per block
+};
+__device__ inline int64_t env_of_thread(const Layout& l, int* lane) {
+  const int le = static_cast<int>(threadIdx.x) / l.tpe;
+  *lane = static_cast<int>(threadIdx.x) - le * l.tpe;
+  return le < l.epb ? static_cast<int64_t>(blockIdx.x) * l.epb + le : -1;
 }
-__global__ void StepKernel(Params p, Bases b, int64_t envs, int64_t per_member,
+}  // namespace
+extern "C" __global__ void JW_RESET_KERNEL(Params p, Bases b, int64_t envs, int64_t per_member,
+                            const uint32_t* keys, int n, int obs_dim, float* obs, Layout l) {
+  int lane;
+  const int64_t e = env_of_thread(l, &lane);
+  const bool active = e >= 0 && e < envs;
+  // Only a vmapped call has several key members; skip the 64-bit division otherwise.
+  const int64_t m = !active || per_member == envs ? 0 : e / per_member;
+  const uint32_t local = static_cast<uint32_t>(e - m * per_member);
+  const uint32_t* key = keys + 2 * m;
+  State s = state_of(b, active ? e : 0, n);
+  if (active)
+    for (int i = lane; i < n; i += l.tpe) {
+      jaxwarp::Agent a{local, i, n, key[0], key[1], 0u};
+      reset(p, s, a);
+    }
+  __syncthreads();
+  if (active)
+    for (int i = lane; i < n; i += l.tpe) {
+      jaxwarp::Agent a{local, i, n, key[0], key[1], 0u};
+      observe(p, s, a, obs + (e * n + i) * obs_dim);
+    }
+}
+extern "C" __global__ void JW_STEP_KERNEL(Params p, Bases b, int64_t envs, int64_t per_member,
                            const uint32_t* keys, int n, int obs_dim, int heads,
                            const int32_t* act, float* obs, float* reward, bool* done,
-                           bool* term, bool* trunc) {
-  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (e >= envs) return;
-  const int64_t m = per_member == envs ? 0 : e / per_member;
-  step_env(p, b, e, static_cast<uint32_t>(e - m * per_member), keys + 2 * m, n, obs_dim,
-           heads, act, obs, reward, done, term, trunc);
-}""")
+                           bool* term, bool* trunc, Layout l) {
+  extern __shared__ int flags[];  // [2, epb]: terminated, truncated
+  int lane;
+  const int64_t e = env_of_thread(l, &lane);
+  const bool active = e >= 0 && e < envs;
+  const int le = static_cast<int>(threadIdx.x) / l.tpe;
+  for (int j = threadIdx.x; j < 2 * l.epb; j += blockDim.x) flags[j] = 0;
+  const int64_t m = !active || per_member == envs ? 0 : e / per_member;
+  const uint32_t local = static_cast<uint32_t>(e - m * per_member);
+  const uint32_t* key = keys + 2 * m;
+  State s = state_of(b, active ? e : 0, n);
+  if (active)
+    for (int i = lane; i < n; i += l.tpe) reward[e * n + i] = 0.0f;
+  __syncthreads();
+  for (int phase = 0; phase < kStepPhases; ++phase) {
+    if (active)
+      for (int i = lane; i < n; i += l.tpe) {
+        jaxwarp::Agent a{local, i, n, key[0], key[1], 1u};
+        jaxwarp::StepResult r;
+        step(p, s, a, act + (e * n + i) * heads, phase, r);
+        reward[e * n + i] += r.reward;
+        if (r.terminated) flags[le] = 1;
+        if (r.truncated) flags[l.epb + le] = 1;
+      }
+    __syncthreads();
+  }
+  const bool any_term = active && flags[le] != 0;
+  const bool any_trunc = active && flags[l.epb + le] != 0;
+  const bool d = any_term || any_trunc;
+  if (d)
+    for (int i = lane; i < n; i += l.tpe) {
+      jaxwarp::Agent a{local, i, n, key[0], key[1], 0u};
+      reset(p, s, a);
+    }
+  __syncthreads();
+  if (active) {
+    for (int i = lane; i < n; i += l.tpe) {
+      jaxwarp::Agent a{local, i, n, key[0], key[1], 0u};
+      observe(p, s, a, obs + (e * n + i) * obs_dim);
+    }
+    if (lane == 0) {
+      done[e] = d;
+      term[e] = any_term;
+      trunc[e] = any_trunc;
+    }
+  }
+}
+namespace {
+// Threads per env and envs per block for n agents: about 128 threads a block.
+inline Layout layout_for(int n) {
+  const int tpe = n < 1024 ? n : 1024;
+  const int epb = tpe >= 128 ? 1 : 128 / tpe;
+  return Layout{tpe, epb};
+}""".replace("JW_RESET_KERNEL", f"jaxwarp_{spec.name}_reset_kernel")
+         .replace("JW_STEP_KERNEL", f"jaxwarp_{spec.name}_step_kernel"))
 
     # Handlers.
     sig_params = ", ".join(f"{ctype} {name}" for name, ctype, _ in params)
@@ -307,22 +386,26 @@ __global__ void StepKernel(Params p, Bases b, int64_t envs, int64_t per_member,
                else f"in_{fields[0].name}.element_count()")
     err = ('  if (cudaError_t c = cudaGetLastError(); c != cudaSuccess) '
            'return ffi::Error::Internal(cudaGetErrorString(c));\n' if cu else "")
-    launch_reset = ("  const int threads = 128;\n  ResetKernel<<<static_cast<unsigned>((envs + threads"
-                    " - 1) / threads), threads, 0, stream>>>(p, b, envs, per_member, "
-                    "keys.typed_data(), n, obs_dim, obs->typed_data());\n" if cu else
-                    "  for (int64_t e = 0; e < envs; ++e) {\n    const int64_t m = e / per_member;"
-                    "\n    reset_env(p, b, e, static_cast<uint32_t>(e - m * per_member), "
-                    "keys.typed_data() + 2 * m, n, obs_dim, obs->typed_data());\n  }\n")
-    launch_step = ("  const int threads = 128;\n  StepKernel<<<static_cast<unsigned>((envs + threads"
-                   " - 1) / threads), threads, 0, stream>>>(p, b, envs, per_member, "
-                   "keys.typed_data(), n, obs_dim, heads, actions.typed_data(), "
-                   "obs->typed_data(), reward->typed_data(), done->typed_data(), "
-                   "term->typed_data(), trunc->typed_data());\n" if cu else
-                   "  for (int64_t e = 0; e < envs; ++e) {\n    const int64_t m = e / per_member;"
-                   "\n    step_env(p, b, e, static_cast<uint32_t>(e - m * per_member), "
-                   "keys.typed_data() + 2 * m, n, obs_dim, heads, actions.typed_data(), "
-                   "obs->typed_data(), reward->typed_data(), done->typed_data(), "
-                   "term->typed_data(), trunc->typed_data());\n  }\n")
+    kname = f"jaxwarp_{spec.name}"
+    grid = ("  const Layout jw_l = layout_for(n);\n  const unsigned jw_blocks = "
+            "static_cast<unsigned>((envs + jw_l.epb - 1) / jw_l.epb);\n")
+    cpu_loop = ("  for (int64_t e = 0; e < envs; ++e) {\n"
+                "    const int64_t m = per_member == envs ? 0 : e / per_member;\n    ")
+    step_tail = ("keys.typed_data() + 2 * m, n, obs_dim, heads, actions.typed_data(), "
+                 "obs->typed_data(), reward->typed_data(), done->typed_data(), "
+                 "term->typed_data(), trunc->typed_data()")
+    if cu:
+        launch_reset = (grid + f"  {kname}_reset_kernel<<<jw_blocks, jw_l.tpe * jw_l.epb, 0, "
+                        "stream>>>(p, b, envs, per_member, keys.typed_data(), n, obs_dim, "
+                        "obs->typed_data(), jw_l);\n")
+        launch_step = (grid + f"  {kname}_step_kernel<<<jw_blocks, jw_l.tpe * jw_l.epb, "
+                       "2 * jw_l.epb * sizeof(int), stream>>>(p, b, envs, per_member, "
+                       + step_tail.replace(" + 2 * m", "") + ", jw_l);\n")
+    else:
+        launch_reset = (cpu_loop + "reset_env(p, b, e, static_cast<uint32_t>(e - m * per_member), "
+                        "keys.typed_data() + 2 * m, n, obs_dim, obs->typed_data());\n  }\n")
+        launch_step = (cpu_loop + "step_env(p, b, e, static_cast<uint32_t>(e - m * per_member), "
+                       + step_tail + ");\n  }\n")
     # vmap folds a batch of keys into the env axis: members of per_member envs each.
     layout = f"""  const int64_t members = keys.element_count() / 2;
   if (members < 1 || envs % members != 0)
