@@ -4,12 +4,20 @@ from Python, then wait) versus fused in one XLA program (`lax.scan` over the
 FFI custom call, no host round trip). Same GPU, same configuration, same
 kernels, side by side in one process.
 
-The per-step path dispatches the jitted step (the FFI custom call plus the
-on-device action sampling) from Python and calls `block_until_ready` after
-each step, as a PyCUDA loop that launches and synchronises would; PyCUDA
-itself is not used here (it is not installed on our GPU machine).
+Part 1 (tag_continuous, the hand-written Tag kernel): the per-step path
+dispatches the jitted step (the FFI custom call plus on-device action
+sampling) from Python and calls `block_until_ready` after each step.
+
+Part 2 (--pycuda; contract envs, e.g. WarpDrive's tag_gridworld): the very
+same generated kernel three ways, all from the same reset and fed the same
+pre-drawn keys and actions: launched by PyCUDA from a Python loop with a
+context sync per step (WarpDrive's model, `jaxwarp.pycuda_bridge.PyCudaEnv`),
+the jitted FFI step dispatched from a Python loop with a sync per step, and
+one fused `lax.scan`. The final states of the PyCUDA and fused runs must be
+identical (checked).
 
     python experiments/ablation_launch.py --out experiments/results/ablation_launch_h100.json
+    python experiments/ablation_launch.py --pycuda --out experiments/results/ablation_pycuda_h100.json
 """
 
 from __future__ import annotations
@@ -24,16 +32,96 @@ import jax
 import jaxwarp
 
 CASES = [("warpdrive_default", 100), ("warpdrive_default", 2000), ("large", 500)]
+PYCUDA_CASES = [("tag_gridworld", "warpdrive_default", 100), ("tag_gridworld", "warpdrive_default", 2000),
+                ("mpe_simple_tag", None, 2000), ("mpe_simple_tag", None, 20000)]
+
+
+def pycuda_ablation(steps: int) -> list[dict]:
+    import numpy as np
+
+    from jaxwarp.envs.tag_continuous import key_data_of
+    from jaxwarp.pycuda_bridge import PyCudaEnv, device_pointer
+
+    results = []
+    for name, config, num_envs in PYCUDA_CASES:
+        env = jaxwarp.make(name, backend="cuda", config=config)
+        key = jax.random.PRNGKey(0)
+        ka, kk = jax.random.split(jax.random.PRNGKey(1))
+        actions = env.action_space.sample(ka, (steps, num_envs, env.num_agents))
+        keys = jax.vmap(key_data_of)(jax.random.split(kk, steps)).astype(jax.numpy.uint32)
+        jax.block_until_ready((actions, keys))
+
+        # 1. PyCUDA: one launch + context sync per step, on raw pointers.
+        pc = PyCudaEnv(env)
+        pc.reset(key, num_envs)
+        a0, k0 = device_pointer(actions), device_pointer(keys)
+        a_stride = actions[0].size * 4
+        pc.step_pointers(k0, a0)  # warm-up (module load, first launch)
+        pc.reset(key, num_envs)
+        t = time.perf_counter()
+        for i in range(steps):
+            pc.step_pointers(k0 + 8 * i, a0 + a_stride * i)
+        pycuda_s = time.perf_counter() - t
+
+        # 2. The jitted FFI step from a Python loop, sync per step.
+        reset = jax.jit(env.reset, static_argnums=1)
+        step = jax.jit(env.step, donate_argnums=1)
+        _, state = reset(key, num_envs)
+        jax.block_until_ready(step(keys[0], state, actions[0]))
+        _, state = reset(key, num_envs)
+        jax.block_until_ready(state)
+        t = time.perf_counter()
+        for i in range(steps):
+            out = step(keys[i], state, actions[i])
+            state = out[1]
+            jax.block_until_ready(out)
+        loop_s = time.perf_counter() - t
+
+        # 3. Fused: one lax.scan over the same keys and actions.
+        def body(s, xs):
+            k, a = xs
+            obs, s, reward, done, _ = env.step(k, s, a)
+            return s, reward[0, 0]
+
+        fused = jax.jit(lambda s: jax.lax.scan(body, s, (keys, actions)))
+        _, s0 = reset(key, num_envs)
+        jax.block_until_ready(fused(s0))  # compile
+        _, s0 = reset(key, num_envs)
+        jax.block_until_ready(s0)
+        t = time.perf_counter()
+        final, _ = fused(s0)
+        jax.block_until_ready(final)
+        fused_s = time.perf_counter() - t
+
+        same = all(np.array_equal(np.asarray(getattr(pc.state, f.name)),
+                                  np.asarray(getattr(final, f.name))) for f in env.spec.fields)
+        r = {"env": name, "config": config, "num_envs": num_envs, "steps": steps,
+             "num_agents": env.num_agents,
+             "pycuda_loop_us_per_step": 1e6 * pycuda_s / steps,
+             "jax_loop_us_per_step": 1e6 * loop_s / steps,
+             "fused_us_per_step": 1e6 * fused_s / steps,
+             "pycuda_loop_env_steps_per_s": num_envs * steps / pycuda_s,
+             "fused_env_steps_per_s": num_envs * steps / fused_s,
+             "fused_over_pycuda": pycuda_s / fused_s,
+             "final_state_identical": bool(same)}
+        results.append(r)
+        print(f"{name:14s} {num_envs:6d} envs: PyCUDA loop {r['pycuda_loop_us_per_step']:7.1f} "
+              f"us/step, jax loop {r['jax_loop_us_per_step']:7.1f}, fused "
+              f"{r['fused_us_per_step']:6.1f} -> fused/PyCUDA {r['fused_over_pycuda']:.1f}x; "
+              f"same final state: {same}", flush=True)
+    return results
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--backend", default="auto")
+    ap.add_argument("--pycuda", action="store_true",
+                    help="part 2 only: PyCUDA launch loop vs fused, contract envs")
     ap.add_argument("--out", default="experiments/results/ablation_launch.json")
     args = ap.parse_args()
-    results = []
-    for config, num_envs in CASES:
+    results = pycuda_ablation(args.steps) if args.pycuda else []
+    for config, num_envs in ([] if args.pycuda else CASES):
         env = jaxwarp.make("tag_continuous", backend=args.backend, config=config)
         shape = (num_envs, env.num_agents)
 

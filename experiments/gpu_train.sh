@@ -4,7 +4,8 @@
 #   bash experiments/gpu_train.sh bench [CASES]  # training throughput, kernel vs pure-JAX
 #                                                # backends (CASES: e.g. 0,1,2,3)
 #   bash experiments/gpu_train.sh authoring    # user-env contract: GPU tests, env throughput
-#   bash experiments/gpu_train.sh envs-tests   # GPU tests of the contract envs, launch ablation
+#   bash experiments/gpu_train.sh envs-tests   # GPU tests of the contract envs and PyCUDA bridge
+#   bash experiments/gpu_train.sh ablation     # launch model: Python loops (jax, PyCUDA) vs fused
 #   bash experiments/gpu_train.sh envs-bench   # contract envs vs references/upstream; PPO runs
 # The learning curve is experiments/learn_tag.py (about 6 minutes).
 # Logs and JSON go to $OUT (or experiments/results when OUT is unset).
@@ -43,11 +44,17 @@ authoring)
     | tee "$OUT/bench_contract_envs_h100.log"
   ;;
 envs-tests)
-  python3 -m pytest -m gpu -q tests/test_authoring_gpu.py tests/test_tag_gridworld_gpu.py \
-    tests/test_mpe_gpu.py tests/test_classic_control_kernels_gpu.py 2>&1 \
-    | tee "$OUT/pytest_envs_gpu_h100.log" | tail -3
+  # PyCUDA (no wheels) built for this machine into .device_pkgs_pycuda, see
+  # jaxwarp/pycuda_bridge.py; its tests skip without it.
+  PYTHONPATH=.device_pkgs_pycuda python3 -m pytest -m gpu -q tests/test_authoring_gpu.py \
+    tests/test_tag_gridworld_gpu.py tests/test_mpe_gpu.py tests/test_classic_control_kernels_gpu.py \
+    tests/test_pycuda_bridge.py 2>&1 | tee "$OUT/pytest_envs_gpu_h100.log" | tail -3
+  ;;
+ablation)
   python3 experiments/ablation_launch.py --out "$OUT/ablation_launch_h100.json" 2>&1 \
     | tee "$OUT/ablation_launch_h100.log"
+  PYTHONPATH=.device_pkgs_pycuda python3 experiments/ablation_launch.py --pycuda \
+    --out "$OUT/ablation_pycuda_h100.json" 2>&1 | tee "$OUT/ablation_pycuda_h100.log"
   ;;
 envs-bench)
   # gymnax and JaxMARL (installed with --no-deps into .device_pkgs, see README) as baselines.

@@ -523,7 +523,9 @@ def _readable_errors(text: str, header: Path, generated: Path) -> str:
                      + rest[:60])
 
 
-def _compile(spec: EnvSpec, header: Path, platform: str) -> Path:
+def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False) -> Path:
+    """The env's FFI library for `platform` (or, with cubin=True, the device code
+    alone as a CUDA module for PyCUDA), from the cache or freshly compiled."""
     import jaxlib
 
     src = generate_source(spec, header, platform)
@@ -539,7 +541,7 @@ def _compile(spec: EnvSpec, header: Path, platform: str) -> Path:
         h.update(part.encode())
     digest = h.hexdigest()[:16]
     out_dir = cache_dir() / f"{spec.name}-{platform}-{digest}"
-    lib = out_dir / f"lib{spec.name}_{platform}.so"
+    lib = out_dir / (f"{spec.name}.cubin" if cubin else f"lib{spec.name}_{platform}.so")
     if lib.exists():
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -547,7 +549,10 @@ def _compile(spec: EnvSpec, header: Path, platform: str) -> Path:
     gen.write_text(src)
     includes = ["-I", str(API_DIR), "-I", str(header.parent), "-I", jax.ffi.include_dir()]
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-    if platform == "cuda":
+    if cubin:
+        cmd = [compiler, "-std=c++17", "-O3", "--fmad=false", "-cubin", f"-arch=sm_{arch}", "-w",
+               *extra, *includes, str(gen), "-o", str(tmp)]
+    elif platform == "cuda":
         cmd = [compiler, "-std=c++17", "-O3", "--fmad=false", "-shared", "-Xcompiler", "-fPIC,-w",
                "-cudart", "static",
                f"-gencode=arch=compute_{arch},code=[sm_{arch},compute_{arch}]",
