@@ -93,7 +93,7 @@ def pycuda_ablation(steps: int) -> list[dict]:
         jax.block_until_ready(final)
         fused_s = time.perf_counter() - t
 
-        same = all(np.array_equal(np.asarray(getattr(pc.state, f.name)),
+        same = all(np.array_equal(pc.numpy(getattr(pc.state, f.name)),
                                   np.asarray(getattr(final, f.name))) for f in env.spec.fields)
         r = {"env": name, "config": config, "num_envs": num_envs, "steps": steps,
              "num_agents": env.num_agents,

@@ -269,8 +269,27 @@ def generate_source(spec: EnvSpec, header_path: Path, platform: str) -> str:
         # two shared flags collect "any agent terminated/truncated".
         # The kernels have C names (jaxwarp_<env>_{reset,step}_kernel) so that
         # PyCUDA can launch the very same code (jaxwarp.pycuda_bridge).
+        n_agent_fields = sum(f.scope == "agent" for f in fields)
+        n_env_fields = len(fields) - n_agent_fields
+        smem_fields, copy_agent, copy_env, off = [], [], [], "0"
+        for f in fields:
+            ct = _DTYPES[f.dtype][0]
+            smem_fields.append(f"  s.{f.name} = reinterpret_cast<{ct}*>(w + {off});")
+            off = f"{off} + {'n' if f.scope == 'agent' else '1'}"
+            (copy_agent if f.scope == "agent" else copy_env).append(
+                f"dst.{f.name}[{'j' if f.scope == 'agent' else '0'}] = "
+                f"src.{f.name}[{'j' if f.scope == 'agent' else '0'}];")
+        w("__device__ inline State state_in_smem(int32_t* w, int n) {\n  State s;")
+        w("\n".join(smem_fields))
+        w("  return s;\n}")
+        w("// One env's rows from src to dst, by the env's threads.")
+        w("__device__ inline void copy_state(const State& dst, const State& src, int n, int lane,"
+          " int tpe) {")
+        w("  for (int j = lane; j < n; j += tpe) {" + " ".join(copy_agent) + "}")
+        w("  if (lane == 0) {" + " ".join(copy_env) + "}\n}")
         w("""struct Layout {
   int tpe, epb;  // threads per env, envs per block
+  int words;     // 4-byte words of one env's state staged in shared memory (0: not staged)
 };
 __device__ inline int64_t env_of_thread(const Layout& l, int* lane) {
   const int le = static_cast<int>(threadIdx.x) / l.tpe;
@@ -304,7 +323,10 @@ extern "C" __global__ void JW_STEP_KERNEL(Params p, Bases b, int64_t envs, int64
                            const uint32_t* keys, int n, int obs_dim, int heads,
                            const int32_t* act, float* obs, float* reward, bool* done,
                            bool* term, bool* trunc, Layout l) {
-  extern __shared__ int flags[];  // [2, epb]: terminated, truncated
+  // Shared memory: [2, epb] flags (terminated, truncated), then each env's
+  // state rows when staged: the phases then read and write on-chip memory.
+  extern __shared__ int32_t jw_smem[];
+  int* flags = jw_smem;
   int lane;
   const int64_t e = env_of_thread(l, &lane);
   const bool active = e >= 0 && e < envs;
@@ -313,7 +335,12 @@ extern "C" __global__ void JW_STEP_KERNEL(Params p, Bases b, int64_t envs, int64
   const int64_t m = !active || per_member == envs ? 0 : e / per_member;
   const uint32_t local = static_cast<uint32_t>(e - m * per_member);
   const uint32_t* key = keys + 2 * m;
-  State s = state_of(b, active ? e : 0, n);
+  const State g = state_of(b, active ? e : 0, n);
+  State s = g;
+  if (l.words > 0) {
+    s = state_in_smem(jw_smem + 2 * l.epb + le * l.words, n);
+    if (active) copy_state(s, g, n, lane, l.tpe);
+  }
   if (active)
     for (int i = lane; i < n; i += l.tpe) reward[e * n + i] = 0.0f;
   __syncthreads();
@@ -343,6 +370,7 @@ extern "C" __global__ void JW_STEP_KERNEL(Params p, Bases b, int64_t envs, int64
       jaxwarp::Agent a{local, i, n, key[0], key[1], 0u};
       observe(p, s, a, obs + (e * n + i) * obs_dim);
     }
+    if (l.words > 0) copy_state(g, s, n, lane, l.tpe);
     if (lane == 0) {
       done[e] = d;
       term[e] = any_term;
@@ -352,11 +380,14 @@ extern "C" __global__ void JW_STEP_KERNEL(Params p, Bases b, int64_t envs, int64
 }
 namespace {
 // Threads per env and envs per block for n agents: about 128 threads a block.
+// The state is staged in shared memory when it fits in 48 KiB.
 inline Layout layout_for(int n) {
   const int tpe = n < 1024 ? n : 1024;
   const int epb = tpe >= 128 ? 1 : 128 / tpe;
-  return Layout{tpe, epb};
-}""".replace("JW_RESET_KERNEL", f"jaxwarp_{spec.name}_reset_kernel")
+  const int words = NAF * n + NEF;
+  return Layout{tpe, epb, (2 + words) * epb * 4 <= 48 * 1024 ? words : 0};
+}""".replace("NAF", str(n_agent_fields)).replace("NEF", str(n_env_fields))
+         .replace("JW_RESET_KERNEL", f"jaxwarp_{spec.name}_reset_kernel")
          .replace("JW_STEP_KERNEL", f"jaxwarp_{spec.name}_step_kernel"))
 
     # Handlers.
@@ -399,7 +430,7 @@ inline Layout layout_for(int n) {
                         "stream>>>(p, b, envs, per_member, keys.typed_data(), n, obs_dim, "
                         "obs->typed_data(), jw_l);\n")
         launch_step = (grid + f"  {kname}_step_kernel<<<jw_blocks, jw_l.tpe * jw_l.epb, "
-                       "2 * jw_l.epb * sizeof(int), stream>>>(p, b, envs, per_member, "
+                       "(2 + jw_l.words) * jw_l.epb * sizeof(int), stream>>>(p, b, envs, per_member, "
                        + step_tail.replace(" + 2 * m", "") + ", jw_l);\n")
     else:
         launch_reset = (cpu_loop + "reset_env(p, b, e, static_cast<uint32_t>(e - m * per_member), "

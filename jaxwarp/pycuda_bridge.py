@@ -19,6 +19,7 @@ pycuda.autoinit` (which creates its own context) clashes with JAX. Call
 
 from __future__ import annotations
 
+import atexit
 from typing import Any
 
 import jax
@@ -50,6 +51,8 @@ def primary_context(device: int = 0):
         ctx = cuda.Device(device).retain_primary_context()
         ctx.push()
         _CONTEXTS[device] = ctx
+        # PyCUDA aborts at exit if a context is still on its stack.
+        atexit.register(ctx.pop)
     return _CONTEXTS[device]
 
 
@@ -82,8 +85,8 @@ class PyCudaEnv:
     launched from Python through PyCUDA, one launch per call, then a sync.
 
     The state lives in JAX arrays that this object owns and updates in place
-    (``self.state``; obs/reward/done likewise), so it can be read with
-    `as_gpuarray` or copied out with `np.asarray` between steps.
+    (``self.state``; obs/reward/done likewise); read them between steps with
+    `as_gpuarray` or `numpy()`.
 
         env = PyCudaEnv(jaxwarp.make("tag_gridworld", backend="cuda"))
         env.reset(key, num_envs)                 # obs: f32[envs, agents, obs_dim]
@@ -113,7 +116,16 @@ class PyCudaEnv:
         self.heads = len(env.spec.nvec(env.params))
         self.tpe = n if n < 1024 else 1024
         self.epb = 1 if self.tpe >= 128 else 128 // self.tpe
+        # The generated launcher's layout_for(): state staged in shared memory when it fits.
+        words = sum(n if f.scope == "agent" else 1 for f in env.spec.fields)
+        self.words = words if (2 + words) * self.epb * 4 <= 48 * 1024 else 0
         self.state = None
+
+    def numpy(self, x: jax.Array) -> np.ndarray:
+        """Current contents of one of this env's buffers (e.g. ``env.numpy(env.obs)``),
+        copied from the device. (``np.asarray`` keeps the host copy of a jax.Array from
+        its first read, so it would not see later in-place steps.)"""
+        return as_gpuarray(x).get()
 
     def _bases(self):
         return [np.uintp(device_pointer(getattr(self.state, f.name))) for f in self.spec.fields]
@@ -147,7 +159,7 @@ class PyCudaEnv:
         self._reset_fn(*self._params, *self._bases(), np.int64(num_envs), np.int64(num_envs),
                        np.uintp(device_pointer(keys)), np.int32(n), np.int32(self.obs_dim),
                        np.uintp(device_pointer(self.obs)), np.int32(self.tpe),
-                       np.int32(self.epb), **self._grid(self.num_envs))
+                       np.int32(self.epb), np.int32(self.words), **self._grid(self.num_envs))
         self.ctx.synchronize()
         self.prepare()
 
@@ -158,7 +170,8 @@ class PyCudaEnv:
                       np.int64(self.num_envs), np.uintp(key_ptr), np.int32(self.n),
                       np.int32(self.obs_dim), np.int32(self.heads), np.uintp(actions_ptr),
                       *self._out_cached, np.int32(self.tpe), np.int32(self.epb),
-                      shared=8 * self.epb, **self._grid(self.num_envs))
+                      np.int32(self.words), shared=4 * (2 + self.words) * self.epb,
+                      **self._grid(self.num_envs))
         self.ctx.synchronize()
 
     def prepare(self) -> None:

@@ -72,7 +72,7 @@ def test_pycuda_launches_match_the_ffi_path_bitwise(name, kw, num_envs):
     key = jax.random.PRNGKey(5)
     pc.reset(key, num_envs)
     obs, state = jax.jit(env.reset, static_argnums=1)(key, num_envs)
-    np.testing.assert_array_equal(np.asarray(pc.obs), np.asarray(obs))
+    np.testing.assert_array_equal(pc.numpy(pc.obs), np.asarray(obs))
     step = jax.jit(env.step)
     for t in range(20):
         k1, k2 = jax.random.split(jax.random.fold_in(key, t))
@@ -80,10 +80,10 @@ def test_pycuda_launches_match_the_ffi_path_bitwise(name, kw, num_envs):
         pc.step(k2, actions)
         obs, state, reward, done, _ = step(k2, state, actions)
         for f in env.spec.fields:
-            np.testing.assert_array_equal(np.asarray(getattr(pc.state, f.name)),
+            np.testing.assert_array_equal(pc.numpy(getattr(pc.state, f.name)),
                                           np.asarray(getattr(state, f.name)), err_msg=f.name)
-        np.testing.assert_array_equal(np.asarray(pc.obs), np.asarray(obs))
-        np.testing.assert_array_equal(np.asarray(pc.reward), np.asarray(reward))
-        np.testing.assert_array_equal(np.asarray(pc.done), np.asarray(done))
+        np.testing.assert_array_equal(pc.numpy(pc.obs), np.asarray(obs))
+        np.testing.assert_array_equal(pc.numpy(pc.reward), np.asarray(reward))
+        np.testing.assert_array_equal(pc.numpy(pc.done), np.asarray(done))
     with pytest.raises(ValueError, match="actions: expected int32"):
         pc.step(key, actions.astype(jnp.float32))
