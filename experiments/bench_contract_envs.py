@@ -102,10 +102,8 @@ def bench_upstream(name: str, num_envs: int, steps: int) -> dict | None:
             "env_steps_per_s": num_envs * steps / sec, "times_s": times}
 
 
-def bench(name: str, params: dict, backend: str, num_envs: int, steps: int) -> dict:
-    env = jaxwarp.make(name, backend=backend, **params)
-    nvec = env.action_space.nvec
-
+def scan_of(env, num_envs: int, steps: int):
+    """run((state, obs), key): `steps` env steps with random actions, one lax.scan."""
     def run(carry, key):
         # Observations are carried (and returned), so neither backend can skip them.
         def body(c, k):
@@ -115,7 +113,13 @@ def bench(name: str, params: dict, backend: str, num_envs: int, steps: int) -> d
             obs, s, r, d, _ = env.step(k2, s, a)
             return (s, obs), r.mean() + d.mean()
         return jax.lax.scan(body, carry, jax.random.split(key, steps))
+    return run
 
+
+def bench(name: str, params: dict, backend: str, num_envs: int, steps: int) -> dict:
+    env = jaxwarp.make(name, backend=backend, **params)
+    nvec = env.action_space.nvec
+    run = scan_of(env, num_envs, steps)
     obs, state = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), num_envs)
     compile_s, sec, times = time_scan(run, (state, obs))
     return {"env": name, "params": params, "backend": env.backend, "num_envs": num_envs,

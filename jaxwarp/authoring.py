@@ -290,6 +290,7 @@ def generate_source(spec: EnvSpec, header_path: Path, platform: str) -> str:
         w("""struct Layout {
   int tpe, epb;  // threads per env, envs per block
   int words;     // 4-byte words of one env's state staged in shared memory (0: not staged)
+  int obs_staged;  // 1: observations are written to shared memory, then stored coalesced
 };
 __device__ inline int64_t env_of_thread(const Layout& l, int* lane) {
   const int le = static_cast<int>(threadIdx.x) / l.tpe;
@@ -365,10 +366,14 @@ extern "C" __global__ void JW_STEP_KERNEL(Params p, Bases b, int64_t envs, int64
       reset(p, s, a);
     }
   __syncthreads();
+  // One thread writes one agent's whole observation row: strided stores, so
+  // rows go through shared memory and leave as one contiguous block.
+  float* obs_smem = reinterpret_cast<float*>(jw_smem + 2 * l.epb + l.epb * l.words);
   if (active) {
     for (int i = lane; i < n; i += l.tpe) {
       jaxwarp::Agent a{local, i, n, key[0], key[1], 0u};
-      observe(p, s, a, obs + (e * n + i) * obs_dim);
+      observe(p, s, a, l.obs_staged ? obs_smem + (le * n + i) * obs_dim
+                                    : obs + (e * n + i) * obs_dim);
     }
     if (l.words > 0) copy_state(g, s, n, lane, l.tpe);
     if (lane == 0) {
@@ -377,15 +382,30 @@ extern "C" __global__ void JW_STEP_KERNEL(Params p, Bases b, int64_t envs, int64
       trunc[e] = any_trunc;
     }
   }
+  if (l.obs_staged) {
+    __syncthreads();
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
+    const int64_t rows = (envs - first < l.epb ? envs - first : l.epb) * n;
+    float* dst = obs + first * n * obs_dim;
+    for (int64_t j = threadIdx.x; j < rows * obs_dim; j += blockDim.x) dst[j] = obs_smem[j];
+  }
 }
 namespace {
 // Threads per env and envs per block for n agents: about 128 threads a block.
-// The state is staged in shared memory when it fits in 48 KiB.
-inline Layout layout_for(int n) {
+// The state, then the observations, are staged in shared memory while the
+// block's share fits in 48 KiB.
+inline Layout layout_for(int n, int obs_dim) {
   const int tpe = n < 1024 ? n : 1024;
   const int epb = tpe >= 128 ? 1 : 128 / tpe;
-  const int words = NAF * n + NEF;
-  return Layout{tpe, epb, (2 + words) * epb * 4 <= 48 * 1024 ? words : 0};
+  const int64_t budget = 48 * 1024 / 4 - 2 * epb;  // words
+  int64_t words = static_cast<int64_t>(NAF) * n + NEF;
+  if (words * epb > budget) words = 0;
+  const bool obs_staged = words * epb + static_cast<int64_t>(epb) * n * obs_dim <= budget;
+  return Layout{tpe, epb, static_cast<int>(words), obs_staged ? 1 : 0};
+}
+inline size_t jw_smem_bytes(const Layout& l, int n, int obs_dim) {
+  return 4 * (static_cast<size_t>(2 + l.words) * l.epb
+              + (l.obs_staged ? static_cast<size_t>(l.epb) * n * obs_dim : 0));
 }""".replace("NAF", str(n_agent_fields)).replace("NEF", str(n_env_fields))
          .replace("JW_RESET_KERNEL", f"jaxwarp_{spec.name}_reset_kernel")
          .replace("JW_STEP_KERNEL", f"jaxwarp_{spec.name}_step_kernel"))
@@ -418,7 +438,7 @@ inline Layout layout_for(int n) {
     err = ('  if (cudaError_t c = cudaGetLastError(); c != cudaSuccess) '
            'return ffi::Error::Internal(cudaGetErrorString(c));\n' if cu else "")
     kname = f"jaxwarp_{spec.name}"
-    grid = ("  const Layout jw_l = layout_for(n);\n  const unsigned jw_blocks = "
+    grid = ("  const Layout jw_l = layout_for(n, obs_dim);\n  const unsigned jw_blocks = "
             "static_cast<unsigned>((envs + jw_l.epb - 1) / jw_l.epb);\n")
     cpu_loop = ("  for (int64_t e = 0; e < envs; ++e) {\n"
                 "    const int64_t m = per_member == envs ? 0 : e / per_member;\n    ")
@@ -430,7 +450,7 @@ inline Layout layout_for(int n) {
                         "stream>>>(p, b, envs, per_member, keys.typed_data(), n, obs_dim, "
                         "obs->typed_data(), jw_l);\n")
         launch_step = (grid + f"  {kname}_step_kernel<<<jw_blocks, jw_l.tpe * jw_l.epb, "
-                       "(2 + jw_l.words) * jw_l.epb * sizeof(int), stream>>>(p, b, envs, per_member, "
+                       "jw_smem_bytes(jw_l, n, obs_dim), stream>>>(p, b, envs, per_member, "
                        + step_tail.replace(" + 2 * m", "") + ", jw_l);\n")
     else:
         launch_reset = (cpu_loop + "reset_env(p, b, e, static_cast<uint32_t>(e - m * per_member), "

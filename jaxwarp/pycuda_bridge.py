@@ -116,9 +116,14 @@ class PyCudaEnv:
         self.heads = len(env.spec.nvec(env.params))
         self.tpe = n if n < 1024 else 1024
         self.epb = 1 if self.tpe >= 128 else 128 // self.tpe
-        # The generated launcher's layout_for(): state staged in shared memory when it fits.
+        # What the generated launcher's layout_for() picks: state, then
+        # observations, staged in shared memory while they fit in 48 KiB.
+        budget = 48 * 1024 // 4 - 2 * self.epb
         words = sum(n if f.scope == "agent" else 1 for f in env.spec.fields)
-        self.words = words if (2 + words) * self.epb * 4 <= 48 * 1024 else 0
+        self.words = words if words * self.epb <= budget else 0
+        self.obs_staged = int(self.words * self.epb + self.epb * n * self.obs_dim <= budget)
+        self.smem = 4 * ((2 + self.words) * self.epb
+                         + (self.epb * n * self.obs_dim if self.obs_staged else 0))
         self.state = None
 
     def numpy(self, x: jax.Array) -> np.ndarray:
@@ -159,7 +164,8 @@ class PyCudaEnv:
         self._reset_fn(*self._params, *self._bases(), np.int64(num_envs), np.int64(num_envs),
                        np.uintp(device_pointer(keys)), np.int32(n), np.int32(self.obs_dim),
                        np.uintp(device_pointer(self.obs)), np.int32(self.tpe),
-                       np.int32(self.epb), np.int32(self.words), **self._grid(self.num_envs))
+                       np.int32(self.epb), np.int32(self.words), np.int32(self.obs_staged),
+                       **self._grid(self.num_envs))
         self.ctx.synchronize()
         self.prepare()
 
@@ -170,7 +176,7 @@ class PyCudaEnv:
                       np.int64(self.num_envs), np.uintp(key_ptr), np.int32(self.n),
                       np.int32(self.obs_dim), np.int32(self.heads), np.uintp(actions_ptr),
                       *self._out_cached, np.int32(self.tpe), np.int32(self.epb),
-                      np.int32(self.words), shared=4 * (2 + self.words) * self.epb,
+                      np.int32(self.words), np.int32(self.obs_staged), shared=self.smem,
                       **self._grid(self.num_envs))
         self.ctx.synchronize()
 
