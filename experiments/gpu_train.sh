@@ -44,8 +44,13 @@ authoring)
     | tee "$OUT/bench_contract_envs_h100.log"
   ;;
 envs-tests)
-  # PyCUDA (no wheels) built for this machine into .device_pkgs_pycuda, see
-  # jaxwarp/pycuda_bridge.py; its tests skip without it.
+  # PyCUDA's tests skip without it. Where pip can reach PyPI, `pip install
+  # -e ".[pycuda]"` suffices. Our GPU machine has no network, so a cp312 wheel
+  # was built on a CPU machine with CUDA 13 (configure.py --cuda-root=/usr/local/cuda
+  # --no-cuda-enable-curand, an empty stub libcuda.so to link against, then
+  # `patchelf --add-needed libcuda.so.1` on pycuda/_driver*.so) and installed
+  # with pytools, platformdirs, mako, markupsafe and siphash24 into
+  # .device_pkgs_pycuda (`pip install --target`).
   PYTHONPATH=.device_pkgs_pycuda python3 -m pytest -m gpu -q tests/test_authoring_gpu.py \
     tests/test_tag_gridworld_gpu.py tests/test_mpe_gpu.py tests/test_classic_control_kernels_gpu.py \
     tests/test_pycuda_bridge.py 2>&1 | tee "$OUT/pytest_envs_gpu_h100.log" | tail -3
