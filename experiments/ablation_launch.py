@@ -70,9 +70,11 @@ def pycuda_ablation(steps: int) -> list[dict]:
         jax.block_until_ready(step(keys[0], state, actions[0]))
         _, state = reset(key, num_envs)
         jax.block_until_ready(state)
+        key_list, action_list = list(keys), list(actions)  # sliced before timing
+        jax.block_until_ready((key_list, action_list))
         t = time.perf_counter()
-        for i in range(steps):
-            out = step(keys[i], state, actions[i])
+        for k, a in zip(key_list, action_list):
+            out = step(k, state, a)
             state = out[1]
             jax.block_until_ready(out)
         loop_s = time.perf_counter() - t
