@@ -48,3 +48,20 @@ def test_tutorial_env_cuda_matches_cpu_and_reference():
     r = jaxwarp.testing.check_consistency("goal_reach", ("cuda", "jax"), num_envs=32,
                                           rtol=1e-6, atol=1e-6, num_agents=4, max_steps=40)
     assert r.ok, r
+
+
+# Many agents: more than one block's threads per env (agents looped), and the
+# three shared-memory layouts of the generated kernel (state and observations
+# staged; state only; neither, at 48 KiB per block).
+@pytest.mark.parametrize("num_agents", [1100, 3000, 5000])
+def test_generated_kernel_with_many_agents_matches_cpu(num_agents):
+    from pathlib import Path
+
+    from jaxwarp.train.trainer import import_env_module
+
+    import_env_module(str(Path(__file__).resolve().parent.parent / "examples" / "goal_reach"
+                          / "goal_reach.py"))
+    r = jaxwarp.testing.check_consistency("goal_reach", ("cuda", "cpu"), num_envs=3,
+                                          rtol=0, atol=0, num_agents=num_agents, max_steps=6)
+    assert r.ok, r
+    assert r.episodes_finished >= 3, r
