@@ -130,12 +130,15 @@ def bench(name: str, params: dict, backend: str, num_envs: int, steps: int) -> d
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--only", nargs="+", default=None, help="only these envs")
     ap.add_argument("--out", default="experiments/results/bench_contract_envs.json")
     args = ap.parse_args()
     import_env_module(str(ROOT / "examples" / "goal_reach" / "goal_reach.py"))
     gpu = jaxwarp.gpu_available()
     kernel = "cuda" if gpu else "cpu"
     cases = SMALL_CASES if args.small or not gpu else GPU_CASES
+    if args.only:
+        cases = [c for c in cases if c[0] in args.only]
     results = []
     for name, params, n, steps in cases:
         if name not in jaxwarp.registered_envs():

@@ -398,7 +398,8 @@ inline Layout layout_for(int n, int obs_dim) {
   const int tpe = n < 1024 ? n : 1024;
   const int epb = tpe >= 128 ? 1 : 128 / tpe;
   const int64_t budget = 48 * 1024 / 4 - 2 * epb;  // words
-  int64_t words = static_cast<int64_t>(NAF) * n + NEF;
+  // A single agent shares nothing with other threads: no state staging.
+  int64_t words = n == 1 ? 0 : static_cast<int64_t>(NAF) * n + NEF;
   if (words * epb > budget) words = 0;
   const bool obs_staged = words * epb + static_cast<int64_t>(epb) * n * obs_dim <= budget;
   return Layout{tpe, epb, static_cast<int>(words), obs_staged ? 1 : 0};

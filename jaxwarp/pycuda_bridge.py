@@ -120,7 +120,7 @@ class PyCudaEnv:
         # observations, staged in shared memory while they fit in 48 KiB.
         budget = 48 * 1024 // 4 - 2 * self.epb
         words = sum(n if f.scope == "agent" else 1 for f in env.spec.fields)
-        self.words = words if words * self.epb <= budget else 0
+        self.words = words if n > 1 and words * self.epb <= budget else 0
         self.obs_staged = int(self.words * self.epb + self.epb * n * self.obs_dim <= budget)
         self.smem = 4 * ((2 + self.words) * self.epb
                          + (self.epb * n * self.obs_dim if self.obs_staged else 0))
