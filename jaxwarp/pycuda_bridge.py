@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.authoring import ContractEnv, _compile, _param_fields
+from jaxwarp.authoring import _DTYPES, ContractEnv, _compile
+from jaxwarp.envs.tag_continuous import key_data_of
 
 
 def _pycuda():
@@ -142,9 +143,6 @@ class PyCudaEnv:
     def reset(self, key: jax.Array, num_envs: int) -> None:
         """Allocates the state (zeros, as before the FFI reset) and runs the reset
         kernel: fills self.state and self.obs."""
-        from jaxwarp.authoring import _DTYPES
-        from jaxwarp.envs.tag_continuous import key_data_of
-
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
@@ -194,8 +192,6 @@ class PyCudaEnv:
         if tuple(actions.shape) != want or actions.dtype != jnp.int32:
             raise ValueError(f"actions: expected int32{list(want)}, got "
                              f"{actions.dtype}{list(actions.shape)}")
-        from jaxwarp.envs.tag_continuous import key_data_of
-
         keys = jax.device_put(jnp.asarray(key_data_of(key), jnp.uint32).reshape(2), self.device)
         actions = jax.device_put(actions, self.device)
         self.step_pointers(device_pointer(keys), device_pointer(actions))
