@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "jaxwarp_common.h"
+#include "jaxwarp_team.h"
 
 namespace jaxwarp {
 

@@ -39,7 +39,7 @@ PYCUDA_CASES = [("tag_gridworld", "warpdrive_default", 100), ("tag_gridworld", "
 def pycuda_ablation(steps: int) -> list[dict]:
     import numpy as np
 
-    from jaxwarp.envs.tag_continuous import key_data_of
+    from jaxwarp.core import key_data_of
     from jaxwarp.pycuda_bridge import PyCudaEnv, device_pointer
 
     results = []

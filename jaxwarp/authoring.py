@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp import _ffi
+from jaxwarp.core import key_data_of, resolve_backend
 from jaxwarp.spaces import Box, MultiDiscrete
 
 # The API headers: installed with the package (jaxwarp/include), or the
@@ -45,6 +46,9 @@ from jaxwarp.spaces import Box, MultiDiscrete
 _INSTALLED = Path(__file__).resolve().parent / "include"
 API_DIR = _INSTALLED if (_INSTALLED / "jaxwarp_env.h").exists() else (
     Path(__file__).resolve().parent.parent / "cuda")
+# The framework's headers: every built env depends on them (cache key).
+API_HEADERS = ("jaxwarp_env.h", "jaxwarp_common.h", "jaxwarp_team.h", "jaxwarp_kernels.h",
+               "jaxwarp_ffi.h")
 _DTYPES = {"f32": ("float", jnp.float32, "F32"), "i32": ("int32_t", jnp.int32, "S32"),
            "u32": ("uint32_t", jnp.uint32, "U32")}
 
@@ -75,30 +79,114 @@ class StateField:
 
 
 @dataclasses.dataclass(frozen=True)
-class EnvSpec:
-    """Everything jaxwarp needs to know about a user env.
+class ScratchField:
+    """Per-env scratch array, rebuilt every call and never returned: ``count``
+    elements per agent (scope "agent") or per env ("env"); count is an int or
+    a function of the params. Shared memory when the env's state and scratch
+    fit (the generated launcher decides), global memory otherwise. The env
+    header sees it as a State member like a state field."""
 
-    params_type: frozen dataclass of float/int/bool fields (-> ``Params``).
-    state_type: pytree dataclass whose fields are exactly `fields`, in order.
+    name: str
+    dtype: str
+    scope: str = "agent"
+    count: int | Callable[[Any], int] = 1
+
+    def __post_init__(self) -> None:
+        StateField(self.name, self.dtype, self.scope)  # same name/dtype/scope rules
+
+    def words(self, params: Any, num_agents: int) -> int:
+        count = int(self.count(params) if callable(self.count) else self.count)
+        if count < 0:
+            raise ValueError(f"scratch {self.name!r}: count {count} < 0")
+        return count * (num_agents if self.scope == "agent" else 1)
+
+
+def grid_scratch(prefix: str, num_agents: Callable[[Any], int],
+                 used: Callable[[Any], bool] = lambda p: True) -> tuple[ScratchField, ...]:
+    """Scratch fields of a `jaxwarp::NeighbourGrid` (cuda/jaxwarp_team.h) named
+    ``<prefix>_start, _id, _px, _py, _cell, _rank``, for ``num_agents(params)``
+    agents on ``grid_side(n)`` x ``grid_side(n)`` cells; empty where
+    ``used(params)`` is false."""
+    def per_agent(p: Any) -> int:
+        return 1 if used(p) else 0
+
+    return (ScratchField(f"{prefix}_start", "i32", "env",
+                         lambda p: grid_side(num_agents(p)) ** 2 + 1 if used(p) else 0),
+            *(ScratchField(f"{prefix}_{name}", dtype, "agent", per_agent)
+              for name, dtype in (("id", "i32"), ("px", "f32"), ("py", "f32"), ("cell", "i32"),
+                                  ("rank", "i32"))))
+
+
+def grid_side(n: int) -> int:
+    """`jaxwarp::grid_side(n)`: cells per side of the neighbour grid, in float32
+    arithmetic as the C++ computes it."""
+    g = int(np.ceil(np.sqrt(np.float32(0.5) * np.float32(n), dtype=np.float32)))
+    return min(64, max(1, g))
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamArray:
+    """A 1-D kernel parameter (f32 or i32 values) held in the C++ Params struct
+    as ``T name[capacity]``; unused entries are 0."""
+
+    values: np.ndarray
+    capacity: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """Everything jaxwarp needs to know about an env; the header holds the rest.
+
+    params_type: frozen dataclass (-> the C++ ``Params``: its float/int/bool
+        fields, or what ``kernel_params`` returns).
+    fields: the state arrays (-> ``State``), declared here once; state_type,
+        when not given, is a pytree dataclass generated from them.
+    scratch: per-env scratch arrays (`ScratchField`), members of ``State`` too.
     reference_reset(params, key_data u32[2], num_envs) -> (obs, state);
     reference_step(params, key_data, state, actions i32[envs, agents, heads])
         -> (obs, state, reward f32[envs, agents], done bool[envs], info) with
         the same auto-reset semantics as the kernels (see jaxwarp_env.h);
         info holds "terminated" and "truncated" (bool[envs]).
+    kernel_params(params) -> {name: np.float32 | np.int32 | np.uint32 | bool |
+        ParamArray}: what the kernels see, when it is not the dataclass fields
+        (derived constants computed once in Python, tables).
     """
 
     name: str
     header: str | Path
     params_type: type
-    state_type: type
     fields: tuple[StateField, ...]
     num_agents: Callable[[Any], int]
     obs_dim: Callable[[Any], int]
     nvec: Callable[[Any], tuple[int, ...]]
     reference_reset: Callable[..., Any]
     reference_step: Callable[..., Any]
+    state_type: type | None = None
     obs_bounds: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None
     policy_groups: Callable[[Any], dict[str, np.ndarray]] | None = None
+    scratch: tuple[ScratchField, ...] = ()
+    kernel_params: Callable[[Any], dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.state_type is None:
+            object.__setattr__(self, "state_type", make_state_type(self.name, self.fields))
+        names = [f.name for f in self.fields] + [f.name for f in self.scratch]
+        dup = sorted({x for x in names if names.count(x) > 1})
+        if dup:
+            raise EnvBuildError(f"{self.name}: field name(s) {dup} declared twice (state and "
+                                "scratch fields share one namespace)")
+
+
+def make_state_type(name: str, fields: tuple[StateField, ...]) -> type:
+    """A flax pytree dataclass with one array per state field, in order."""
+    from flax import struct
+
+    cls_name = "".join(w.capitalize() for w in name.split("_")) + "State"
+    doc = "\n".join(f"{f.name}: {f.dtype}[envs{', agents' if f.scope == 'agent' else ''}]"
+                    for f in fields)
+    cls = dataclasses.make_dataclass(cls_name, [(f.name, jax.Array) for f in fields],
+                                     namespace={"__doc__": f"State of {name}.\n\n{doc}"})
+    return struct.dataclass(cls)
 
 
 def agent_uniform(key_data: jax.Array, num_envs: int, num_agents: int, draw: int,
@@ -126,34 +214,72 @@ def agent_uniform(key_data: jax.Array, num_envs: int, num_agents: int, draw: int
 # ---------------------------------------------------------------------------
 # Spec checks and code generation.
 # ---------------------------------------------------------------------------
-_RESERVED = {"p", "s", "a", "b", "e", "n", "obs_dim", "heads", "keys", "actions", "obs",
-             "reward", "done", "term", "trunc", "envs", "members", "per_member", "stream"}
+_RESERVED = {"jw_params", "jw_per_env", "Env", "Params", "State"}
 _FIELD_DECL = re.compile(r"^\s*JAXWARP_STATE\s*\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)", re.M)
+_C_TYPES = {np.dtype(np.float32): ("float", "f"), np.dtype(np.int32): ("int32_t", "i"),
+            np.dtype(np.uint32): ("uint32_t", "I")}
 
 
-def _param_fields(spec: EnvSpec) -> list[tuple[str, str, Any]]:
-    """(name, C++ type, numpy caster) of the params dataclass."""
-    out = []
-    defaults = spec.params_type()
-    for f in dataclasses.fields(spec.params_type):
-        if f.name.startswith("jw_") or f.name in _RESERVED:
-            raise EnvBuildError(f"{spec.name}: param name {f.name!r} is reserved by the "
-                                "generated code; rename it")
-        v = getattr(defaults, f.name)
-        if isinstance(v, bool):
-            out.append((f.name, "int32_t", np.int32))
+def kernel_param_values(spec: EnvSpec, params: Any) -> dict[str, Any]:
+    """name -> np.float32 | np.int32 | np.uint32 | ParamArray: the C++ Params."""
+    if spec.kernel_params is not None:
+        raw = dict(spec.kernel_params(params))
+    else:
+        raw = {f.name: getattr(params, f.name) for f in dataclasses.fields(spec.params_type)}
+    out: dict[str, Any] = {}
+    for name, v in raw.items():
+        if name.startswith("jw_") or name in _RESERVED or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise EnvBuildError(f"{spec.name}: param name {name!r} is reserved by the generated "
+                                "code or not a C++ identifier; rename it")
+        if isinstance(v, ParamArray):
+            arr = np.asarray(v.values)
+            if arr.ndim != 1 or arr.dtype not in (np.float32, np.int32) or len(arr) > v.capacity:
+                raise EnvBuildError(f"{spec.name}: param {name!r} must be a 1-D float32/int32 "
+                                    f"array of at most {v.capacity} values; got {arr.dtype}"
+                                    f"{list(arr.shape)}")
+            out[name] = ParamArray(arr, int(v.capacity))
+        elif isinstance(v, (bool, np.bool_)):
+            out[name] = np.int32(bool(v))
+        elif isinstance(v, (np.float32, np.int32, np.uint32)):
+            out[name] = v
         elif isinstance(v, (int, np.integer)):
-            out.append((f.name, "int32_t", np.int32))
+            out[name] = np.int32(v)
         elif isinstance(v, (float, np.floating)):
-            out.append((f.name, "float", np.float32))
+            out[name] = np.float32(v)
         else:
-            raise EnvBuildError(f"{spec.name}: param {f.name!r} has type {type(v).__name__}; "
-                                "params passed to the kernels must be float, int or bool")
+            raise EnvBuildError(f"{spec.name}: param {name!r} has type {type(v).__name__}; "
+                                "params passed to the kernels must be float, int or bool "
+                                "(or set the spec's kernel_params)")
     return out
 
 
+def _param_decls(values: dict[str, Any]) -> list[str]:
+    """C++ member declarations of Params, in order."""
+    decls = []
+    for name, v in values.items():
+        if isinstance(v, ParamArray):
+            decls.append(f"{_C_TYPES[v.values.dtype][0]} {name}[{v.capacity}];")
+        else:
+            decls.append(f"{_C_TYPES[np.asarray(v).dtype][0]} {name};")
+    return decls or ["int32_t jw_unused;  // C++ structs are never empty"]
+
+
+def pack_params(values: dict[str, Any]) -> np.ndarray:
+    """The Params struct as int32 words (every member is 4 bytes: no padding)."""
+    words: list[np.ndarray] = []
+    for v in values.values():
+        if isinstance(v, ParamArray):
+            buf = np.zeros(v.capacity, v.values.dtype)
+            buf[:len(v.values)] = v.values
+            words.append(buf.view(np.int32))
+        else:
+            words.append(np.asarray([v]).view(np.int32))
+    return np.concatenate(words) if words else np.zeros(1, np.int32)
+
+
 def check_header(spec: EnvSpec, header_text: str, header_name: str) -> None:
-    """The header's JAXWARP_STATE declarations must match the spec's fields."""
+    """The spec declares the state; a header may restate it with JAXWARP_STATE
+    lines (optional), which must then list every field with its dtype and scope."""
     declared = {m.group(2): (m.group(1), m.group(3)) for m in _FIELD_DECL.finditer(header_text)}
     spec_fields = {f.name: (f.dtype, f.scope) for f in spec.fields}
     for name, (dtype, scope) in declared.items():
@@ -168,7 +294,7 @@ def check_header(spec: EnvSpec, header_text: str, header_name: str) -> None:
                 f"{spec.name}: state field {name!r} is {dtype}/{scope} in {header_name} but "
                 f"{sd}/{ss} in the spec")
     for name, (dtype, scope) in spec_fields.items():
-        if name not in declared:
+        if declared and name not in declared:
             raise EnvBuildError(
                 f"{spec.name}: spec field {name!r} is not declared in {header_name}; add "
                 f"JAXWARP_STATE({dtype}, {name}, {scope})")
@@ -180,335 +306,47 @@ def check_header(spec: EnvSpec, header_text: str, header_name: str) -> None:
 
 
 def generate_source(spec: EnvSpec, header_path: Path, platform: str) -> str:
-    """C++ (platform "cpu") or CUDA ("cuda") source of the env's FFI handlers."""
+    """The env-specific part of its FFI library: the Params and State structs,
+    the traits struct `Env` and one JAXWARP_DEFINE_ENV, which instantiates the
+    kernels, CPU loop and handlers of cuda/jaxwarp_ffi.h for ``platform``
+    ("cpu" or "cuda": the same text; nvcc or g++ picks the platform)."""
     ns = f"jaxwarp_env_{spec.name}"
-    params = _param_fields(spec)
-    fields = spec.fields
-    cu = platform == "cuda"
-    L: list[str] = []
-    w = L.append
-    w(f"// Generated by jaxwarp.authoring for env '{spec.name}' ({platform}). Do not edit.")
-    w("#include <stdint.h>\n#include <string.h>")
-    if cu:
-        w("#include <cuda_runtime.h>")
-    w('#include "xla/ffi/api/ffi.h"\n#include "jaxwarp_env.h"\n')
-    w("namespace ffi = xla::ffi;\n")
-    w(f"namespace {ns} {{")
-    w("struct Params {")
-    for name, ctype, _ in params:
-        w(f"  {ctype} {name};")
-    w("};\nstruct State {")
-    for f in fields:
-        w(f"  {_DTYPES[f.dtype][0]}* {f.name};")
-    w("};")
-    w(f'#include "{header_path.name}"')
-    w("}  // namespace " + ns + "\n")
-    w(f"namespace {{\nusing namespace {ns};")
-    # Buffers of all envs: base pointers.
-    w("struct Bases {")
-    for f in fields:
-        w(f"  {_DTYPES[f.dtype][0]}* {f.name};")
-    w("};")
-    attr = "__host__ __device__ inline" if cu else "inline"
-    w(f"{attr} State state_of(const Bases& b, int64_t e, int n) {{")
-    w("  State s;")
-    for f in fields:
-        off = "e * n" if f.scope == "agent" else "e"
-        w(f"  s.{f.name} = b.{f.name} + {off};")
-    w("  return s;\n}")
-    # Per-env bodies of the CPU loop: agents one after another.
-    if not cu:
-        w(f"""{attr} void reset_env(const Params& p, const Bases& b, int64_t e, uint32_t local,
-                      const uint32_t* key, int n, int obs_dim, float* obs) {{
-  State s = state_of(b, e, n);
-  for (int i = 0; i < n; ++i) {{
-    jaxwarp::Agent a{{local, i, n, key[0], key[1], 0u}};
-    reset(p, s, a);
-  }}
-  for (int i = 0; i < n; ++i) {{
-    jaxwarp::Agent a{{local, i, n, key[0], key[1], 0u}};
-    observe(p, s, a, obs + (e * n + i) * obs_dim);
-  }}
-}}
-{attr} void step_env(const Params& p, const Bases& b, int64_t e, uint32_t local,
-                     const uint32_t* key, int n, int obs_dim, int heads, const int32_t* act,
-                     float* obs, float* reward, bool* done, bool* term, bool* trunc) {{
-  State s = state_of(b, e, n);
-  bool any_term = false, any_trunc = false;
-  for (int i = 0; i < n; ++i) reward[e * n + i] = 0.0f;
-  for (int phase = 0; phase < kStepPhases; ++phase) {{
-    for (int i = 0; i < n; ++i) {{
-      jaxwarp::Agent a{{local, i, n, key[0], key[1], 1u}};
-      jaxwarp::StepResult r;
-      step(p, s, a, act + (e * n + i) * heads, phase, r);
-      reward[e * n + i] += r.reward;
-      any_term = any_term || r.terminated;
-      any_trunc = any_trunc || r.truncated;
-    }}
-  }}
-  const bool d = any_term || any_trunc;
-  if (d) {{
-    for (int i = 0; i < n; ++i) {{
-      jaxwarp::Agent a{{local, i, n, key[0], key[1], 0u}};
-      reset(p, s, a);
-    }}
-  }}
-  for (int i = 0; i < n; ++i) {{
-    jaxwarp::Agent a{{local, i, n, key[0], key[1], 0u}};
-    observe(p, s, a, obs + (e * n + i) * obs_dim);
-  }}
-  done[e] = d;
-  term[e] = any_term;
-  trunc[e] = any_trunc;
-}}""")
-    if cu:
-        # One thread per agent, several envs per block (WarpDrive's thread per
-        # agent, without its block per env): tpe threads serve one env's agents
-        # (tpe = min(n, 1024); a thread loops when n > 1024), epb envs share a
-        # block, and __syncthreads() is the barrier between phases. Per env,
-        # two shared flags collect "any agent terminated/truncated".
-        # The kernels have C names (jaxwarp_<env>_{reset,step}_kernel) so that
-        # PyCUDA can launch the very same code (jaxwarp.pycuda_bridge).
-        n_agent_fields = sum(f.scope == "agent" for f in fields)
-        n_env_fields = len(fields) - n_agent_fields
-        smem_fields, copy_agent, copy_env, off = [], [], [], "0"
-        for f in fields:
-            ct = _DTYPES[f.dtype][0]
-            smem_fields.append(f"  s.{f.name} = reinterpret_cast<{ct}*>(w + {off});")
-            off = f"{off} + {'n' if f.scope == 'agent' else '1'}"
-            (copy_agent if f.scope == "agent" else copy_env).append(
-                f"dst.{f.name}[{'j' if f.scope == 'agent' else '0'}] = "
-                f"src.{f.name}[{'j' if f.scope == 'agent' else '0'}];")
-        w("__device__ inline State state_in_smem(int32_t* w, int n) {\n  State s;")
-        w("\n".join(smem_fields))
-        w("  return s;\n}")
-        w("// One env's rows from src to dst, by the env's threads.")
-        w("__device__ inline void copy_state(const State& dst, const State& src, int n, int lane,"
-          " int tpe) {")
-        w("  for (int j = lane; j < n; j += tpe) {" + " ".join(copy_agent) + "}")
-        w("  if (lane == 0) {" + " ".join(copy_env) + "}\n}")
-        w("""struct Layout {
-  int tpe, epb;  // threads per env, envs per block
-  int words;     // 4-byte words of one env's state staged in shared memory (0: not staged)
-  int obs_staged;  // 1: observations are written to shared memory, then stored coalesced
-};
-__device__ inline int64_t env_of_thread(const Layout& l, int* lane) {
-  const int le = static_cast<int>(threadIdx.x) / l.tpe;
-  *lane = static_cast<int>(threadIdx.x) - le * l.tpe;
-  return le < l.epb ? static_cast<int64_t>(blockIdx.x) * l.epb + le : -1;
-}
-}  // namespace
-extern "C" __global__ void JW_RESET_KERNEL(Params p, Bases b, int64_t envs, int64_t per_member,
-                            const uint32_t* keys, int n, int obs_dim, float* obs, Layout l) {
-  int lane;
-  const int64_t e = env_of_thread(l, &lane);
-  const bool active = e >= 0 && e < envs;
-  // Only a vmapped call has several key members; skip the 64-bit division otherwise.
-  const int64_t m = !active || per_member == envs ? 0 : e / per_member;
-  const uint32_t local = static_cast<uint32_t>(e - m * per_member);
-  const uint32_t* key = keys + 2 * m;
-  State s = state_of(b, active ? e : 0, n);
-  if (active)
-    for (int i = lane; i < n; i += l.tpe) {
-      jaxwarp::Agent a{local, i, n, key[0], key[1], 0u};
-      reset(p, s, a);
-    }
-  __syncthreads();
-  if (active)
-    for (int i = lane; i < n; i += l.tpe) {
-      jaxwarp::Agent a{local, i, n, key[0], key[1], 0u};
-      observe(p, s, a, obs + (e * n + i) * obs_dim);
-    }
-}
-extern "C" __global__ void JW_STEP_KERNEL(Params p, Bases b, int64_t envs, int64_t per_member,
-                           const uint32_t* keys, int n, int obs_dim, int heads,
-                           const int32_t* act, float* obs, float* reward, bool* done,
-                           bool* term, bool* trunc, Layout l) {
-  // Shared memory: [2, epb] flags (terminated, truncated), then each env's
-  // state rows when staged: the phases then read and write on-chip memory.
-  extern __shared__ int32_t jw_smem[];
-  int* flags = jw_smem;
-  int lane;
-  const int64_t e = env_of_thread(l, &lane);
-  const bool active = e >= 0 && e < envs;
-  const int le = static_cast<int>(threadIdx.x) / l.tpe;
-  for (int j = threadIdx.x; j < 2 * l.epb; j += blockDim.x) flags[j] = 0;
-  const int64_t m = !active || per_member == envs ? 0 : e / per_member;
-  const uint32_t local = static_cast<uint32_t>(e - m * per_member);
-  const uint32_t* key = keys + 2 * m;
-  const State g = state_of(b, active ? e : 0, n);
-  State s = g;
-  if (l.words > 0) {
-    s = state_in_smem(jw_smem + 2 * l.epb + le * l.words, n);
-    if (active) copy_state(s, g, n, lane, l.tpe);
-  }
-  if (active)
-    for (int i = lane; i < n; i += l.tpe) reward[e * n + i] = 0.0f;
-  __syncthreads();
-  for (int phase = 0; phase < kStepPhases; ++phase) {
-    if (active)
-      for (int i = lane; i < n; i += l.tpe) {
-        jaxwarp::Agent a{local, i, n, key[0], key[1], 1u};
-        jaxwarp::StepResult r;
-        step(p, s, a, act + (e * n + i) * heads, phase, r);
-        reward[e * n + i] += r.reward;
-        if (r.terminated) flags[le] = 1;
-        if (r.truncated) flags[l.epb + le] = 1;
-      }
-    __syncthreads();
-  }
-  const bool any_term = active && flags[le] != 0;
-  const bool any_trunc = active && flags[l.epb + le] != 0;
-  const bool d = any_term || any_trunc;
-  if (d)
-    for (int i = lane; i < n; i += l.tpe) {
-      jaxwarp::Agent a{local, i, n, key[0], key[1], 0u};
-      reset(p, s, a);
-    }
-  __syncthreads();
-  // One thread writes one agent's whole observation row: strided stores, so
-  // rows go through shared memory and leave as one contiguous block.
-  float* obs_smem = reinterpret_cast<float*>(jw_smem + 2 * l.epb + l.epb * l.words);
-  if (active) {
-    for (int i = lane; i < n; i += l.tpe) {
-      jaxwarp::Agent a{local, i, n, key[0], key[1], 0u};
-      observe(p, s, a, l.obs_staged ? obs_smem + (le * n + i) * obs_dim
-                                    : obs + (e * n + i) * obs_dim);
-    }
-    if (l.words > 0) copy_state(g, s, n, lane, l.tpe);
-    if (lane == 0) {
-      done[e] = d;
-      term[e] = any_term;
-      trunc[e] = any_trunc;
-    }
-  }
-  if (l.obs_staged) {
-    __syncthreads();
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
-    const int64_t rows = (envs - first < l.epb ? envs - first : l.epb) * n;
-    float* dst = obs + first * n * obs_dim;
-    for (int64_t j = threadIdx.x; j < rows * obs_dim; j += blockDim.x) dst[j] = obs_smem[j];
-  }
-}
-namespace {
-// Threads per env and envs per block for n agents: about 128 threads a block.
-// The state, then the observations, are staged in shared memory while the
-// block's share fits in 48 KiB.
-inline Layout layout_for(int n, int obs_dim) {
-  const int tpe = n < 1024 ? n : 1024;
-  const int epb = tpe >= 128 ? 1 : 128 / tpe;
-  const int64_t budget = 48 * 1024 / 4 - 2 * epb;  // words
-  // A single agent shares nothing with other threads: no state staging.
-  int64_t words = n == 1 ? 0 : static_cast<int64_t>(NAF) * n + NEF;
-  if (words * epb > budget) words = 0;
-  const bool obs_staged = words * epb + static_cast<int64_t>(epb) * n * obs_dim <= budget;
-  return Layout{tpe, epb, static_cast<int>(words), obs_staged ? 1 : 0};
-}
-inline size_t jw_smem_bytes(const Layout& l, int n, int obs_dim) {
-  return 4 * (static_cast<size_t>(2 + l.words) * l.epb
-              + (l.obs_staged ? static_cast<size_t>(l.epb) * n * obs_dim : 0));
-}""".replace("NAF", str(n_agent_fields)).replace("NEF", str(n_env_fields))
-         .replace("JW_RESET_KERNEL", f"jaxwarp_{spec.name}_reset_kernel")
-         .replace("JW_STEP_KERNEL", f"jaxwarp_{spec.name}_step_kernel"))
+    decls = _param_decls(kernel_param_values(spec, spec.params_type()))
+    fields = [*spec.fields, *spec.scratch]
+    ctype = {k: v[0] for k, v in _DTYPES.items()}
+    members = "\n".join(f"  {ctype[f.dtype]}* {f.name};" for f in fields)
+    binds = ",\n      ".join(f"reinterpret_cast<{ctype[f.dtype]}*>(f[{i}])"
+                              for i, f in enumerate(fields))
+    params = "\n".join(f"  {d}" for d in decls)
+    return f"""// Generated by jaxwarp.authoring for env '{spec.name}'. Do not edit: the
+// kernels, CPU loop and handlers are cuda/jaxwarp_kernels.h and jaxwarp_ffi.h.
+#include <stdint.h>
+#include "xla/ffi/api/ffi.h"
+#include "jaxwarp_env.h"
 
-    # Handlers.
-    sig_params = ", ".join(f"{ctype} {name}" for name, ctype, _ in params)
-    pinit = ", ".join(name for name, _, _ in params)
-    attrs = "".join(f'\n        .Attr<{ctype}>("{name}")' for name, ctype, _ in params)
-    ffi_t = {k: v[2] for k, v in _DTYPES.items()}
-    state_in = ", ".join(f"ffi::Buffer<ffi::{ffi_t[f.dtype]}> in_{f.name}" for f in fields)
-    state_out = ", ".join(f"ffi::ResultBuffer<ffi::{ffi_t[f.dtype]}> out_{f.name}"
-                          for f in fields)
-    bases = ", ".join(f"out_{f.name}->typed_data()" for f in fields)
-    stream_arg = "cudaStream_t stream, " if cu else ""
-    stream_bind = "\n        .Ctx<ffi::PlatformStream<cudaStream_t>>()" if cu else ""
-    suffix = "Cuda" if cu else "Cpu"
-    copy = ("cudaMemcpyAsync(out_{n}->untyped_data(), in_{n}.untyped_data(), "
-            "in_{n}.size_bytes(), cudaMemcpyDeviceToDevice, stream);" if cu else
-            "memcpy(out_{n}->untyped_data(), in_{n}.untyped_data(), in_{n}.size_bytes());")
-    copies = "\n".join(f"  if (in_{f.name}.untyped_data() != out_{f.name}->untyped_data()) "
-                       + copy.format(n=f.name) for f in fields)
-    zero = ("cudaMemsetAsync(out_{n}->untyped_data(), 0, out_{n}->size_bytes(), stream);" if cu
-            else "memset(out_{n}->untyped_data(), 0, out_{n}->size_bytes());")
-    zeros = "\n".join("  " + zero.format(n=f.name) for f in fields)
-    first_agent_field = next((f for f in fields if f.scope == "agent"), None)
-    envs_of = (f"out_{first_agent_field.name}->element_count() / n" if first_agent_field
-               else f"out_{fields[0].name}->element_count()")
-    envs_in = (f"in_{first_agent_field.name}.element_count() / n" if first_agent_field
-               else f"in_{fields[0].name}.element_count()")
-    err = ('  if (cudaError_t c = cudaGetLastError(); c != cudaSuccess) '
-           'return ffi::Error::Internal(cudaGetErrorString(c));\n' if cu else "")
-    kname = f"jaxwarp_{spec.name}"
-    grid = ("  const Layout jw_l = layout_for(n, obs_dim);\n  const unsigned jw_blocks = "
-            "static_cast<unsigned>((envs + jw_l.epb - 1) / jw_l.epb);\n")
-    cpu_loop = ("  for (int64_t e = 0; e < envs; ++e) {\n"
-                "    const int64_t m = per_member == envs ? 0 : e / per_member;\n    ")
-    step_tail = ("keys.typed_data() + 2 * m, n, obs_dim, heads, actions.typed_data(), "
-                 "obs->typed_data(), reward->typed_data(), done->typed_data(), "
-                 "term->typed_data(), trunc->typed_data()")
-    if cu:
-        launch_reset = (grid + f"  {kname}_reset_kernel<<<jw_blocks, jw_l.tpe * jw_l.epb, 0, "
-                        "stream>>>(p, b, envs, per_member, keys.typed_data(), n, obs_dim, "
-                        "obs->typed_data(), jw_l);\n")
-        launch_step = (grid + f"  {kname}_step_kernel<<<jw_blocks, jw_l.tpe * jw_l.epb, "
-                       "jw_smem_bytes(jw_l, n, obs_dim), stream>>>(p, b, envs, per_member, "
-                       + step_tail.replace(" + 2 * m", "") + ", jw_l);\n")
-    else:
-        launch_reset = (cpu_loop + "reset_env(p, b, e, static_cast<uint32_t>(e - m * per_member), "
-                        "keys.typed_data() + 2 * m, n, obs_dim, obs->typed_data());\n  }\n")
-        launch_step = (cpu_loop + "step_env(p, b, e, static_cast<uint32_t>(e - m * per_member), "
-                       + step_tail + ");\n  }\n")
-    # vmap folds a batch of keys into the env axis: members of per_member envs each.
-    layout = f"""  const int64_t members = keys.element_count() / 2;
-  if (members < 1 || envs % members != 0)
-    return ffi::Error::InvalidArgument("{spec.name}: envs not divisible by key batch");
-  const int64_t per_member = envs / members;
+namespace {ns} {{
+struct Params {{
+{params}
+}};
+struct State {{  // one env's rows: state fields, then scratch
+{members}
+}};
+#include "{header_path.resolve()}"
+struct Env {{
+  using Params = {ns}::Params;
+  using State = {ns}::State;
+  static constexpr int kFields = {len(fields)};
+  static constexpr int kStateFields = {len(spec.fields)};
+  static constexpr int kStepPhases = {ns}::kStepPhases;
+  JW_HD static State bind(int32_t* const* f) {{
+    return State{{{binds}}};
+  }}
+}};
+}}  // namespace {ns}
+
+#include "jaxwarp_ffi.h"
+JAXWARP_DEFINE_ENV({spec.name}, {ns}::Env)
 """
-    w(f"""static ffi::Error Reset{suffix}({stream_arg}ffi::Buffer<ffi::U32> keys, {state_out},
-    ffi::ResultBuffer<ffi::F32> obs, int32_t jw_n, int32_t jw_obs_dim, {sig_params}) {{
-  const int n = jw_n, obs_dim = jw_obs_dim;
-  const Params p{{{pinit}}};
-  const int64_t envs = {envs_of};
-{layout}{zeros}
-  const Bases b{{{bases}}};
-{launch_reset}{err}  return ffi::Error::Success();
-}}
-static ffi::Error Step{suffix}({stream_arg}ffi::Buffer<ffi::U32> keys, ffi::Buffer<ffi::S32> actions,
-    {state_in}, {state_out},
-    ffi::ResultBuffer<ffi::F32> obs, ffi::ResultBuffer<ffi::F32> reward,
-    ffi::ResultBuffer<ffi::PRED> done, ffi::ResultBuffer<ffi::PRED> term,
-    ffi::ResultBuffer<ffi::PRED> trunc, int32_t jw_n, int32_t jw_obs_dim, int32_t jw_heads,
-    {sig_params}) {{
-  const int n = jw_n, obs_dim = jw_obs_dim, heads = jw_heads;
-  const Params p{{{pinit}}};
-  const int64_t envs = {envs_in};
-{layout}{copies}
-  const Bases b{{{bases}}};
-{launch_step}{err}  return ffi::Error::Success();
-}}
-}}  // namespace
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_{spec.name}_reset_{platform}, Reset{suffix},
-    ffi::Ffi::Bind(){stream_bind}
-        .Arg<ffi::Buffer<ffi::U32>>()""")
-    for f in fields:
-        w(f"        .Ret<ffi::Buffer<ffi::{ffi_t[f.dtype]}>>()")
-    w(f"""        .Ret<ffi::Buffer<ffi::F32>>()
-        .Attr<int32_t>("jw_num_agents").Attr<int32_t>("jw_obs_dim"){attrs},
-    {{ffi::Traits::kCmdBufferCompatible}});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_{spec.name}_step_{platform}, Step{suffix},
-    ffi::Ffi::Bind(){stream_bind}
-        .Arg<ffi::Buffer<ffi::U32>>()
-        .Arg<ffi::Buffer<ffi::S32>>()""")
-    for f in fields:
-        w(f"        .Arg<ffi::Buffer<ffi::{ffi_t[f.dtype]}>>()")
-    for f in fields:
-        w(f"        .Ret<ffi::Buffer<ffi::{ffi_t[f.dtype]}>>()")
-    w(f"""        .Ret<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>()
-        .Ret<ffi::Buffer<ffi::PRED>>().Ret<ffi::Buffer<ffi::PRED>>().Ret<ffi::Buffer<ffi::PRED>>()
-        .Attr<int32_t>("jw_num_agents").Attr<int32_t>("jw_obs_dim").Attr<int32_t>("jw_heads"){attrs},
-    {{ffi::Traits::kCmdBufferCompatible}});""")
-    return "\n".join(L) + "\n"
 
 
 # ---------------------------------------------------------------------------
@@ -521,6 +359,13 @@ def cache_dir() -> Path:
         return Path(os.environ["JAXWARP_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "jaxwarp"
+
+
+# Compiler flags of every env library, defined here once. No implicit
+# multiply-add contraction: the float code spells out every FMA so that it
+# matches the pure-JAX reference bit for bit.
+CXX_FLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math")
+NVCC_FLAGS = ("-std=c++17", "-O3", "--fmad=false")
 
 
 def _find_cxx() -> str:
@@ -583,7 +428,7 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False) ->
     src = generate_source(spec, header, platform)
     compiler = _find_nvcc() if platform == "cuda" else _find_cxx()
     arch = _gpu_arch() if platform == "cuda" else ""
-    api = "".join((API_DIR / f).read_text() for f in ("jaxwarp_env.h", "jaxwarp_common.h"))
+    api = "".join((API_DIR / f).read_text() for f in API_HEADERS)
     h = hashlib.sha256()
     # Headers next to the env's (it may include them) count too.
     local = "".join(f.name + f.read_text() for f in sorted(header.parent.glob("*.h")))
@@ -602,16 +447,15 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False) ->
     includes = ["-I", str(API_DIR), "-I", str(header.parent), "-I", jax.ffi.include_dir()]
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
     if cubin:
-        cmd = [compiler, "-std=c++17", "-O3", "--fmad=false", "-cubin", f"-arch=sm_{arch}", "-w",
+        cmd = [compiler, *NVCC_FLAGS, "-cubin", f"-arch=sm_{arch}", "-w",
                *extra, *includes, str(gen), "-o", str(tmp)]
     elif platform == "cuda":
-        cmd = [compiler, "-std=c++17", "-O3", "--fmad=false", "-shared", "-Xcompiler", "-fPIC,-w",
-               "-cudart", "static",
+        cmd = [compiler, *NVCC_FLAGS, "-shared", "-Xcompiler", "-fPIC,-w", "-cudart", "static",
                f"-gencode=arch=compute_{arch},code=[sm_{arch},compute_{arch}]",
                *extra, *includes, str(gen), "-o", str(tmp)]
     else:
-        cmd = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-ffp-contract=off", "-w",
-               "-fno-fast-math", *includes, str(gen), "-o", str(tmp)]
+        cmd = [compiler, *CXX_FLAGS, "-shared", "-fPIC", "-w", *includes, str(gen), "-o",
+               str(tmp)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise EnvBuildError(
@@ -641,6 +485,37 @@ def _register(spec: EnvSpec, header: Path, platform: str) -> str:
     return prefix
 
 
+class _Layout(__import__("ctypes").Structure):
+    """jaxwarp::Layout (cuda/jaxwarp_kernels.h)."""
+
+    _fields_ = [(name, __import__("ctypes").c_int32) for name in
+                ("tpe", "epb", "staged", "obs_staged", "words", "scratch_words", "smem_bytes")]
+
+
+def launch_layout(spec: EnvSpec, params: Any, platform: str, header: Path | None = None
+                  ) -> _Layout:
+    """The launch layout the built library computes for these params
+    (`jaxwarp_<env>_layout`, exported by the library: one implementation)."""
+    import ctypes
+
+    prefix = _register(spec, Path(header or spec.header).resolve(), platform)
+    lib = _REGISTERED[(prefix, platform)]
+    per_env = per_env_words(spec, params)
+    out = _Layout()
+    fn = getattr(lib, f"jaxwarp_{spec.name}_layout")
+    fn(ctypes.c_int32(int(spec.num_agents(params))), ctypes.c_int32(int(spec.obs_dim(params))),
+       per_env.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), ctypes.byref(out))
+    return out
+
+
+def per_env_words(spec: EnvSpec, params: Any) -> np.ndarray:
+    """i32[fields]: 4-byte words per env of each state field, then each scratch field."""
+    n = int(spec.num_agents(params))
+    words = [n if f.scope == "agent" else 1 for f in spec.fields]
+    words += [f.words(params, n) for f in spec.scratch]
+    return np.asarray(words, np.int32)
+
+
 # ---------------------------------------------------------------------------
 # The env object.
 # ---------------------------------------------------------------------------
@@ -656,9 +531,7 @@ class ContractEnv:
     """
 
     def __init__(self, spec: EnvSpec, params: Any = None, backend: str = "auto",
-                 header: str | Path | None = None):
-        from jaxwarp.envs.tag_continuous import resolve_backend
-
+                 header: str | Path | None = None, checks: bool = False):
         self.spec = spec
         self.name = spec.name
         self.params = params if params is not None else spec.params_type()
@@ -675,8 +548,18 @@ class ContractEnv:
                 raise EnvBuildError(f"{spec.name}: header {self._header} does not exist")
             check_header(spec, self._header.read_text(), self._header.name)
             self._prefix = _register(spec, self._header, self.backend)
-        self._attrs = {name: cast(getattr(self.params, name))
-                       for name, _, cast in _param_fields(spec)}
+        self.checks = bool(checks)
+        self._attrs = {}
+        self._scratch_words = 0
+        self._staged = True
+        if self.backend != "jax":
+            per_env = per_env_words(spec, self.params)
+            self._attrs = dict(jw_params=pack_params(kernel_param_values(spec, self.params)),
+                               jw_per_env=per_env, jw_num_agents=np.int32(self.num_agents),
+                               jw_obs_dim=np.int32(self.obs_dim))
+            self._scratch_words = int(per_env[len(spec.fields):].sum())
+            if self.backend == "cuda":
+                self._staged = bool(launch_layout(spec, self.params, "cuda", self._header).staged)
 
     @property
     def num_agents(self) -> int:
@@ -705,37 +588,56 @@ class ContractEnv:
             return self.spec.policy_groups(self.params)
         return {"agent": np.arange(self.num_agents)}
 
-    def reset(self, key: jax.Array, num_envs: int):
-        """obs f32[num_envs, agents, obs_dim], state with [num_envs, ...] fields."""
-        from jaxwarp.envs.tag_continuous import key_data_of
+    def _keys(self, key: jax.Array, env_offset: Any) -> jax.Array:
+        """u32[3]: key words and the global index of this call's first env."""
+        off = jnp.asarray(env_offset)
+        if off.ndim != 0 or not jnp.issubdtype(off.dtype, jnp.integer):
+            raise ValueError(f"env_offset must be an integer scalar; got {off.dtype}"
+                             f"{list(off.shape)}")
+        return jnp.concatenate([key_data_of(key), off.astype(jnp.uint32)[None]])
 
+    def _scratch(self, num_envs: int) -> jax.ShapeDtypeStruct:
+        """The scratch buffer: one env's words on the CPU (envs run in turn),
+        every env's on the GPU unless the layout keeps scratch in shared memory."""
+        words = self._scratch_words
+        if self.backend == "cuda" and not self._staged:
+            words *= num_envs
+        return jax.ShapeDtypeStruct((max(words, 1),), jnp.int32)
+
+    def reset(self, key: jax.Array, num_envs: int, *, env_offset: Any = 0):
+        """obs f32[num_envs, agents, obs_dim], state with [num_envs, ...] fields.
+
+        env_offset: global index of the first env (sharded calls): env e draws
+        the random numbers of env env_offset + e.
+        """
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
-        key_data = key_data_of(key)
+        num_envs = int(num_envs)
+        keys = self._keys(key, env_offset)
         if self.backend == "jax":
-            return self.spec.reference_reset(self.params, key_data, int(num_envs))
+            _require_zero_offset(env_offset)
+            return self.spec.reference_reset(self.params, keys[:2], num_envs)
         n = self.num_agents
         outs = jax.ffi.ffi_call(
             f"{self._prefix}_reset_{self.backend}",
             [jax.ShapeDtypeStruct((num_envs, n) if f.scope == "agent" else (num_envs,),
                                   _DTYPES[f.dtype][1]) for f in self.spec.fields]
-            + [jax.ShapeDtypeStruct((num_envs, n, self.obs_dim), jnp.float32)],
+            + [self._scratch(num_envs),
+               jax.ShapeDtypeStruct((num_envs, n, self.obs_dim), jnp.float32)],
             vmap_method="broadcast_all",
-        )(key_data, jw_num_agents=np.int32(n), jw_obs_dim=np.int32(self.obs_dim), **self._attrs)
-        return outs[-1], self.spec.state_type(*outs[:-1])
+        )(keys, **self._attrs)
+        k = len(self.spec.fields)
+        return outs[k + 1], self.spec.state_type(*outs[:k])
 
-    def step(self, key: jax.Array, state: Any, actions: jax.Array):
-        """One step of every env with auto-reset; see the class docstring."""
-        from jaxwarp.envs.tag_continuous import key_data_of
-
-        key_data = key_data_of(key)
+    def check_state(self, state: Any) -> int:
+        """Raises unless `state` is this env's state with consistent shapes and
+        dtypes (the kernels index every field by env and agent: a wrong shape
+        would read and write out of bounds). Returns num_envs."""
         if not isinstance(state, self.spec.state_type):
             raise TypeError(f"state must be a {self.spec.state_type.__name__}; got "
                             f"{type(state).__name__}")
         fields = [getattr(state, f.name) for f in self.spec.fields]
-        # The kernels index every field by env (and agent): shapes must agree
-        # exactly, or they would read and write out of bounds.
         first = fields[0]
         num_envs = first.shape[0] if getattr(first, "ndim", 0) >= 1 else None
         for f, v in zip(self.spec.fields, fields):
@@ -744,6 +646,11 @@ class ContractEnv:
             if tuple(v.shape) != shape or v.dtype != want:
                 raise ValueError(f"state.{f.name} must be {jnp.dtype(want).name}{list(shape)}; "
                                  f"got {v.dtype}{list(v.shape)}")
+        return num_envs
+
+    def check_actions(self, actions: Any, num_envs: int) -> None:
+        """Raises unless actions is i32[num_envs, agents, heads]; with
+        checks=True also reports (checkify) values outside the action space."""
         heads = len(self.spec.nvec(self.params))
         expected = (num_envs, self.num_agents, heads)
         if not hasattr(actions, "shape") or tuple(actions.shape) != expected:
@@ -751,28 +658,53 @@ class ContractEnv:
                              f"{getattr(actions, 'shape', type(actions).__name__)}")
         if actions.dtype != jnp.int32:
             raise TypeError(f"actions must have dtype int32; got {actions.dtype}")
+        if self.checks:
+            from jax.experimental import checkify
+
+            nvec = tuple(int(v) for v in self.spec.nvec(self.params))
+            checkify.check(self.action_space.contains(actions),
+                           f"{self.name}: actions out of range: action[..., h] must lie in "
+                           f"[0, nvec[h]) with nvec={nvec}")
+
+    def step(self, key: jax.Array, state: Any, actions: jax.Array, *, env_offset: Any = 0):
+        """One step of every env with auto-reset; see the class docstring."""
+        num_envs = self.check_state(state)
+        self.check_actions(actions, num_envs)
+        keys = self._keys(key, env_offset)
         if self.backend == "jax":
-            return self.spec.reference_step(self.params, key_data, state, actions)
-        n, k = self.num_agents, len(fields)
-        outs = jax.ffi.ffi_call(
-            f"{self._prefix}_step_{self.backend}",
-            [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in fields]
-            + [jax.ShapeDtypeStruct((num_envs, n, self.obs_dim), jnp.float32),
-               jax.ShapeDtypeStruct((num_envs, n), jnp.float32)]
-            + [jax.ShapeDtypeStruct((num_envs,), jnp.bool_)] * 3,
-            vmap_method="broadcast_all",
-            input_output_aliases={2 + i: i for i in range(k)},
-        )(key_data, actions, *fields, jw_num_agents=np.int32(n),
-          jw_obs_dim=np.int32(self.obs_dim), jw_heads=np.int32(heads), **self._attrs)
-        state = self.spec.state_type(*outs[:k])
-        obs, reward, done, term, trunc = outs[k:]
-        info = {"terminated": term, "truncated": trunc}
+            _require_zero_offset(env_offset)
+            out = self.spec.reference_step(self.params, keys[:2], state, actions)
+            obs, state, reward, done = out[:4]
+            info = dict(out[4]) if len(out) > 4 else {}
+        else:
+            fields = [getattr(state, f.name) for f in self.spec.fields]
+            n, k = self.num_agents, len(fields)
+            heads = len(self.spec.nvec(self.params))
+            outs = jax.ffi.ffi_call(
+                f"{self._prefix}_step_{self.backend}",
+                [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in fields]
+                + [self._scratch(num_envs),
+                   jax.ShapeDtypeStruct((num_envs, n, self.obs_dim), jnp.float32),
+                   jax.ShapeDtypeStruct((num_envs, n), jnp.float32)]
+                + [jax.ShapeDtypeStruct((num_envs,), jnp.bool_)] * 3,
+                vmap_method="broadcast_all",
+                input_output_aliases={2 + i: i for i in range(k)},
+            )(keys, actions, *fields, jw_heads=np.int32(heads), **self._attrs)
+            state = self.spec.state_type(*outs[:k])
+            obs, reward, done, term, trunc = outs[k + 1:]
+            info = {"terminated": term, "truncated": trunc}
         if hasattr(state, "episode_return"):
             info["episode_return"] = state.episode_return
         return obs, state, reward, done, info
 
     def __repr__(self) -> str:
         return f"ContractEnv({self.name!r}, backend={self.backend!r}, params={self.params})"
+
+
+def _require_zero_offset(env_offset: Any) -> None:
+    if not (isinstance(env_offset, (int, np.integer)) and env_offset == 0):
+        raise ValueError("env_offset applies to the kernel backends; the 'jax' backend is "
+                         "sharded by jit itself (leave env_offset=0)")
 
 
 def build_env(spec: EnvSpec, params: Any = None, backend: str = "auto",

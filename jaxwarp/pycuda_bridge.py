@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp.authoring import _DTYPES, ContractEnv, _compile
-from jaxwarp.envs.tag_continuous import key_data_of
+from jaxwarp.core import key_data_of
 
 
 def _pycuda():

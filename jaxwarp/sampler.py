@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.envs.tag_continuous import key_data_of, resolve_backend
+from jaxwarp.core import key_data_of, resolve_backend
 
 MAX_HEADS = 32  # cuda/sampler.h: kMaxHeads
 

@@ -52,7 +52,7 @@ Differences from Gymnasium (each one deliberate):
   rounded once). One step from the same state agrees with Gymnasium to about
   1e-6 relative (see ``tests/test_classic_control.py`` for the tolerances);
   trajectories of the chaotic envs (Acrobot) drift apart over many steps.
-* **sin/cos** use jaxwarp's fixed polynomial (`tag_continuous.sincos_fixed`,
+* **sin/cos** use jaxwarp's fixed polynomial (`jaxwarp.core.sincos_fixed`,
   ~1 ulp) so the C++ kernels can reproduce the reference bit for bit, and
   ``cos(a - pi/2)`` in Acrobot's equations is written ``sin(a)`` (identical in
   exact arithmetic, closer to Gymnasium's float64 value than the float32
@@ -95,7 +95,7 @@ import numpy as np
 from flax import struct
 from jax.extend.random import threefry2x32_p
 
-from jaxwarp.envs.tag_continuous import sincos_fixed
+from jaxwarp.core import sincos_fixed
 
 F32 = np.float32
 ACROBOT_MAX_WRAPS = 8  # unrolled iterations of Gymnasium's `wrap` while-loop, each way
@@ -350,10 +350,21 @@ def _acrobot_start(p: AcrobotParams, key_data: jax.Array, num_envs: int):
             for d, (n, (lo, hi)) in enumerate(zip(names, ACROBOT_RESET))}
 
 
+def _f32_value(x: float) -> float:
+    """x rounded to float32, as a Python float (the kernels receive float32 params)."""
+    return float(F32(x))
+
+
 def _acrobot_dsdt(p: AcrobotParams, torque, theta1, theta2, dtheta1, dtheta2):
-    """Gymnasium's `_dsdt` (book): (dtheta1, dtheta2, ddtheta1, ddtheta2)."""
-    m1, m2, l1 = p.link_mass_1, p.link_mass_2, p.link_length_1
-    lc1, lc2, inertia, g = p.link_com_pos_1, p.link_com_pos_2, p.link_moi, p.gravity
+    """Gymnasium's `_dsdt` (book): (dtheta1, dtheta2, ddtheta1, ddtheta2).
+
+    The constants are folded in double from the float32 params, as the kernel
+    (which receives float32 params) folds them: from the Python floats,
+    ``(m1 lc1 + m2 l1) g`` rounds to 14.6999998 instead of the kernel's 14.700001.
+    """
+    m1, m2, l1 = _f32_value(p.link_mass_1), _f32_value(p.link_mass_2), _f32_value(p.link_length_1)
+    lc1, lc2 = _f32_value(p.link_com_pos_1), _f32_value(p.link_com_pos_2)
+    inertia, g = _f32_value(p.link_moi), _f32_value(p.gravity)
     s2, c2 = sincos_fixed(theta2)
     s1, _ = sincos_fixed(theta1)
     s12, _ = sincos_fixed(theta1 + theta2)
@@ -388,7 +399,7 @@ def _wrap_pi(x: jax.Array) -> jax.Array:
 def _acrobot_dynamics(p: AcrobotParams, s: AcrobotState, a: jax.Array):
     torque = jnp.asarray(ACROBOT_TORQUES)[a]
     y0 = (s.theta1, s.theta2, s.dtheta1, s.dtheta2)
-    dt, dt2 = F32(p.dt), F32(p.dt / 2.0)
+    dt, dt2 = F32(p.dt), F32(_f32_value(p.dt) / 2.0)
 
     def f(y):
         return _acrobot_dsdt(p, torque, *y)
@@ -397,7 +408,7 @@ def _acrobot_dynamics(p: AcrobotParams, s: AcrobotState, a: jax.Array):
     k2 = f(tuple(y + dt2 * k for y, k in zip(y0, k1)))
     k3 = f(tuple(y + dt2 * k for y, k in zip(y0, k2)))
     k4 = f(tuple(y + dt * k for y, k in zip(y0, k3)))
-    dt6 = F32(p.dt / 6.0)
+    dt6 = F32(_f32_value(p.dt) / 6.0)
     ns = [y + dt6 * (((a1 + F32(2) * a2) + F32(2) * a3) + a4)
           for y, a1, a2, a3, a4 in zip(y0, k1, k2, k3, k4)]
     theta1, theta2 = _wrap_pi(ns[0]), _wrap_pi(ns[1])

@@ -51,7 +51,9 @@ from flax import struct
 from jax.experimental import checkify
 from jax.extend.random import threefry2x32_p
 
-from jaxwarp import _ffi
+from jaxwarp.core import key_data_of, resolve_backend, sincos_fixed
+from jaxwarp.authoring import (API_DIR, ContractEnv, EnvSpec, ParamArray, ScratchField,
+                               StateField, grid_scratch, grid_side)
 from jaxwarp.spaces import Box, MultiDiscrete
 
 NUM_FEATURES = 7
@@ -187,13 +189,6 @@ _STATE_PER_AGENT = (True,) * 6 + (False, False, True)
 # ---------------------------------------------------------------------------
 TWO_PI = np.float32(2 * np.pi)
 HEADINGS = (np.arange(4) * (np.pi / 2)).astype(np.float32)  # reset directions
-_TWO_OVER_PI = np.float32(0.636619772367581343)
-_PIO2_HI = np.float32(1.5703125)
-_PIO2_MID = np.float32(4.837512969970703125e-4)
-_PIO2_LO = np.float32(7.54978995489188216e-8)
-_SIN = tuple(np.float32(c) for c in (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1))
-_COS = tuple(np.float32(c) for c in (2.443315711809948e-5, -1.388731625493765e-3,
-                                      4.166664568298827e-2))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,29 +249,6 @@ def _ffi_attrs(p: TagContinuousParams, c: _Constants) -> dict[str, Any]:
 # Pure-JAX reference. Vectorised over [envs, agents]; O(N^2) pairwise
 # distances per env and lax.top_k for the k nearest.
 # ---------------------------------------------------------------------------
-def sincos_fixed(a: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(sin a, cos a) with the kernels' fixed evaluation order (jaxwarp_common.h)."""
-    q = jnp.floor(a * _TWO_OVER_PI + np.float32(0.5))
-    r = a - q * _PIO2_HI
-    r = r - q * _PIO2_MID
-    r = r - q * _PIO2_LO
-    z = r * r
-    ps = _SIN[0] * z + _SIN[1]
-    ps = ps * z + _SIN[2]
-    sr = (ps * z) * r + r
-    pc = _COS[0] * z + _COS[1]
-    pc = pc * z + _COS[2]
-    pc = pc * z - np.float32(0.5)
-    cr = pc * z + np.float32(1.0)
-    quadrant = q.astype(jnp.int32) & 3
-    odd = (quadrant & 1) == 1
-    ss = jnp.where(odd, cr, sr)
-    cc = jnp.where(odd, sr, cr)
-    s = jnp.where(quadrant >= 2, -ss, ss)
-    c = jnp.where((quadrant == 1) | (quadrant == 2), -cc, cc)
-    return s, c
-
-
 def _reset_agents(p: TagContinuousParams, c: _Constants, key_data: jax.Array,
                   num_envs: int) -> tuple[jax.Array, ...]:
     """Fresh starts for all envs: (x, y, direction) f32[envs, agents]."""
@@ -359,7 +331,7 @@ def reference_reset(p: TagContinuousParams, key_data: jax.Array, num_envs: int
 
 def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContinuousState,
                    actions: jax.Array):
-    """Pure-JAX step with auto-reset. Returns (obs, state, reward, done)."""
+    """Pure-JAX step with auto-reset. Returns (obs, state, reward, done, info)."""
     c = _constants(p)
     n, nt = p.num_agents, p.num_taggers
     num_envs = state.x.shape[0]
@@ -433,47 +405,15 @@ def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContin
         timestep=t_obs,
         num_runners_left=jnp.where(done, p.num_runners, runners_left),
         episode_return=episode_return)
-    return obs, new_state, reward, done
+    terminated = runners_left == 0
+    info = {"terminated": terminated, "truncated": done & ~terminated}
+    return obs, new_state, reward, done, info
 
 
 # ---------------------------------------------------------------------------
 # The environment object: configuration only; reset/step are pure functions.
 # ---------------------------------------------------------------------------
-BACKENDS = ("auto", "cuda", "cpu", "jax")
-
-
-def resolve_backend(backend: str) -> str:
-    """Maps "auto" to "cuda" or "cpu" and checks the backend can run here."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is unknown; expected one of {BACKENDS}")
-    if backend == "auto":
-        return "cuda" if _ffi.gpu_available() else "cpu"
-    if backend == "cuda" and not _ffi.gpu_available():
-        why = ("jaxwarp was built without its CUDA library (no nvcc at install time)"
-               if not _ffi.has_cuda_library() else "JAX sees no CUDA GPU")
-        raise RuntimeError(f"backend='cuda' is not available: {why}. "
-                           "Use backend='cpu' or backend='jax'.")
-    if backend == "cpu" and not _ffi.has_cpu_library():
-        raise RuntimeError("backend='cpu' is not available: jaxwarp's compiled XLA:CPU "
-                           "library is missing (reinstall with `pip install -e .`).")
-    return backend
-
-
-def key_data_of(key: jax.Array, argname: str = "key") -> jax.Array:
-    """u32[2] key words of a typed key or a raw `jax.random.PRNGKey`."""
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        data = jax.random.key_data(key)
-    else:
-        data = key
-    if data.dtype != jnp.uint32 or data.shape != (2,):
-        raise ValueError(
-            f"{argname} must be a single threefry key (jax.random.key(seed) or "
-            f"jax.random.PRNGKey(seed), i.e. u32[2] key data); got dtype {data.dtype}, "
-            f"shape {data.shape} (split keys and vmap to use several)")
-    return data
-
-
-class TagContinuous:
+class TagContinuousHandWritten:
     """Batched Tag (continuous) environment.
 
     ``obs, state = env.reset(key, num_envs)`` and
@@ -591,7 +531,7 @@ class TagContinuous:
                 f"tag_continuous: actions out of range: a[..., 0] must lie in [0, {n0}) "
                 f"and a[..., 1] in [0, {n1}) (the kernels clamp them)")
         if self.backend == "jax":
-            obs, state, reward, done = reference_step(self.params, key_data, state, actions)
+            obs, state, reward, done, _ = reference_step(self.params, key_data, state, actions)
         else:
             fields = state.fields()
             out_types = [jax.ShapeDtypeStruct(f.shape, f.dtype) for f in fields] + [
@@ -622,3 +562,115 @@ class TagContinuous:
 
     def __repr__(self) -> str:
         return f"TagContinuous(backend={self.backend!r}, params={self.params})"
+
+
+# ---------------------------------------------------------------------------
+# The env through the authoring contract: cuda/envs/tag_continuous.h + SPEC.
+# ---------------------------------------------------------------------------
+def _use_grid(p: TagContinuousParams) -> bool:
+    """The k-nearest search uses the uniform grid (many agents, partial obs)."""
+    return (not p.use_full_observation and p.num_other_agents_observed <= 16
+            and p.num_agents >= 256)
+
+
+def kernel_params(p: TagContinuousParams) -> dict[str, Any]:
+    """The C++ Params of cuda/envs/tag_continuous.h: derived float32 constants
+    computed once here, so every backend uses the same values."""
+    c = _constants(p)
+    i32, f32 = np.int32, np.float32
+    return dict(
+        num_agents=i32(p.num_agents), num_taggers=i32(p.num_taggers),
+        episode_length=i32(p.episode_length), num_acc_levels=i32(p.num_acceleration_levels),
+        num_turn_levels=i32(p.num_turn_levels), full_obs=i32(p.use_full_observation),
+        k_observed=i32(p.num_other_agents_observed),
+        exit_after_tag=i32(p.runner_exits_game_after_tagged),
+        fixed_start=i32(p.fixed_start_seed is not None), fixed_key0=c.fixed_key[0],
+        fixed_key1=c.fixed_key[1], use_grid=i32(_use_grid(p)),
+        grid_side=i32(grid_side(p.num_agents)), grid_length=f32(p.grid_length),
+        vmax_tagger=c.vmax_tagger, vmax_runner=c.vmax_runner,
+        edge_penalty=f32(p.edge_hit_penalty), step_reward_tagger=f32(p.step_penalty_for_tagger),
+        step_reward_runner=f32(p.step_reward_for_runner), tag_reward=f32(p.tag_reward_for_tagger),
+        tag_penalty=f32(p.tag_penalty_for_runner), end_reward=f32(p.end_of_game_reward_for_runner),
+        tag_dist2=c.tag_dist2, pos_scale=c.pos_scale, speed_scale=c.speed_scale,
+        dir_scale=c.dir_scale, time_scale=c.time_scale,
+        accel=ParamArray(c.accel, MAX_LEVELS + 1), turn=ParamArray(c.turn, MAX_LEVELS + 1))
+
+
+def _obs_bounds(p: TagContinuousParams) -> tuple[np.ndarray, np.ndarray]:
+    c = _constants(p)
+    slots = (p.obs_dim - 1) // NUM_FEATURES
+    vmax = float(max(c.vmax_tagger, c.vmax_runner))
+    amax = float(np.max(np.abs(c.accel)))
+    bounds = [1.0, 1.0, vmax / p.max_speed, 2 * (vmax + amax) / p.max_speed, 1.0]
+    low = np.concatenate([np.full(slots, -b) for b in bounds] + [np.zeros(2 * slots + 1)])
+    high = np.concatenate([np.full(slots, b) for b in bounds] + [np.ones(2 * slots + 1)])
+    return low.astype(np.float32), high.astype(np.float32)
+
+
+SPEC = EnvSpec(
+    name="tag_continuous",
+    header=API_DIR / "envs" / "tag_continuous.h",
+    params_type=TagContinuousParams,
+    state_type=TagContinuousState,
+    fields=(*(StateField(f, "f32") for f in ("x", "y", "speed", "direction", "acceleration")),
+            StateField("still_in_game", "i32"), StateField("timestep", "i32", "env"),
+            StateField("num_runners_left", "i32", "env"), StateField("episode_return", "f32")),
+    scratch=(ScratchField("base", "f32"), ScratchField("tagged_by", "i32"),
+             ScratchField("seen", "i32"),
+             ScratchField("tags", "i32"),
+             ScratchField("nbr", "i32", "agent",
+                          lambda p: 0 if p.use_full_observation else p.num_other_agents_observed),
+             *grid_scratch("grid", lambda p: p.num_agents, _use_grid)),
+    num_agents=lambda p: p.num_agents,
+    obs_dim=lambda p: p.obs_dim,
+    nvec=lambda p: (p.num_acceleration_levels + 1, p.num_turn_levels + 1),
+    reference_reset=reference_reset,
+    reference_step=reference_step,
+    obs_bounds=_obs_bounds,
+    policy_groups=lambda p: {"tagger": np.arange(p.num_taggers),
+                             "runner": np.arange(p.num_taggers, p.num_agents)},
+    kernel_params=kernel_params,
+)
+
+
+class TagContinuous(ContractEnv):
+    """Batched Tag (continuous) environment; see the module docstring.
+
+    ``obs, state = env.reset(key, num_envs)`` and
+    ``obs, state, reward, done, info = env.step(key, state, actions)`` with
+    ``actions: i32[envs, agents, 2]``, ``obs: f32[envs, agents, obs_dim]``,
+    ``reward: f32[envs, agents]``, ``done: bool[envs]``. Finished envs restart
+    inside `step` from fresh starts drawn with its key; `info["episode_return"]`
+    (f32[envs, agents]) holds each finished episode's return where done.
+    """
+
+    def __init__(self, params: TagContinuousParams | None = None, backend: str = "auto",
+                 checks: bool = False):
+        super().__init__(SPEC, params=params or TagContinuousParams(), backend=backend,
+                         checks=checks)
+
+    @property
+    def agent_types(self) -> np.ndarray:
+        """i32[agents]: 1 for taggers, 0 for runners."""
+        return (np.arange(self.num_agents) < self.params.num_taggers).astype(np.int32)
+
+    @property
+    def agent_names(self) -> tuple[str, ...]:
+        p = self.params
+        return tuple([f"tagger_{i}" for i in range(p.num_taggers)]
+                     + [f"runner_{i}" for i in range(p.num_runners)])
+
+    def episode_metrics(self, episode_return: jax.Array) -> dict[str, jax.Array]:
+        """Per-env statistics of finished episodes, from their returns.
+
+        episode_return: f32[envs, agents] -> {"tags_per_episode": f32[envs]}:
+        taggers' summed return over ``tag_reward_for_tagger``. That is the
+        number of tags only when taggers earn nothing else (no step or edge
+        penalty, as in the named configs); otherwise nothing is reported.
+        """
+        p = self.params
+        if p.step_penalty_for_tagger != 0 or p.edge_hit_penalty != 0 \
+                or p.tag_reward_for_tagger == 0:
+            return {}
+        tagger_total = episode_return[:, :p.num_taggers].sum(axis=1)
+        return {"tags_per_episode": tagger_total * np.float32(1 / p.tag_reward_for_tagger)}

@@ -1,0 +1,411 @@
+// The kernels, the CPU loop and the launch layout of every jaxwarp env,
+// templated on the env. jaxwarp.authoring generates, per env, only what is
+// specific to it (the Params and State structs, a traits struct `Env`, and
+// the FFI binding of its buffers and attributes) and instantiates these
+// templates; a reader can follow an env's step from here, and compiler errors
+// in an env header point into this file's calls.
+//
+// The traits struct an env's generated code provides:
+//   struct Env {
+//     using Params = ...; using State = ...;
+//     static constexpr int kFields;       // state fields, then scratch fields
+//     static constexpr int kStateFields;  // the first kStateFields are JAX buffers
+//     static constexpr int kStepPhases;
+//     JW_HD static State bind(int32_t* const* field);  // State from field pointers
+//   };
+// and the env header's reset/step/observe (and optionally team_pass and
+// observe_element), found by argument-dependent lookup on Params.
+//
+// Fields are 4-byte words (f32, i32, u32). Field f of env e starts at word
+// e * per_env[f] of its buffer (per_env: n for per-agent fields, 1 for
+// per-env fields, count * n or count for scratch arrays).
+#pragma once
+
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
+#include <utility>
+
+#include "jaxwarp_env.h"
+#include "jaxwarp_team.h"
+
+namespace jaxwarp {
+
+constexpr int kMaxFields = 64;
+
+// Launch layout, computed in one place (layout_for) on the host, used by the
+// launcher and exported by every built library (jaxwarp_<env>_layout) for
+// the PyCUDA bridge and for Python, which sizes the scratch buffer from it.
+struct Layout {
+  int32_t tpe;         // threads per env (agents beyond it loop)
+  int32_t epb;         // envs per block
+  int32_t staged;      // 1: each env's state and scratch live in shared memory
+  int32_t obs_staged;  // 1: row-wise observations go through shared memory
+  int32_t words;       // 4-byte words of one env's state + scratch
+  int32_t scratch_words;  // of which scratch
+  int32_t smem_bytes;  // dynamic shared memory per block
+};
+
+constexpr int kTeamWords = 4;            // per env: term, trunc flags, 2 reduction words
+constexpr int kStagingBudget = 96 * 1024;  // state + scratch staging, bytes per block
+constexpr int kObsBudget = 48 * 1024;      // observation staging, bytes per block
+
+// threads per env: the agents (at most 1024); envs per block: about 128 threads.
+inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
+                         int state_fields, bool row_observe) {
+  Layout l{};
+  l.tpe = n < 1024 ? n : 1024;
+  l.epb = l.tpe >= 128 ? 1 : 128 / l.tpe;
+  int64_t words = 0, scratch = 0;
+  for (int f = 0; f < fields; ++f) {
+    words += per_env[f];
+    if (f >= state_fields) scratch += per_env[f];
+  }
+  l.words = static_cast<int32_t>(words);
+  l.scratch_words = static_cast<int32_t>(scratch);
+  const int64_t team = static_cast<int64_t>(kTeamWords) * l.epb;
+  // A single agent shares nothing with other threads: nothing to stage
+  // unless it has scratch.
+  const bool want = n > 1 || scratch > 0;
+  l.staged = want && 4 * (team + words * l.epb) <= kStagingBudget;
+  const int64_t used = 4 * (team + (l.staged ? words * l.epb : 0));
+  l.obs_staged = row_observe && used + 4 * static_cast<int64_t>(l.epb) * n * obs_dim <= kObsBudget;
+  l.smem_bytes = static_cast<int32_t>(
+      used + (l.obs_staged ? 4 * static_cast<int64_t>(l.epb) * n * obs_dim : 0));
+  return l;
+}
+
+// Optional parts of an env header, detected by ADL on its Params.
+namespace detail {
+template <class E, class = void>
+struct has_team_pass : std::false_type {};
+template <class E>
+struct has_team_pass<E, std::void_t<decltype(team_pass(
+                            std::declval<const typename E::Params&>(),
+                            std::declval<const typename E::State&>(), std::declval<const Team&>(),
+                            0))>> : std::true_type {};
+template <class E, class = void>
+struct has_observe_element : std::false_type {};
+template <class E>
+struct has_observe_element<E, std::void_t<decltype(observe_element(
+                                  std::declval<const typename E::Params&>(),
+                                  std::declval<const typename E::State&>(),
+                                  std::declval<const Agent&>(), 0))>> : std::true_type {};
+
+template <class E>
+JW_HD void run_team_pass(const typename E::Params& p, const typename E::State& s, const Team& t,
+                         int phase) {
+  if constexpr (has_team_pass<E>::value) {
+    team_pass(p, s, t, phase);
+    t.sync();
+  }
+}
+}  // namespace detail
+
+template <class E>
+constexpr bool row_observe() {
+  return !detail::has_observe_element<E>::value;
+}
+
+// Pointers of env e's fields: base + e * stride (scratch: env `scratch_env`'s).
+template <class E>
+JW_HD typename E::State state_at(int32_t* const* base, const int32_t* stride, int64_t e,
+                                 int64_t scratch_env) {
+  int32_t* ptr[E::kFields];
+  for (int f = 0; f < E::kFields; ++f)
+    ptr[f] = base[f] ? base[f] + (f < E::kStateFields ? e : scratch_env) * stride[f] : nullptr;
+  return E::bind(ptr);
+}
+
+// Call arguments shared by the CPU loop and the kernels.
+struct Call {
+  int64_t envs;        // envs of this call (all vmap members)
+  int64_t per_member;  // envs per key (vmap folds members into the env axis)
+  const uint32_t* keys;  // [members][3]: key words, global index of the first env
+  int n, obs_dim, heads;
+  const int32_t* actions;  // [envs, n, heads] (step only)
+  float* obs;              // [envs, n, obs_dim]
+  float* reward;           // [envs, n]
+  bool *done, *term, *trunc;  // [envs]
+  int32_t* base[kMaxFields];  // field buffers (scratch: its buffer, or null when staged)
+  int32_t per_env[kMaxFields];  // words of one env's field
+  int32_t stride[kMaxFields];   // words from env e to e + 1 in its buffer
+};
+
+JW_HD void member_of(const Call& c, int64_t e, uint32_t* k0, uint32_t* k1, uint32_t* env) {
+  const int64_t m = c.per_member == c.envs ? 0 : e / c.per_member;
+  const uint32_t* k = c.keys + 3 * m;
+  *k0 = k[0];
+  *k1 = k[1];
+  *env = static_cast<uint32_t>(e - m * c.per_member) + k[2];
+}
+
+// ---------------------------------------------------------------------------
+// XLA:CPU: envs one after another, agents of a pass in order.
+// ---------------------------------------------------------------------------
+template <class E>
+void observe_env(const typename E::Params& p, const typename E::State& s, const Call& c,
+                 int64_t e, const Agent& proto) {
+  float* obs = c.obs + e * c.n * c.obs_dim;
+  for (int i = 0; i < c.n; ++i) {
+    Agent a = proto;
+    a.agent = i;
+    if constexpr (detail::has_observe_element<E>::value) {
+      for (int col = 0; col < c.obs_dim; ++col)
+        obs[i * c.obs_dim + col] = observe_element(p, s, a, col);
+    } else {
+      observe(p, s, a, obs + i * c.obs_dim);
+    }
+  }
+}
+
+template <class E>
+void reset_env_cpu(const typename E::Params& p, const Call& c, int64_t e) {
+  uint32_t k0, k1, env;
+  member_of(c, e, &k0, &k1, &env);
+  const typename E::State s = state_at<E>(c.base, c.stride, e, 0);
+  const Team t{c.n, 0, 1, true, nullptr};
+  const Agent proto{env, 0, c.n, k0, k1, 0u};
+  for (int i = 0; i < c.n; ++i) {
+    Agent a = proto;
+    a.agent = i;
+    reset(p, s, a);
+  }
+  detail::run_team_pass<E>(p, s, t, kBeforeObserve);
+  observe_env<E>(p, s, c, e, proto);
+}
+
+template <class E>
+void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e) {
+  uint32_t k0, k1, env;
+  member_of(c, e, &k0, &k1, &env);
+  const typename E::State s = state_at<E>(c.base, c.stride, e, 0);
+  const Team t{c.n, 0, 1, true, nullptr};
+  const int n = c.n;
+  bool any_term = false, any_trunc = false;
+  for (int i = 0; i < n; ++i) c.reward[e * n + i] = 0.0f;
+  for (int phase = 0; phase < E::kStepPhases; ++phase) {
+    for (int i = 0; i < n; ++i) {
+      Agent a{env, i, n, k0, k1, 1u};
+      StepResult r;
+      step(p, s, a, c.actions + (e * n + i) * c.heads, phase, r);
+      c.reward[e * n + i] += r.reward;
+      any_term = any_term || r.terminated;
+      any_trunc = any_trunc || r.truncated;
+    }
+    detail::run_team_pass<E>(p, s, t, phase);
+  }
+  const bool d = any_term || any_trunc;
+  if (d)
+    for (int i = 0; i < n; ++i) {
+      Agent a{env, i, n, k0, k1, 0u};
+      reset(p, s, a);
+    }
+  detail::run_team_pass<E>(p, s, t, kBeforeObserve);
+  observe_env<E>(p, s, c, e, Agent{env, 0, n, k0, k1, 0u});
+  c.done[e] = d;
+  c.term[e] = any_term;
+  c.trunc[e] = any_trunc;
+}
+
+template <class E>
+void reset_cpu(const typename E::Params& p, const Call& c) {
+  for (int64_t e = 0; e < c.envs; ++e) reset_env_cpu<E>(p, c, e);
+}
+template <class E>
+void step_cpu(const typename E::Params& p, const Call& c) {
+  for (int64_t e = 0; e < c.envs; ++e) step_env_cpu<E>(p, c, e);
+}
+
+#if defined(__CUDACC__)
+// ---------------------------------------------------------------------------
+// CUDA: one thread per agent (tpe threads per env), epb envs per block,
+// __syncthreads() between passes. Shared memory: [epb][kTeamWords] team
+// words, then (staged) each env's state and scratch, then (obs_staged) the
+// block's observation rows, stored to global memory as one contiguous run.
+// ---------------------------------------------------------------------------
+struct Lane {
+  int64_t e;  // env (may be past the last: inactive)
+  int le;     // env within the block
+  int lane;   // thread within the env
+  bool active;
+};
+
+__device__ inline Lane lane_of(const Layout& l, int64_t envs) {
+  Lane r;
+  r.le = static_cast<int>(threadIdx.x) / l.tpe;
+  r.lane = static_cast<int>(threadIdx.x) - r.le * l.tpe;
+  r.e = static_cast<int64_t>(blockIdx.x) * l.epb + r.le;
+  r.active = r.le < l.epb && r.e < envs;
+  return r;
+}
+
+// This env's State: its rows in global memory, or staged in shared memory.
+template <class E>
+__device__ inline typename E::State bind_env(const Call& c, const Layout& l, const Lane& w,
+                                             int32_t* smem, typename E::State* global) {
+  const int64_t e = w.active ? w.e : 0;
+  *global = state_at<E>(c.base, c.stride, e, e);
+  if (!l.staged) return *global;
+  int32_t* ptr[E::kFields];
+  int32_t* at = smem + kTeamWords * l.epb + static_cast<int64_t>(w.le) * l.words;
+  for (int f = 0; f < E::kFields; ++f) {
+    ptr[f] = at;
+    at += c.per_env[f];
+  }
+  return E::bind(ptr);
+}
+
+// Copies the env's state fields (not scratch) between global and shared memory.
+template <class E>
+__device__ inline void copy_fields(const Call& c, const Lane& w, int tpe,
+                                   const typename E::State& dst, const typename E::State& src) {
+  if (!w.active) return;
+  int32_t* const* d = reinterpret_cast<int32_t* const*>(&dst);
+  int32_t* const* s = reinterpret_cast<int32_t* const*>(&src);
+  for (int f = 0; f < E::kStateFields; ++f)
+    for (int j = w.lane; j < c.per_env[f]; j += tpe) d[f][j] = s[f][j];
+}
+
+template <class E>
+__device__ inline void observe_block(const typename E::Params& p, const typename E::State& s,
+                                     const Call& c, const Layout& l, const Lane& w,
+                                     int32_t* smem, const Agent& proto) {
+  const int n = c.n, dim = c.obs_dim;
+  if constexpr (detail::has_observe_element<E>::value) {
+    // Consecutive threads write consecutive floats of this env's [n, dim]
+    // block: coalesced stores, no staging.
+    if (!w.active) return;
+    float* obs = c.obs + w.e * n * dim;
+    const int total = n * dim;
+    int row = w.lane / dim, col = w.lane % dim;
+    const int drow = l.tpe / dim, dcol = l.tpe % dim;
+    Agent a = proto;
+    for (int idx = w.lane; idx < total; idx += l.tpe) {
+      a.agent = row;
+      obs[idx] = observe_element(p, s, a, col);
+      row += drow;
+      col += dcol;
+      if (col >= dim) {
+        col -= dim;
+        row += 1;
+      }
+    }
+  } else {
+    float* staged = reinterpret_cast<float*>(smem + kTeamWords * l.epb +
+                                             (l.staged ? l.epb * l.words : 0));
+    if (w.active)
+      for (int i = w.lane; i < n; i += l.tpe) {
+        Agent a = proto;
+        a.agent = i;
+        observe(p, s, a, l.obs_staged ? staged + (static_cast<int64_t>(w.le) * n + i) * dim
+                                      : c.obs + (w.e * n + i) * dim);
+      }
+    if (l.obs_staged) {
+      __syncthreads();
+      const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
+      const int64_t rows = (c.envs - first < l.epb ? c.envs - first : l.epb) * n;
+      float* dst = c.obs + first * n * dim;
+      for (int64_t j = threadIdx.x; j < rows * dim; j += blockDim.x) dst[j] = staged[j];
+    }
+  }
+}
+
+template <class E>
+__device__ inline void reset_kernel_body(const typename E::Params& p, const Call& c,
+                                         const Layout& l) {
+  extern __shared__ __align__(16) int32_t jw_smem[];
+  const Lane w = lane_of(l, c.envs);
+  uint32_t k0 = 0, k1 = 0, env = 0;
+  if (w.active) member_of(c, w.e, &k0, &k1, &env);
+  typename E::State g;
+  const typename E::State s = bind_env<E>(c, l, w, jw_smem, &g);
+  const Team t{c.n, w.lane, l.tpe, w.active, jw_smem + kTeamWords * w.le + 2};
+  if (l.staged) copy_fields<E>(c, w, l.tpe, s, g);  // zeros: fields reset() leaves alone
+  __syncthreads();
+  if (w.active)
+    for (int i = w.lane; i < c.n; i += l.tpe) {
+      Agent a{env, i, c.n, k0, k1, 0u};
+      reset(p, s, a);
+    }
+  __syncthreads();
+  detail::run_team_pass<E>(p, s, t, kBeforeObserve);
+  observe_block<E>(p, s, c, l, w, jw_smem, Agent{env, 0, c.n, k0, k1, 0u});
+  if (l.staged) {
+    __syncthreads();
+    copy_fields<E>(c, w, l.tpe, g, s);
+  }
+}
+
+template <class E>
+__device__ inline void step_kernel_body(const typename E::Params& p, const Call& c,
+                                        const Layout& l) {
+  extern __shared__ __align__(16) int32_t jw_smem[];
+  const Lane w = lane_of(l, c.envs);
+  const int n = c.n;
+  int32_t* flags = jw_smem + kTeamWords * w.le;
+  if (w.lane == 0 && w.le < l.epb) flags[0] = flags[1] = 0;
+  uint32_t k0 = 0, k1 = 0, env = 0;
+  if (w.active) member_of(c, w.e, &k0, &k1, &env);
+  typename E::State g;
+  const typename E::State s = bind_env<E>(c, l, w, jw_smem, &g);
+  const Team t{n, w.lane, l.tpe, w.active, flags + 2};
+  if (l.staged) copy_fields<E>(c, w, l.tpe, s, g);
+  if (w.active)
+    for (int i = w.lane; i < n; i += l.tpe) c.reward[w.e * n + i] = 0.0f;
+  __syncthreads();
+  for (int phase = 0; phase < E::kStepPhases; ++phase) {
+    if (w.active)
+      for (int i = w.lane; i < n; i += l.tpe) {
+        Agent a{env, i, n, k0, k1, 1u};
+        StepResult r;
+        step(p, s, a, c.actions + (w.e * n + i) * c.heads, phase, r);
+        c.reward[w.e * n + i] += r.reward;
+        if (r.terminated) flags[0] = 1;
+        if (r.truncated) flags[1] = 1;
+      }
+    __syncthreads();
+    detail::run_team_pass<E>(p, s, t, phase);
+  }
+  const bool any_term = w.active && flags[0] != 0;
+  const bool any_trunc = w.active && flags[1] != 0;
+  const bool d = any_term || any_trunc;
+  if (d)
+    for (int i = w.lane; i < n; i += l.tpe) {
+      Agent a{env, i, n, k0, k1, 0u};
+      reset(p, s, a);
+    }
+  __syncthreads();
+  detail::run_team_pass<E>(p, s, t, kBeforeObserve);
+  observe_block<E>(p, s, c, l, w, jw_smem, Agent{env, 0, n, k0, k1, 0u});
+  if (l.staged) {
+    __syncthreads();
+    copy_fields<E>(c, w, l.tpe, g, s);
+  }
+  if (w.active && w.lane == 0) {
+    c.done[w.e] = d;
+    c.term[w.e] = any_term;
+    c.trunc[w.e] = any_trunc;
+  }
+}
+
+// Launches `kernel` (a __global__ wrapper of the bodies above) on `stream`;
+// opts the kernel into more than 48 KiB of shared memory where the layout
+// needs it.
+inline cudaError_t launch(const void* kernel, const Layout& l, int64_t envs, cudaStream_t stream,
+                   const void* params, const Call& c) {
+  if (envs == 0) return cudaSuccess;
+  if (l.smem_bytes > 48 * 1024) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           l.smem_bytes);
+    if (err != cudaSuccess) return err;
+  }
+  const unsigned blocks = static_cast<unsigned>((envs + l.epb - 1) / l.epb);
+  void* args[] = {const_cast<void*>(params), const_cast<Call*>(&c), const_cast<Layout*>(&l)};
+  return cudaLaunchKernel(kernel, dim3(blocks),
+                          dim3(l.tpe * l.epb), args, l.smem_bytes, stream);
+}
+#endif  // __CUDACC__
+
+}  // namespace jaxwarp

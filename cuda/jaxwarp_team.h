@@ -1,0 +1,418 @@
+// Many-agent primitives of jaxwarp's authoring contract: the Team of one env's
+// agents (loops over agents, barriers, reductions) and the uniform-grid
+// neighbour query. One source for the CPU build (g++: a team is a loop) and
+// the CUDA build (nvcc: a team is the env's threads of a block).
+//
+// A team pass, `team_pass(p, s, team, phase)` in an env header, runs once per
+// env after each phase of step() and once before observe() (phase ==
+// jaxwarp::kBeforeObserve). Every thread of the env runs it, so:
+//   * work over agents goes through `team.for_each([&](int i) {...})`
+//     (agents split over the env's threads; in order on the CPU);
+//   * `team.sync()` separates writes from later reads of other agents' data;
+//   * reductions (`sum`, `count`, `min`, `argmin`) return the same value to
+//     every thread; env-level results are written under `team.leader()`;
+//   * every env of a launch calls the same sequence of sync()/reductions:
+//     never call them under a condition that differs between envs (they are
+//     block-wide barriers on the GPU).
+// Results never depend on the launch layout: integer reductions and min/argmin
+// are order-independent (ties go to the lower agent id), and the float sum is
+// taken in agent order by one thread.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "jaxwarp_common.h"
+
+namespace jaxwarp {
+
+constexpr int kBeforeObserve = -1;  // the phase argument of the pass before observe()
+
+// Float -> uint32 with the same order (for packed atomic min); -0 is +0 and
+// NaN sorts last.
+JW_HD uint32_t ordered_bits(float v) {
+  v = v + 0.0f;  // -0 -> +0: equal values must tie
+#if defined(__CUDA_ARCH__)
+  const uint32_t b = __float_as_uint(v);
+#else
+  uint32_t b;
+  memcpy(&b, &v, 4);
+#endif
+  if (v != v) return 0xFFFFFFFFu;
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// *p += v for an int counter that several agents of a team pass may bump at
+// once (atomic on the GPU; integer sums do not depend on the order).
+JW_HD void atomic_add(int32_t* p, int32_t v) {
+#if defined(__CUDA_ARCH__)
+  atomicAdd(p, v);
+#else
+  *p += v;
+#endif
+}
+
+struct Team {
+  int n;          // agents of the env
+  int lane;       // this thread's rank in the team (0 on the CPU)
+  int stride;     // threads of the team (1 on the CPU)
+  bool active;    // false for padding threads past the last env of a launch
+  int32_t* slot;  // 2 words of shared memory for reductions (GPU only)
+
+  JW_HD bool leader() const { return active && lane == 0; }
+
+  JW_HD void sync() const {
+#if defined(__CUDA_ARCH__)
+    __syncthreads();
+#endif
+  }
+
+  // f(i) for every agent i of the env (split over the team's threads).
+  template <class F>
+  JW_HD void for_each(F&& f) const {
+    if (!active) return;
+    for (int i = lane; i < n; i += stride) f(i);
+  }
+
+  // Sum of f(i) over agents (int32, order-independent).
+  template <class F>
+  JW_HD int32_t sum(F&& f) const {
+#if defined(__CUDA_ARCH__)
+    int32_t local = 0;
+    if (active)
+      for (int i = lane; i < n; i += stride) local += static_cast<int32_t>(f(i));
+    __syncthreads();
+    if (lane == 0) slot[0] = 0;
+    __syncthreads();
+    if (active && local != 0) atomicAdd(slot, local);
+    __syncthreads();
+    return slot[0];
+#else
+    int32_t total = 0;
+    for (int i = 0; i < n; ++i) total += static_cast<int32_t>(f(i));
+    return total;
+#endif
+  }
+
+  // Number of agents with pred(i).
+  template <class F>
+  JW_HD int32_t count(F&& pred) const {
+    return sum([&](int i) { return pred(i) ? 1 : 0; });
+  }
+
+  // Sum of f(i) in float32, in agent order 0, 1, ... (deterministic, equal on
+  // every backend; one thread adds, so it costs O(n) per env).
+  template <class F>
+  JW_HD float sum_ordered(F&& f) const {
+#if defined(__CUDA_ARCH__)
+    __syncthreads();
+    if (lane == 0 && active) {
+      float total = 0.0f;
+      for (int i = 0; i < n; ++i) total += f(i);
+      reinterpret_cast<float*>(slot)[0] = total;
+    }
+    __syncthreads();
+    return reinterpret_cast<float*>(slot)[0];
+#else
+    float total = 0.0f;
+    for (int i = 0; i < n; ++i) total += f(i);
+    return total;
+#endif
+  }
+
+  // The agent i with the smallest f(i) among those with f(i) < +inf (ties to
+  // the lower id; NaN never wins); -1 if there is none.
+  template <class F>
+  JW_HD int argmin(F&& f) const {
+#if defined(__CUDA_ARCH__)
+    unsigned long long best = ~0ull;
+    if (active)
+      for (int i = lane; i < n; i += stride) {
+        const float v = f(i);
+        if (v < INFINITY) {
+          const unsigned long long key =
+              (static_cast<unsigned long long>(ordered_bits(v)) << 32) | static_cast<uint32_t>(i);
+          best = key < best ? key : best;
+        }
+      }
+    __syncthreads();
+    unsigned long long* s = reinterpret_cast<unsigned long long*>(slot);
+    if (lane == 0) *s = ~0ull;
+    __syncthreads();
+    if (active && best != ~0ull) atomicMin(s, best);
+    __syncthreads();
+    const unsigned long long r = *s;
+    return r == ~0ull ? -1 : static_cast<int>(r & 0xFFFFFFFFull);
+#else
+    float best = INFINITY;
+    int arg = -1;
+    for (int i = 0; i < n; ++i) {
+      const float v = f(i);
+      if (v < best) {
+        best = v;
+        arg = i;
+      }
+    }
+    return arg;
+#endif
+  }
+
+  // min over agents of f(i) (+inf if none is smaller).
+  template <class F>
+  JW_HD float min(F&& f) const {
+    const int i = argmin(f);
+    return i < 0 ? INFINITY : f(i);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Uniform-grid neighbour query: k nearest agents (by squared distance, ties to
+// the lower id) within a radius, without any O(N^2) array. The grid lives in
+// the env's scratch (declared in its spec with jaxwarp.authoring.grid_scratch):
+//   start: i32[cells + 1], id: i32[n], px, py: f32[n] (positions sorted by
+//   cell), cell, rank: i32[n].
+// Build it in a team pass (team.sync() before the first query); query from
+// any agent afterwards.
+// ---------------------------------------------------------------------------
+constexpr int kNoNeighbour = -1;
+
+// Cells per side for n agents in an arena of side `length` (about two agents
+// per cell, at most 64 x 64): the same on every backend and in Python.
+JW_HD int grid_side(int n) {
+  int g = static_cast<int>(ceilf(sqrtf(0.5f * static_cast<float>(n))));
+  return g > 64 ? 64 : (g < 1 ? 1 : g);
+}
+
+struct NeighbourGrid {
+  int32_t* start;
+  int32_t* id;
+  float* px;
+  float* py;
+  int32_t* cell;
+  int32_t* rank;
+  int g;         // cells per side
+  float lo;      // arena lower corner (both axes)
+  float length;  // arena side
+
+  JW_HD float cell_size() const { return length / static_cast<float>(g); }
+  JW_HD int cell_of(float x, float y) const {
+    const float inv = static_cast<float>(g) / length;
+    int cx = static_cast<int>((x - lo) * inv), cy = static_cast<int>((y - lo) * inv);
+    cx = cx < 0 ? 0 : (cx >= g ? g - 1 : cx);
+    cy = cy < 0 ? 0 : (cy >= g ? g - 1 : cy);
+    return cy * g + cx;
+  }
+
+  // Agents i with member(i) go into the grid at (x[i], y[i]). Collective.
+  template <class M>
+  JW_HD void build(const Team& t, const float* x, const float* y, M&& member) const {
+    const int cells = g * g;
+    // Counting sort by cell: count, exclusive scan, scatter.
+#if defined(__CUDA_ARCH__)
+    if (t.active)
+      for (int c = t.lane; c <= cells; c += t.stride) start[c] = 0;
+    __syncthreads();
+    if (t.active)
+      for (int i = t.lane; i < t.n; i += t.stride) {
+        if (!member(i)) continue;
+        const int c = cell_of(x[i], y[i]);
+        cell[i] = c;
+        rank[i] = atomicAdd(&start[c + 1], 1);  // slot order within a cell is free
+      }
+    __syncthreads();
+    // Scan of start[1..cells] in W chunks: each of W lanes scans its chunk,
+    // the leader chains the chunk ends, then each chunk adds its offset.
+    const int W = t.stride < 64 ? t.stride : 64;
+    const int chunk = (cells + W - 1) / W;
+    auto chunk_end = [&](int l) {  // exclusive
+      const int e = 1 + (l + 1) * chunk;
+      return e < cells + 1 ? e : cells + 1;
+    };
+    if (t.active && t.lane < W)
+      for (int c = 2 + t.lane * chunk; c < chunk_end(t.lane); ++c) start[c] += start[c - 1];
+    __syncthreads();
+    if (t.leader())
+      for (int l = 1; l < W && 1 + l * chunk <= cells; ++l)
+        start[chunk_end(l) - 1] += start[l * chunk];
+    __syncthreads();
+    if (t.active && t.lane > 0 && t.lane < W && 1 + t.lane * chunk <= cells) {
+      const int b = 1 + t.lane * chunk;
+      const int off = start[b - 1];
+      for (int c = b; c < chunk_end(t.lane) - 1; ++c) start[c] += off;
+    }
+    __syncthreads();
+    if (t.active)
+      for (int i = t.lane; i < t.n; i += t.stride) {
+        if (!member(i)) continue;
+        const int q = start[cell[i]] + rank[i];
+        id[q] = i;
+        px[q] = x[i];
+        py[q] = y[i];
+      }
+    __syncthreads();
+#else
+    for (int c = 0; c <= cells; ++c) start[c] = 0;
+    for (int i = 0; i < t.n; ++i) {
+      if (!member(i)) continue;
+      const int c = cell_of(x[i], y[i]);
+      cell[i] = c;
+      rank[i] = start[c + 1]++;
+    }
+    for (int c = 1; c <= cells; ++c) start[c] += start[c - 1];
+    for (int i = 0; i < t.n; ++i) {
+      if (!member(i)) continue;
+      const int q = start[cell[i]] + rank[i];
+      id[q] = i;
+      px[q] = x[i];
+      py[q] = y[i];
+    }
+#endif
+  }
+
+  // Agents in the grid (valid after build()).
+  JW_HD int size() const { return start[g * g]; }
+};
+
+namespace detail {
+// (d2, id) lexicographic order.
+JW_HD bool before(float d2, int j, float d2b, int jb) {
+  return d2 < d2b || (d2 == d2b && j < jb);
+}
+template <int K>
+JW_HD void insert(float d2, int j, float* bd, int* bi) {
+  if (!before(d2, j, bd[K - 1], bi[K - 1])) return;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int m = K - 1; m > 0; --m) {
+    if (before(d2, j, bd[m - 1], bi[m - 1])) {
+      bd[m] = bd[m - 1];
+      bi[m] = bi[m - 1];
+    } else if (before(d2, j, bd[m], bi[m])) {
+      bd[m] = d2;
+      bi[m] = j;
+    }
+  }
+  if (before(d2, j, bd[0], bi[0])) {
+    bd[0] = d2;
+    bi[0] = j;
+  }
+}
+JW_HD float sq_dist(float xi, float yi, float xj, float yj) {
+  const float dx = xj - xi;
+  const float dy = yj - yi;
+  return fmaf(dx, dx, dy * dy);
+}
+
+// K nearest by rings of cells around (x, y): stops once the K-th distance is
+// inside the radius that every unvisited cell lies beyond.
+template <int K>
+JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, float r2,
+                        int32_t* out) {
+  float bd[K];
+  int bi[K];
+  for (int m = 0; m < K; ++m) {
+    bd[m] = r2;
+    bi[m] = 0x7FFFFFFF;
+  }
+  const int c0 = gr.cell_of(x, y);
+  const int cx = c0 % gr.g, cy = c0 / gr.g;
+  const float cs = gr.cell_size();
+  for (int r = 0;; ++r) {
+    for (int gy = cy - r; gy <= cy + r; ++gy) {
+      if (gy < 0 || gy >= gr.g) continue;
+      const bool full_row = r == 0 || gy == cy - r || gy == cy + r;
+      for (int gx = cx - r; gx <= cx + r; gx += full_row ? 1 : 2 * r) {
+        if (gx < 0 || gx >= gr.g) continue;
+        const int c = gy * gr.g + gx;
+        const int end = gr.start[c + 1];
+        for (int q = gr.start[c]; q < end; ++q) {
+          const int j = gr.id[q];
+          const float d2 = sq_dist(x, y, gr.px[q], gr.py[q]);
+          if (j != self) insert<K>(d2, j, bd, bi);
+        }
+      }
+    }
+    // Every unvisited agent is at least r cells' width away (less a margin
+    // for rounding in the cell index).
+    const float reach = (static_cast<float>(r) - 0.001f) * cs;
+    if (r > 0 && reach > 0.0f && bd[K - 1] < reach * reach) break;
+    if (cx - r <= 0 && cy - r <= 0 && cx + r >= gr.g - 1 && cy + r >= gr.g - 1) break;
+  }
+  for (int m = 0; m < K; ++m) out[m] = bi[m] == 0x7FFFFFFF ? kNoNeighbour : bi[m];
+}
+
+// K nearest by one pass over all n agents with member(j).
+template <int K, class M>
+JW_HD void brute_nearest(int n, const float* xs, const float* ys, M&& member, int self, float x,
+                         float y, float r2, int32_t* out) {
+  float bd[K];
+  int bi[K];
+  for (int m = 0; m < K; ++m) {
+    bd[m] = r2;
+    bi[m] = 0x7FFFFFFF;
+  }
+  for (int j = 0; j < n; ++j) {
+    if (j == self || !member(j)) continue;
+    const float d2 = sq_dist(x, y, xs[j], ys[j]);
+    if (d2 < bd[K - 1]) insert<K>(d2, j, bd, bi);
+  }
+  for (int m = 0; m < K; ++m) out[m] = bi[m] == 0x7FFFFFFF ? kNoNeighbour : bi[m];
+}
+
+// k > 16: k passes, each taking the next agent in (d2, id) order.
+template <class Q>
+JW_HD void select_nearest(int n, Q&& dist2, int self, float r2, int k, int32_t* out) {
+  float last_d = -1.0f;
+  int last_j = -1;
+  for (int s = 0; s < k; ++s) {
+    float best_d = r2;
+    int best_j = kNoNeighbour;
+    for (int j = 0; j < n; ++j) {
+      if (j == self) continue;
+      const float d2 = dist2(j);  // +inf for non-members
+      const bool after = d2 > last_d || (d2 == last_d && j > last_j);
+      if (after && d2 < best_d) {
+        best_d = d2;
+        best_j = j;
+      }
+    }
+    out[s] = best_j;
+    if (best_j != kNoNeighbour) {
+      last_d = best_d;
+      last_j = best_j;
+    }
+  }
+}
+}  // namespace detail
+
+// The k nearest members j != self of (x, y) with squared distance < r2
+// (INFINITY: no radius), nearest first, ties to the lower id; out[0..k) gets
+// their ids, kNoNeighbour where fewer exist. With `grid` (built this pass)
+// the search visits cells in rings; without (nullptr) it scans all n agents.
+// k <= 16 keeps the candidate list in registers (one instantiation per k).
+template <class M>
+JW_HD void k_nearest(const NeighbourGrid* grid, int n, const float* xs, const float* ys,
+                     M&& member, int self, float x, float y, float r2, int k, int32_t* out) {
+#define JW_KN_CASE(K)                                                             \
+  case K:                                                                         \
+    if (grid) detail::grid_nearest<K>(*grid, self, x, y, r2, out);                \
+    else detail::brute_nearest<K>(n, xs, ys, member, self, x, y, r2, out);        \
+    return;
+  switch (k) {
+    JW_KN_CASE(1) JW_KN_CASE(2) JW_KN_CASE(3) JW_KN_CASE(4) JW_KN_CASE(5) JW_KN_CASE(6)
+    JW_KN_CASE(7) JW_KN_CASE(8) JW_KN_CASE(9) JW_KN_CASE(10) JW_KN_CASE(11) JW_KN_CASE(12)
+    JW_KN_CASE(13) JW_KN_CASE(14) JW_KN_CASE(15) JW_KN_CASE(16)
+    default:
+      detail::select_nearest(
+          n,
+          [&](int j) {
+            return member(j) ? detail::sq_dist(x, y, xs[j], ys[j]) : INFINITY;
+          },
+          self, r2, k, out);
+  }
+#undef JW_KN_CASE
+}
+
+}  // namespace jaxwarp

@@ -1,0 +1,100 @@
+"""Helpers every env uses: backend choice, key data, fixed sin/cos, auto-reset.
+
+Generic modules (authoring, sampler, the references of every env) import
+these from here; no env module is a dependency of another.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwarp import _ffi
+
+BACKENDS = ("auto", "cuda", "cpu", "jax")
+
+
+def resolve_backend(backend: str) -> str:
+    """Maps "auto" to "cuda" or "cpu" and checks the backend can run here."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is unknown; expected one of {BACKENDS}")
+    if backend == "auto":
+        return "cuda" if _ffi.gpu_available() else "cpu"
+    if backend == "cuda" and not _ffi.gpu_available():
+        why = ("jaxwarp was built without its CUDA library (no nvcc at install time)"
+               if not _ffi.has_cuda_library() else "JAX sees no CUDA GPU")
+        raise RuntimeError(f"backend='cuda' is not available: {why}. "
+                           "Use backend='cpu' or backend='jax'.")
+    if backend == "cpu" and not _ffi.has_cpu_library():
+        raise RuntimeError("backend='cpu' is not available: jaxwarp's compiled XLA:CPU "
+                           "library is missing (reinstall with `pip install -e .`).")
+    return backend
+
+
+def key_data_of(key: jax.Array, argname: str = "key") -> jax.Array:
+    """u32[2] key words of a typed key or a raw `jax.random.PRNGKey`."""
+    if not hasattr(key, "dtype") or not hasattr(key, "shape"):
+        raise TypeError(f"{argname} must be a JAX PRNG key (jax.random.key(seed) or "
+                        f"jax.random.PRNGKey(seed)); got {type(key).__name__} {key!r}")
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        data = jax.random.key_data(key)
+    else:
+        data = key
+    if data.dtype != jnp.uint32 or data.shape != (2,):
+        raise ValueError(
+            f"{argname} must be a single threefry key (jax.random.key(seed) or "
+            f"jax.random.PRNGKey(seed), i.e. u32[2] key data); got dtype {data.dtype}, "
+            f"shape {data.shape} (split keys and vmap to use several)")
+    return data
+
+
+# sin/cos with the kernels' fixed evaluation order (cuda/jaxwarp_common.h).
+_TWO_OVER_PI = np.float32(0.636619772367581343)
+_PIO2_HI = np.float32(1.5703125)
+_PIO2_MID = np.float32(4.837512969970703125e-4)
+_PIO2_LO = np.float32(7.54978995489188216e-8)
+_SIN = tuple(np.float32(c) for c in (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1))
+_COS = tuple(np.float32(c) for c in (2.443315711809948e-5, -1.388731625493765e-3,
+                                      4.166664568298827e-2))
+
+
+def sincos_fixed(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sin a, cos a), f32, evaluated as `jaxwarp::sincos_fixed` in C++ does
+    (Cody-Waite reduction by pi/2, Cephes polynomials), so that the pure-JAX
+    references and the kernels agree bit for bit."""
+    q = jnp.floor(a * _TWO_OVER_PI + np.float32(0.5))
+    r = a - q * _PIO2_HI
+    r = r - q * _PIO2_MID
+    r = r - q * _PIO2_LO
+    z = r * r
+    ps = _SIN[0] * z + _SIN[1]
+    ps = ps * z + _SIN[2]
+    sr = (ps * z) * r + r
+    pc = _COS[0] * z + _COS[1]
+    pc = pc * z + _COS[2]
+    pc = pc * z - np.float32(0.5)
+    cr = pc * z + np.float32(1.0)
+    quadrant = q.astype(jnp.int32) & 3
+    odd = (quadrant & 1) == 1
+    ss = jnp.where(odd, cr, sr)
+    cc = jnp.where(odd, sr, cr)
+    s = jnp.where(quadrant >= 2, -ss, ss)
+    c = jnp.where((quadrant == 1) | (quadrant == 2), -cc, cc)
+    return s, c
+
+
+def auto_reset(done: jax.Array, fresh: Any, stepped: Any) -> Any:
+    """Per-env select of a pytree: `fresh` where done[e], else `stepped`.
+
+    done: bool[envs]; leaves of `fresh` and `stepped` have leading axis envs.
+    This is what the kernels' masked reset computes. The references draw the
+    fresh start for every env and select (a lax.cond skipping the draw would
+    make XLA:GPU copy its predicate to the host every step).
+    """
+    def pick(f, s):
+        d = done.reshape(done.shape + (1,) * (jnp.ndim(s) - 1))
+        return jnp.where(d, f, s)
+    return jax.tree_util.tree_map(pick, fresh, stepped)
