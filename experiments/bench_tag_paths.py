@@ -1,0 +1,184 @@
+"""Tag (continuous): the contract env against the hand-written kernel, side by side.
+
+The issue "One env path" moves `tag_continuous` onto the authoring contract
+(cuda/envs/tag_continuous.h + its spec); the hand-written kernel may only be
+deleted once the new one is at least as fast. This script, on one GPU in one
+process:
+
+1. checks that the two kernels give the same bits (obs, reward, done, state)
+   over a rollout with resets, for each configuration;
+2. times both (and the pure-JAX twin) in a jitted `lax.scan` of env steps,
+   in two modes:
+   * ``protocol``: each step's actions are a hash of the previous step's
+     observations (every element is read), so no backend can skip work a
+     policy would need (DESIGN.md, benchmark protocol);
+   * ``hashed``: actions hashed from the step index on the device, the kernel
+     alone (labelled as such: a custom call cannot be partly dropped, pure
+     JAX can).
+
+    python experiments/bench_tag_paths.py --out experiments/results/bench_tag_paths_h100.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwarp.envs import tag_continuous as tc
+
+CASES = [("warpdrive_default", 2000, 200), ("large", 2000, 40)]
+
+
+def bytes_per_env_step(num_agents: int, obs_dim: int) -> int:
+    """Fewest bytes an env-step moves: per agent the state read and written
+    (7 fields x 4 B each way), actions read (8 B), observation (obs_dim x 4 B)
+    and reward (4 B) written; per env timestep and runners-left read and
+    written (16 B), done written (1 B)."""
+    return num_agents * (2 * 7 * 4 + 2 * 4 + obs_dim * 4 + 4) + 17
+
+
+def _mix(h: jax.Array) -> jax.Array:
+    h = (h ^ (h >> 15)) * np.uint32(2246822519)
+    return h ^ (h >> 13)
+
+
+def actions_of(t: jax.Array, obs: jax.Array | None, nvec, shape) -> jax.Array:
+    """i32[envs, agents, 2]: a hash of (step, index) and, in protocol mode, of
+    each agent's observation row (a sum over all its elements)."""
+    envs, agents = shape
+    idx = jnp.arange(envs * agents * 2, dtype=jnp.uint32).reshape(envs, agents, 2)
+    h = idx * np.uint32(2654435761) + t.astype(jnp.uint32) * np.uint32(40503)
+    if obs is not None:
+        row = jax.lax.bitcast_convert_type(obs.sum(axis=-1), jnp.uint32)
+        h = h ^ (row[..., None] * np.uint32(362437))
+    h = _mix(h)
+    return (h % jnp.asarray(nvec, jnp.uint32)).astype(jnp.int32)
+
+
+def make_env(kind: str, config: str):
+    params = tc.TagContinuousParams(**tc.CONFIGS[config])
+    if kind == "handwritten":
+        return tc.TagContinuousHandWritten(params, backend="cuda")
+    return tc.TagContinuous(params, backend="jax" if kind == "jax" else "cuda")
+
+
+def rollout_fn(env, num_envs: int, steps: int, protocol: bool):
+    nvec = env.action_space.nvec
+
+    def rollout(state, obs, key, t0):
+        def body(carry, t):
+            state, obs, key, acc = carry
+            key, k_step = jax.random.split(key)
+            a = actions_of(t, obs if protocol else None, nvec, (num_envs, env.num_agents))
+            obs, state, reward, done, _ = env.step(k_step, state, a)
+            return (state, obs, key, acc + reward.sum() + done.sum()), None
+
+        ts = t0 + jnp.arange(steps, dtype=jnp.int32)
+        (state, obs, key, acc), _ = jax.lax.scan(body, (state, obs, key, jnp.float32(0)), ts)
+        return state, obs, key, acc
+
+    return rollout
+
+
+def time_env(env, num_envs: int, steps: int, protocol: bool, repeats: int) -> dict:
+    obs, state = jax.jit(env.reset, static_argnums=1)(jax.random.key(0), num_envs)
+    run = jax.jit(rollout_fn(env, num_envs, steps, protocol), donate_argnums=(0, 1))
+    t0 = time.perf_counter()
+    compiled = run.lower(state, obs, jax.random.key(1), jnp.int32(0)).compile()
+    compile_s = time.perf_counter() - t0
+    key = jax.random.key(1)
+    state, obs, key, acc = compiled(state, obs, key, jnp.int32(0))
+    jax.block_until_ready(acc)
+    times = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        state, obs, key, acc = compiled(state, obs, key, jnp.int32((r + 1) * steps))
+        jax.block_until_ready((state, obs, acc))
+        times.append(time.perf_counter() - t0)
+    sec = statistics.median(times)
+    return dict(seconds_per_call=sec, env_steps_per_s=num_envs * steps / sec,
+                compile_s=compile_s, hlo_custom_calls=compiled.as_text().count("custom-call"))
+
+
+def same_bits(config: str, num_envs: int, steps: int) -> dict:
+    """Rollouts of both kernels with the same keys and actions: equal bits?"""
+    out = {}
+    for kind in ("handwritten", "contract"):
+        env = make_env(kind, config)
+        rollout = rollout_fn(env, num_envs, steps, protocol=True)
+
+        @jax.jit
+        def run(key):
+            obs, state = env.reset(key, num_envs)
+            state, obs, _, acc = rollout(state, obs, key, jnp.int32(0))
+            return obs, state, acc
+
+        out[kind] = jax.device_get(run(jax.random.key(7)))
+    a, b = out["handwritten"], out["contract"]
+    eq = jax.tree_util.tree_map(lambda x, y: bool(np.array_equal(x, y)), a, b)
+    return dict(equal=all(jax.tree_util.tree_leaves(eq)),
+                detail=str(eq), acc=[float(a[2]), float(b[2])])
+
+
+def measure_bandwidth(nbytes: int = 1 << 30) -> float:
+    x = jnp.ones((nbytes // 4,), jnp.float32)
+    f = jax.jit(lambda a: a + 1.0)
+    f(x).block_until_ready()
+    times = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        f(x).block_until_ready()
+        times.append(time.perf_counter() - t0)
+    return 2 * nbytes / statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-jax", action="store_true", help="skip the pure-JAX twin")
+    ap.add_argument("--out", default="experiments/results/bench_tag_paths.json")
+    args = ap.parse_args()
+    device = jax.devices()[0]
+    bw = measure_bandwidth()
+    print(f"device {device.device_kind}: copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
+    rows, checks = [], []
+    for config, envs, steps in CASES:
+        c = same_bits(config, 64 if config == "large" else 256, 120)
+        c.update(config=config)
+        checks.append(c)
+        print(f"{config}: hand-written == contract bit for bit over 120 steps: {c['equal']}",
+              flush=True)
+        kinds = ["handwritten", "contract"] + ([] if args.no_jax else ["jax"])
+        for protocol in (True, False):
+            for kind in kinds:
+                env = make_env(kind, config)
+                r = time_env(env, envs, steps, protocol, args.repeats)
+                p = env.params
+                r.update(config=config, kind=kind, num_envs=envs, num_agents=p.num_agents,
+                         obs_dim=p.obs_dim, steps_per_call=steps,
+                         actions="protocol (read previous obs)" if protocol
+                         else "hashed on device (kernel alone)",
+                         roofline_fraction=r["env_steps_per_s"]
+                         * bytes_per_env_step(p.num_agents, p.obs_dim) / bw)
+                rows.append(r)
+                print(f"{config:18s} {envs:5d} envs {r['actions']:32s} {kind:12s} "
+                      f"{r['env_steps_per_s'] / 1e6:8.3f} M env-steps/s  roofline "
+                      f"{100 * r['roofline_fraction']:5.1f}%  compile {r['compile_s']:.1f}s",
+                      flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(device=device.device_kind, jax=jax.__version__,
+                                   bandwidth_bytes_per_s=bw, equality=checks, results=rows),
+                              indent=1))
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
