@@ -218,11 +218,13 @@ ffi::Error step(const void* kernel, void* stream, ffi::Buffer<ffi::U32> keys, ff
 
 #if defined(__CUDACC__)
 #define JAXWARP_DEFINE_ENV(NAME, ENV)                                                        \
-  extern "C" __global__ void jaxwarp_##NAME##_reset_kernel(ENV::Params p, jaxwarp::Call c,   \
+  extern "C" __global__ void __launch_bounds__(jaxwarp::kMaxThreads)                         \
+      jaxwarp_##NAME##_reset_kernel(ENV::Params p, jaxwarp::Call c,                          \
                                                            jaxwarp::Layout l) {              \
     jaxwarp::reset_kernel_body<ENV>(p, c, l);                                                \
   }                                                                                          \
-  extern "C" __global__ void jaxwarp_##NAME##_step_kernel(ENV::Params p, jaxwarp::Call c,    \
+  extern "C" __global__ void __launch_bounds__(jaxwarp::kMaxThreads)                         \
+      jaxwarp_##NAME##_step_kernel(ENV::Params p, jaxwarp::Call c,                           \
                                                           jaxwarp::Layout l) {               \
     jaxwarp::step_kernel_body<ENV>(p, c, l);                                                 \
   }                                                                                          \

@@ -48,14 +48,18 @@ struct Layout {
 };
 
 constexpr int kTeamWords = 4;            // per env: term, trunc flags, 2 reduction words
-constexpr int kStagingBudget = 96 * 1024;  // state + scratch staging, bytes per block
+constexpr int kStagingBudget = 110 * 1024;  // state + scratch staging: 2 blocks per H100 SM
 constexpr int kObsBudget = 48 * 1024;      // observation staging, bytes per block
 
-// threads per env: the agents (at most 1024); envs per block: about 128 threads.
+// Threads per env: one per agent, at most kMaxThreads (more agents loop);
+// envs per block: about 128 threads. The kernels are compiled for blocks of
+// at most kMaxThreads (__launch_bounds__), which caps their registers.
+constexpr int kMaxThreads = 512;
+
 inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
                          int state_fields, bool row_observe) {
   Layout l{};
-  l.tpe = n < 1024 ? n : 1024;
+  l.tpe = n < kMaxThreads ? n : kMaxThreads;
   l.epb = l.tpe >= 128 ? 1 : 128 / l.tpe;
   int64_t words = 0, scratch = 0;
   for (int f = 0; f < fields; ++f) {

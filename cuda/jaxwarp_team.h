@@ -71,8 +71,13 @@ struct Team {
   // f(i) for every agent i of the env (split over the team's threads).
   template <class F>
   JW_HD void for_each(F&& f) const {
+    for_range(n, f);
+  }
+  // f(i) for i in [0, count): per-env work that is not per agent.
+  template <class F>
+  JW_HD void for_range(int count, F&& f) const {
     if (!active) return;
-    for (int i = lane; i < n; i += stride) f(i);
+    for (int i = lane; i < count; i += stride) f(i);
   }
 
   // Sum of f(i) over agents (int32, order-independent).
@@ -354,9 +359,8 @@ JW_HD void brute_nearest(int n, const float* xs, const float* ys, M&& member, in
     bi[m] = 0x7FFFFFFF;
   }
   for (int j = 0; j < n; ++j) {
-    if (j == self || !member(j)) continue;
-    const float d2 = sq_dist(x, y, xs[j], ys[j]);
-    if (d2 < bd[K - 1]) insert<K>(d2, j, bd, bi);
+    const float d2 = sq_dist(x, y, xs[j], ys[j]);  // same j across a warp: broadcast reads
+    if (d2 < bd[K - 1] && j != self && member(j)) insert<K>(d2, j, bd, bi);
   }
   for (int m = 0; m < K; ++m) out[m] = bi[m] == 0x7FFFFFFF ? kNoNeighbour : bi[m];
 }

@@ -50,20 +50,31 @@ JW_HD AcrobotConstants acrobot_constants(const Params& p) {
 }
 
 // Time derivative of (theta1, theta2, dtheta1, dtheta2): Gymnasium's `_dsdt` (book).
+// The fmaf calls are the multiply-adds that XLA:CPU contracts in the reference
+// (checked against its compiled code: LLVM fuses `a + b * c` and `a - b * c`;
+// in `-(x * s2) - y * s2` it fuses the first product, `fma(-x, s2, -(y * s2))`).
+// Without them the two backends differ in the last bit from the first step and,
+// Acrobot being chaotic, by ~1e-6 after a hundred steps.
 JW_HD void acrobot_dsdt(const AcrobotConstants& c, float torque, const float y[4], float out[4]) {
   const float theta1 = y[0], theta2 = y[1], dtheta1 = y[2], dtheta2 = y[3];
   float s2, c2, s1, c1_unused, s12, c12_unused;
   jaxwarp::sincos_fixed(theta2, &s2, &c2);
   jaxwarp::sincos_fixed(theta1, &s1, &c1_unused);
   jaxwarp::sincos_fixed(theta1 + theta2, &s12, &c12_unused);
-  const float d1 = c.d1_0 + c.d1_c2 * c2;
-  const float d2 = c.d2_0 + c.d2_c2 * c2;
-  const float phi2 = c.phi2_s12 * s12;
-  const float phi1 = -(c.k * (dtheta2 * dtheta2) * s2) - c.d1_c2 * dtheta2 * dtheta1 * s2 +
-                     c.phi1_s1 * s1 + phi2;
-  const float ddtheta2 = (torque + d2 / d1 * phi1 - c.k * (dtheta1 * dtheta1) * s2 - phi2) /
-                         (c.d2_den - d2 * d2 / d1);
-  const float ddtheta1 = -(d2 * ddtheta2 + phi1) / d1;
+  const float d1 = fmaf(c.d1_c2, c2, c.d1_0);
+  const float d2 = fmaf(c.d2_c2, c2, c.d2_0);
+  // phi1 = -(k dtheta2^2 s2) - d1_c2 dtheta2 dtheta1 s2 + phi1_s1 s1 + phi2_s12 s12
+  const float k_dtheta2_sq = c.k * (dtheta2 * dtheta2);
+  const float coriolis = c.d1_c2 * dtheta2 * dtheta1;
+  float phi1 = fmaf(-k_dtheta2_sq, s2, -(coriolis * s2));
+  phi1 = fmaf(c.phi1_s1, s1, phi1);
+  phi1 = fmaf(c.phi2_s12, s12, phi1);
+  // ddtheta2 = (torque + d2 / d1 phi1 - k dtheta1^2 s2 - phi2) / (d2_den - d2^2 / d1)
+  float num = fmaf(d2 / d1, phi1, torque);
+  num = fmaf(-(c.k * (dtheta1 * dtheta1)), s2, num);
+  num = fmaf(-c.phi2_s12, s12, num);
+  const float ddtheta2 = num / (c.d2_den - d2 * d2 / d1);
+  const float ddtheta1 = -fmaf(d2, ddtheta2, phi1) / d1;
   out[0] = dtheta1;
   out[1] = dtheta2;
   out[2] = ddtheta1;
@@ -91,15 +102,15 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   const float y0[4] = {s.theta1[i], s.theta2[i], s.dtheta1[i], s.dtheta2[i]};
   float k1[4], k2[4], k3[4], k4[4], y[4];
   acrobot_dsdt(c, torque, y0, k1);
-  for (int j = 0; j < 4; ++j) y[j] = y0[j] + dt2 * k1[j];
+  for (int j = 0; j < 4; ++j) y[j] = fmaf(dt2, k1[j], y0[j]);
   acrobot_dsdt(c, torque, y, k2);
-  for (int j = 0; j < 4; ++j) y[j] = y0[j] + dt2 * k2[j];
+  for (int j = 0; j < 4; ++j) y[j] = fmaf(dt2, k2[j], y0[j]);
   acrobot_dsdt(c, torque, y, k3);
-  for (int j = 0; j < 4; ++j) y[j] = y0[j] + dt * k3[j];
+  for (int j = 0; j < 4; ++j) y[j] = fmaf(dt, k3[j], y0[j]);
   acrobot_dsdt(c, torque, y, k4);
   float ns[4];
   for (int j = 0; j < 4; ++j)
-    ns[j] = y0[j] + dt6 * (((k1[j] + 2.0f * k2[j]) + 2.0f * k3[j]) + k4[j]);
+    ns[j] = fmaf(dt6, ((k1[j] + 2.0f * k2[j]) + 2.0f * k3[j]) + k4[j], y0[j]);
   const float theta1 = acrobot_wrap_pi(ns[0]);
   const float theta2 = acrobot_wrap_pi(ns[1]);
   const float v1 = p.max_vel_1, v2 = p.max_vel_2;

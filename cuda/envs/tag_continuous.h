@@ -166,10 +166,18 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
                            s.nbr + i * k);
       });
     } else {
+      // One scan over all agents; hidden ones sit at NaN, which no distance
+      // test accepts, so the scan needs no membership test.
+      team.for_each([&](int i) {
+        s.vis_x[i] = visible(i) ? s.x[i] : NAN;
+        s.vis_y[i] = visible(i) ? s.y[i] : NAN;
+      });
+      team.sync();
       team.for_each([&](int i) {
         if (!visible(i)) return;
-        jaxwarp::k_nearest(static_cast<const jaxwarp::NeighbourGrid*>(nullptr), n, s.x, s.y,
-                           visible, i, s.x[i], s.y[i], INFINITY, k, s.nbr + i * k);
+        jaxwarp::k_nearest(static_cast<const jaxwarp::NeighbourGrid*>(nullptr), n, s.vis_x,
+                           s.vis_y, [](int) { return true; }, i, s.x[i], s.y[i], INFINITY, k,
+                           s.nbr + i * k);
       });
     }
   }
@@ -182,16 +190,24 @@ JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agen
   if (!s.seen[i]) return 0.0f;
   const int slots = p.full_obs ? p.num_agents - 1 : p.k_observed;
   if (col == kFeatures * slots) return static_cast<float>(s.timestep[0]) * p.time_scale;
-  const int f = col / slots, slot = col - f * slots;
+  // col / slots through a float reciprocal, corrected (an integer division
+  // costs a few dozen instructions per element).
+  int f = static_cast<int>(static_cast<float>(col) * p.inv_slots);
+  f -= f * slots > col ? 1 : 0;
+  f += (f + 1) * slots <= col ? 1 : 0;
+  const int slot = col - f * slots;
   const int j = p.full_obs ? (slot < i ? slot : slot + 1) : s.nbr[i * p.k_observed + slot];
   if (j < 0) return 0.0f;
-  switch (f) {
-    case 0: return (s.x[j] - s.x[i]) * p.pos_scale;
-    case 1: return (s.y[j] - s.y[i]) * p.pos_scale;
-    case 2: return (s.speed[j] - s.speed[i]) * p.speed_scale;
-    case 3: return (s.acceleration[j] - s.acceleration[i]) * p.speed_scale;
-    case 4: return (s.direction[j] - s.direction[i]) * p.dir_scale;
-    case 5: return is_tagger(p, j) ? 1.0f : 0.0f;
-    default: return static_cast<float>(s.seen[j]);
+  if (f < 5) {
+    // Features 0-4 share one code path: a warp's lanes hold different
+    // features, and a switch would run them one after another.
+    const float* v = f == 0 ? s.x
+                   : f == 1 ? s.y
+                   : f == 2 ? s.speed
+                   : f == 3 ? s.acceleration
+                            : s.direction;
+    const float scale = f < 2 ? p.pos_scale : (f < 4 ? p.speed_scale : p.dir_scale);
+    return (v[j] - v[i]) * scale;
   }
+  return f == 5 ? (is_tagger(p, j) ? 1.0f : 0.0f) : static_cast<float>(s.seen[j]);
 }
