@@ -12,6 +12,7 @@
 //     static constexpr int kStateFields;  // the first kStateFields are JAX buffers
 //     static constexpr int kStepPhases;
 //     JW_HD static State bind(int32_t* const* field);  // State from field pointers
+//     JW_HD static void pointers(const State&, int32_t** field);  // and back
 //   };
 // and the env header's reset/step/observe (and optionally team_pass and
 // observe_element), found by argument-dependent lookup on Params.
@@ -29,6 +30,15 @@
 
 #include "jaxwarp_env.h"
 #include "jaxwarp_team.h"
+
+// Loops over an env's fields are unrolled on the GPU: their trip counts are
+// compile-time constants, so pointer arrays and the State stay in registers
+// (a run-time index would put them in local memory).
+#if defined(__CUDA_ARCH__)
+#define JW_UNROLL _Pragma("unroll")
+#else
+#define JW_UNROLL
+#endif
 
 namespace jaxwarp {
 
@@ -117,6 +127,7 @@ template <class E>
 JW_HD typename E::State state_at(int32_t* const* base, const int32_t* stride, int64_t e,
                                  int64_t scratch_env) {
   int32_t* ptr[E::kFields];
+  JW_UNROLL
   for (int f = 0; f < E::kFields; ++f)
     ptr[f] = base[f] ? base[f] + (f < E::kStateFields ? e : scratch_env) * stride[f] : nullptr;
   return E::bind(ptr);
@@ -254,6 +265,7 @@ __device__ inline typename E::State bind_env(const Call& c, const Layout& l, con
   if (!l.staged) return *global;
   int32_t* ptr[E::kFields];
   int32_t* at = smem + kTeamWords * l.epb + static_cast<int64_t>(w.le) * l.words;
+  JW_UNROLL
   for (int f = 0; f < E::kFields; ++f) {
     ptr[f] = at;
     at += c.per_env[f];
@@ -266,8 +278,11 @@ template <class E>
 __device__ inline void copy_fields(const Call& c, const Lane& w, int tpe,
                                    const typename E::State& dst, const typename E::State& src) {
   if (!w.active) return;
-  int32_t* const* d = reinterpret_cast<int32_t* const*>(&dst);
-  int32_t* const* s = reinterpret_cast<int32_t* const*>(&src);
+  int32_t* d[E::kFields];
+  int32_t* s[E::kFields];
+  E::pointers(dst, d);
+  E::pointers(src, s);
+  JW_UNROLL
   for (int f = 0; f < E::kStateFields; ++f)
     for (int j = w.lane; j < c.per_env[f]; j += tpe) d[f][j] = s[f][j];
 }

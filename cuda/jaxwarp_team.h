@@ -174,7 +174,8 @@ struct Team {
 // ---------------------------------------------------------------------------
 // Uniform-grid neighbour query: k nearest agents (by squared distance, ties to
 // the lower id) within a radius, without any O(N^2) array. The grid lives in
-// the env's scratch (declared in its spec with jaxwarp.authoring.grid_scratch):
+// one scratch array of the env (declared in its spec with
+// jaxwarp.authoring.grid_scratch: cells + 1 + 5 n words), carved by carve() into
 //   start: i32[cells + 1], id: i32[n], px, py: f32[n] (positions sorted by
 //   cell), cell, rank: i32[n].
 // Build it in a team pass (team.sync() before the first query); query from
@@ -199,6 +200,25 @@ struct NeighbourGrid {
   int g;         // cells per side
   float lo;      // arena lower corner (both axes)
   float length;  // arena side
+
+  // The grid in `words` (cells + 1 + 5 n 4-byte words) for n agents on g x g
+  // cells over [lo, lo + length]^2.
+  template <class T>
+  JW_HD static NeighbourGrid carve(T* words, int n, int g, float lo, float length) {
+    int32_t* w = reinterpret_cast<int32_t*>(words);
+    const int cells = g * g;
+    NeighbourGrid gr;
+    gr.start = w;
+    gr.id = w + cells + 1;
+    gr.px = reinterpret_cast<float*>(gr.id + n);
+    gr.py = gr.px + n;
+    gr.cell = reinterpret_cast<int32_t*>(gr.py + n);
+    gr.rank = gr.cell + n;
+    gr.g = g;
+    gr.lo = lo;
+    gr.length = length;
+    return gr;
+  }
 
   JW_HD float cell_size() const { return length / static_cast<float>(g); }
   JW_HD int cell_of(float x, float y) const {

@@ -101,20 +101,16 @@ class ScratchField:
         return count * (num_agents if self.scope == "agent" else 1)
 
 
-def grid_scratch(prefix: str, num_agents: Callable[[Any], int],
-                 used: Callable[[Any], bool] = lambda p: True) -> tuple[ScratchField, ...]:
-    """Scratch fields of a `jaxwarp::NeighbourGrid` (cuda/jaxwarp_team.h) named
-    ``<prefix>_start, _id, _px, _py, _cell, _rank``, for ``num_agents(params)``
-    agents on ``grid_side(n)`` x ``grid_side(n)`` cells; empty where
-    ``used(params)`` is false."""
-    def per_agent(p: Any) -> int:
-        return 1 if used(p) else 0
+def grid_scratch(name: str, num_agents: Callable[[Any], int],
+                 used: Callable[[Any], bool] = lambda p: True) -> ScratchField:
+    """The scratch array of a `jaxwarp::NeighbourGrid` (cuda/jaxwarp_team.h,
+    ``NeighbourGrid::carve(s.<name>, n, grid_side(n), lo, length)``) for
+    ``num_agents(params)`` agents; empty where ``used(params)`` is false."""
+    def words(p: Any) -> int:
+        n = num_agents(p)
+        return grid_side(n) ** 2 + 1 + 5 * n if used(p) else 0
 
-    return (ScratchField(f"{prefix}_start", "i32", "env",
-                         lambda p: grid_side(num_agents(p)) ** 2 + 1 if used(p) else 0),
-            *(ScratchField(f"{prefix}_{name}", dtype, "agent", per_agent)
-              for name, dtype in (("id", "i32"), ("px", "f32"), ("py", "f32"), ("cell", "i32"),
-                                  ("rank", "i32"))))
+    return ScratchField(name, "i32", "env", words)
 
 
 def grid_side(n: int) -> int:
@@ -150,6 +146,10 @@ class EnvSpec:
     kernel_params(params) -> {name: np.float32 | np.int32 | np.uint32 | bool |
         ParamArray}: what the kernels see, when it is not the dataclass fields
         (derived constants computed once in Python, tables).
+    static_params: kernel params compiled in as ``static constexpr`` members
+        of Params (``p.name`` reads the same): the compiler drops the branches
+        they rule out and sizes register arrays by them; each distinct value
+        is its own library (built once, cached).
     """
 
     name: str
@@ -166,6 +166,7 @@ class EnvSpec:
     policy_groups: Callable[[Any], dict[str, np.ndarray]] | None = None
     scratch: tuple[ScratchField, ...] = ()
     kernel_params: Callable[[Any], dict[str, Any]] | None = None
+    static_params: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.state_type is None:
@@ -253,21 +254,35 @@ def kernel_param_values(spec: EnvSpec, params: Any) -> dict[str, Any]:
     return out
 
 
-def _param_decls(values: dict[str, Any]) -> list[str]:
-    """C++ member declarations of Params, in order."""
+def _param_decls(values: dict[str, Any], static: tuple[str, ...] = ()) -> list[str]:
+    """C++ member declarations of Params, in order; `static` ones as constants."""
     decls = []
+    for name in static:
+        v = values[name]
+        if isinstance(v, ParamArray):
+            raise EnvBuildError(f"static param {name!r} must be a scalar")
+        ctype = _C_TYPES[np.asarray(v).dtype][0]
+        lit = repr(float(v)) + "f" if ctype == "float" else f"{int(v)}" + ("u" if ctype == "uint32_t" else "")
+        decls.append(f"static constexpr {ctype} {name} = {lit};")
     for name, v in values.items():
+        if name in static:
+            continue
         if isinstance(v, ParamArray):
             decls.append(f"{_C_TYPES[v.values.dtype][0]} {name}[{v.capacity}];")
         else:
             decls.append(f"{_C_TYPES[np.asarray(v).dtype][0]} {name};")
-    return decls or ["int32_t jw_unused;  // C++ structs are never empty"]
+    if len(decls) == len(static):
+        decls.append("int32_t jw_unused;  // the struct passed to kernels is never empty")
+    return decls
 
 
-def pack_params(values: dict[str, Any]) -> np.ndarray:
-    """The Params struct as int32 words (every member is 4 bytes: no padding)."""
+def pack_params(values: dict[str, Any], static: tuple[str, ...] = ()) -> np.ndarray:
+    """The Params struct as int32 words (every member is 4 bytes: no padding);
+    static params are compiled in, not passed."""
     words: list[np.ndarray] = []
-    for v in values.values():
+    for name, v in values.items():
+        if name in static:
+            continue
         if isinstance(v, ParamArray):
             buf = np.zeros(v.capacity, v.values.dtype)
             buf[:len(v.values)] = v.values
@@ -275,6 +290,14 @@ def pack_params(values: dict[str, Any]) -> np.ndarray:
         else:
             words.append(np.asarray([v]).view(np.int32))
     return np.concatenate(words) if words else np.zeros(1, np.int32)
+
+
+def _static_params(spec: EnvSpec, values: dict[str, Any]) -> tuple[str, ...]:
+    unknown = [n for n in spec.static_params if n not in values]
+    if unknown:
+        raise EnvBuildError(f"{spec.name}: static_params {unknown} are not kernel params "
+                            f"({sorted(values)})")
+    return tuple(spec.static_params)
 
 
 def check_header(spec: EnvSpec, header_text: str, header_name: str) -> None:
@@ -305,19 +328,22 @@ def check_header(spec: EnvSpec, header_text: str, header_name: str) -> None:
                             "same order)")
 
 
-def generate_source(spec: EnvSpec, header_path: Path, platform: str) -> str:
+def generate_source(spec: EnvSpec, header_path: Path, platform: str, params: Any = None) -> str:
     """The env-specific part of its FFI library: the Params and State structs,
     the traits struct `Env` and one JAXWARP_DEFINE_ENV, which instantiates the
     kernels, CPU loop and handlers of cuda/jaxwarp_ffi.h for ``platform``
     ("cpu" or "cuda": the same text; nvcc or g++ picks the platform)."""
     ns = f"jaxwarp_env_{spec.name}"
-    decls = _param_decls(kernel_param_values(spec, spec.params_type()))
+    values = kernel_param_values(spec, params if params is not None else spec.params_type())
+    decls = _param_decls(values, _static_params(spec, values))
     fields = [*spec.fields, *spec.scratch]
     ctype = {k: v[0] for k, v in _DTYPES.items()}
     members = "\n".join(f"  {ctype[f.dtype]}* {f.name};" for f in fields)
     binds = ",\n      ".join(f"reinterpret_cast<{ctype[f.dtype]}*>(f[{i}])"
                               for i, f in enumerate(fields))
     params = "\n".join(f"  {d}" for d in decls)
+    ptrs = "\n".join(f"    f[{i}] = reinterpret_cast<int32_t*>(s.{f.name});"
+                      for i, f in enumerate(fields))
     return f"""// Generated by jaxwarp.authoring for env '{spec.name}'. Do not edit: the
 // kernels, CPU loop and handlers are cuda/jaxwarp_kernels.h and jaxwarp_ffi.h.
 #include <stdint.h>
@@ -340,6 +366,9 @@ struct Env {{
   static constexpr int kStepPhases = {ns}::kStepPhases;
   JW_HD static State bind(int32_t* const* f) {{
     return State{{{binds}}};
+  }}
+  JW_HD static void pointers(const State& s, int32_t** f) {{
+{ptrs}
   }}
 }};
 }}  // namespace {ns}
@@ -420,12 +449,13 @@ def _readable_errors(text: str, header: Path, generated: Path) -> str:
                      + rest[:60])
 
 
-def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False) -> Path:
+def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
+             params: Any = None) -> Path:
     """The env's FFI library for `platform` (or, with cubin=True, the device code
     alone as a CUDA module for PyCUDA), from the cache or freshly compiled."""
     import jaxlib
 
-    src = generate_source(spec, header, platform)
+    src = generate_source(spec, header, platform, params)
     compiler = _find_nvcc() if platform == "cuda" else _find_cxx()
     arch = _gpu_arch() if platform == "cuda" else ""
     api = "".join((API_DIR / f).read_text() for f in API_HEADERS)
@@ -469,11 +499,11 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False) ->
 _REGISTERED: dict[str, Any] = {}
 
 
-def _register(spec: EnvSpec, header: Path, platform: str) -> str:
+def _register(spec: EnvSpec, header: Path, platform: str, params: Any = None) -> str:
     """Builds (or loads from the cache) and registers; returns the target prefix."""
     import ctypes
 
-    lib_path = _compile(spec, header, platform)
+    lib_path = _compile(spec, header, platform, params=params)
     prefix = f"jaxwarp_user_{spec.name}_{lib_path.parent.name.rsplit('-', 1)[-1]}"
     if (prefix, platform) not in _REGISTERED:
         lib = ctypes.cdll.LoadLibrary(str(lib_path))
@@ -498,7 +528,7 @@ def launch_layout(spec: EnvSpec, params: Any, platform: str, header: Path | None
     (`jaxwarp_<env>_layout`, exported by the library: one implementation)."""
     import ctypes
 
-    prefix = _register(spec, Path(header or spec.header).resolve(), platform)
+    prefix = _register(spec, Path(header or spec.header).resolve(), platform, params)
     lib = _REGISTERED[(prefix, platform)]
     per_env = per_env_words(spec, params)
     out = _Layout()
@@ -547,14 +577,15 @@ class ContractEnv:
             if not self._header.exists():
                 raise EnvBuildError(f"{spec.name}: header {self._header} does not exist")
             check_header(spec, self._header.read_text(), self._header.name)
-            self._prefix = _register(spec, self._header, self.backend)
+            self._prefix = _register(spec, self._header, self.backend, self.params)
         self.checks = bool(checks)
         self._attrs = {}
         self._scratch_words = 0
         self._staged = True
         if self.backend != "jax":
             per_env = per_env_words(spec, self.params)
-            self._attrs = dict(jw_params=pack_params(kernel_param_values(spec, self.params)),
+            values = kernel_param_values(spec, self.params)
+            self._attrs = dict(jw_params=pack_params(values, _static_params(spec, values)),
                                jw_per_env=per_env, jw_num_agents=np.int32(self.num_agents),
                                jw_obs_dim=np.int32(self.obs_dim))
             self._scratch_words = int(per_env[len(spec.fields):].sum())

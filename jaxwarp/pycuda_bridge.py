@@ -104,7 +104,7 @@ class PyCudaEnv:
         self.spec = env.spec
         self.ctx = primary_context(device)
         self.device = jax.devices("gpu")[device]
-        cubin = _compile(env.spec, env._header, "cuda", cubin=True)
+        cubin = _compile(env.spec, env._header, "cuda", cubin=True, params=env.params)
         self.module = cuda.module_from_file(str(cubin))
         self._reset_fn = self.module.get_function(f"jaxwarp_{env.name}_reset_kernel")
         self._step_fn = self.module.get_function(f"jaxwarp_{env.name}_step_kernel")

@@ -153,9 +153,8 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
     const int n = p.num_agents, k = p.k_observed;
     auto visible = [&](int j) { return s.seen[j] != 0; };
     if (p.use_grid) {
-      const jaxwarp::NeighbourGrid grid{s.grid_start, s.grid_id, s.grid_px, s.grid_py,
-                                        s.grid_cell,  s.grid_rank, p.grid_side, 0.0f,
-                                        p.grid_length};
+      const auto grid = jaxwarp::NeighbourGrid::carve(s.grid, n, p.grid_side, 0.0f,
+                                                      p.grid_length);
       grid.build(team, s.x, s.y, visible);
       // Agents in cell order: neighbouring threads search neighbouring cells.
       const int members = grid.size();
@@ -168,15 +167,17 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
     } else {
       // One scan over all agents; hidden ones sit at NaN, which no distance
       // test accepts, so the scan needs no membership test.
+      float* vis_x = s.vis;
+      float* vis_y = s.vis + n;
       team.for_each([&](int i) {
-        s.vis_x[i] = visible(i) ? s.x[i] : NAN;
-        s.vis_y[i] = visible(i) ? s.y[i] : NAN;
+        vis_x[i] = visible(i) ? s.x[i] : NAN;
+        vis_y[i] = visible(i) ? s.y[i] : NAN;
       });
       team.sync();
       team.for_each([&](int i) {
         if (!visible(i)) return;
-        jaxwarp::k_nearest(static_cast<const jaxwarp::NeighbourGrid*>(nullptr), n, s.vis_x,
-                           s.vis_y, [](int) { return true; }, i, s.x[i], s.y[i], INFINITY, k,
+        jaxwarp::k_nearest(static_cast<const jaxwarp::NeighbourGrid*>(nullptr), n, vis_x, vis_y,
+                           [](int) { return true; }, i, s.x[i], s.y[i], INFINITY, k,
                            s.nbr + i * k);
       });
     }

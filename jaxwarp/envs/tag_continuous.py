@@ -621,10 +621,9 @@ SPEC = EnvSpec(
              ScratchField("tags", "i32"),
              ScratchField("nbr", "i32", "agent",
                           lambda p: 0 if p.use_full_observation else p.num_other_agents_observed),
-             *(ScratchField(f"vis_{a}", "f32", "agent",
-                            lambda p: 0 if p.use_full_observation or _use_grid(p) else 1)
-               for a in "xy"),
-             *grid_scratch("grid", lambda p: p.num_agents, _use_grid)),
+             ScratchField("vis", "f32", "agent",
+                          lambda p: 0 if p.use_full_observation or _use_grid(p) else 2),
+             grid_scratch("grid", lambda p: p.num_agents, _use_grid)),
     num_agents=lambda p: p.num_agents,
     obs_dim=lambda p: p.obs_dim,
     nvec=lambda p: (p.num_acceleration_levels + 1, p.num_turn_levels + 1),
@@ -634,6 +633,8 @@ SPEC = EnvSpec(
     policy_groups=lambda p: {"tagger": np.arange(p.num_taggers),
                              "runner": np.arange(p.num_taggers, p.num_agents)},
     kernel_params=kernel_params,
+    # Compiled in: the k-nearest lists are sized by k, unused paths dropped.
+    static_params=("k_observed", "full_obs", "use_grid"),
 )
 
 
