@@ -79,7 +79,7 @@ ffi::Error bind_results(Call* c, const ffi::RemainingRets& rets, bool scratch_gl
 
 
 template <class E>
-ffi::Error reset(const void* kernel, void* stream, ffi::Buffer<ffi::U32> keys, ffi::RemainingRets rets,
+ffi::Error reset(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> keys, ffi::RemainingRets rets,
                  ffi::Span<const int32_t> params, ffi::Span<const int32_t> per_env, int32_t n,
                  int32_t obs_dim) {
   typename E::Params p;
@@ -102,13 +102,13 @@ ffi::Error reset(const void* kernel, void* stream, ffi::Buffer<ffi::U32> keys, f
   // Before the first reset every state field is zero.
   for (int f = 0; f < E::kStateFields; ++f)
     cudaMemsetAsync(c.base[f], 0, 4 * static_cast<size_t>(c.per_env[f]) * c.envs, s);
-  if (cudaError_t e = launch(kernel, l, c.envs, s, &p, c); e != cudaSuccess)
+  if (cudaError_t e = launch(kernels[l.staged ? 1 : 0], l, c.envs, s, &p, c); e != cudaSuccess)
     return ffi::Error::Internal(cudaGetErrorString(e));
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return ffi::Error::Internal(cudaGetErrorString(e));
 #else
   (void)stream;
-  (void)kernel;
+  (void)kernels;
   if (auto err = bind_results<E>(&c, rets, true); err.failure()) return err;
   for (int f = 0; f < E::kStateFields; ++f)
     memset(c.base[f], 0, 4 * static_cast<size_t>(c.per_env[f]) * c.envs);
@@ -118,7 +118,7 @@ ffi::Error reset(const void* kernel, void* stream, ffi::Buffer<ffi::U32> keys, f
 }
 
 template <class E>
-ffi::Error step(const void* kernel, void* stream, ffi::Buffer<ffi::U32> keys, ffi::Buffer<ffi::S32> actions,
+ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> keys, ffi::Buffer<ffi::S32> actions,
                 ffi::RemainingArgs args, ffi::RemainingRets rets,
                 ffi::Span<const int32_t> params, ffi::Span<const int32_t> per_env, int32_t n,
                 int32_t obs_dim, int32_t heads) {
@@ -167,11 +167,11 @@ ffi::Error step(const void* kernel, void* stream, ffi::Buffer<ffi::U32> keys, ff
   }
 #if defined(__CUDACC__)
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (cudaError_t e = launch(kernel, l, c.envs, s, &p, c); e != cudaSuccess)
+  if (cudaError_t e = launch(kernels[l.staged ? 1 : 0], l, c.envs, s, &p, c); e != cudaSuccess)
     return ffi::Error::Internal(cudaGetErrorString(e));
 #else
   (void)stream;
-  (void)kernel;
+  (void)kernels;
   step_cpu<E>(p, c);
 #endif
   return ffi::Error::Success();
@@ -217,27 +217,41 @@ ffi::Error step(const void* kernel, void* stream, ffi::Buffer<ffi::U32> keys, ff
   }
 
 #if defined(__CUDACC__)
+// Two kernels per pass: state and scratch in global memory (_kernel) or
+// staged in shared memory (_kernel_staged); the layout picks one.
 #define JAXWARP_DEFINE_ENV(NAME, ENV)                                                        \
   extern "C" __global__ void __launch_bounds__(jaxwarp::kMaxThreads)                         \
-      jaxwarp_##NAME##_reset_kernel(ENV::Params p, jaxwarp::Call c,                          \
-                                                           jaxwarp::Layout l) {              \
-    jaxwarp::reset_kernel_body<ENV>(p, c, l);                                                \
+      jaxwarp_##NAME##_reset_kernel(ENV::Params p, jaxwarp::Call c, jaxwarp::Layout l) {     \
+    jaxwarp::reset_kernel_body<ENV, false>(p, c, l);                                         \
   }                                                                                          \
   extern "C" __global__ void __launch_bounds__(jaxwarp::kMaxThreads)                         \
-      jaxwarp_##NAME##_step_kernel(ENV::Params p, jaxwarp::Call c,                           \
-                                                          jaxwarp::Layout l) {               \
-    jaxwarp::step_kernel_body<ENV>(p, c, l);                                                 \
+      jaxwarp_##NAME##_reset_kernel_staged(ENV::Params p, jaxwarp::Call c,                   \
+                                           jaxwarp::Layout l) {                              \
+    jaxwarp::reset_kernel_body<ENV, true>(p, c, l);                                          \
+  }                                                                                          \
+  extern "C" __global__ void __launch_bounds__(jaxwarp::kMaxThreads)                         \
+      jaxwarp_##NAME##_step_kernel(ENV::Params p, jaxwarp::Call c, jaxwarp::Layout l) {      \
+    jaxwarp::step_kernel_body<ENV, false>(p, c, l);                                          \
+  }                                                                                          \
+  extern "C" __global__ void __launch_bounds__(jaxwarp::kMaxThreads)                         \
+      jaxwarp_##NAME##_step_kernel_staged(ENV::Params p, jaxwarp::Call c,                    \
+                                          jaxwarp::Layout l) {                               \
+    jaxwarp::step_kernel_body<ENV, true>(p, c, l);                                           \
   }                                                                                          \
   JAXWARP_DEFINE_LAYOUT(NAME, ENV)                                                           \
+  static const void* const jw_reset_kernels_##NAME[2] = {                                   \
+      reinterpret_cast<const void*>(jaxwarp_##NAME##_reset_kernel),                          \
+      reinterpret_cast<const void*>(jaxwarp_##NAME##_reset_kernel_staged)};                  \
+  static const void* const jw_step_kernels_##NAME[2] = {                                    \
+      reinterpret_cast<const void*>(jaxwarp_##NAME##_step_kernel),                           \
+      reinterpret_cast<const void*>(jaxwarp_##NAME##_step_kernel_staged)};                   \
   static xla::ffi::Error jw_reset_##NAME(cudaStream_t stream, JAXWARP_HANDLER_ARGS_RESET) {  \
-    return jaxwarp::ffi_impl::reset<ENV>(                                                    \
-        reinterpret_cast<const void*>(jaxwarp_##NAME##_reset_kernel), stream, keys, rets,    \
-        params, per_env, n, obs_dim);                                                        \
+    return jaxwarp::ffi_impl::reset<ENV>(jw_reset_kernels_##NAME, stream, keys, rets, params, \
+                                         per_env, n, obs_dim);                               \
   }                                                                                          \
   static xla::ffi::Error jw_step_##NAME(cudaStream_t stream, JAXWARP_HANDLER_ARGS_STEP) {    \
-    return jaxwarp::ffi_impl::step<ENV>(                                                     \
-        reinterpret_cast<const void*>(jaxwarp_##NAME##_step_kernel), stream, keys, actions,  \
-        args, rets, params, per_env, n, obs_dim, heads);                                     \
+    return jaxwarp::ffi_impl::step<ENV>(jw_step_kernels_##NAME, stream, keys, actions, args, \
+                                        rets, params, per_env, n, obs_dim, heads);           \
   }                                                                                          \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                             \
       jaxwarp_##NAME##_reset_cuda, jw_reset_##NAME,                                          \

@@ -257,12 +257,16 @@ __device__ inline Lane lane_of(const Layout& l, int64_t envs) {
 }
 
 // This env's State: its rows in global memory, or staged in shared memory.
-template <class E>
+// Staged is a template parameter so that, in the staged kernel, every State
+// pointer visibly derives from the shared-memory array: the compiler then
+// uses 32-bit shared addresses and shared-memory loads (a generic pointer
+// costs two registers and a slower load).
+template <class E, bool Staged>
 __device__ inline typename E::State bind_env(const Call& c, const Layout& l, const Lane& w,
                                              int32_t* smem, typename E::State* global) {
   const int64_t e = w.active ? w.e : 0;
   *global = state_at<E>(c.base, c.stride, e, e);
-  if (!l.staged) return *global;
+  if constexpr (!Staged) return *global;
   int32_t* ptr[E::kFields];
   int32_t* at = smem + kTeamWords * l.epb + static_cast<int64_t>(w.le) * l.words;
   JW_UNROLL
@@ -287,7 +291,7 @@ __device__ inline void copy_fields(const Call& c, const Lane& w, int tpe,
     for (int j = w.lane; j < c.per_env[f]; j += tpe) d[f][j] = s[f][j];
 }
 
-template <class E>
+template <class E, bool Staged>
 __device__ inline void observe_block(const typename E::Params& p, const typename E::State& s,
                                      const Call& c, const Layout& l, const Lane& w,
                                      int32_t* smem, const Agent& proto) {
@@ -313,7 +317,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
     }
   } else {
     float* staged = reinterpret_cast<float*>(smem + kTeamWords * l.epb +
-                                             (l.staged ? l.epb * l.words : 0));
+                                             (Staged ? l.epb * l.words : 0));
     if (w.active)
       for (int i = w.lane; i < n; i += l.tpe) {
         Agent a = proto;
@@ -331,7 +335,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
   }
 }
 
-template <class E>
+template <class E, bool Staged>
 __device__ inline void reset_kernel_body(const typename E::Params& p, const Call& c,
                                          const Layout& l) {
   extern __shared__ __align__(16) int32_t jw_smem[];
@@ -339,9 +343,9 @@ __device__ inline void reset_kernel_body(const typename E::Params& p, const Call
   uint32_t k0 = 0, k1 = 0, env = 0;
   if (w.active) member_of(c, w.e, &k0, &k1, &env);
   typename E::State g;
-  const typename E::State s = bind_env<E>(c, l, w, jw_smem, &g);
+  const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
   const Team t{c.n, w.lane, l.tpe, w.active, jw_smem + kTeamWords * w.le + 2};
-  if (l.staged) copy_fields<E>(c, w, l.tpe, s, g);  // zeros: fields reset() leaves alone
+  if (Staged) copy_fields<E>(c, w, l.tpe, s, g);  // zeros: fields reset() leaves alone
   __syncthreads();
   if (w.active)
     for (int i = w.lane; i < c.n; i += l.tpe) {
@@ -350,14 +354,14 @@ __device__ inline void reset_kernel_body(const typename E::Params& p, const Call
     }
   __syncthreads();
   detail::run_team_pass<E>(p, s, t, kBeforeObserve);
-  observe_block<E>(p, s, c, l, w, jw_smem, Agent{env, 0, c.n, k0, k1, 0u});
-  if (l.staged) {
+  observe_block<E, Staged>(p, s, c, l, w, jw_smem, Agent{env, 0, c.n, k0, k1, 0u});
+  if (Staged) {
     __syncthreads();
     copy_fields<E>(c, w, l.tpe, g, s);
   }
 }
 
-template <class E>
+template <class E, bool Staged>
 __device__ inline void step_kernel_body(const typename E::Params& p, const Call& c,
                                         const Layout& l) {
   extern __shared__ __align__(16) int32_t jw_smem[];
@@ -368,9 +372,9 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
   uint32_t k0 = 0, k1 = 0, env = 0;
   if (w.active) member_of(c, w.e, &k0, &k1, &env);
   typename E::State g;
-  const typename E::State s = bind_env<E>(c, l, w, jw_smem, &g);
+  const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
   const Team t{n, w.lane, l.tpe, w.active, flags + 2};
-  if (l.staged) copy_fields<E>(c, w, l.tpe, s, g);
+  if (Staged) copy_fields<E>(c, w, l.tpe, s, g);
   if (w.active)
     for (int i = w.lane; i < n; i += l.tpe) c.reward[w.e * n + i] = 0.0f;
   __syncthreads();
@@ -397,8 +401,8 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
     }
   __syncthreads();
   detail::run_team_pass<E>(p, s, t, kBeforeObserve);
-  observe_block<E>(p, s, c, l, w, jw_smem, Agent{env, 0, n, k0, k1, 0u});
-  if (l.staged) {
+  observe_block<E, Staged>(p, s, c, l, w, jw_smem, Agent{env, 0, n, k0, k1, 0u});
+  if (Staged) {
     __syncthreads();
     copy_fields<E>(c, w, l.tpe, g, s);
   }
