@@ -375,7 +375,11 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
   const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
   const Team t{n, w.lane, l.tpe, w.active, flags + 2};
   if (Staged) copy_fields<E>(c, w, l.tpe, s, g);
-  if (w.active)
+  // One agent per thread (n <= tpe): its reward stays in a register;
+  // otherwise it accumulates in the output buffer.
+  const bool one_each = n <= l.tpe;
+  float my_reward = 0.0f;
+  if (w.active && !one_each)
     for (int i = w.lane; i < n; i += l.tpe) c.reward[w.e * n + i] = 0.0f;
   __syncthreads();
   for (int phase = 0; phase < E::kStepPhases; ++phase) {
@@ -384,13 +388,15 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
         Agent a{env, i, n, k0, k1, 1u};
         StepResult r;
         step(p, s, a, c.actions + (w.e * n + i) * c.heads, phase, r);
-        c.reward[w.e * n + i] += r.reward;
+        if (one_each) my_reward += r.reward;
+        else c.reward[w.e * n + i] += r.reward;
         if (r.terminated) flags[0] = 1;
         if (r.truncated) flags[1] = 1;
       }
     __syncthreads();
     detail::run_team_pass<E>(p, s, t, phase);
   }
+  if (w.active && one_each && w.lane < n) c.reward[w.e * n + w.lane] = my_reward;
   const bool any_term = w.active && flags[0] != 0;
   const bool any_trunc = w.active && flags[1] != 0;
   const bool d = any_term || any_trunc;

@@ -71,7 +71,7 @@ def _build(names: list[str], backend: str) -> int:
             try:
                 env = jaxwarp.make(n, backend="jax")
                 spec = env.spec
-                lib = authoring._compile(spec, _Path(spec.header), platform)
+                lib = authoring._compile(spec, _Path(spec.header), platform, params=env.params)
             except authoring.EnvBuildError as e:
                 print(f"jaxwarp build: error: {e}", file=sys.stderr)
                 return 2

@@ -191,7 +191,9 @@ def test_cli_build_prebuilds_contract_envs(capsys):
     assert cli_main(["build", "--backend", "cpu", "cartpole", "mpe_simple_spread"]) == 0
     out = capsys.readouterr().out
     assert "cartpole" in out and "libcartpole_cpu.so" in out and "mpe_simple_spread" in out
-    assert cli_main(["build", "tag_continuous"]) == 2
+    assert cli_main(["build", "--backend", "cpu", "tag_continuous"]) == 0  # Tag too
+    assert "libtag_continuous_cpu.so" in capsys.readouterr().out
+    assert cli_main(["build", "no_such_env"]) == 2
     assert "not an env built through the authoring contract" in capsys.readouterr().err
 
 
