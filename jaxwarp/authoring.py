@@ -588,9 +588,9 @@ class ContractEnv:
             self._attrs = dict(jw_params=pack_params(values, _static_params(spec, values)),
                                jw_per_env=per_env, jw_num_agents=np.int32(self.num_agents),
                                jw_obs_dim=np.int32(self.obs_dim))
-            self._scratch_words = int(per_env[len(spec.fields):].sum())
-            if self.backend == "cuda":
-                self._staged = bool(launch_layout(spec, self.params, "cuda", self._header).staged)
+            layout = launch_layout(spec, self.params, self.backend, self._header)
+            self._scratch_words = int(layout.scratch_words)
+            self._staged = bool(layout.staged) if self.backend == "cuda" else False
 
     @property
     def num_agents(self) -> int:
