@@ -68,11 +68,11 @@ ffi::Error bind_results(Call* c, const ffi::RemainingRets& rets, bool scratch_gl
   // Scratch of env e: one block of all its scratch fields, at e * words.
   int32_t* at = static_cast<int32_t*>((*scratch)->untyped_data());
   int32_t words = 0;
-  for (int f = E::kStateFields; f < E::kFields; ++f) words += padded(c->per_env[f]);
+  for (int f = E::kStateFields; f < E::kFields; ++f) words += c->per_env[f];
   for (int f = 0; f < E::kFields; ++f) c->stride[f] = f < E::kStateFields ? c->per_env[f] : words;
   for (int f = E::kStateFields; f < E::kFields; ++f) {
     c->base[f] = scratch_global ? at : nullptr;
-    at += padded(c->per_env[f]);
+    at += c->per_env[f];
   }
   return ffi::Error::Success();
 }

@@ -66,11 +66,6 @@ constexpr int kObsBudget = 48 * 1024;      // observation staging, bytes per blo
 // at most kMaxThreads (__launch_bounds__), which caps their registers.
 constexpr int kMaxThreads = 512;
 
-// Words a field occupies in shared memory and in the scratch buffer: a
-// multiple of 4, so every scratch array (and every staged field) starts
-// 16-byte aligned and an env may read it as float2/float4.
-JW_HD int32_t padded(int32_t words) { return (words + 3) & ~3; }
-
 inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
                          int state_fields, bool row_observe) {
   Layout l{};
@@ -78,8 +73,8 @@ inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
   l.epb = l.tpe >= 128 ? 1 : 128 / l.tpe;
   int64_t words = 0, scratch = 0;
   for (int f = 0; f < fields; ++f) {
-    words += padded(per_env[f]);
-    if (f >= state_fields) scratch += padded(per_env[f]);
+    words += per_env[f];
+    if (f >= state_fields) scratch += per_env[f];
   }
   l.words = static_cast<int32_t>(words);
   l.scratch_words = static_cast<int32_t>(scratch);
@@ -277,7 +272,7 @@ __device__ inline typename E::State bind_env(const Call& c, const Layout& l, con
   JW_UNROLL
   for (int f = 0; f < E::kFields; ++f) {
     ptr[f] = at;
-    at += padded(c.per_env[f]);
+    at += c.per_env[f];
   }
   return E::bind(ptr);
 }

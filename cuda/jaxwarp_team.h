@@ -25,14 +25,6 @@
 
 #include "jaxwarp_common.h"
 
-#if !defined(__CUDACC__)
-// CUDA's vector type, for the CPU build.
-struct float2 {
-  float x, y;
-};
-inline float2 make_float2(float x, float y) { return float2{x, y}; }
-#endif
-
 namespace jaxwarp {
 
 constexpr int kBeforeObserve = -1;  // the phase argument of the pass before observe()
@@ -393,24 +385,6 @@ JW_HD void brute_nearest(int n, const float* xs, const float* ys, M&& member, in
   for (int m = 0; m < K; ++m) out[m] = bi[m] == 0x7FFFFFFF ? kNoNeighbour : bi[m];
 }
 
-// K nearest by one pass over interleaved positions (NaN: not a candidate).
-template <int K>
-JW_HD void brute_nearest_xy(int n, const float2* pos, int self, float x, float y, float r2,
-                            int32_t* out) {
-  float bd[K];
-  int bi[K];
-  for (int m = 0; m < K; ++m) {
-    bd[m] = r2;
-    bi[m] = 0x7FFFFFFF;
-  }
-  for (int j = 0; j < n; ++j) {
-    const float2 o = pos[j];  // same j across a warp: one broadcast 8-byte read
-    const float d2 = sq_dist(x, y, o.x, o.y);
-    if (d2 < bd[K - 1] && j != self) insert<K>(d2, j, bd, bi);
-  }
-  for (int m = 0; m < K; ++m) out[m] = bi[m] == 0x7FFFFFFF ? kNoNeighbour : bi[m];
-}
-
 // k > 16: k passes, each taking the next agent in (d2, id) order.
 template <class Q>
 JW_HD void select_nearest(int n, Q&& dist2, int self, float r2, int k, int32_t* out) {
@@ -459,30 +433,6 @@ JW_HD void k_nearest(const NeighbourGrid* grid, int n, const float* xs, const fl
           n,
           [&](int j) {
             return member(j) ? detail::sq_dist(x, y, xs[j], ys[j]) : INFINITY;
-          },
-          self, r2, k, out);
-  }
-#undef JW_KN_CASE
-}
-
-// k_nearest over positions stored as (x, y) pairs, NaN for agents that are
-// not candidates (no membership test in the scan; 8-byte reads).
-JW_HD void k_nearest_xy(int n, const float2* pos, int self, float x, float y, float r2, int k,
-                        int32_t* out) {
-#define JW_KN_CASE(K)                                             \
-  case K:                                                         \
-    detail::brute_nearest_xy<K>(n, pos, self, x, y, r2, out);     \
-    return;
-  switch (k) {
-    JW_KN_CASE(1) JW_KN_CASE(2) JW_KN_CASE(3) JW_KN_CASE(4) JW_KN_CASE(5) JW_KN_CASE(6)
-    JW_KN_CASE(7) JW_KN_CASE(8) JW_KN_CASE(9) JW_KN_CASE(10) JW_KN_CASE(11) JW_KN_CASE(12)
-    JW_KN_CASE(13) JW_KN_CASE(14) JW_KN_CASE(15) JW_KN_CASE(16)
-    default:
-      detail::select_nearest(
-          n,
-          [&](int j) {
-            const float d2 = detail::sq_dist(x, y, pos[j].x, pos[j].y);
-            return d2 == d2 ? d2 : INFINITY;
           },
           self, r2, k, out);
   }

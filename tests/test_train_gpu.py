@@ -3,6 +3,8 @@ with the env and sampler kernels inside, deterministic, vmap == loop."""
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,7 +29,7 @@ def test_kernels_run_inside_one_compiled_program():
     trainer = build_trainer(cfg())
     rs = jax.jit(trainer.init)(jax.random.PRNGKey(0))
     text = jax.jit(lambda r: trainer.run(r, 3)).lower(rs).compile().as_text()
-    assert "jaxwarp_tag_continuous_step_cuda" in text
+    assert re.search(r"jaxwarp_user_tag_continuous_\w+_step_cuda", text)
     assert "jaxwarp_sample_categorical_cuda" in text
 
 

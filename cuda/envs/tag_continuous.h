@@ -148,23 +148,9 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
     if (team.leader()) s.num_runners_left[0] -= exits;
   } else if (phase == 2) {
     if (team.leader()) s.timestep[0] += 1;
-  } else if (phase == jaxwarp::kBeforeObserve) {
-    // What observe_element reads: features 0-4 of every agent as rows of
-    // one array (feature f of agent j at feat[f * n + j]), and the column
-    // table col -> (feature << 16 | slot).
-    const int n = p.num_agents;
-    const int slots = p.full_obs ? n - 1 : p.k_observed;
-    team.for_each([&](int i) {
-      s.feat[i] = s.x[i];
-      s.feat[n + i] = s.y[i];
-      s.feat[2 * n + i] = s.speed[i];
-      s.feat[3 * n + i] = s.acceleration[i];
-      s.feat[4 * n + i] = s.direction[i];
-    });
-    team.for_range(kFeatures * slots, [&](int c) { s.cols[c] = (c / slots) << 16 | (c % slots); });
-    if (p.full_obs) return;
+  } else if (phase == jaxwarp::kBeforeObserve && !p.full_obs) {
     // The k nearest others still in the game, for every agent still in it.
-    const int k = p.k_observed;
+    const int n = p.num_agents, k = p.k_observed;
     auto visible = [&](int j) { return s.seen[j] != 0; };
     if (p.use_grid) {
       const auto grid = jaxwarp::NeighbourGrid::carve(s.grid, n, p.grid_side, 0.0f,
@@ -181,14 +167,18 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
     } else {
       // One scan over all agents; hidden ones sit at NaN, which no distance
       // test accepts, so the scan needs no membership test.
-      float2* vis = reinterpret_cast<float2*>(s.vis);  // scratch is 16-byte aligned
+      float* vis_x = s.vis;
+      float* vis_y = s.vis + n;
       team.for_each([&](int i) {
-        vis[i] = visible(i) ? make_float2(s.x[i], s.y[i]) : make_float2(NAN, NAN);
+        vis_x[i] = visible(i) ? s.x[i] : NAN;
+        vis_y[i] = visible(i) ? s.y[i] : NAN;
       });
       team.sync();
       team.for_each([&](int i) {
         if (!visible(i)) return;
-        jaxwarp::k_nearest_xy(n, vis, i, s.x[i], s.y[i], INFINITY, k, s.nbr + i * k);
+        jaxwarp::k_nearest(static_cast<const jaxwarp::NeighbourGrid*>(nullptr), n, vis_x, vis_y,
+                           [](int) { return true; }, i, s.x[i], s.y[i], INFINITY, k,
+                           s.nbr + i * k);
       });
     }
   }
@@ -199,18 +189,25 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
 JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agent& a, int col) {
   const int i = a.agent;
   if (!s.seen[i]) return 0.0f;
-  const int n = p.num_agents;
-  const int slots = p.full_obs ? n - 1 : p.k_observed;
+  const int slots = p.full_obs ? p.num_agents - 1 : p.k_observed;
   if (col == kFeatures * slots) return static_cast<float>(s.timestep[0]) * p.time_scale;
-  const int fs = s.cols[col];
-  const int f = fs >> 16, slot = fs & 0xFFFF;
+  // col / slots through a float reciprocal, corrected (an integer division
+  // costs a few dozen instructions per element).
+  int f = static_cast<int>(static_cast<float>(col) * p.inv_slots);
+  f -= f * slots > col ? 1 : 0;
+  f += (f + 1) * slots <= col ? 1 : 0;
+  const int slot = col - f * slots;
   const int j = p.full_obs ? (slot < i ? slot : slot + 1) : s.nbr[i * p.k_observed + slot];
   if (j < 0) return 0.0f;
   if (f < 5) {
     // Features 0-4 share one code path: a warp's lanes hold different
     // features, and a switch would run them one after another.
+    const float* v = f == 0 ? s.x
+                   : f == 1 ? s.y
+                   : f == 2 ? s.speed
+                   : f == 3 ? s.acceleration
+                            : s.direction;
     const float scale = f < 2 ? p.pos_scale : (f < 4 ? p.speed_scale : p.dir_scale);
-    const float* v = s.feat + f * n;
     return (v[j] - v[i]) * scale;
   }
   return f == 5 ? (is_tagger(p, j) ? 1.0f : 0.0f) : static_cast<float>(s.seen[j]);
