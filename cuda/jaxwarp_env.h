@@ -1,15 +1,18 @@
 // jaxwarp's environment authoring API: what an env header is written against.
 //
-// An env is a header with three functions, compiled both by g++ (XLA:CPU)
-// and nvcc (CUDA) into FFI handlers that jaxwarp generates from the env's
-// Python spec (jaxwarp/authoring.py). The generated code defines, before it
-// includes the header, in the env's namespace:
+// An env is a header plus a Python spec (jaxwarp.authoring.EnvSpec). jaxwarp
+// generates, from the spec, in the env's namespace and before it includes
+// the header:
 //
-//   struct Params { float gravity; int32_t max_steps; ... };  // the spec's params dataclass
-//   struct State  { float* x; int32_t* timestep; ... };       // the spec's state fields
+//   struct Params { float gravity; int32_t max_steps; ... };  // the spec's params
+//   struct State  { float* x; int32_t* timestep; ... };       // state, then scratch
 //
 // `State` holds pointers to *one env's* rows: a per-agent field is indexed by
-// agent (`s.x[a.agent]`), a per-env field has one element (`s.timestep[0]`).
+// agent (`s.x[a.agent]`), a per-env field has one element (`s.timestep[0]`);
+// scratch arrays (spec `scratch=`) are members too: per-env temporaries,
+// uninitialised at the start of every call, in shared memory when the env
+// fits (global memory otherwise). Static params (spec `static_params=`) are
+// `static constexpr` members of Params, read the same way (`p.k`).
 // The header implements, in the same namespace:
 //
 //   constexpr int kStepPhases = 1;  // phases of step(), with a barrier between
@@ -18,20 +21,30 @@
 //                   const int32_t* action, int phase, jaxwarp::StepResult& r);
 //   JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs);
 //
-// and declares the state fields it uses, which jaxwarp checks against the
-// spec before compiling (a missing field or a wrong dtype is a build error
-// that names the field):
+// and optionally (found by name; see cuda/jaxwarp_team.h):
 //
-//   JAXWARP_STATE(f32, x, agent)
-//   JAXWARP_STATE(i32, timestep, env)
+//   // Once per env after each phase of step() and before observe()
+//   // (phase == jaxwarp::kBeforeObserve), run by all the env's threads:
+//   // loops over agents, barriers, reductions, the neighbour grid.
+//   JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& t, int phase);
+//   // Instead of observe(): element `col` of agent a's observation. The
+//   // kernel then writes each env's observations as one contiguous run.
+//   JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agent& a,
+//                               int col);
 //
-// Per env, the generated kernels run: reset = every agent's reset(), then
-// observe(); step = for each phase, every agent's step() (all agents finish a
-// phase before the next starts), then where any agent reported terminated or
-// truncated, every agent's reset() with the step's key (fresh start; state
-// fields that reset() does not write keep their values), then observe().
-// Before the first reset every state field is zero. Per-env fields are
-// written by agent 0 in reset() and step().
+// The state is declared once, in the spec. (A header may still restate it
+// with JAXWARP_STATE(f32, x, agent) lines; they are then checked against the
+// spec.)
+//
+// Per env, the kernels (cuda/jaxwarp_kernels.h) run: reset = every agent's
+// reset(), the team pass before observe, then observe; step = for each phase,
+// every agent's step() (all agents finish a phase before the next starts)
+// and the team pass of that phase; then where any agent reported terminated
+// or truncated, every agent's reset() with the step's key (fresh start;
+// state fields that reset() does not write keep their values); then the team
+// pass before observe, and observe. Before the first reset every state field
+// is zero. Per-env fields are written by agent 0 in reset() and step() (or
+// by the team leader in a team pass).
 //
 // On the GPU every agent is a thread (an env's agents share a block, with a
 // barrier between passes), so within one pass (reset(), one phase of step(),

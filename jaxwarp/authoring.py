@@ -732,6 +732,18 @@ class ContractEnv:
         return f"ContractEnv({self.name!r}, backend={self.backend!r}, params={self.params})"
 
 
+def env_class(spec: EnvSpec) -> type[ContractEnv]:
+    """The env class of a spec: ``Cls(params=None, backend="auto", checks=False)``.
+    Envs are declared by their spec; write a subclass only to add behaviour."""
+    def __init__(self, params: Any = None, backend: str = "auto", checks: bool = False):
+        ContractEnv.__init__(self, spec, params=params, backend=backend, checks=checks)
+
+    name = "".join(w.capitalize() for w in spec.name.split("_"))
+    return type(name, (ContractEnv,), {
+        "__init__": __init__, "SPEC": spec, "__module__": __name__,
+        "__doc__": f"Batched {spec.name} built from its spec; see `ContractEnv`."})
+
+
 def _require_zero_offset(env_offset: Any) -> None:
     if not (isinstance(env_offset, (int, np.integer)) and env_offset == 0):
         raise ValueError("env_offset applies to the kernel backends; the 'jax' backend is "

@@ -5,22 +5,31 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxwarp.envs import (acrobot, cartpole, classic_control, mountain_car, mpe, pendulum,
-                          tag_continuous, tag_gridworld)
+from jaxwarp.authoring import EnvSpec, env_class
+from jaxwarp.envs import (acrobot, cartpole, mountain_car, mpe, pendulum, tag_continuous,
+                          tag_gridworld)
 
 # name -> (env class, params class, named configurations)
-_REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {
-    "tag_continuous": (tag_continuous.TagContinuous, tag_continuous.TagContinuousParams,
-                       tag_continuous.CONFIGS),
-    "tag_gridworld": (tag_gridworld.TagGridworld, tag_gridworld.TagGridworldParams,
-                      tag_gridworld.CONFIGS),
-    "mpe_simple_spread": (mpe.MPESimpleSpread, mpe.MPESimpleSpreadParams, {}),
-    "mpe_simple_tag": (mpe.MPESimpleTag, mpe.MPESimpleTagParams, {}),
-    "cartpole": (cartpole.CartPole, classic_control.CartPoleParams, {}),
-    "acrobot": (acrobot.Acrobot, classic_control.AcrobotParams, {}),
-    "pendulum": (pendulum.Pendulum, classic_control.PendulumParams, {}),
-    "mountain_car": (mountain_car.MountainCar, classic_control.MountainCarParams, {}),
-}
+_REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {}
+
+
+def register_spec(spec: EnvSpec, configs: dict[str, dict[str, Any]] | None = None,
+                  env_cls: type | None = None) -> None:
+    """Makes an env declared by its `EnvSpec` available to `make` under
+    ``spec.name``; env_cls only where a subclass of `ContractEnv` adds
+    behaviour (default: `env_class(spec)`)."""
+    _REGISTRY[spec.name] = (env_cls or env_class(spec), spec.params_type, dict(configs or {}))
+
+
+# The built-in envs: one spec each (a class only where it adds behaviour).
+register_spec(tag_continuous.SPEC, tag_continuous.CONFIGS, tag_continuous.TagContinuous)
+register_spec(tag_gridworld.SPEC, tag_gridworld.CONFIGS, tag_gridworld.TagGridworld)
+register_spec(mpe.SPREAD_SPEC, env_cls=mpe.MPESimpleSpread)
+register_spec(mpe.TAG_SPEC, env_cls=mpe.MPESimpleTag)
+register_spec(cartpole.SPEC, env_cls=cartpole.CartPole)
+register_spec(acrobot.SPEC, env_cls=acrobot.Acrobot)
+register_spec(pendulum.SPEC, env_cls=pendulum.Pendulum)
+register_spec(mountain_car.SPEC, env_cls=mountain_car.MountainCar)
 
 
 def register_env(name: str, env_cls: type, params_cls: type,

@@ -154,7 +154,17 @@ def test_pendulum_never_terminates_and_torques_follow_linspace():
     _assert_outputs_close(outs[0], outs[1], rtol=0, atol=0)
 
 
-def test_checks_flag_is_refused():
+def test_checks_report_out_of_range_actions():
+    """checks=True means the same for every env: actions outside the action
+    space are reported through checkify (the kernels clamp them)."""
+    from jax.experimental import checkify
+
     for cls, *_ in ENVS.values():
-        with pytest.raises(ValueError, match="checks=True is not supported"):
-            cls(backend="jax", checks=True)
+        env = cls(backend="jax", checks=True)
+        _, s = env.reset(jax.random.PRNGKey(0), 2)
+        n = int(env.action_space.nvec[0])
+        step = checkify.checkify(env.step)
+        err, _ = jax.jit(step)(jax.random.PRNGKey(1), s, jnp.zeros((2, 1, 1), jnp.int32))
+        assert err.get() is None
+        err, _ = jax.jit(step)(jax.random.PRNGKey(1), s, jnp.full((2, 1, 1), n, jnp.int32))
+        assert "actions out of range" in err.get()

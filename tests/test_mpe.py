@@ -53,8 +53,6 @@ def test_spread_params_validation():
         mpe.MPESimpleSpreadParams(num_agents=2, num_landmarks=3)
     with pytest.raises(ValueError, match="local_ratio"):
         mpe.MPESimpleSpreadParams(local_ratio=1.5)
-    with pytest.raises(ValueError, match="checks"):
-        mpe.MPESimpleSpread(backend="jax", checks=True)
 
 
 def _to_jaxmarl(s, num_landmarks):

@@ -11,13 +11,6 @@
 constexpr int kStepPhases = 1;
 constexpr int kAcrobotMaxWraps = 8;  // ACROBOT_MAX_WRAPS: unrolled `wrap` iterations, each way
 
-JAXWARP_STATE(f32, theta1, agent)
-JAXWARP_STATE(f32, theta2, agent)
-JAXWARP_STATE(f32, dtheta1, agent)
-JAXWARP_STATE(f32, dtheta2, agent)
-JAXWARP_STATE(i32, timestep, env)
-JAXWARP_STATE(f32, episode_return, agent)
-
 JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   const int i = a.agent;
   s.theta1[i] = a.uniform(0, -0.1f, 0.1f);

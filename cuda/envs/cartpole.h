@@ -9,13 +9,6 @@
 
 constexpr int kStepPhases = 1;
 
-JAXWARP_STATE(f32, x, agent)
-JAXWARP_STATE(f32, x_dot, agent)
-JAXWARP_STATE(f32, theta, agent)
-JAXWARP_STATE(f32, theta_dot, agent)
-JAXWARP_STATE(i32, timestep, env)
-JAXWARP_STATE(f32, episode_return, agent)
-
 JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   const int i = a.agent;
   s.x[i] = a.uniform(0, -0.05f, 0.05f);

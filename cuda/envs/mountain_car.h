@@ -9,11 +9,6 @@
 
 constexpr int kStepPhases = 1;
 
-JAXWARP_STATE(f32, position, agent)
-JAXWARP_STATE(f32, velocity, agent)
-JAXWARP_STATE(i32, timestep, env)
-JAXWARP_STATE(f32, episode_return, agent)
-
 JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   const int i = a.agent;
   s.position[i] = a.uniform(0, -0.6f, -0.4f);

@@ -13,17 +13,6 @@
 // positions; 3: agent 0 advances the step counter (read by all in phase 2).
 constexpr int kStepPhases = 4;
 
-JAXWARP_STATE(f32, x, agent)
-JAXWARP_STATE(f32, y, agent)
-JAXWARP_STATE(f32, vx, agent)
-JAXWARP_STATE(f32, vy, agent)
-JAXWARP_STATE(f32, lm_x, agent)
-JAXWARP_STATE(f32, lm_y, agent)
-JAXWARP_STATE(f32, force_x, agent)
-JAXWARP_STATE(f32, force_y, agent)
-JAXWARP_STATE(i32, timestep, env)
-JAXWARP_STATE(f32, episode_return, agent)
-
 // JaxMARL's soft contact: contact_margin * logaddexp(0, -(dist - dist_min) / margin),
 // with jax.numpy's logaddexp: max(0, z) + log1p(exp(-|z|)).
 JW_HD float mpe_penetration(float dist, float dist_min, float k) {

@@ -11,11 +11,6 @@
 
 constexpr int kStepPhases = 1;
 
-JAXWARP_STATE(f32, theta, agent)
-JAXWARP_STATE(f32, theta_dot, agent)
-JAXWARP_STATE(i32, timestep, env)
-JAXWARP_STATE(f32, episode_return, agent)
-
 JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   const int i = a.agent;
   s.theta[i] = a.uniform(0, -3.14159265358979323846f, 3.14159265358979323846f);

@@ -18,13 +18,6 @@
 
 constexpr int kStepPhases = 3;  // 0: move, 1: agent 0 checks the tag, 2: rewards
 
-JAXWARP_STATE(i32, x, agent)
-JAXWARP_STATE(i32, y, agent)
-JAXWARP_STATE(i32, wall_hit, agent)
-JAXWARP_STATE(i32, timestep, env)
-JAXWARP_STATE(i32, tagged, env)
-JAXWARP_STATE(f32, episode_return, agent)
-
 // A cell in {0..n-1} from a uniform draw in [0, 1).
 JW_HD int32_t cell_of(float u, int32_t n) {
   const int32_t c = static_cast<int32_t>(u * static_cast<float>(n));

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwarp.authoring import API_DIR, ContractEnv, EnvSpec, StateField
+from jaxwarp.authoring import API_DIR, EnvSpec, StateField, env_class
 from jaxwarp.envs.classic_control import (AcrobotParams, AcrobotState, acrobot_reset,
                                           acrobot_step)
 
@@ -39,12 +39,4 @@ SPEC = EnvSpec(
 )
 
 
-class Acrobot(ContractEnv):
-    """Batched Acrobot-v1; see the module docstring and `ContractEnv`."""
-
-    def __init__(self, params: AcrobotParams | None = None, backend: str = "auto",
-                 checks: bool = False):
-        if checks:
-            raise ValueError("acrobot: checks=True is not supported (actions are clamped "
-                             "to {0, 1, 2} by the kernels and the reference)")
-        super().__init__(SPEC, params=params, backend=backend)
+Acrobot = env_class(SPEC)  # Gymnasium Acrobot-v1; see the module docstring

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwarp.authoring import API_DIR, ContractEnv, EnvSpec, StateField
+from jaxwarp.authoring import API_DIR, EnvSpec, StateField, env_class
 from jaxwarp.envs.classic_control import (CartPoleParams, CartPoleState, cartpole_reset,
                                           cartpole_step)
 
@@ -39,12 +39,4 @@ SPEC = EnvSpec(
 )
 
 
-class CartPole(ContractEnv):
-    """Batched CartPole-v1; see the module docstring and `ContractEnv`."""
-
-    def __init__(self, params: CartPoleParams | None = None, backend: str = "auto",
-                 checks: bool = False):
-        if checks:
-            raise ValueError("cartpole: checks=True is not supported (actions are clamped "
-                             "to {0, 1} by the kernels and the reference)")
-        super().__init__(SPEC, params=params, backend=backend)
+CartPole = env_class(SPEC)  # Gymnasium CartPole-v1; see the module docstring

@@ -95,7 +95,7 @@ import numpy as np
 from flax import struct
 from jax.extend.random import threefry2x32_p
 
-from jaxwarp.core import sincos_fixed
+from jaxwarp.core import auto_reset, sincos_fixed
 
 F32 = np.float32
 ACROBOT_MAX_WRAPS = 8  # unrolled iterations of Gymnasium's `wrap` while-loop, each way
@@ -182,7 +182,7 @@ def _finish_step(p: Any, key_data: jax.Array, state: Any, moved: dict[str, jax.A
     # Fresh starts are drawn for every env and selected where done (no
     # lax.cond: on XLA:GPU its predicate would be copied to the host).
     fresh = start(p, key_data, num_envs)
-    fields = {k: jnp.where(done[:, None], fresh[k], v) for k, v in moved.items()}
+    fields = auto_reset(done, {k: fresh[k] for k in moved}, moved)
     new_state = type(state)(**fields, timestep=jnp.where(done, 0, t),
                             episode_return=episode_return)
     info = {"terminated": terminated, "truncated": truncated,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwarp.authoring import API_DIR, ContractEnv, EnvSpec, StateField
+from jaxwarp.authoring import API_DIR, EnvSpec, StateField, env_class
 from jaxwarp.envs.classic_control import (MountainCarParams, MountainCarState,
                                           mountain_car_reset, mountain_car_step)
 
@@ -37,12 +37,4 @@ SPEC = EnvSpec(
 )
 
 
-class MountainCar(ContractEnv):
-    """Batched MountainCar-v0; see the module docstring and `ContractEnv`."""
-
-    def __init__(self, params: MountainCarParams | None = None, backend: str = "auto",
-                 checks: bool = False):
-        if checks:
-            raise ValueError("mountain_car: checks=True is not supported (actions are "
-                             "clamped to {0, 1, 2} by the kernels and the reference)")
-        super().__init__(SPEC, params=params, backend=backend)
+MountainCar = env_class(SPEC)  # Gymnasium MountainCar-v0; see the module docstring

@@ -58,7 +58,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxwarp.authoring import API_DIR, ContractEnv, EnvSpec, StateField, agent_uniform
+from jaxwarp.authoring import API_DIR, EnvSpec, StateField, agent_uniform, env_class
+from jaxwarp.core import auto_reset
 
 F32 = np.float32
 
@@ -216,7 +217,7 @@ def _finish(p, key_data, s: MPEState, moved: dict, reward: jax.Array, observe, n
     terminated = jnp.zeros_like(truncated)
     done = truncated
     fresh = _fresh(num_landmarks, key_data, s.x.shape[0], s.x.shape[1])
-    pick = {k: jnp.where(done[:, None], fresh[k], v) for k, v in moved.items()}
+    pick = auto_reset(done, {k: fresh[k] for k in moved}, moved)
     new = MPEState(**pick, timestep=jnp.where(done, 0, t), episode_return=episode_return)
     info = {"terminated": terminated, "truncated": truncated, "episode_return": episode_return}
     return observe(p, new), new, reward, done, info
@@ -287,17 +288,8 @@ SPREAD_SPEC = EnvSpec(
 )
 
 
-class MPESimpleSpread(ContractEnv):
-    """JaxMARL's MPE simple_spread_v3 (discrete); see the module docstring
-    and `ContractEnv` for the API."""
+MPESimpleSpread = env_class(SPREAD_SPEC)  # JaxMARL simple_spread_v3 (discrete)
 
-    def __init__(self, params: MPESimpleSpreadParams | None = None, backend: str = "auto",
-                 checks: bool = False):
-        if checks:
-            raise ValueError("mpe_simple_spread: checks=True is not supported (every int "
-                             "action is decoded as JaxMARL does: <= 2 moves along x, even "
-                             "is +, 0 is no-op)")
-        super().__init__(SPREAD_SPEC, params=params, backend=backend)
 
 
 # ---------------------------------------------------------------------------
@@ -427,13 +419,4 @@ TAG_SPEC = EnvSpec(
 )
 
 
-class MPESimpleTag(ContractEnv):
-    """JaxMARL's MPE simple_tag_v3 (discrete); see the module docstring and
-    `ContractEnv` for the API."""
-
-    def __init__(self, params: MPESimpleTagParams | None = None, backend: str = "auto",
-                 checks: bool = False):
-        if checks:
-            raise ValueError("mpe_simple_tag: checks=True is not supported (every int "
-                             "action is decoded as JaxMARL does)")
-        super().__init__(TAG_SPEC, params=params, backend=backend)
+MPESimpleTag = env_class(TAG_SPEC)  # JaxMARL simple_tag_v3 (discrete)

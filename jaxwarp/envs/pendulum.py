@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwarp.authoring import API_DIR, ContractEnv, EnvSpec, StateField
+from jaxwarp.authoring import API_DIR, EnvSpec, StateField, env_class
 from jaxwarp.envs.classic_control import (PendulumParams, PendulumState, pendulum_reset,
                                           pendulum_step)
 
@@ -38,13 +38,4 @@ SPEC = EnvSpec(
 )
 
 
-class Pendulum(ContractEnv):
-    """Batched Pendulum-v1 with discrete torques; see the module docstring and
-    `ContractEnv`."""
-
-    def __init__(self, params: PendulumParams | None = None, backend: str = "auto",
-                 checks: bool = False):
-        if checks:
-            raise ValueError("pendulum: checks=True is not supported (actions are clamped "
-                             "to [0, num_torque_levels - 1] by the kernels and the reference)")
-        super().__init__(SPEC, params=params, backend=backend)
+Pendulum = env_class(SPEC)  # Gymnasium Pendulum-v1 (5 torques); see the module docstring

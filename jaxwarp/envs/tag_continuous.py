@@ -51,7 +51,7 @@ from flax import struct
 from jax.experimental import checkify
 from jax.extend.random import threefry2x32_p
 
-from jaxwarp.core import key_data_of, resolve_backend, sincos_fixed
+from jaxwarp.core import auto_reset, key_data_of, resolve_backend, sincos_fixed
 from jaxwarp.authoring import (API_DIR, ContractEnv, EnvSpec, ParamArray, ScratchField,
                                StateField, grid_scratch, grid_side)
 from jaxwarp.spaces import Box, MultiDiscrete
@@ -395,7 +395,7 @@ def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContin
     zeros = jnp.zeros_like(rx)
     fresh = (rx, ry, zeros, rdir, zeros)
     moved = (x, y, speed, direction, acc)
-    x, y, speed, direction, acc = (jnp.where(done[:, None], f, m) for f, m in zip(fresh, moved))
+    x, y, speed, direction, acc = auto_reset(done, fresh, moved)
     still_obs = jnp.where(done[:, None], 1, still)
     t_obs = jnp.where(done, 0, t)
     obs = _observe(p, c, x, y, speed, direction, acc, still_obs, t_obs)

@@ -42,9 +42,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jax.experimental import checkify
 
-from jaxwarp.authoring import API_DIR, ContractEnv, EnvSpec, StateField, agent_uniform
+from jaxwarp.authoring import API_DIR, EnvSpec, StateField, agent_uniform, env_class
+from jaxwarp.core import auto_reset
 
 F32 = np.float32
 
@@ -204,9 +204,9 @@ def reference_step(p: TagGridworldParams, key_data: jax.Array, s: TagGridworldSt
     terminated = tagged
     truncated = t >= p.episode_length
     done = terminated | truncated
-    x0, y0 = _start(p, key_data, s.x.shape[0])
+    x0, y0 = auto_reset(done, _start(p, key_data, s.x.shape[0]), (x, y))
     new = TagGridworldState(
-        x=jnp.where(done[:, None], x0, x), y=jnp.where(done[:, None], y0, y),
+        x=x0, y=y0,
         wall_hit=hit.astype(jnp.int32), timestep=jnp.where(done, 0, t),
         tagged=tagged.astype(jnp.int32), episode_return=episode_return)
     info = {"terminated": terminated, "truncated": truncated, "episode_return": episode_return}
@@ -232,25 +232,4 @@ SPEC = EnvSpec(
 )
 
 
-class TagGridworld(ContractEnv):
-    """Batched tag on a grid (WarpDrive's tag_gridworld); see the module docstring.
-
-    ``obs, state = env.reset(key, num_envs)``;
-    ``obs, state, reward, done, info = env.step(key, state, actions)`` with
-    actions i32[envs, N, 1], obs f32[envs, N, obs_dim], reward f32[envs, N],
-    done bool[envs], info {"terminated", "truncated": bool[envs],
-    "episode_return": f32[envs, N]}. ``checks=True`` reports out-of-range
-    actions through `jax.experimental.checkify` (the kernels clamp them).
-    """
-
-    def __init__(self, params: TagGridworldParams | None = None, backend: str = "auto",
-                 checks: bool = False):
-        super().__init__(SPEC, params=params, backend=backend)
-        self.checks = bool(checks)
-
-    def step(self, key: jax.Array, state: TagGridworldState, actions: jax.Array):
-        if self.checks and hasattr(actions, "shape"):
-            checkify.check(self.action_space.contains(actions),
-                           "tag_gridworld: actions out of range: a[..., 0] must lie in [0, 5) "
-                           "(the kernels clamp them)")
-        return super().step(key, state, actions)
+TagGridworld = env_class(SPEC)  # WarpDrive's tag_gridworld; see the module docstring
