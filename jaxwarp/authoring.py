@@ -390,11 +390,17 @@ def cache_dir() -> Path:
     return Path(base) / "jaxwarp"
 
 
-# Compiler flags of every env library, defined here once. No implicit
-# multiply-add contraction: the float code spells out every FMA so that it
-# matches the pure-JAX reference bit for bit.
-CXX_FLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math")
-NVCC_FLAGS = ("-std=c++17", "-O3", "--fmad=false")
+def _flags(compiler: str) -> tuple[str, ...]:
+    """Flags of `compiler` ("cxx" or "nvcc") from cuda/compile_flags.txt, the
+    one place they are defined (CMakeLists.txt reads it too)."""
+    for line in (API_DIR / "compile_flags.txt").read_text().splitlines():
+        if line.startswith(compiler + " "):
+            return tuple(line.split()[1:])
+    raise EnvBuildError(f"{API_DIR / 'compile_flags.txt'} has no {compiler!r} line")
+
+
+CXX_FLAGS = _flags("cxx")
+NVCC_FLAGS = _flags("nvcc")
 
 
 def _find_cxx() -> str:
