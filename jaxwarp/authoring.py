@@ -464,22 +464,28 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
     src = generate_source(spec, header, platform, params)
     compiler = _find_nvcc() if platform == "cuda" else _find_cxx()
     arch = _gpu_arch() if platform == "cuda" else ""
-    api = "".join((API_DIR / f).read_text() for f in API_HEADERS)
     h = hashlib.sha256()
-    # Headers next to the env's (it may include them) count too.
-    local = "".join(f.name + f.read_text() for f in sorted(header.parent.glob("*.h")))
+    # Every file the build reads: the framework's headers and, followed
+    # recursively, every header the env's header includes (subfolders too).
+    sources = _included_files(header, [API_DIR, header.parent])
+    sources |= {API_DIR / f for f in API_HEADERS} | {API_DIR / "compile_flags.txt"}
+    files = "".join(str(f) + f.read_text() for f in sorted(sources))
     extra = shlex.split(os.environ.get("JAXWARP_NVCC_FLAGS", "")) if platform == "cuda" else []
-    for part in (src, header.read_text(), local, api, _compiler_id(compiler), jaxlib.__version__,
-                 arch, sys.platform, " ".join(extra)):
+    for part in (src, files, _compiler_id(compiler), jaxlib.__version__,
+                 arch, sys.platform, " ".join(extra), " ".join(CXX_FLAGS + NVCC_FLAGS)):
         h.update(part.encode())
     digest = h.hexdigest()[:16]
     out_dir = cache_dir() / f"{spec.name}-{platform}-{digest}"
     lib = out_dir / (f"{spec.name}.cubin" if cubin else f"lib{spec.name}_{platform}.so")
-    if lib.exists():
+    if _intact(lib):
         return lib
-    out_dir.mkdir(parents=True, exist_ok=True)
-    gen = out_dir / (f"{spec.name}_ffi.cu" if platform == "cuda" else f"{spec.name}_ffi.cc")
-    gen.write_text(src)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        gen = out_dir / (f"{spec.name}_ffi.cu" if platform == "cuda" else f"{spec.name}_ffi.cc")
+        gen.write_text(src)
+    except OSError as e:
+        raise EnvBuildError(f"{spec.name}: cannot write the build cache {out_dir} ({e}); set "
+                            "JAXWARP_CACHE_DIR to a writable folder") from None
     includes = ["-I", str(API_DIR), "-I", str(header.parent), "-I", jax.ffi.include_dir()]
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
     if cubin:
@@ -498,8 +504,52 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
             f"{spec.name}: compiling {header} for {platform} failed "
             f"({Path(compiler).name}); generated bindings: {gen}\n"
             + _readable_errors(proc.stderr + proc.stdout, header, gen))
-    os.replace(tmp, lib)
+    _seal(tmp, lib)
     return lib
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def _included_files(header: Path, search: list[Path]) -> set[Path]:
+    """`header` and every file it includes with #include "...", recursively:
+    each name is looked up next to the including file, then in `search`."""
+    seen: set[Path] = set()
+    todo = [header.resolve()]
+    while todo:
+        f = todo.pop()
+        if f in seen or not f.is_file():
+            continue
+        seen.add(f)
+        for name in _INCLUDE.findall(f.read_text(errors="replace")):
+            for d in [f.parent, *search]:
+                cand = (d / name).resolve()
+                if cand.is_file():
+                    todo.append(cand)
+                    break
+    return seen
+
+
+def _seal(tmp: Path, lib: Path) -> None:
+    """Moves a fresh build into place with its checksum beside it (written
+    first: a library without a matching checksum is never used)."""
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    side = lib.with_name(lib.name + ".sha256")
+    side_tmp = side.with_name(side.name + f".{os.getpid()}.tmp")
+    side_tmp.write_text(digest)
+    os.replace(side_tmp, side)
+    os.replace(tmp, lib)
+
+
+def _intact(lib: Path) -> bool:
+    """Whether a cached library exists and matches its checksum (a truncated
+    or half-copied file would crash the process when loaded)."""
+    side = lib.with_name(lib.name + ".sha256")
+    try:
+        return lib.is_file() and side.read_text().strip() == hashlib.sha256(
+            lib.read_bytes()).hexdigest()
+    except OSError:
+        return False
 
 
 _REGISTERED: dict[str, Any] = {}

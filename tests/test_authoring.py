@@ -208,3 +208,43 @@ def test_bad_state_is_refused_before_the_kernel():
         env.step(jax.random.PRNGKey(1), state.replace(timestep=state.timestep * 1.0), a)
     with pytest.raises(TypeError, match=r"state must be a CartPoleState; got tuple"):
         env.step(jax.random.PRNGKey(1), (state,), a)
+
+
+def test_truncated_cached_library_is_rebuilt(cache, tmp_path):
+    """A cached library cut short (full disk, killed copy) would crash the
+    process when loaded: its checksum no longer matches and it is rebuilt."""
+    hdr = header_copy(tmp_path)
+    spec = dataclasses.replace(CARTPOLE, name="cache_trunc", header=hdr)
+    lib = authoring._compile(spec, hdr, "cpu")
+    good = lib.read_bytes()
+    lib.write_bytes(good[: len(good) // 3])
+    assert not authoring._intact(lib)
+    assert authoring._compile(spec, hdr, "cpu") == lib
+    assert lib.read_bytes() == good and authoring._intact(lib)
+    env = build_env(spec, backend="cpu")
+    obs, _ = env.reset(jax.random.PRNGKey(0), 3)
+    assert obs.shape == (3, 1, 4)
+
+
+def test_included_header_in_a_subfolder_is_part_of_the_cache_key(cache, tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "helper.h").write_text("JW_HD float jw_test_push() { return 1.0f; }\n")
+    hdr = header_copy(tmp_path, lambda t: t.replace("#pragma once", '#pragma once\n#include "sub/helper.h"'))
+    spec = dataclasses.replace(CARTPOLE, name="cache_sub", header=hdr)
+    first = authoring._compile(spec, hdr, "cpu")
+    (sub / "helper.h").write_text("JW_HD float jw_test_push() { return 2.0f; }\n")
+    second = authoring._compile(spec, hdr, "cpu")
+    assert first != second  # the edit is a new build, not the old code
+
+
+def test_unwritable_cache_names_the_variable(tmp_path, monkeypatch):
+    # A cache path below a regular file cannot be created, even by root (a
+    # read-only mount fails the same way).
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    monkeypatch.setenv("JAXWARP_CACHE_DIR", str(blocker / "cache"))
+    hdr = header_copy(tmp_path)
+    spec = dataclasses.replace(CARTPOLE, name="cache_ro", header=hdr)
+    with pytest.raises(EnvBuildError, match="JAXWARP_CACHE_DIR"):
+        authoring._compile(spec, hdr, "cpu")
