@@ -93,8 +93,14 @@ def test_build_is_cached_and_outside_the_package(cache):
     assert not list(pkg.rglob("*cartpole*.so"))
 
 
+def declared(text: str) -> str:
+    """The header with the optional JAXWARP_STATE restatement of its fields."""
+    decl = "".join(f"JAXWARP_STATE({f.dtype}, {f.name}, {f.scope})\n" for f in CARTPOLE.fields)
+    return text.replace("#pragma once\n", "#pragma once\n" + decl, 1)
+
+
 def test_header_missing_a_spec_field_names_it(cache):
-    header = header_copy(cache.parent, lambda t: t.replace(
+    header = header_copy(cache.parent, lambda t: declared(t).replace(
         "JAXWARP_STATE(f32, theta_dot, agent)\n", ""))
     with pytest.raises(EnvBuildError, match=r"spec field 'theta_dot' is not declared in "
                                             r"my_cartpole.h; add JAXWARP_STATE\(f32, "
@@ -103,7 +109,7 @@ def test_header_missing_a_spec_field_names_it(cache):
 
 
 def test_header_and_spec_dtype_mismatch_names_the_field(cache):
-    header = header_copy(cache.parent, lambda t: t.replace(
+    header = header_copy(cache.parent, lambda t: declared(t).replace(
         "JAXWARP_STATE(i32, timestep, env)", "JAXWARP_STATE(f32, timestep, env)"))
     with pytest.raises(EnvBuildError, match=r"state field 'timestep' is f32/env in "
                                             r"my_cartpole.h but i32/env in the spec"):
@@ -111,9 +117,17 @@ def test_header_and_spec_dtype_mismatch_names_the_field(cache):
 
 
 def test_header_field_unknown_to_the_spec(cache):
-    spec = dataclasses.replace(CARTPOLE, fields=CARTPOLE.fields[:-1])
+    spec = dataclasses.replace(CARTPOLE, fields=CARTPOLE.fields[:-1], state_type=None)
     with pytest.raises(EnvBuildError, match=r"declares state field 'episode_return'.*spec "
                                             r"has no field 'episode_return'"):
+        build_env(spec, backend="cpu", header=header_copy(cache.parent, declared))
+
+
+def test_field_used_by_the_header_but_not_in_the_spec_is_a_compile_error(cache):
+    """Declared once, in the spec: a header that uses a field the spec lacks
+    fails to compile, with the field's name and the header's line first."""
+    spec = dataclasses.replace(CARTPOLE, fields=CARTPOLE.fields[:-1], state_type=None)
+    with pytest.raises(EnvBuildError, match=r"(?s)my_cartpole\.h:\d+.*episode_return"):
         build_env(spec, backend="cpu", header=header_copy(cache.parent))
 
 
