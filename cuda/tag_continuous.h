@@ -1,5 +1,5 @@
 // Tag (continuous): per-agent game logic shared by the CUDA kernels and the
-// XLA:CPU handlers. Specification: shared/specs/tag_continuous.md; the
+// XLA:CPU handlers. Specification: docs/tag_continuous.md; the
 // pure-JAX twin is jaxwarp/envs/tag_continuous.py (`reference_*`), and the two
 // are written operation for operation alike so they agree bit for bit.
 #pragma once

@@ -1,12 +1,18 @@
 """Tag (continuous): taggers chase runners in a square arena.
 
-The benchmark environment of the WarpDrive paper, as specified in
-`shared/specs/tag_continuous.md`. Three backends compute the same numbers:
+The benchmark environment of the WarpDrive paper, specified in
+`docs/tag_continuous.md` (agents, reset, actions, step order, observation,
+rewards, named configurations). One header and one spec, like every env:
 
-* ``"cuda"``: CUDA kernels (`cuda/tag_continuous_kernels.cu`) through XLA FFI;
-* ``"cpu"``: the same C++ per-agent code on XLA:CPU (`ffi/tag_continuous_cpu.cc`);
-* ``"jax"``: the pure-JAX reference below (`reference_reset`, `reference_step`),
-  the oracle of the tests and the baseline of the benchmarks.
+* kernel: `cuda/envs/tag_continuous.h` (phases, team passes with reductions,
+  the neighbour grid), built for XLA:CPU and CUDA by `jaxwarp.authoring`;
+* spec: `SPEC` below (params, state, scratch, static params);
+* the pure-JAX reference below (`reference_reset`, `reference_step`), the
+  oracle of the tests and the baseline of the benchmarks.
+
+`TagContinuousHandWritten` is the earlier hand-written kernel
+(`cuda/tag_continuous_kernels.cu`), kept only as the speed baseline of the
+contract kernel until that one matches it (README, *Results*).
 
 | observation (per agent, f32) | 7 features for each observed agent j, feature-major, then time |
 |---|---|
@@ -32,7 +38,7 @@ empty slots 0. Agents out of the game observe zeros.
 | runner | ``tag_penalty_for_runner`` when tagged; ``end_of_game_reward_for_runner`` if still in the game at the last step |
 
 Numerics: float arithmetic is written operation for operation as in the C++
-(`cuda/tag_continuous.h`): the reference's ``a * b + c`` patterns are the
+(`cuda/envs/tag_continuous.h`): the reference's ``a * b + c`` patterns are the
 places where the C++ calls ``fmaf`` (XLA contracts them), divisions by
 constants are multiplications by float32 reciprocals, and sin/cos use the
 same fixed polynomial. On XLA:CPU the backends agree bit for bit.
@@ -414,7 +420,10 @@ def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContin
 # The environment object: configuration only; reset/step are pure functions.
 # ---------------------------------------------------------------------------
 class TagContinuousHandWritten:
-    """Batched Tag (continuous) environment.
+    """The earlier hand-written Tag kernel (cuda/tag_continuous_kernels.cu,
+    ffi/tag_continuous_*.cc): the speed baseline of the contract env in
+    experiments/bench_tag_paths.py and the GPU parity test; not registered.
+    To be deleted once the contract kernel is as fast (issue "One env path").
 
     ``obs, state = env.reset(key, num_envs)`` and
     ``obs, state, reward, done, info = env.step(key, state, actions)`` with
@@ -424,7 +433,7 @@ class TagContinuousHandWritten:
     (f32[envs, agents]) holds each finished episode's return where done.
     """
 
-    name = "tag_continuous"
+    name = "tag_continuous_handwritten"
 
     def __init__(self, params: TagContinuousParams | None = None, backend: str = "auto",
                  checks: bool = False):
