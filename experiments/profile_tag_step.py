@@ -2,9 +2,9 @@
 
     ncu --kernel-name regex:step_kernel --launch-skip 2 --launch-count 1 python experiments/profile_tag_step.py
 """
-import jax, jax.numpy as jnp, numpy as np
+import jax
+import jax.numpy as jnp
 from jaxwarp.envs import tag_continuous as tc
-import sys
 for cfg, E in (("warpdrive_default", 2000), ("large", 2000)):
     env = tc.TagContinuous(tc.TagContinuousParams(**tc.CONFIGS[cfg]), backend="cuda")
     o, s = env.reset(jax.random.key(0), E)

@@ -78,6 +78,26 @@ class StateField:
                              "'agent' or 'env'")
 
 
+def state_field(dtype: str, scope: str = "agent") -> Any:
+    """Declares a field of a state dataclass (flax struct) for the kernels:
+    ``x: jax.Array = state_field("f32")``, ``timestep: jax.Array =
+    state_field("i32", "env")``. The spec then reads its fields from the class."""
+    from flax import struct
+
+    return struct.field(pytree_node=True, metadata={"jaxwarp": (dtype, scope)})
+
+
+def fields_of(state_type: type) -> tuple[StateField, ...]:
+    """The StateFields declared on a state dataclass with `state_field`, in order."""
+    out = []
+    for f in dataclasses.fields(state_type):
+        if "jaxwarp" not in f.metadata:
+            raise EnvBuildError(f"{state_type.__name__}.{f.name} is not declared with "
+                                "jaxwarp.authoring.state_field(dtype, scope)")
+        out.append(StateField(f.name, *f.metadata["jaxwarp"]))
+    return tuple(out)
+
+
 @dataclasses.dataclass(frozen=True)
 class ScratchField:
     """Per-env scratch array, rebuilt every call and never returned: ``count``
@@ -135,8 +155,9 @@ class EnvSpec:
 
     params_type: frozen dataclass (-> the C++ ``Params``: its float/int/bool
         fields, or what ``kernel_params`` returns).
-    fields: the state arrays (-> ``State``), declared here once; state_type,
-        when not given, is a pytree dataclass generated from them.
+    fields: the state arrays (-> ``State``), declared once: here (state_type
+        is then generated from them), or None with a state_type whose fields
+        are declared with `state_field` (a documented dataclass).
     scratch: per-env scratch arrays (`ScratchField`), members of ``State`` too.
     reference_reset(params, key_data u32[2], num_envs) -> (obs, state);
     reference_step(params, key_data, state, actions i32[envs, agents, heads])
@@ -155,7 +176,7 @@ class EnvSpec:
     name: str
     header: str | Path
     params_type: type
-    fields: tuple[StateField, ...]
+    fields: tuple[StateField, ...] | None
     num_agents: Callable[[Any], int]
     obs_dim: Callable[[Any], int]
     nvec: Callable[[Any], tuple[int, ...]]
@@ -169,6 +190,11 @@ class EnvSpec:
     static_params: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.fields is None:  # declared on the state dataclass (state_field)
+            if self.state_type is None:
+                raise EnvBuildError(f"{self.name}: give the spec its fields or a state_type "
+                                    "declared with state_field")
+            object.__setattr__(self, "fields", fields_of(self.state_type))
         if self.state_type is None:
             object.__setattr__(self, "state_type", make_state_type(self.name, self.fields))
         names = [f.name for f in self.fields] + [f.name for f in self.scratch]

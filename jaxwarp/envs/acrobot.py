@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwarp.authoring import API_DIR, EnvSpec, StateField, env_class
+from jaxwarp.authoring import API_DIR, EnvSpec, env_class
 from jaxwarp.envs.classic_control import (AcrobotParams, AcrobotState, acrobot_reset,
                                           acrobot_step)
 
@@ -25,9 +25,7 @@ SPEC = EnvSpec(
     header=API_DIR / "envs" / "acrobot.h",
     params_type=AcrobotParams,
     state_type=AcrobotState,
-    fields=(StateField("theta1", "f32"), StateField("theta2", "f32"),
-            StateField("dtheta1", "f32"), StateField("dtheta2", "f32"),
-            StateField("timestep", "i32", "env"), StateField("episode_return", "f32")),
+    fields=None,  # declared on the state dataclass (state_field)
     num_agents=lambda p: 1,
     obs_dim=lambda p: 6,
     nvec=lambda p: (3,),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwarp.authoring import API_DIR, EnvSpec, StateField, env_class
+from jaxwarp.authoring import API_DIR, EnvSpec, env_class
 from jaxwarp.envs.classic_control import (CartPoleParams, CartPoleState, cartpole_reset,
                                           cartpole_step)
 
@@ -25,9 +25,7 @@ SPEC = EnvSpec(
     header=API_DIR / "envs" / "cartpole.h",
     params_type=CartPoleParams,
     state_type=CartPoleState,
-    fields=(StateField("x", "f32"), StateField("x_dot", "f32"), StateField("theta", "f32"),
-            StateField("theta_dot", "f32"), StateField("timestep", "i32", "env"),
-            StateField("episode_return", "f32")),
+    fields=None,  # declared on the state dataclass (state_field)
     num_agents=lambda p: 1,
     obs_dim=lambda p: 4,
     nvec=lambda p: (2,),

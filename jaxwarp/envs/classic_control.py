@@ -95,6 +95,7 @@ import numpy as np
 from flax import struct
 from jax.extend.random import threefry2x32_p
 
+from jaxwarp.authoring import state_field
 from jaxwarp.core import auto_reset, sincos_fixed
 
 F32 = np.float32
@@ -230,12 +231,12 @@ class CartPoleState:
     """x, x_dot, theta, theta_dot: f32[envs, 1]; timestep: i32[envs];
     episode_return: f32[envs, 1]."""
 
-    x: jax.Array
-    x_dot: jax.Array
-    theta: jax.Array
-    theta_dot: jax.Array
-    timestep: jax.Array
-    episode_return: jax.Array
+    x: jax.Array = state_field("f32")
+    x_dot: jax.Array = state_field("f32")
+    theta: jax.Array = state_field("f32")
+    theta_dot: jax.Array = state_field("f32")
+    timestep: jax.Array = state_field("i32", "env")
+    episode_return: jax.Array = state_field("f32")
 
 
 def _cartpole_start(p: CartPoleParams, key_data: jax.Array, num_envs: int):
@@ -336,12 +337,12 @@ class AcrobotState:
     """theta1, theta2 (relative to link 1), dtheta1, dtheta2: f32[envs, 1];
     timestep: i32[envs]; episode_return: f32[envs, 1]."""
 
-    theta1: jax.Array
-    theta2: jax.Array
-    dtheta1: jax.Array
-    dtheta2: jax.Array
-    timestep: jax.Array
-    episode_return: jax.Array
+    theta1: jax.Array = state_field("f32")
+    theta2: jax.Array = state_field("f32")
+    dtheta1: jax.Array = state_field("f32")
+    dtheta2: jax.Array = state_field("f32")
+    timestep: jax.Array = state_field("i32", "env")
+    episode_return: jax.Array = state_field("f32")
 
 
 def _acrobot_start(p: AcrobotParams, key_data: jax.Array, num_envs: int):
@@ -496,10 +497,10 @@ class PendulumState:
     """theta (not wrapped), theta_dot: f32[envs, 1]; timestep: i32[envs];
     episode_return: f32[envs, 1]."""
 
-    theta: jax.Array
-    theta_dot: jax.Array
-    timestep: jax.Array
-    episode_return: jax.Array
+    theta: jax.Array = state_field("f32")
+    theta_dot: jax.Array = state_field("f32")
+    timestep: jax.Array = state_field("i32", "env")
+    episode_return: jax.Array = state_field("f32")
 
 
 def _pendulum_start(p: PendulumParams, key_data: jax.Array, num_envs: int):
@@ -588,10 +589,10 @@ class MountainCarState:
     """position, velocity: f32[envs, 1]; timestep: i32[envs];
     episode_return: f32[envs, 1]."""
 
-    position: jax.Array
-    velocity: jax.Array
-    timestep: jax.Array
-    episode_return: jax.Array
+    position: jax.Array = state_field("f32")
+    velocity: jax.Array = state_field("f32")
+    timestep: jax.Array = state_field("i32", "env")
+    episode_return: jax.Array = state_field("f32")
 
 
 def _mountain_car_start(p: MountainCarParams, key_data: jax.Array, num_envs: int):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwarp.authoring import API_DIR, EnvSpec, StateField, env_class
+from jaxwarp.authoring import API_DIR, EnvSpec, env_class
 from jaxwarp.envs.classic_control import (MountainCarParams, MountainCarState,
                                           mountain_car_reset, mountain_car_step)
 
@@ -25,8 +25,7 @@ SPEC = EnvSpec(
     header=API_DIR / "envs" / "mountain_car.h",
     params_type=MountainCarParams,
     state_type=MountainCarState,
-    fields=(StateField("position", "f32"), StateField("velocity", "f32"),
-            StateField("timestep", "i32", "env"), StateField("episode_return", "f32")),
+    fields=None,  # declared on the state dataclass (state_field)
     num_agents=lambda p: 1,
     obs_dim=lambda p: 2,
     nvec=lambda p: (3,),

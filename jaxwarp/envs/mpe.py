@@ -58,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxwarp.authoring import API_DIR, EnvSpec, StateField, agent_uniform, env_class
+from jaxwarp.authoring import API_DIR, EnvSpec, agent_uniform, env_class, state_field
 from jaxwarp.core import auto_reset
 
 F32 = np.float32
@@ -115,22 +115,18 @@ class MPESimpleSpreadParams:
 class MPEState:
     """State of simple_spread / simple_tag (fields in the spec's order)."""
 
-    x: jax.Array  # f32[envs, agents] position
-    y: jax.Array  # f32[envs, agents]
-    vx: jax.Array  # f32[envs, agents] velocity
-    vy: jax.Array  # f32[envs, agents]
-    lm_x: jax.Array  # f32[envs, agents]: landmark l in slot l (< num_landmarks), else 0
-    lm_y: jax.Array  # f32[envs, agents]
-    force_x: jax.Array  # f32[envs, agents] total force of the last step (0 after a reset)
-    force_y: jax.Array  # f32[envs, agents]
-    timestep: jax.Array  # i32[envs] steps taken in this episode
-    episode_return: jax.Array  # f32[envs, agents]
+    x: jax.Array = state_field("f32")  # f32[envs, agents] position
+    y: jax.Array = state_field("f32")  # f32[envs, agents]
+    vx: jax.Array = state_field("f32")  # f32[envs, agents] velocity
+    vy: jax.Array = state_field("f32")  # f32[envs, agents]
+    lm_x: jax.Array = state_field("f32")  # f32[envs, agents]: landmark l in slot l (< num_landmarks), else 0
+    lm_y: jax.Array = state_field("f32")  # f32[envs, agents]
+    force_x: jax.Array = state_field("f32")  # f32[envs, agents] total force of the last step (0 after a reset)
+    force_y: jax.Array = state_field("f32")  # f32[envs, agents]
+    timestep: jax.Array = state_field("i32", "env")  # i32[envs] steps taken in this episode
+    episode_return: jax.Array = state_field("f32")  # f32[envs, agents]
 
 
-_FIELDS = (StateField("x", "f32"), StateField("y", "f32"), StateField("vx", "f32"),
-           StateField("vy", "f32"), StateField("lm_x", "f32"), StateField("lm_y", "f32"),
-           StateField("force_x", "f32"), StateField("force_y", "f32"),
-           StateField("timestep", "i32", "env"), StateField("episode_return", "f32"))
 
 
 # ---------------------------------------------------------------------------
@@ -279,7 +275,7 @@ SPREAD_SPEC = EnvSpec(
     header=API_DIR / "envs" / "mpe_simple_spread.h",
     params_type=MPESimpleSpreadParams,
     state_type=MPEState,
-    fields=_FIELDS,
+    fields=None,  # declared on the state dataclass (state_field)
     num_agents=lambda p: p.num_agents,
     obs_dim=spread_obs_dim,
     nvec=lambda p: (5,),
@@ -408,7 +404,7 @@ TAG_SPEC = EnvSpec(
     header=API_DIR / "envs" / "mpe_simple_tag.h",
     params_type=MPESimpleTagParams,
     state_type=MPEState,
-    fields=_FIELDS,
+    fields=None,  # declared on the state dataclass (state_field)
     num_agents=lambda p: p.num_agents,
     obs_dim=tag_obs_dim,
     nvec=lambda p: (5,),

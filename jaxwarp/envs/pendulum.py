@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwarp.authoring import API_DIR, EnvSpec, StateField, env_class
+from jaxwarp.authoring import API_DIR, EnvSpec, env_class
 from jaxwarp.envs.classic_control import (PendulumParams, PendulumState, pendulum_reset,
                                           pendulum_step)
 
@@ -26,8 +26,7 @@ SPEC = EnvSpec(
     header=API_DIR / "envs" / "pendulum.h",
     params_type=PendulumParams,
     state_type=PendulumState,
-    fields=(StateField("theta", "f32"), StateField("theta_dot", "f32"),
-            StateField("timestep", "i32", "env"), StateField("episode_return", "f32")),
+    fields=None,  # declared on the state dataclass (state_field)
     num_agents=lambda p: 1,
     obs_dim=lambda p: 3,
     nvec=lambda p: (p.num_torque_levels,),

@@ -59,7 +59,7 @@ from jax.extend.random import threefry2x32_p
 
 from jaxwarp.core import auto_reset, key_data_of, resolve_backend, sincos_fixed
 from jaxwarp.authoring import (API_DIR, ContractEnv, EnvSpec, ParamArray, ScratchField,
-                               StateField, grid_scratch, grid_side)
+                               grid_scratch, grid_side, state_field)
 from jaxwarp.spaces import Box, MultiDiscrete
 
 NUM_FEATURES = 7
@@ -172,15 +172,15 @@ class TagContinuousState:
         episode (it restarts from the next step on).
     """
 
-    x: jax.Array
-    y: jax.Array
-    speed: jax.Array
-    direction: jax.Array
-    acceleration: jax.Array
-    still_in_game: jax.Array
-    timestep: jax.Array
-    num_runners_left: jax.Array
-    episode_return: jax.Array
+    x: jax.Array = state_field("f32")
+    y: jax.Array = state_field("f32")
+    speed: jax.Array = state_field("f32")
+    direction: jax.Array = state_field("f32")
+    acceleration: jax.Array = state_field("f32")
+    still_in_game: jax.Array = state_field("i32")
+    timestep: jax.Array = state_field("i32", "env")
+    num_runners_left: jax.Array = state_field("i32", "env")
+    episode_return: jax.Array = state_field("f32")
 
     def fields(self) -> tuple[jax.Array, ...]:
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
@@ -622,9 +622,7 @@ SPEC = EnvSpec(
     header=API_DIR / "envs" / "tag_continuous.h",
     params_type=TagContinuousParams,
     state_type=TagContinuousState,
-    fields=(*(StateField(f, "f32") for f in ("x", "y", "speed", "direction", "acceleration")),
-            StateField("still_in_game", "i32"), StateField("timestep", "i32", "env"),
-            StateField("num_runners_left", "i32", "env"), StateField("episode_return", "f32")),
+    fields=None,  # declared on the state dataclass (state_field)
     scratch=(ScratchField("base", "f32"), ScratchField("tagged_by", "i32"),
              ScratchField("seen", "i32"),
              ScratchField("tags", "i32"),

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxwarp.authoring import API_DIR, EnvSpec, StateField, agent_uniform, env_class
+from jaxwarp.authoring import API_DIR, EnvSpec, agent_uniform, env_class, state_field
 from jaxwarp.core import auto_reset
 
 F32 = np.float32
@@ -119,12 +119,12 @@ class TagGridworldState:
         after a done step, the finished episode's return.
     """
 
-    x: jax.Array
-    y: jax.Array
-    wall_hit: jax.Array
-    timestep: jax.Array
-    tagged: jax.Array
-    episode_return: jax.Array
+    x: jax.Array = state_field("i32")
+    y: jax.Array = state_field("i32")
+    wall_hit: jax.Array = state_field("i32")
+    timestep: jax.Array = state_field("i32", "env")
+    tagged: jax.Array = state_field("i32", "env")
+    episode_return: jax.Array = state_field("f32")
 
 
 def _start(p: TagGridworldParams, key_data: jax.Array, num_envs: int):
@@ -218,9 +218,7 @@ SPEC = EnvSpec(
     header=API_DIR / "envs" / "tag_gridworld.h",
     params_type=TagGridworldParams,
     state_type=TagGridworldState,
-    fields=(StateField("x", "i32"), StateField("y", "i32"), StateField("wall_hit", "i32"),
-            StateField("timestep", "i32", "env"), StateField("tagged", "i32", "env"),
-            StateField("episode_return", "f32")),
+    fields=None,  # declared on the state dataclass (state_field)
     num_agents=lambda p: p.num_agents,
     obs_dim=lambda p: p.obs_dim,
     nvec=lambda p: (5,),
