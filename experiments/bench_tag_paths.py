@@ -31,17 +31,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bench_env import bytes_per_env_step, measure_bandwidth  # same folder
+
 from jaxwarp.envs import tag_continuous as tc
 
 CASES = [("warpdrive_default", 2000, 200), ("large", 2000, 40)]
-
-
-def bytes_per_env_step(num_agents: int, obs_dim: int) -> int:
-    """Fewest bytes an env-step moves: per agent the state read and written
-    (7 fields x 4 B each way), actions read (8 B), observation (obs_dim x 4 B)
-    and reward (4 B) written; per env timestep and runners-left read and
-    written (16 B), done written (1 B)."""
-    return num_agents * (2 * 7 * 4 + 2 * 4 + obs_dim * 4 + 4) + 17
 
 
 def _mix(h: jax.Array) -> jax.Array:
@@ -127,18 +121,6 @@ def same_bits(config: str, num_envs: int, steps: int) -> dict:
                 detail=str(eq), acc=[float(a[2]), float(b[2])])
 
 
-def measure_bandwidth(nbytes: int = 1 << 30) -> float:
-    x = jnp.ones((nbytes // 4,), jnp.float32)
-    f = jax.jit(lambda a: a + 1.0)
-    f(x).block_until_ready()
-    times = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        f(x).block_until_ready()
-        times.append(time.perf_counter() - t0)
-    return 2 * nbytes / statistics.median(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -146,7 +128,7 @@ def main() -> None:
     ap.add_argument("--out", default="experiments/results/bench_tag_paths.json")
     args = ap.parse_args()
     device = jax.devices()[0]
-    bw = measure_bandwidth()
+    bw = measure_bandwidth(device)
     print(f"device {device.device_kind}: copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
     rows, checks = [], []
     for config, envs, steps in CASES:
