@@ -761,14 +761,22 @@ class ContractEnv:
                                  f"got {v.dtype}{list(v.shape)}")
         return num_envs
 
-    def check_actions(self, actions: Any, num_envs: int) -> None:
-        """Raises unless actions is i32[num_envs, agents, heads]; with
-        checks=True also reports (checkify) values outside the action space."""
+    def check_actions(self, actions: Any, num_envs: int) -> jax.Array:
+        """Returns actions as i32[num_envs, agents, heads], or raises. A
+        single-head action may come as i32[envs, agents] (and, for a
+        single-agent env, i32[envs]), as gymnax/JaxMARL users pass it. With
+        checks=True, values outside the action space are reported (checkify)."""
         heads = len(self.spec.nvec(self.params))
         expected = (num_envs, self.num_agents, heads)
-        if not hasattr(actions, "shape") or tuple(actions.shape) != expected:
-            raise ValueError(f"actions must have shape {expected} (envs, agents, heads); got "
-                             f"{getattr(actions, 'shape', type(actions).__name__)}")
+        shape = tuple(getattr(actions, "shape", ()))
+        if heads == 1 and shape == (num_envs, self.num_agents):
+            actions = actions[..., None]
+        elif heads == 1 and self.num_agents == 1 and shape == (num_envs,):
+            actions = actions[:, None, None]
+        elif not hasattr(actions, "shape") or shape != expected:
+            also = (f" or {(num_envs, self.num_agents)}" if heads == 1 else "")
+            raise ValueError(f"actions must have shape {expected} (envs, agents, heads){also}; "
+                             f"got {getattr(actions, 'shape', type(actions).__name__)}")
         if actions.dtype != jnp.int32:
             raise TypeError(f"actions must have dtype int32; got {actions.dtype}")
         if self.checks:
@@ -778,11 +786,12 @@ class ContractEnv:
             checkify.check(self.action_space.contains(actions),
                            f"{self.name}: actions out of range: action[..., h] must lie in "
                            f"[0, nvec[h]) with nvec={nvec}")
+        return actions
 
     def step(self, key: jax.Array, state: Any, actions: jax.Array, *, env_offset: Any = 0):
         """One step of every env with auto-reset; see the class docstring."""
         num_envs = self.check_state(state)
-        self.check_actions(actions, num_envs)
+        actions = self.check_actions(actions, num_envs)
         keys = self._keys(key, env_offset)
         if self.backend == "jax":
             _require_zero_offset(env_offset)

@@ -404,7 +404,7 @@ def test_bad_actions(name, backend):
     n, agents, heads = actions.shape
     key = jax.random.key(2)
     bad_shapes = [(n - 1, agents, heads), (n, agents + 1, heads), (n, agents, heads + 1),
-                  (n, agents), (n, agents, heads, 1)]
+                  (n, agents, heads, 1)] + ([] if heads == 1 else [(n, agents)])
     with _device(backend):
         for shape in bad_shapes:
             with pytest.raises(ValueError, match=r"actions must have shape .*got "
@@ -414,6 +414,25 @@ def test_bad_actions(name, backend):
             with pytest.raises(TypeError, match=r"actions must have dtype int32; got "
                                + jnp.dtype(dtype).name):
                 env.step(key, state, actions.astype(dtype))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ENVS)
+def test_single_head_actions_without_the_head_axis(name, backend):
+    """A single-head action may be passed as i32[envs, agents] (and i32[envs]
+    for a single agent): the same step as with the trailing axis."""
+    env, state, actions = _small_setup(name, backend)
+    n, agents, heads = actions.shape
+    if heads != 1:
+        pytest.skip("several action heads")
+    key = jax.random.key(2)
+    with _device(backend):
+        want = jax.jit(env.step)(key, state, actions)
+        forms = [actions[..., 0]] + ([actions[:, 0, 0]] if agents == 1 else [])
+        for a in forms:
+            got = jax.jit(env.step)(key, state, a)
+            for x, y in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+                np.testing.assert_array_equal(x, y)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
