@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.authoring import _DTYPES, ContractEnv, _compile
+from jaxwarp.authoring import _DTYPES, ContractEnv, _compile, launch_layout
 from jaxwarp.core import key_data_of
 
 
@@ -81,13 +81,70 @@ def as_gpuarray(x: jax.Array):
     return gpuarray.GPUArray(x.shape, np.dtype(x.dtype), gpudata=ptr, base=x)
 
 
+# ---------------------------------------------------------------------------
+# The kernels' arguments. Every env's kernels (cuda/jaxwarp_ffi.h,
+# JAXWARP_DEFINE_ENV) are
+#     jaxwarp_<env>_{reset,step}_kernel[_staged](Params p, jaxwarp::Call c,
+#                                                jaxwarp::Layout l)
+# with all three structs passed by value. PyCUDA passes a numpy structured
+# scalar (np.void) by value as its raw bytes, packed one after the other with
+# no alignment ("<size>s" in its struct format); CUDA places each parameter at
+# a multiple of its alignment, so the padding between them is ours to write.
+# ---------------------------------------------------------------------------
+MAX_FIELDS = 64  # jaxwarp::kMaxFields
+
+# jaxwarp::Call (cuda/jaxwarp_kernels.h), field for field; pointers as u64.
+CALL_DTYPE = np.dtype([
+    ("envs", "<i8"), ("per_member", "<i8"), ("keys", "<u8"),
+    ("n", "<i4"), ("obs_dim", "<i4"), ("heads", "<i4"),          # then 4 bytes padding
+    ("actions", "<u8"), ("obs", "<u8"), ("reward", "<u8"),
+    ("done", "<u8"), ("term", "<u8"), ("trunc", "<u8"),
+    ("base", "<u8", (MAX_FIELDS,)), ("per_env", "<i4", (MAX_FIELDS,)),
+    ("stride", "<i4", (MAX_FIELDS,)),
+], align=True)
+# By hand: envs, per_member, keys 3 * 8 = 24; n, obs_dim, heads 12 + 4 padding
+# (actions is 8-aligned) = 40; six pointers 48 -> base at 88; base 64 * 8 = 512
+# -> per_env at 600; per_env 256 -> stride at 856; stride 256 -> 1112 (a
+# multiple of the alignment, 8: no tail padding).
+assert CALL_DTYPE.itemsize == 1112 and CALL_DTYPE.alignment == 8
+assert CALL_DTYPE.fields["actions"][1] == 40 and CALL_DTYPE.fields["base"][1] == 88
+assert CALL_DTYPE.fields["per_env"][1] == 600 and CALL_DTYPE.fields["stride"][1] == 856
+
+# jaxwarp::Layout: seven int32 (authoring._Layout is the same struct in ctypes).
+LAYOUT_DTYPE = np.dtype([(name, "<i4") for name in
+                         ("tpe", "epb", "staged", "obs_staged", "words", "scratch_words",
+                          "smem_bytes")])
+assert LAYOUT_DTYPE.itemsize == 28
+
+
+def params_arg(words: np.ndarray) -> np.void:
+    """The env's Params struct (its int32 words, `jw_params`) as a by-value
+    kernel argument. Params has only 4-byte members (alignment 4, size 4 *
+    words); the Call after it is 8-aligned, so an odd word count gets 4 zero
+    bytes of padding here."""
+    words = np.asarray(words, np.int32).ravel()
+    if words.size == 0:
+        raise ValueError("Params has at least one word (jw_params is never empty)")
+    buf = np.zeros(-(-words.size // 2) * 2, np.int32)
+    buf[:words.size] = words
+    return buf.view(np.dtype((np.void, buf.nbytes)))[0]
+
+
+def layout_arg(layout: Any) -> np.void:
+    """A `jaxwarp::Layout` (the ctypes struct `authoring.launch_layout` returns)
+    as a by-value kernel argument."""
+    return np.frombuffer(bytes(layout), LAYOUT_DTYPE).copy()[0]
+
+
 class PyCudaEnv:
     """A contract env stepped WarpDrive's way: its generated CUDA kernels
     launched from Python through PyCUDA, one launch per call, then a sync.
 
     The state lives in JAX arrays that this object owns and updates in place
     (``self.state``; obs/reward/done likewise); read them between steps with
-    `as_gpuarray` or `numpy()`.
+    `as_gpuarray` or `numpy()`. The launch layout (threads per env, envs per
+    block, shared-memory staging, hence which of the two kernels of a pass
+    runs) is the one the built library computes for the FFI path.
 
         env = PyCudaEnv(jaxwarp.make("tag_gridworld", backend="cuda"))
         env.reset(key, num_envs)                 # obs: f32[envs, agents, obs_dim]
@@ -100,31 +157,42 @@ class PyCudaEnv:
                              f"(got {type(env).__name__} with backend "
                              f"{getattr(env, 'backend', None)!r})")
         cuda, _ = _pycuda()
+        self._cuda = cuda
         self.env = env
         self.spec = env.spec
+        self.per_env = np.asarray(env._attrs["jw_per_env"], np.int32)  # state, then scratch
+        self._state_fields = len(env.spec.fields)
+        if len(self.per_env) > MAX_FIELDS:
+            raise ValueError(f"{env.name}: {len(self.per_env)} state and scratch fields; the "
+                             f"kernels take at most {MAX_FIELDS} (jaxwarp::kMaxFields)")
         self.ctx = primary_context(device)
         self.device = jax.devices("gpu")[device]
+        # The layout of the built library (jaxwarp_<env>_layout): the one the
+        # FFI launcher uses, not recomputed here.
+        self.layout = launch_layout(env.spec, env.params, "cuda", env._header)
+        lay = self.layout
+        self.tpe, self.epb = int(lay.tpe), int(lay.epb)
+        self.staged, self.obs_staged = bool(lay.staged), bool(lay.obs_staged)
+        self.words, self.scratch_words = int(lay.words), int(lay.scratch_words)
+        self.smem = int(lay.smem_bytes)
+        if self.scratch_words != int(self.per_env[self._state_fields:].sum()):
+            raise RuntimeError(f"{env.name}: the library's layout has {self.scratch_words} "
+                               "scratch words per env, the spec "
+                               f"{int(self.per_env[self._state_fields:].sum())} (stale build?)")
         cubin = _compile(env.spec, env._header, "cuda", cubin=True, params=env.params)
         self.module = cuda.module_from_file(str(cubin))
-        self._reset_fn = self.module.get_function(f"jaxwarp_{env.name}_reset_kernel")
-        self._step_fn = self.module.get_function(f"jaxwarp_{env.name}_step_kernel")
-        # Params as the kernel's by-value struct: its 4-byte fields in order,
-        # each passed as one argument (same layout; an empty struct is 1 byte).
-        self._params = list(env._attrs.values()) or [np.int8(0)]
-        n = env.num_agents
-        self.n = n
+        suffix = "_staged" if self.staged else ""
+        self._reset_fn = self.module.get_function(f"jaxwarp_{env.name}_reset_kernel{suffix}")
+        self._step_fn = self.module.get_function(f"jaxwarp_{env.name}_step_kernel{suffix}")
+        if self.smem > 48 * 1024:  # opt in, as jaxwarp::launch does
+            for fn in (self._reset_fn, self._step_fn):
+                fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 self.smem)
+        self._params = params_arg(env._attrs["jw_params"])
+        self._layout = layout_arg(lay)
+        self.n = env.num_agents
         self.obs_dim = env.obs_dim
         self.heads = len(env.spec.nvec(env.params))
-        self.tpe = n if n < 1024 else 1024
-        self.epb = 1 if self.tpe >= 128 else 128 // self.tpe
-        # What the generated launcher's layout_for() picks: state, then
-        # observations, staged in shared memory while they fit in 48 KiB.
-        budget = 48 * 1024 // 4 - 2 * self.epb
-        words = sum(n if f.scope == "agent" else 1 for f in env.spec.fields)
-        self.words = words if n > 1 and words * self.epb <= budget else 0
-        self.obs_staged = int(self.words * self.epb + self.epb * n * self.obs_dim <= budget)
-        self.smem = 4 * ((2 + self.words) * self.epb
-                         + (self.epb * n * self.obs_dim if self.obs_staged else 0))
         self.state = None
 
     def numpy(self, x: jax.Array) -> np.ndarray:
@@ -133,15 +201,46 @@ class PyCudaEnv:
         its first read, so it would not see later in-place steps.)"""
         return as_gpuarray(x).get()
 
-    def _bases(self):
-        return [np.uintp(device_pointer(getattr(self.state, f.name))) for f in self.spec.fields]
+    @staticmethod
+    def _key_words(key: jax.Array) -> jax.Array:
+        """u32[3]: the key words and the global index of the first env (0)."""
+        return jnp.concatenate([jnp.asarray(key_data_of(key), jnp.uint32).reshape(2),
+                                jnp.zeros((1,), jnp.uint32)])
 
-    def _grid(self, envs: int):
-        return dict(block=(self.tpe * self.epb, 1, 1),
-                    grid=((envs + self.epb - 1) // self.epb, 1))
+    def _call(self, step: bool) -> np.ndarray:
+        """The `jaxwarp::Call` of a reset or step over this env's buffers (0-d
+        CALL_DTYPE array; keys and actions are filled in per launch), as
+        ffi_impl::reset/step fill it: one key batch member; state fields, then
+        the scratch fields carved from one buffer (stride: every scratch word of
+        an env), or null when the layout stages scratch in shared memory."""
+        c = np.zeros((), CALL_DTYPE)
+        c["envs"] = c["per_member"] = self.num_envs
+        c["n"], c["obs_dim"] = self.n, self.obs_dim
+        c["obs"] = device_pointer(self.obs)
+        if step:
+            c["heads"] = self.heads
+            for name, x in (("reward", self.reward), ("done", self.done),
+                            ("term", self.terminated), ("trunc", self.truncated)):
+                c[name] = device_pointer(x)
+        k = self._state_fields
+        base = [device_pointer(getattr(self.state, f.name)) for f in self.spec.fields]
+        at = device_pointer(self._scratch)
+        for words in self.per_env[k:]:
+            base.append(0 if self.staged else at)
+            at += 4 * int(words)
+        fields = len(self.per_env)
+        c["base"][:fields] = base
+        c["per_env"][:fields] = self.per_env
+        c["stride"][:fields] = [*self.per_env[:k], *[self.scratch_words] * (fields - k)]
+        return c
+
+    def _launch(self, fn, call: np.ndarray) -> None:
+        fn(self._params, call[()], self._layout, block=(self.tpe * self.epb, 1, 1),
+           grid=((self.num_envs + self.epb - 1) // self.epb, 1), shared=self.smem)
+        self.ctx.synchronize()
 
     def reset(self, key: jax.Array, num_envs: int) -> None:
-        """Allocates the state (zeros, as before the FFI reset) and runs the reset
+        """Allocates the state (zeros, as the FFI reset zeroes it) and runs the reset
         kernel: fills self.state and self.obs."""
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or num_envs < 1:
@@ -157,32 +256,39 @@ class PyCudaEnv:
             self.done = jnp.zeros((num_envs,), bool)
             self.terminated = jnp.zeros((num_envs,), bool)
             self.truncated = jnp.zeros((num_envs,), bool)
-            keys = jnp.asarray(key_data_of(key), jnp.uint32).reshape(2)
+            # Sized as for the FFI call (unused, one word, when scratch is staged).
+            self._scratch = jnp.zeros(self.env._scratch(int(num_envs)).shape, jnp.int32)
+            self._key_buf = jnp.zeros((3,), jnp.uint32)  # step_pointers' u32[3] keys
+            keys = self._key_words(key)
         self.num_envs = int(num_envs)
-        self._reset_fn(*self._params, *self._bases(), np.int64(num_envs), np.int64(num_envs),
-                       np.uintp(device_pointer(keys)), np.int32(n), np.int32(self.obs_dim),
-                       np.uintp(device_pointer(self.obs)), np.int32(self.tpe),
-                       np.int32(self.epb), np.int32(self.words), np.int32(self.obs_staged),
-                       **self._grid(self.num_envs))
-        self.ctx.synchronize()
+        call = self._call(step=False)
+        call["keys"] = device_pointer(keys)
+        self._launch(self._reset_fn, call)
         self.prepare()
 
-    def step_pointers(self, key_ptr: int, actions_ptr: int) -> None:
-        """One step from raw device pointers (key: u32[2], actions: i32[envs, agents,
-        heads]), launched and synchronised: the per-step cost WarpDrive pays."""
-        self._step_fn(*self._params, *self._bases_cached, np.int64(self.num_envs),
-                      np.int64(self.num_envs), np.uintp(key_ptr), np.int32(self.n),
-                      np.int32(self.obs_dim), np.int32(self.heads), np.uintp(actions_ptr),
-                      *self._out_cached, np.int32(self.tpe), np.int32(self.epb),
-                      np.int32(self.words), np.int32(self.obs_staged), shared=self.smem,
-                      **self._grid(self.num_envs))
-        self.ctx.synchronize()
+    def step_pointers(self, key_ptr: int, actions_ptr: int, key_words: int = 2) -> None:
+        """One step from raw device pointers (actions: i32[envs, agents, heads]),
+        launched and synchronised: the per-step cost WarpDrive pays.
+
+        key_words=2: key_ptr points at the key data (u32[2]); it is copied (device
+        to device) into this env's u32[3] key buffer, whose third word (the global
+        index of the first env) is 0. key_words=3: key_ptr points at the kernels'
+        own u32[3] layout (key data, then 0) and is used as is, with no copy."""
+        if key_words == 2:
+            self._cuda.memcpy_dtod(self._key_ptr, int(key_ptr), 8)
+            key_ptr = self._key_ptr
+        elif key_words != 3:
+            raise ValueError(f"key_words must be 2 or 3; got {key_words!r}")
+        call = self._step_call
+        call["keys"] = int(key_ptr)
+        call["actions"] = int(actions_ptr)
+        self._launch(self._step_fn, call)
 
     def prepare(self) -> None:
-        """Caches the buffer addresses (they do not move between steps)."""
-        self._bases_cached = self._bases()
-        self._out_cached = [np.uintp(device_pointer(x)) for x in
-                            (self.obs, self.reward, self.done, self.terminated, self.truncated)]
+        """Caches the step's Call and the key buffer's address (the buffers do not
+        move between steps)."""
+        self._step_call = self._call(step=True)
+        self._key_ptr = device_pointer(self._key_buf)
 
     def step(self, key: jax.Array, actions: jax.Array) -> None:
         """One step in place: self.state, self.obs, self.reward, self.done."""
@@ -192,6 +298,6 @@ class PyCudaEnv:
         if tuple(actions.shape) != want or actions.dtype != jnp.int32:
             raise ValueError(f"actions: expected int32{list(want)}, got "
                              f"{actions.dtype}{list(actions.shape)}")
-        keys = jax.device_put(jnp.asarray(key_data_of(key), jnp.uint32).reshape(2), self.device)
+        keys = jax.device_put(self._key_words(key), self.device)
         actions = jax.device_put(actions, self.device)
-        self.step_pointers(device_pointer(keys), device_pointer(actions))
+        self.step_pointers(device_pointer(keys), device_pointer(actions), key_words=3)
