@@ -20,8 +20,111 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <atomic>
+#include <thread>
+#include <type_traits>
+
 #include "jaxwarp_kernels.h"
 #include "xla/ffi/api/ffi.h"
+
+
+namespace jaxwarp {
+
+// XLA:CPU's thread pool for FFI handlers (the pool that runs XLA's own
+// compute), reached through the FFI C API: the CPU handlers split envs over
+// it instead of starting threads of their own.
+struct CpuPool {
+  const XLA_FFI_Api* api = nullptr;
+  XLA_FFI_ExecutionContext* ctx = nullptr;
+
+  int64_t threads() const {
+    if (!api || !ctx) return 0;
+    XLA_FFI_ThreadPool_NumThreads_Args args;
+    args.struct_size = XLA_FFI_ThreadPool_NumThreads_Args_STRUCT_SIZE;
+    args.extension_start = nullptr;
+    args.ctx = ctx;
+    int64_t n = 0;
+    args.num_threads = &n;
+    if (XLA_FFI_Error* err = api->XLA_FFI_ThreadPool_NumThreads(&args)) {
+      destroy(err);
+      return 0;
+    }
+    return n;
+  }
+
+  // task(worker, next) for worker in [0, n): worker 0 on the calling thread,
+  // the others on the pool. Returns once every worker that started has
+  // finished; a task the pool has not started yet by then finds no work
+  // (the shared counter is past the end) and only drops its reference.
+  template <class T>
+  void run(int n, T&& task) const {
+    struct Shared {
+      std::atomic<int64_t> next{0};
+      std::atomic<int> workers{1};  // next worker id
+      std::atomic<int> running{0};
+      std::atomic<int> refs{1};
+      std::atomic<bool> closed{false};
+      int limit = 1;
+      std::remove_reference_t<T>* fn = nullptr;
+    };
+    auto* sh = new Shared;
+    sh->limit = n;
+    sh->fn = &task;
+    auto body = [](void* data) {
+      auto* s = static_cast<Shared*>(data);
+      s->running.fetch_add(1);
+      if (!s->closed.load()) {
+        const int w = s->workers.fetch_add(1);
+        if (w < s->limit) (*s->fn)(w, s->next);
+      }
+      s->running.fetch_sub(1);
+      if (s->refs.fetch_sub(1) == 1) delete s;
+    };
+    for (int i = 1; i < n; ++i) {
+      sh->refs.fetch_add(1);
+      XLA_FFI_ThreadPool_Schedule_Args args;
+      args.struct_size = XLA_FFI_ThreadPool_Schedule_Args_STRUCT_SIZE;
+      args.extension_start = nullptr;
+      args.ctx = ctx;
+      args.task = body;
+      args.data = sh;
+      if (XLA_FFI_Error* err = api->XLA_FFI_ThreadPool_Schedule(&args)) {
+        destroy(err);
+        sh->refs.fetch_sub(1);
+        break;  // no pool: the calling thread does the rest
+      }
+    }
+    task(0, sh->next);
+    // Late starters must not touch `task` (on this stack) after we return.
+    sh->closed.store(true);
+    while (sh->running.load() != 0) std::this_thread::yield();
+    if (sh->refs.fetch_sub(1) == 1) delete sh;
+  }
+
+ private:
+  void destroy(XLA_FFI_Error* err) const {
+    XLA_FFI_Error_Destroy_Args d;
+    d.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+    d.extension_start = nullptr;
+    d.error = err;
+    api->XLA_FFI_Error_Destroy(&d);
+  }
+};
+
+}  // namespace jaxwarp
+
+// The handlers receive the pool as a context argument (.Ctx<jaxwarp::CpuPool>()).
+template <>
+struct xla::ffi::CtxDecoding<jaxwarp::CpuPool> {
+  using Type = jaxwarp::CpuPool;
+  static std::optional<Type> Decode(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx,
+                                    DiagnosticEngine&) {
+    jaxwarp::CpuPool pool;
+    pool.api = api;
+    pool.ctx = ctx;
+    return pool;
+  }
+};
 
 namespace jaxwarp {
 namespace ffi_impl {
@@ -78,6 +181,23 @@ ffi::Error bind_results(Call* c, const ffi::RemainingRets& rets, bool scratch_gl
 }
 
 
+// Workers for the CPU loop: the pool's threads (and the caller), at most as
+// many as the scratch buffer has env slots (Python sizes it).
+template <class E>
+int cpu_workers(const Call& c, const ffi::RemainingRets& rets, const CpuPool* pool) {
+  int64_t slots = 1 << 30;
+  int32_t words = 0;
+  for (int f = E::kStateFields; f < E::kFields; ++f) words += c.per_env[f];
+  if (words > 0) {
+    auto scratch = rets.get<ffi::AnyBuffer>(E::kStateFields);
+    if (scratch.has_value()) slots = static_cast<int64_t>((*scratch)->element_count()) / words;
+  }
+  int64_t n = pool ? pool->threads() : 0;
+  n = n < 1 ? 1 : n;
+  n = n < slots ? n : slots;
+  return static_cast<int>(n < 1 ? 1 : n);
+}
+
 template <class E>
 ffi::Error reset(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> keys, ffi::RemainingRets rets,
                  ffi::Span<const int32_t> params, ffi::Span<const int32_t> per_env, int32_t n,
@@ -107,12 +227,14 @@ ffi::Error reset(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32>
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return ffi::Error::Internal(cudaGetErrorString(e));
 #else
-  (void)stream;
   (void)kernels;
   if (auto err = bind_results<E>(&c, rets, true); err.failure()) return err;
   for (int f = 0; f < E::kStateFields; ++f)
     memset(c.base[f], 0, 4 * static_cast<size_t>(c.per_env[f]) * c.envs);
-  reset_cpu<E>(p, c);
+  const CpuPool* pool = static_cast<const CpuPool*>(stream);
+  for_envs(c.envs, cpu_workers<E>(c, rets, pool),
+           [&](int n, auto&& task) { pool->run(n, task); },
+           [&](int64_t e, int worker) { reset_env_cpu<E>(p, c, e, worker); });
 #endif
   return ffi::Error::Success();
 }
@@ -170,9 +292,11 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   if (cudaError_t e = launch(kernels[l.staged ? 1 : 0], l, c.envs, s, &p, c); e != cudaSuccess)
     return ffi::Error::Internal(cudaGetErrorString(e));
 #else
-  (void)stream;
   (void)kernels;
-  step_cpu<E>(p, c);
+  const CpuPool* pool = static_cast<const CpuPool*>(stream);
+  for_envs(c.envs, cpu_workers<E>(c, rets, pool),
+           [&](int n, auto&& task) { pool->run(n, task); },
+           [&](int64_t e, int worker) { step_env_cpu<E>(p, c, e, worker); });
 #endif
   return ffi::Error::Success();
 }
@@ -264,16 +388,17 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
 #else
 #define JAXWARP_DEFINE_ENV(NAME, ENV)                                                        \
   JAXWARP_DEFINE_LAYOUT(NAME, ENV)                                                           \
-  static xla::ffi::Error jw_reset_##NAME(JAXWARP_HANDLER_ARGS_RESET) {                       \
-    return jaxwarp::ffi_impl::reset<ENV>(nullptr, nullptr, keys, rets, params, per_env, n,   \
+  static xla::ffi::Error jw_reset_##NAME(jaxwarp::CpuPool pool,                              \
+                                         JAXWARP_HANDLER_ARGS_RESET) {                       \
+    return jaxwarp::ffi_impl::reset<ENV>(nullptr, &pool, keys, rets, params, per_env, n,     \
                                          obs_dim);                                           \
   }                                                                                          \
-  static xla::ffi::Error jw_step_##NAME(JAXWARP_HANDLER_ARGS_STEP) {                         \
-    return jaxwarp::ffi_impl::step<ENV>(nullptr, nullptr, keys, actions, args, rets, params, \
+  static xla::ffi::Error jw_step_##NAME(jaxwarp::CpuPool pool, JAXWARP_HANDLER_ARGS_STEP) {  \
+    return jaxwarp::ffi_impl::step<ENV>(nullptr, &pool, keys, actions, args, rets, params,   \
                                         per_env, n, obs_dim, heads);                         \
   }                                                                                          \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_##NAME##_reset_cpu, jw_reset_##NAME,                 \
-                                JAXWARP_BIND_RESET(), {});                                   \
+                                JAXWARP_BIND_RESET(.Ctx<jaxwarp::CpuPool>()), {});           \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_##NAME##_step_cpu, jw_step_##NAME,                   \
-                                JAXWARP_BIND_STEP(), {});
+                                JAXWARP_BIND_STEP(.Ctx<jaxwarp::CpuPool>()), {});
 #endif

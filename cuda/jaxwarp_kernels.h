@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <atomic>
 #include <type_traits>
 #include <utility>
 
@@ -176,10 +177,10 @@ void observe_env(const typename E::Params& p, const typename E::State& s, const 
 }
 
 template <class E>
-void reset_env_cpu(const typename E::Params& p, const Call& c, int64_t e) {
+void reset_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int worker) {
   uint32_t k0, k1, env;
   member_of(c, e, &k0, &k1, &env);
-  const typename E::State s = state_at<E>(c.base, c.stride, e, 0);
+  const typename E::State s = state_at<E>(c.base, c.stride, e, worker);
   const Team t{c.n, 0, 1, true, nullptr};
   const Agent proto{env, 0, c.n, k0, k1, 0u};
   for (int i = 0; i < c.n; ++i) {
@@ -192,10 +193,10 @@ void reset_env_cpu(const typename E::Params& p, const Call& c, int64_t e) {
 }
 
 template <class E>
-void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e) {
+void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int worker) {
   uint32_t k0, k1, env;
   member_of(c, e, &k0, &k1, &env);
-  const typename E::State s = state_at<E>(c.base, c.stride, e, 0);
+  const typename E::State s = state_at<E>(c.base, c.stride, e, worker);
   const Team t{c.n, 0, 1, true, nullptr};
   const int n = c.n;
   bool any_term = false, any_trunc = false;
@@ -224,13 +225,22 @@ void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e) {
   c.trunc[e] = any_trunc;
 }
 
-template <class E>
-void reset_cpu(const typename E::Params& p, const Call& c) {
-  for (int64_t e = 0; e < c.envs; ++e) reset_env_cpu<E>(p, c, e);
-}
-template <class E>
-void step_cpu(const typename E::Params& p, const Call& c) {
-  for (int64_t e = 0; e < c.envs; ++e) step_env_cpu<E>(p, c, e);
+// Runs env(e, worker) for every env: envs are independent, so any split over
+// threads gives the same bits. `parallel(n_tasks, task)` (the handler's
+// thread pool) runs task(worker) for worker in [0, n_tasks); workers take
+// chunks of envs from a shared counter until none are left. Each worker
+// owns one env's scratch (scratch slot `worker`).
+template <class F, class P>
+void for_envs(int64_t envs, int workers, P&& parallel, F&& env) {
+  if (workers <= 1 || envs < 2) {
+    for (int64_t e = 0; e < envs; ++e) env(e, 0);
+    return;
+  }
+  parallel(workers, [&, envs](int worker, std::atomic<int64_t>& next) {
+    const int64_t chunk = envs / (8 * workers) + 1;
+    for (int64_t b = next.fetch_add(chunk); b < envs; b = next.fetch_add(chunk))
+      for (int64_t e = b; e < b + chunk && e < envs; ++e) env(e, worker);
+  });
 }
 
 #if defined(__CUDACC__)

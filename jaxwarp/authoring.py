@@ -710,11 +710,14 @@ class ContractEnv:
         return jnp.concatenate([key_data_of(key), off.astype(jnp.uint32)[None]])
 
     def _scratch(self, num_envs: int) -> jax.ShapeDtypeStruct:
-        """The scratch buffer: one env's words on the CPU (envs run in turn),
-        every env's on the GPU unless the layout keeps scratch in shared memory."""
+        """The scratch buffer: on the CPU one env's words per worker thread
+        (XLA's pool runs envs in parallel, each worker on its own slot); on
+        the GPU every env's, unless the layout keeps scratch in shared memory."""
         words = self._scratch_words
         if self.backend == "cuda" and not self._staged:
             words *= num_envs
+        elif self.backend == "cpu":
+            words *= min(num_envs, os.cpu_count() or 1)
         return jax.ShapeDtypeStruct((max(words, 1),), jnp.int32)
 
     def reset(self, key: jax.Array, num_envs: int, *, env_offset: Any = 0):
