@@ -49,18 +49,20 @@ def pycuda_ablation(steps: int) -> list[dict]:
         ka, kk = jax.random.split(jax.random.PRNGKey(1))
         actions = env.action_space.sample(ka, (steps, num_envs, env.num_agents))
         keys = jax.vmap(key_data_of)(jax.random.split(kk, steps)).astype(jax.numpy.uint32)
-        jax.block_until_ready((actions, keys))
+        # The kernels read 3 words per key (key, index of the first env).
+        keys3 = jax.numpy.concatenate([keys, jax.numpy.zeros((steps, 1), jax.numpy.uint32)], 1)
+        jax.block_until_ready((actions, keys, keys3))
 
         # 1. PyCUDA: one launch + context sync per step, on raw pointers.
         pc = PyCudaEnv(env)
         pc.reset(key, num_envs)
-        a0, k0 = device_pointer(actions), device_pointer(keys)
+        a0, k0 = device_pointer(actions), device_pointer(keys3)
         a_stride = actions[0].size * 4
-        pc.step_pointers(k0, a0)  # warm-up (module load, first launch)
+        pc.step_pointers(k0, a0, key_words=3)  # warm-up (module load, first launch)
         pc.reset(key, num_envs)
         t = time.perf_counter()
         for i in range(steps):
-            pc.step_pointers(k0 + 8 * i, a0 + a_stride * i)
+            pc.step_pointers(k0 + 12 * i, a0 + a_stride * i, key_words=3)
         pycuda_s = time.perf_counter() - t
 
         # 2. The jitted FFI step from a Python loop, sync per step.
