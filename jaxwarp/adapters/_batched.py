@@ -1,0 +1,225 @@
+"""A jaxwarp env at a fixed batch size behind two jitted calls: the common core
+of the host-side adapters (Gymnasium, PettingZoo, PyTorch).
+
+`BatchedEnv` keeps the key and the env state on the env's device between
+calls; `reset` and `step` are each one jitted call (the key is split inside
+it, the state and key buffers are donated, so the kernels update them in
+place). What crosses to the caller is what it asked for: observations,
+rewards, terminated/truncated flags and the final return of the envs whose
+episode ended.
+
+Key schedule (the direct API reproduces every value bit for bit)::
+
+    key = jax.random.key(seed)                   # reset(seed)
+    key, k = jax.random.split(key); obs, state = env.reset(k, num_envs)
+    key, k = jax.random.split(key); env.step(k, state, actions)   # each step
+
+A reset without a seed continues from the current key.
+
+Layout (``squeeze_agent=True`` and a single-agent env): the agent axis is
+dropped, so ``obs: f32[envs, obs_dim]``, ``reward: f32[envs]`` and actions
+``i32[envs]`` (one action head) or ``i32[envs, heads]``. Otherwise
+``obs: f32[envs, agents, obs_dim]``, ``reward: f32[envs, agents]``, actions
+``i32[envs, agents, heads]`` (jaxwarp's own layout).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwarp.core import auto_reset
+
+
+class StepOut(NamedTuple):
+    """One step's outputs, device arrays in the adapter's layout.
+
+    obs: f32[envs, (agents,) obs_dim] (for done envs: the next episode's first obs);
+    reward: f32[envs, (agents)]; terminated, truncated: bool[envs];
+    final_return: f32[envs, (agents)]: the return of the episode that ended
+        where terminated | truncated, 0 elsewhere; None if the env's state
+        has no ``episode_return`` field.
+    """
+
+    obs: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_return: jax.Array | None
+
+
+def env_device(env: Any) -> jax.Device:
+    """The device the env's kernels run on: the GPU for backend "cuda", the CPU
+    for "cpu", JAX's default device for "jax"."""
+    backend = getattr(env, "backend", "jax")
+    if backend == "cuda":
+        return jax.devices("gpu")[0]
+    if backend == "cpu":
+        return jax.devices("cpu")[0]
+    return jax.devices()[0]
+
+
+class BatchedEnv:
+    """``num_envs`` copies of a jaxwarp env, stepped by one jitted call each step.
+
+    Args:
+        env: a jaxwarp env (`jaxwarp.make(...)`).
+        num_envs: batch size, fixed for the life of the object.
+        squeeze_agent: drop the agent axis of single-agent envs (see the module
+            docstring).
+    """
+
+    def __init__(self, env: Any, num_envs: int, squeeze_agent: bool = True):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
+                or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+        self.env = env
+        self.num_envs = int(num_envs)
+        self.num_agents = int(env.num_agents)
+        self.obs_dim = int(env.obs_dim)
+        self.nvec = tuple(int(v) for v in env.action_space.nvec)
+        self.heads = len(self.nvec)
+        self.squeezed = bool(squeeze_agent) and self.num_agents == 1
+        self.device = env_device(env)
+        if self.squeezed:
+            self.action_shape: tuple[int, ...] = () if self.heads == 1 else (self.heads,)
+            self.obs_shape: tuple[int, ...] = (self.obs_dim,)
+        else:
+            self.action_shape = (self.num_agents, self.heads)
+            self.obs_shape = (self.num_agents, self.obs_dim)
+        # nvec broadcast to one action's shape (host-side range check).
+        self._nvec_np = np.broadcast_to(np.asarray(self.nvec, np.int64),
+                                        self.action_shape or (1,)).reshape(self.action_shape)
+        self._key: jax.Array | None = None
+        self._state: Any = None
+        self._obs: jax.Array | None = None
+        self._reset_fn, self._masked_fn, self._step_fn = _compiled(
+            env, self.num_envs, self.squeezed, bool(getattr(env, "checks", False)))
+
+    # -- host API ----------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        return self._state is not None
+
+    def reset(self, seed: int | None = None, mask: Any = None) -> jax.Array:
+        """Resets every env (or, with ``mask: bool[envs]``, those where mask is
+        true; the others keep their state and observation). Returns obs.
+
+        seed: an int starts a new key (``jax.random.key(seed)``); None
+        continues from the current key (a first reset without a seed draws one
+        from NumPy's entropy).
+        """
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+                raise TypeError("seed must be an int or None (one key seeds the whole batch; "
+                                f"env e draws its own stream from it); got {seed!r}")
+            self._key = jax.device_put(jax.random.key(int(seed)), self.device)
+        elif self._key is None:
+            fresh = int(np.random.SeedSequence().generate_state(1)[0])
+            self._key = jax.device_put(jax.random.key(fresh), self.device)
+        if mask is None or not self.started:
+            if mask is not None:
+                raise ValueError("a masked reset needs a first full reset")
+            self._key, self._state, self._obs = self._reset_fn(self._key)
+        else:
+            mask = np.asarray(mask)
+            if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
+                raise ValueError(f"reset mask must be bool[{self.num_envs}]; got "
+                                 f"{mask.dtype}{list(mask.shape)}")
+            self._key, self._state, self._obs = self._masked_fn(
+                self._key, self._state, self._obs, mask)
+        return self._obs
+
+    def check_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Host-side check of numpy actions: shape, integer dtype, range.
+        Returns them as int32."""
+        want = (self.num_envs, *self.action_shape)
+        if tuple(actions.shape) != want:
+            raise ValueError(f"actions must have shape {want}; got {tuple(actions.shape)}")
+        if not np.issubdtype(actions.dtype, np.integer):
+            raise TypeError(f"actions must be integers; got dtype {actions.dtype}")
+        if actions.size and (actions.min() < 0 or np.any(actions >= self._nvec_np)):
+            raise ValueError(f"actions out of range: each action head h must lie in "
+                             f"[0, nvec[h]) with nvec={self.nvec}")
+        return actions.astype(np.int32, copy=False)
+
+    def step(self, actions: Any) -> StepOut:
+        """One step of every env. actions: int32 array (numpy or a device array
+        already checked by the caller) of shape ``(num_envs, *action_shape)``."""
+        if not self.started:
+            raise RuntimeError("call reset() before step()")
+        self._key, self._state, out = self._step_fn(self._key, self._state, actions)
+        self._obs = out.obs
+        return out
+
+    @property
+    def state(self) -> Any:
+        """The env state (device arrays; donated by the next step: read, do not keep)."""
+        return self._state
+
+    def close(self) -> None:
+        self._key = self._state = self._obs = None
+
+
+# ---------------------------------------------------------------------------
+# The jitted bodies: one set per (env, num_envs, layout), shared by every
+# adapter over the same env object (a new adapter does not recompile).
+# ---------------------------------------------------------------------------
+def _user(x: jax.Array, squeezed: bool) -> jax.Array:
+    return x[:, 0] if squeezed else x
+
+
+def _reset_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array):
+    key, k = jax.random.split(key)
+    obs, state = env.reset(k, num_envs)
+    return key, state, _user(obs, squeezed)
+
+
+def _masked_reset_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, state: Any,
+                       obs: jax.Array, mask: jax.Array):
+    key, fresh_state, fresh_obs = _reset_impl(env, num_envs, squeezed, key)
+    return key, auto_reset(mask, fresh_state, state), auto_reset(mask, fresh_obs, obs)
+
+
+def _step_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, state: Any,
+               actions: jax.Array):
+    key, k = jax.random.split(key)
+    heads = len(env.action_space.nvec)
+    actions = actions.reshape(num_envs, env.num_agents, heads)
+    obs, state, reward, done, info = env.step(k, state, actions)
+    truncated = info.get("truncated", jnp.zeros_like(done))
+    terminated = info.get("terminated", done & ~truncated)
+    ret = getattr(state, "episode_return", None)
+    if ret is not None:
+        # A new array, not the state's buffer (the next step donates that one).
+        d = done.reshape(done.shape + (1,) * (ret.ndim - 1))
+        ret = jnp.where(d, ret, jnp.zeros_like(ret))
+        ret = _user(ret, squeezed) if ret.ndim == 2 else ret
+    out = StepOut(_user(obs, squeezed), _user(reward, squeezed), terminated, truncated, ret)
+    return key, state, out
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(env: Any, num_envs: int, squeezed: bool, checks: bool):
+    """(reset, masked reset, step): jitted, key and state donated; with
+    checks=True the env reports out-of-range actions through checkify and
+    the call raises on the host."""
+    def make(fn: Any, donate: tuple[int, ...]) -> Any:
+        body = functools.partial(fn, env, num_envs, squeezed)
+        if not checks:
+            return jax.jit(body, donate_argnums=donate)
+        from jax.experimental import checkify
+
+        checked = jax.jit(checkify.checkify(body), donate_argnums=donate)
+
+        def call(*args: Any) -> Any:
+            err, out = checked(*args)
+            err.throw()
+            return out
+        return call
+
+    return make(_reset_impl, ()), make(_masked_reset_impl, (0, 1)), make(_step_impl, (0, 1))
