@@ -35,5 +35,6 @@ def test_tutorial_env_trains_with_the_cli(tmp_path):
     assert code == 0
     returns = [r["agent/episode_return"] for r in read_metrics(out)]
     first, last = np.nanmean(returns[:10]), np.nanmean(returns[-10:])
-    # Random walkers score about -7 per episode; agents that walk home earn the bonus.
+    # Near-random walkers run out their 100 steps (returns around -20 to -50 in the first
+    # updates); agents that walk home end early and earn the bonus.
     assert last > first + 8, (first, last)

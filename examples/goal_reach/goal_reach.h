@@ -5,17 +5,12 @@
 // minus its distance to the goal, plus `bonus` once it is within `radius`
 // (it then stays there). The episode ends when every agent is home
 // (terminated) or after `max_steps` (truncated).
+//
+// Params and State are generated from the spec in goal_reach.py
+// (GoalReachParams, GoalReachState) before this header is included.
 #pragma once
 
 constexpr int kStepPhases = 2;  // 0: move and score, 1: agent 0 checks if all are home
-
-JAXWARP_STATE(f32, x, agent)
-JAXWARP_STATE(f32, y, agent)
-JAXWARP_STATE(i32, home, agent)
-JAXWARP_STATE(f32, goal_x, env)
-JAXWARP_STATE(f32, goal_y, env)
-JAXWARP_STATE(i32, timestep, env)
-JAXWARP_STATE(f32, episode_return, agent)
 
 JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   const int i = a.agent;

@@ -1,9 +1,13 @@
 """Goal reach: the tutorial env of docs/custom_env.md, written as a user would.
 
-The kernel is `goal_reach.h` (next to this file); this module is its spec:
-params, state, the pure-JAX reference, and a `make` that builds the kernels
-at run time (`jaxwarp.build_env`) and registers the env under "goal_reach"
-so that `jaxwarp.make` and `jaxwarp train env=goal_reach` find it.
+The env is two files: the kernel `goal_reach.h` (next to this file) and this
+module, its spec: the params dataclass, the state fields, the pure-JAX
+reference and `SPEC`. Importing it registers the env under "goal_reach", so
+that `jaxwarp.make("goal_reach")` and
+`jaxwarp train env_module=examples/goal_reach/goal_reach.py env=goal_reach`
+find it; the kernels are compiled at first use (`jaxwarp.build_env`).
+The code blocks of docs/custom_env.md are excerpts of this file
+(tests/test_docs.py checks that they still are).
 
 | observation (f32[envs, agents, 3]) | goal_x - x, goal_y - y, home (0/1) |
 |---|---|
@@ -11,8 +15,6 @@ so that `jaxwarp.make` and `jaxwarp train env=goal_reach` find it.
 | reward | -distance to the goal, + bonus on arrival |
 | end | terminated: all agents home; truncated: max_steps |
 """
-
-from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
@@ -23,7 +25,8 @@ import numpy as np
 from flax import struct
 
 import jaxwarp
-from jaxwarp.authoring import ContractEnv, EnvSpec, StateField, agent_uniform
+from jaxwarp.authoring import EnvSpec, agent_uniform, state_field
+from jaxwarp.core import auto_reset
 
 F32 = np.float32
 
@@ -45,16 +48,16 @@ class GoalReachParams:
 
 @struct.dataclass
 class GoalReachState:
-    x: jax.Array  # f32[envs, agents]
-    y: jax.Array  # f32[envs, agents]
-    home: jax.Array  # i32[envs, agents]
-    goal_x: jax.Array  # f32[envs]
-    goal_y: jax.Array  # f32[envs]
-    timestep: jax.Array  # i32[envs]
-    episode_return: jax.Array  # f32[envs, agents]
+    x: jax.Array = state_field("f32")  # f32[envs, agents]
+    y: jax.Array = state_field("f32")
+    home: jax.Array = state_field("i32")  # i32[envs, agents], 1 once within radius
+    goal_x: jax.Array = state_field("f32", "env")  # f32[envs]
+    goal_y: jax.Array = state_field("f32", "env")
+    timestep: jax.Array = state_field("i32", "env")  # i32[envs]
+    episode_return: jax.Array = state_field("f32")  # f32[envs, agents]
 
 
-def _fresh(p: GoalReachParams, key_data: jax.Array, num_envs: int) -> dict[str, jax.Array]:
+def _fresh(p, key_data, num_envs):
     """A new episode for every env: the draws reset() makes in goal_reach.h."""
     n = p.num_agents
     return dict(x=agent_uniform(key_data, num_envs, n, 0),
@@ -64,20 +67,19 @@ def _fresh(p: GoalReachParams, key_data: jax.Array, num_envs: int) -> dict[str, 
                 goal_y=agent_uniform(key_data, num_envs, 1, 3)[:, 0])
 
 
-def observe(p: GoalReachParams, s: GoalReachState) -> jax.Array:
+def observe(p, s):
     return jnp.stack([s.goal_x[:, None] - s.x, s.goal_y[:, None] - s.y,
                       s.home.astype(jnp.float32)], axis=-1)
 
 
-def reference_reset(p: GoalReachParams, key_data: jax.Array, num_envs: int):
+def reference_reset(p, key_data, num_envs):
     s = GoalReachState(**_fresh(p, key_data, num_envs),
                        timestep=jnp.zeros((num_envs,), jnp.int32),
                        episode_return=jnp.zeros((num_envs, p.num_agents), jnp.float32))
     return observe(p, s), s
 
 
-def reference_step(p: GoalReachParams, key_data: jax.Array, s: GoalReachState,
-                   actions: jax.Array):
+def reference_step(p, key_data, s, actions):
     m = actions[..., 0]
     home = s.home == 1
     h = F32(p.step_size)
@@ -94,13 +96,14 @@ def reference_step(p: GoalReachParams, key_data: jax.Array, s: GoalReachState,
     terminated = jnp.all(home | arrived, axis=1)
     truncated = t >= p.max_steps
     done = terminated | truncated
-    fresh = _fresh(p, key_data, s.x.shape[0])
-    moved = dict(x=x, y=y, home=(home | arrived).astype(jnp.int32), goal_x=s.goal_x,
-                 goal_y=s.goal_y)
-    pick = {k: jnp.where(done if v.ndim == 1 else done[:, None], fresh[k], v)
-            for k, v in moved.items()}
-    new = GoalReachState(**pick, timestep=jnp.where(done, 0, t), episode_return=episode_return)
-    info = {"terminated": terminated, "truncated": truncated, "episode_return": episode_return}
+    # Auto-reset, as the kernels do it: every field reset() writes is taken from
+    # a fresh start (drawn with this step's key) where done; the others
+    # (episode_return) keep the stepped value.
+    stepped = dict(x=x, y=y, home=(home | arrived).astype(jnp.int32), goal_x=s.goal_x,
+                   goal_y=s.goal_y, timestep=t)
+    fresh = dict(_fresh(p, key_data, s.x.shape[0]), timestep=jnp.zeros_like(t))
+    new = GoalReachState(**auto_reset(done, fresh, stepped), episode_return=episode_return)
+    info = {"terminated": terminated, "truncated": truncated}
     return observe(p, new), new, reward, done, info
 
 
@@ -109,21 +112,11 @@ SPEC = EnvSpec(
     header=Path(__file__).with_name("goal_reach.h"),
     params_type=GoalReachParams,
     state_type=GoalReachState,
-    fields=(StateField("x", "f32"), StateField("y", "f32"), StateField("home", "i32"),
-            StateField("goal_x", "f32", "env"), StateField("goal_y", "f32", "env"),
-            StateField("timestep", "i32", "env"), StateField("episode_return", "f32")),
+    fields=None,  # declared once, on GoalReachState (state_field)
     num_agents=lambda p: p.num_agents,
     obs_dim=lambda p: 3,
     nvec=lambda p: (5,),
     reference_reset=reference_reset,
     reference_step=reference_step,
 )
-
-
-class GoalReach(ContractEnv):
-    def __init__(self, params: GoalReachParams | None = None, backend: str = "auto",
-                 checks: bool = False):
-        super().__init__(SPEC, params=params, backend=backend)
-
-
-jaxwarp.register_env("goal_reach", GoalReach, GoalReachParams)
+jaxwarp.register_spec(SPEC)

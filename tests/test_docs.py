@@ -1,0 +1,110 @@
+"""docs/custom_env.md runs as written.
+
+The tutorial's code blocks are extracted and run, so the page cannot drift
+from the code:
+
+* a block preceded by ``<!-- file: NAME -->`` is (part of) a file of the
+  example env in examples/goal_reach/: a ``cpp`` block must be the whole
+  file, a ``python`` block a verbatim excerpt of it;
+* every ``python`` block not preceded by ``<!-- no-test -->`` is executed,
+  in page order, in one module namespace, on CPU, in a temporary folder that
+  holds the page's header (``__file__`` points there, so the spec finds it).
+  The blocks assert on their results themselves (cpu == jax bit for bit over
+  a rollout, the consistency reports, the checkify error); this test checks
+  the namespace they leave behind as well.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from jaxwarp import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "custom_env.md"
+EXAMPLE = ROOT / "examples" / "goal_reach"
+
+# An optional <!-- mark --> line, then a fenced block.
+_BLOCK = re.compile(r"(?:^<!--[ \t]*(?P<mark>[^\n]*?)[ \t]*-->\n)?^```(?P<lang>[\w+-]*)\n(?P<body>.*?)^```",
+                    re.M | re.S)
+
+
+def _blocks() -> list[dict]:
+    text = DOC.read_text()
+    out = []
+    for m in _BLOCK.finditer(text):
+        mark = m.group("mark") or ""
+        assert mark in ("", "no-test") or mark.startswith("file:"), (
+            f"docs/custom_env.md: unknown mark <!-- {mark} --> before a code block")
+        out.append(dict(lang=m.group("lang"), body=m.group("body"),
+                        line=text.count("\n", 0, m.start("body")) + 1,
+                        skip=mark == "no-test",
+                        file=mark[len("file:"):].strip() if mark.startswith("file:") else None))
+    return out
+
+
+def test_doc_blocks_are_the_example_files():
+    blocks = _blocks()
+    files = [b for b in blocks if b["file"]]
+    assert {b["file"] for b in files} == {"goal_reach.h", "goal_reach.py"}
+    assert {b["lang"] for b in blocks} >= {"cpp", "python", "bash"}
+    for b in files:
+        source = (EXAMPLE / b["file"]).read_text()
+        if b["lang"] == "cpp":
+            assert b["body"] == source, (
+                f"docs/custom_env.md line {b['line']}: the {b['file']} block differs from "
+                f"examples/goal_reach/{b['file']}")
+        else:
+            assert b["body"] in source, (
+                f"docs/custom_env.md line {b['line']}: this {b['file']} block is not a verbatim "
+                f"excerpt of examples/goal_reach/{b['file']}")
+    # Everything that makes the env is on the page: header, state, reference, spec.
+    shown = "".join(b["body"] for b in files if b["lang"] == "python")
+    for name in ("class GoalReachParams", "class GoalReachState", "def reference_reset",
+                 "def reference_step", "SPEC = EnvSpec(", "jaxwarp.register_spec(SPEC)"):
+        assert name in shown, name
+
+
+def test_doc_python_blocks_run(tmp_path, monkeypatch):
+    blocks = _blocks()
+    skipped = [b["line"] for b in blocks if b["skip"] and b["lang"] == "python"]
+    assert len(skipped) <= 2, f"too many <!-- no-test --> python blocks (lines {skipped})"
+    for b in blocks:  # the page's header files, next to where the spec expects them
+        if b["file"] and b["lang"] == "cpp":
+            (tmp_path / b["file"]).write_text(b["body"])
+    monkeypatch.chdir(tmp_path)
+    # The page registers goal_reach (from tmp_path); leave the registry as it was.
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    module = types.ModuleType("jaxwarp_doc_custom_env")
+    module.__file__ = str(tmp_path / "goal_reach.py")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    ran = 0
+    with jax.default_device(jax.devices("cpu")[0]):
+        for b in blocks:
+            if b["lang"] != "python" or b["skip"]:
+                continue
+            # Padded with newlines so that tracebacks give the page's line numbers.
+            code = compile("\n" * (b["line"] - 1) + b["body"], str(DOC), "exec")
+            exec(code, module.__dict__)
+            ran += 1
+    ns = module.__dict__
+    assert ran >= 8, ran
+    # What the blocks computed (they assert on it too; checked here so that
+    # removing an assert from the page does not go unnoticed).
+    assert Path(ns["SPEC"].header).parent == tmp_path
+    assert ns["env"].backend == "cpu" and ns["env"].checks
+    out_cpu, out_ref = ns["out_cpu"], ns["out_ref"]
+    for a, b in zip(jax.tree.leaves(out_cpu), jax.tree.leaves(out_ref), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(np.sum(out_cpu[1][2])) > 0  # the rollout went through auto-resets
+    assert ns["err"].get() is not None
+    report = ns["report"]  # the last one: tag_continuous with the neighbour grid
+    assert report.ok and report.mismatch is None and report.steps == 30
+    assert report.episodes_finished >= 2
+
