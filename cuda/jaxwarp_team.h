@@ -178,8 +178,8 @@ struct Team {
 // jaxwarp.authoring.grid_scratch: cells + 1 + 5 n words), carved by carve() into
 //   start: i32[cells + 1], id: i32[n], px, py: f32[n] (positions sorted by
 //   cell), cell, rank: i32[n].
-// Build it in a team pass (team.sync() before the first query); query from
-// any agent afterwards.
+// Build it in a team pass (build() ends with a barrier); query from any
+// agent afterwards.
 // ---------------------------------------------------------------------------
 constexpr int kNoNeighbour = -1;
 

@@ -176,12 +176,12 @@ class EnvSpec:
     name: str
     header: str | Path
     params_type: type
-    fields: tuple[StateField, ...] | None
     num_agents: Callable[[Any], int]
     obs_dim: Callable[[Any], int]
     nvec: Callable[[Any], tuple[int, ...]]
     reference_reset: Callable[..., Any]
     reference_step: Callable[..., Any]
+    fields: tuple[StateField, ...] | None = None
     state_type: type | None = None
     obs_bounds: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None
     policy_groups: Callable[[Any], dict[str, np.ndarray]] | None = None
@@ -211,8 +211,11 @@ def make_state_type(name: str, fields: tuple[StateField, ...]) -> type:
     cls_name = "".join(w.capitalize() for w in name.split("_")) + "State"
     doc = "\n".join(f"{f.name}: {f.dtype}[envs{', agents' if f.scope == 'agent' else ''}]"
                     for f in fields)
-    cls = dataclasses.make_dataclass(cls_name, [(f.name, jax.Array) for f in fields],
-                                     namespace={"__doc__": f"State of {name}.\n\n{doc}"})
+    # A plain class: struct.dataclass makes it a frozen dataclass (a class
+    # that is already a dataclass would keep its non-frozen __init__).
+    cls = type(cls_name, (), {"__annotations__": {f.name: jax.Array for f in fields},
+                              "__doc__": f"State of {name}.\n\n{doc}",
+                              "__module__": __name__})
     return struct.dataclass(cls)
 
 
@@ -845,9 +848,9 @@ def _require_zero_offset(env_offset: Any) -> None:
 
 
 def build_env(spec: EnvSpec, params: Any = None, backend: str = "auto",
-              header: str | Path | None = None) -> ContractEnv:
+              header: str | Path | None = None, checks: bool = False) -> ContractEnv:
     """Builds (or loads from the cache) the env's kernels for `backend` and
     returns the env. Raises EnvBuildError with the field, file and line at
     fault when the header and spec disagree or the code does not compile."""
-    return ContractEnv(spec, params=params, backend=backend, header=header)
+    return ContractEnv(spec, params=params, backend=backend, header=header, checks=checks)
 

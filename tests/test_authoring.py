@@ -262,3 +262,17 @@ def test_unwritable_cache_names_the_variable(tmp_path, monkeypatch):
     spec = dataclasses.replace(CARTPOLE, name="cache_ro", header=hdr)
     with pytest.raises(EnvBuildError, match="JAXWARP_CACHE_DIR"):
         authoring._compile(spec, hdr, "cpu")
+
+
+def test_state_type_generated_from_the_spec_fields(cache):
+    """State declared once in the spec (no dataclass): the generated pytree
+    type is frozen, named after the env, and reset/step return it."""
+    spec = dataclasses.replace(CARTPOLE, name="cartpole_generated", state_type=None)
+    env = build_env(spec, backend="cpu", checks=True)
+    _, state = env.reset(jax.random.PRNGKey(0), 3)
+    assert type(state).__name__ == "CartpoleGeneratedState"
+    assert [f.name for f in dataclasses.fields(state)] == [f.name for f in CARTPOLE.fields]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.x = state.x
+    _, state2, *_ = env.step(jax.random.PRNGKey(1), state, jnp.zeros((3, 1), jnp.int32))
+    assert type(state2) is type(state) and env.checks
