@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from jaxwarp.train.config import ConfigError, load_config, shipped_configs
@@ -88,8 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         return _build(list(args.envs), args.backend)
 
-    from jaxwarp.train.runner import train_run
+    from jaxwarp.train.runner import CheckpointWarning, RunError, train_run
 
+    def one_line_warning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, CheckpointWarning):
+            print(f"jaxwarp train: warning: {message}", file=sys.stderr)
+        else:
+            default_showwarning(message, category, filename, lineno, file, line)
+
+    default_showwarning = warnings.showwarning
+    warnings.showwarning = one_line_warning
     try:
         if args.resume:
             if args.overrides or args.config or args.env or args.out:
@@ -103,9 +112,11 @@ def main(argv: list[str] | None = None) -> int:
             config = load_config(args.config, overrides)
             out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
             result = train_run(config, out, seeds=args.seeds, progress=not args.no_progress)
-    except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as e:
-        print(f"jaxwarp train: error: {e}", file=sys.stderr)
+    except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError) as e:
+        print(f"jaxwarp train: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
+    finally:
+        warnings.showwarning = default_showwarning
     s = result.summary
     print(f"{s['updates']}/{s['num_updates']} updates, {s['env_steps_per_seed']:,} env-steps per "
           f"seed x {s['seeds']} seed(s); {s['env_steps_per_s']:,.0f} env-steps/s "

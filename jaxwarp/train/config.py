@@ -9,6 +9,7 @@ minibatch size, ...) are computed by `derived`, never written back.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ class TrainConfig:
 
     env: str = "tag_continuous"  # registered env name (jaxwarp.registered_envs())
     env_module: str | None = None  # a .py file or module to import first (registers a user env)
-    env_config: str | None = "warpdrive_default"  # named env configuration or None
+    env_config: str | None = None  # named env configuration (jaxwarp.make's config=) or None
     env_params: tuple[tuple[str, Any], ...] = ()  # env parameter overrides (name, value)
     backend: str = "auto"  # env backend: "auto" | "cuda" | "cpu" | "jax"
     # action sampler: "auto" (the kernel unless backend is "jax") | "cuda" | "cpu" | "jax"
@@ -145,6 +146,8 @@ def _coerce(where: str, value: Any, default: Any, allow_none: bool) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):  # .inf / .nan would train on NaN losses
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if isinstance(default, str) or (default is None and allow_none):
         if not isinstance(value, str):
@@ -261,6 +264,15 @@ def validate(c: TrainConfig) -> None:
     need(0 <= c.seed < 2**31, "seed", "an integer in [0, 2**31)")
 
 
+def yaml_error(e: yaml.YAMLError) -> str:
+    """One line for a YAML error: the problem and where (line and column, 1-based)."""
+    problem = getattr(e, "problem", None) or " ".join(str(e).split())
+    mark = getattr(e, "problem_mark", None)
+    if mark is not None:
+        problem += f" at line {mark.line + 1}, column {mark.column + 1}"
+    return problem
+
+
 def parse_override(text: str) -> dict[str, Any]:
     """``"a.b=value"`` -> ``{"a": {"b": value}}`` with the value parsed as YAML."""
     if "=" not in text:
@@ -268,7 +280,11 @@ def parse_override(text: str) -> dict[str, Any]:
     key, raw = text.split("=", 1)
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {text!r}: empty key")
-    value = yaml.safe_load(raw) if raw.strip() else None
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({yaml_error(e)})"
+                          ) from None
     out: dict[str, Any] = {}
     node = out
     parts = key.split(".")
@@ -302,7 +318,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             shipped = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
             raise ConfigError(f"config {str(path)!r}: no such file and not a shipped config "
                               f"(shipped: {shipped})")
-        loaded = yaml.safe_load(p.read_text())
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config {str(p)!r}: invalid YAML ({yaml_error(e)})") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"config {str(p)!r}: cannot read it ({e})") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, Mapping):

@@ -11,9 +11,13 @@ the resumed run reproduces the uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
+import os
+import shutil
+import sys
 import time
 import warnings
 from collections.abc import Mapping
@@ -26,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from jaxwarp.train.config import ConfigError, TrainConfig, config_from_dict
+from jaxwarp.train.config import ConfigError, TrainConfig, config_from_dict, yaml_error
 from jaxwarp.train.trainer import RunnerState, build_trainer
 
 CONFIG_FILE = "config.yaml"
@@ -34,6 +38,7 @@ METRICS_JSONL = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
 SUMMARY_FILE = "summary.json"
 PLOT_FILE = "learning_curve.png"
+LOCK_FILE = ".lock"
 
 
 @dataclass
@@ -62,8 +67,9 @@ def _rows(metrics: Mapping[str, np.ndarray], first_update: int, seeds: list[int]
     return rows
 
 
-def _json_value(v: float) -> Any:
-    return None if isinstance(v, float) and math.isnan(v) else v
+def _json_value(v: Any) -> Any:
+    """NaN/inf -> None (null): strict JSON has no NaN or Infinity."""
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 class _MetricWriter:
@@ -75,7 +81,8 @@ class _MetricWriter:
         self.fields: list[str] | None = None
         if keep_until is not None:  # resume: drop rows logged after the checkpoint
             kept = [r for r in read_metrics(out_dir) if r["update"] <= keep_until]
-            self.jsonl.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            self.jsonl.write_text("".join(
+                json.dumps({k: _json_value(v) for k, v in r.items()}) + "\n" for r in kept))
             self.csv.unlink(missing_ok=True)
             self._append_csv(kept)
         else:
@@ -113,7 +120,7 @@ class _MetricWriter:
                 for k in rs[0]:
                     if k in ("update", "seed", "env_steps"):
                         continue
-                    vals = [r[k] for r in rs if not math.isnan(r[k])]
+                    vals = [r[k] for r in rs if math.isfinite(r[k])]
                     if vals:
                         self.tb.add_scalar(k, float(np.mean(vals)), step)
             self.tb.flush()
@@ -158,58 +165,79 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     (at a chunk boundary, as if killed; used by tests). time_limit_s: stop
     at the first chunk boundary after that many seconds (compile included);
     the run can be resumed later.
+
+    Reliability: the run holds an exclusive lock on out_dir/.lock (released
+    on exit, also when killed), so a second run on the same folder fails
+    with RunLockedError. config.yaml is written once training starts; a
+    folder this call created is removed again if the run fails before. A
+    resumed run falls back past unreadable checkpoints (CheckpointWarning
+    naming each; moved to checkpoints_corrupt/) and raises CheckpointError
+    if none is intact. NaN/inf in a loss or in the parameters stops the run
+    with NonFiniteError naming the update; no checkpoint is written after it.
     """
     import orbax.checkpoint as ocp
 
     out = Path(out_dir)
-    if resume:
-        saved = out / CONFIG_FILE
-        if not saved.exists():
-            raise FileNotFoundError(f"--resume {out}: no {CONFIG_FILE} there (not a jaxwarp run)")
-        meta = yaml.safe_load(saved.read_text())
-        saved_config = config_from_dict(meta["config"])
-        if config is not None and config != saved_config:
-            raise ConfigError(f"--resume {out}: the given config differs from the saved one; "
-                              "resume takes its config from the run folder")
-        config, seeds = saved_config, int(meta["seeds"])
-    else:
-        if config is None:
-            raise ValueError("train_run: config is required unless resume=True")
-        if (out / "checkpoints").exists() and any((out / "checkpoints").iterdir()):
-            raise FileExistsError(f"{out} already holds a run; pass --resume {out} to continue "
-                                  "it or choose another --out")
-        out.mkdir(parents=True, exist_ok=True)
-        (out / CONFIG_FILE).write_text(yaml.safe_dump(
-            {"config": config.to_dict(), "seeds": seeds}, sort_keys=False))
+    if resume and not (out / CONFIG_FILE).exists():
+        raise FileNotFoundError(f"--resume {out}: no {CONFIG_FILE} there (not a jaxwarp run)")
+    if not resume and config is None:
+        raise ValueError("train_run: config is required unless resume=True")
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1; got {seeds}")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunError(f"cannot create the output folder {out}: {e}") from None
+    lock = _RunLock(out)
+    started = False  # config.yaml written: the folder holds a run from here on
+    try:
+        if resume:
+            saved_config, seeds = _read_saved_config(out)
+            if config is not None and config != saved_config:
+                raise ConfigError(f"--resume {out}: the given config differs from the saved one; "
+                                  "resume takes its config from the run folder")
+            config = saved_config
+        elif _holds_run(out):
+            raise FileExistsError(f"{out} already holds a run; pass --resume {out} to continue "
+                                  "it or choose another --out")
 
-    trainer = build_trainer(config, env=env, models=models)
-    num_updates = trainer.derived.num_updates
-    chunk = min(config.chunk_updates, num_updates)
-    seed_ids = [config.seed + i for i in range(seeds)]
-    keys = jnp.stack([jax.random.PRNGKey(s) for s in seed_ids])
+        trainer = build_trainer(config, env=env, models=models)
+        num_updates = trainer.derived.num_updates
+        chunk = min(config.chunk_updates, num_updates)
+        seed_ids = [config.seed + i for i in range(seeds)]
+        keys = jnp.stack([jax.random.PRNGKey(s) for s in seed_ids])
 
-    init = jax.jit(jax.vmap(trainer.init))
-    run_chunk = jax.jit(jax.vmap(lambda rs: trainer.run(rs, chunk)), donate_argnums=0)
+        init = jax.jit(jax.vmap(trainer.init))
+        run_chunk = jax.jit(jax.vmap(lambda rs: trainer.run(rs, chunk)), donate_argnums=0)
 
-    mngr = _checkpointer(out)
-    t0 = time.perf_counter()
-    done_updates = 0
-    if resume and mngr.latest_step() is not None:
-        done_updates = int(mngr.latest_step())
-        abstract = jax.eval_shape(init, keys)
-        rs = mngr.restore(done_updates, args=ocp.args.StandardRestore(abstract))
-    else:
-        rs = init(keys)
-    writer = _MetricWriter(out, keep_until=done_updates if resume else None)
+        t0 = time.perf_counter()
+        done_updates = 0
+        restored = _restore_intact(out, jax.eval_shape(init, keys)) if resume else None
+        if restored is not None:
+            done_updates, rs = restored
+        else:
+            rs = init(keys)
+        compiled = run_chunk.lower(rs).compile()
+        compile_s = time.perf_counter() - t0
 
-    compiled = run_chunk.lower(rs).compile()
-    compile_s = time.perf_counter() - t0
+        if not resume:
+            (out / CONFIG_FILE).write_text(yaml.safe_dump(
+                {"config": config.to_dict(), "seeds": seeds}, sort_keys=False))
+        started = True
+        mngr = _checkpointer(out)
+        writer = _MetricWriter(out, keep_until=done_updates if resume else None)
+    except BaseException:
+        lock.release()
+        if created and not started:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
     rows: list[dict[str, float]] = []
     bar = _Progress(num_updates, done_updates, trainer.derived.batch_env_steps, progress)
     run_s = 0.0
     stopped_early = False
+    failure: NonFiniteError | None = None
     try:
         while done_updates < num_updates:
             if (stop_after_updates is not None and len(rows) // seeds >= stop_after_updates) \
@@ -223,10 +251,25 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
             else:  # a last, shorter chunk compiles once more
                 rs, metrics = jax.jit(jax.vmap(lambda r: trainer.run(r, n)))(rs)
             metrics = jax.device_get(metrics)
+            finite = np.asarray(metrics.pop("finite")) > 0  # [seeds, n]: one check per chunk
             dt = time.perf_counter() - t
             run_s += dt
             rate = n * trainer.derived.batch_env_steps * seeds / dt
             new = _rows(metrics, done_updates, seed_ids, rate, t - t0, t - t0 + dt)
+            if not finite.all():
+                i = int(np.argmin(finite.all(axis=0)))  # first update with NaN/inf
+                bad = [seed_ids[s] for s in np.flatnonzero(~finite[:, i])]
+                new = new[:(i + 1) * seeds]  # logged up to the failing update, for diagnosis
+                writer.write(new)
+                rows.extend(new)
+                last = max(mngr.all_steps(), default=None)
+                failure = NonFiniteError(
+                    f"update {done_updates + i + 1}: the loss or the parameters became "
+                    f"non-finite (NaN/inf) for seed(s) {bad}; training stopped, "
+                    + (f"checkpoints up to update {last} kept" if last is not None
+                       else "no checkpoint written")
+                    + " (lower the learning rate or check env_params)")
+                break
             writer.write(new)
             rows.extend(new)
             done_updates += n
@@ -234,10 +277,13 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
                 mngr.save(done_updates, args=ocp.args.StandardSave(rs))
             bar.advance(n, rate, new)
     finally:
-        bar.close()
-        mngr.wait_until_finished()
-        mngr.close()
-        writer.close()
+        try:
+            bar.close()
+            mngr.wait_until_finished()
+            mngr.close()
+            writer.close()
+        finally:
+            lock.release()
 
     all_rows = read_metrics(out)
     steps_done = len(rows) // seeds * trainer.derived.batch_env_steps * seeds
@@ -251,12 +297,170 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
         "finished": done_updates == num_updates, "stopped_early": stopped_early,
         "final": {k: v for k, v in _final_means(all_rows).items()},
     }
+    if failure is not None:
+        summary["error"] = str(failure)
     (out / SUMMARY_FILE).write_text(json.dumps(
         {k: _json_value(v) if isinstance(v, float) else v for k, v in summary.items()},
         indent=2))
+    if failure is not None:
+        raise failure
     if done_updates == num_updates:
         plot_run(out)
     return RunResult(out_dir=out, state=rs, metrics=rows, summary=summary)
+
+
+class RunError(RuntimeError):
+    """A run that cannot start or go on; the message is one line (the CLI prints it)."""
+
+
+class RunLockedError(RunError):
+    """Another process holds the run folder's lock."""
+
+
+class CheckpointError(RunError):
+    """No intact checkpoint to resume from."""
+
+
+class NonFiniteError(RunError):
+    """A loss or a parameter became NaN/inf during training."""
+
+
+class CheckpointWarning(UserWarning):
+    """A corrupt checkpoint was skipped on resume."""
+
+
+class _RunLock:
+    """Exclusive `flock` on out_dir/.lock: held for the run, released on exit and
+    by the kernel when the process dies (a killed run leaves no stale lock)."""
+
+    def __init__(self, out: Path):
+        import fcntl
+
+        self.fd: int | None = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(self.fd, 32).decode(errors="replace").strip()
+            os.close(self.fd)
+            self.fd = None
+            who = f"process {holder}" if holder.isdigit() else "another process"
+            raise RunLockedError(f"{out} is in use by a jaxwarp run ({who}); wait for it to "
+                                 "end or choose another --out") from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, f"{os.getpid()}\n".encode())
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor drops the flock
+            self.fd = None
+
+
+def _holds_run(out: Path) -> bool:
+    """out already has checkpoints or logged metrics of a run."""
+    ck, metrics = out / "checkpoints", out / METRICS_JSONL
+    return (ck.is_dir() and any(ck.iterdir())) or (metrics.exists()
+                                                    and metrics.stat().st_size > 0)
+
+
+def _one_line(e: BaseException, limit: int = 160) -> str:
+    text = f"{type(e).__name__}: {' '.join(str(e).split())}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _read_saved_config(out: Path) -> tuple[TrainConfig, int]:
+    """(config, seeds) of the run saved in out; ConfigError if config.yaml is corrupt."""
+    path = out / CONFIG_FILE
+    try:
+        meta = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--resume {out}: {CONFIG_FILE} is not valid YAML "
+                          f"({yaml_error(e)})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--resume {out}: cannot read {CONFIG_FILE} ({e})") from None
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("config"), Mapping) \
+            or isinstance(meta.get("seeds"), bool) or not isinstance(meta.get("seeds"), int) \
+            or meta["seeds"] < 1:
+        raise ConfigError(f"--resume {out}: {CONFIG_FILE} is not a jaxwarp run config "
+                          "(expected 'config:' mapping and 'seeds:' integer >= 1)")
+    try:
+        return config_from_dict(meta["config"]), meta["seeds"]
+    except ConfigError as e:
+        raise ConfigError(f"--resume {out}: {CONFIG_FILE}: {e}") from None
+
+
+def _checkpoint_steps(out: Path) -> list[int]:
+    ck = out / "checkpoints"
+    if not ck.is_dir():
+        return []
+    return sorted((int(q.name) for q in ck.iterdir() if q.is_dir() and q.name.isdigit()),
+                  reverse=True)
+
+
+@contextlib.contextmanager
+def _quiet_closed_loop_callbacks():
+    """An Orbax restore that fails on one array returns while TensorStore still
+    reads the others; when those reads finish they call into Orbax's closed
+    event loop and Python prints a 'RuntimeError: Event loop is closed'
+    traceback for each. Drop exactly those while checkpoints are probed."""
+    previous = sys.unraisablehook
+
+    def hook(u):
+        if not (isinstance(u.exc_value, RuntimeError)
+                and str(u.exc_value) == "Event loop is closed"):
+            previous(u)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
+def _restore_intact(out: Path, abstract: Any) -> tuple[int, Any] | None:
+    """(update, state) of the newest checkpoint that restores with finite
+    parameters, or None when there is no checkpoint. Unreadable newer ones are
+    moved to checkpoints_corrupt/ with a CheckpointWarning each (so that the
+    resumed run can save those steps again); CheckpointError if none restores."""
+    import orbax.checkpoint as ocp
+
+    steps = _checkpoint_steps(out)
+    if not steps:
+        return None
+    skipped: list[tuple[int, str]] = []
+    found = None
+    with _quiet_closed_loop_callbacks(), ocp.StandardCheckpointer() as ckptr:
+        for step in steps:
+            path = (out / "checkpoints" / str(step)).absolute()
+            try:
+                for meta in ("_CHECKPOINT_METADATA", "default/_METADATA"):
+                    # Orbax logs an emptied _CHECKPOINT_METADATA and reads on: not intact.
+                    if (path / meta).exists() and not isinstance(
+                            json.loads((path / meta).read_text()), dict):
+                        raise ValueError(f"{meta} is not a JSON object")
+                rs = ckptr.restore(path / "default", abstract)
+                if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(rs.params)):
+                    raise ValueError("non-finite parameters")
+            except Exception as e:  # noqa: BLE001  (Orbax/TensorStore raise many kinds)
+                skipped.append((step, _one_line(e)))
+                time.sleep(0.2)  # let the reads of the other arrays finish (see below)
+                continue
+            found = step, rs
+            break
+    if found is not None:
+        step, rs = found
+        for bad, why in skipped:
+            dest = out / "checkpoints_corrupt" / str(bad)
+            k = 1
+            while dest.exists():
+                dest, k = out / "checkpoints_corrupt" / f"{bad}.{k}", k + 1
+            dest.parent.mkdir(exist_ok=True)
+            shutil.move(str(out / "checkpoints" / str(bad)), str(dest))
+            warnings.warn(f"checkpoint at update {bad} is unreadable ({why}); moved to {dest}, "
+                          f"resuming from update {step}", CheckpointWarning, stacklevel=3)
+        return found
+    tried = "; ".join(f"update {s}: {why}" for s, why in skipped)
+    raise CheckpointError(f"--resume {out}: no intact checkpoint ({tried}); start a new run "
+                          "with another --out")
 
 
 def _final_means(rows: list[dict[str, float]]) -> dict[str, float | None]:

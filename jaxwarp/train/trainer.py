@@ -16,6 +16,7 @@ that run the updates in chunks (the CLI: progress, logs, checkpoints).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -26,6 +27,8 @@ import numpy as np
 import optax
 from flax import struct
 
+from jaxwarp.core import key_data_of, resolve_backend
+from jaxwarp.params_check import check_params
 from jaxwarp.registry import make as make_env
 from jaxwarp.sampler import sample_actions
 from jaxwarp.train import core
@@ -64,7 +67,7 @@ class Trainer(NamedTuple):
     env: Any
     groups: dict[str, np.ndarray]  # group -> agent ids
     models: dict[str, nn.Module]
-    init: Callable[[jax.Array], RunnerState]  # key u32[2] -> state
+    init: Callable[[jax.Array], RunnerState]  # key (u32[2] or typed) -> state
     run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
     rollout: Callable[[RunnerState, jax.Array], tuple[Any, jax.Array, tuple]]  # for profiling
 
@@ -85,7 +88,8 @@ def build_trainer(config: TrainConfig, env: Any = None,
     if c.env_module:
         import_env_module(c.env_module)
     if env is None:
-        env = make_env(c.env, backend=c.backend, config=c.env_config, **dict(c.env_params))
+        env = _make_env(c)
+    _check_env_params(env, c.env)
     nvec = tuple(int(n) for n in env.action_space.nvec)
     groups: dict[str, np.ndarray] = dict(getattr(env, "policy_groups", None)
                                          or {"agent": np.arange(env.num_agents)})
@@ -142,6 +146,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
 
     # ------------------------------------------------------------------ init
     def init(key: jax.Array) -> RunnerState:
+        key = key_data_of(key)
         key, k_env, *k_models = jax.random.split(key, 2 + len(groups))
         obs, env_state = env.reset(k_env, c.num_envs)
         dummy = jnp.zeros((1, obs_dim), jnp.float32)
@@ -248,6 +253,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
                                c.gamma, c.gae_lambda)
 
         params, opt_state, metrics = dict(rs.params), dict(rs.opt_state), {}
+        finite = jnp.array(True)
         for g, k in zip(groups, jax.random.split(k_upd, len(groups))):
             metrics[f"{g}/reward"] = select(t_reward, g, 2).mean()
             if not trainable[g] or not jax.tree.leaves(params[g]):
@@ -257,6 +263,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
             params[g], opt_state[g], m = update_group(
                 g, params[g], opt_state[g], rs.obs_stats, batch, k)
             metrics.update({f"{g}/{name}": v for name, v in m.items()})
+            finite = finite & jnp.isfinite(m["loss"]) & _all_finite(params[g])
         stats = ({g: rs.obs_stats[g].update(select(t_obs, g, 2)) for g in groups}
                  if c.normalize_obs else {})
 
@@ -273,14 +280,51 @@ def build_trainer(config: TrainConfig, env: Any = None,
         metrics.update(last_extra)
         metrics["episodes"] = episodes
         metrics["env_steps"] = rs.update.astype(jnp.float32) * d.batch_env_steps
+        metrics["finite"] = finite.astype(jnp.float32)
         return rs, metrics
 
     def run(rs: RunnerState, num_updates: int):
-        """`num_updates` updates by lax.scan; metrics: name -> f32[num_updates]."""
+        """`num_updates` updates by lax.scan; metrics: name -> f32[num_updates].
+
+        metrics["finite"] is 1.0 where the update's losses and the trained
+        groups' parameters after it are all finite, 0.0 where NaN/inf
+        appeared (the host checks it once per chunk: no sync per update).
+        """
         return jax.lax.scan(update, rs, None, length=num_updates)
 
     return Trainer(config=c, derived=d, env=env, groups=groups, models=nets,
                    init=init, run=run, rollout=rollout)
+
+
+def _make_env(c: TrainConfig) -> Any:
+    """``jaxwarp.make`` for the config's env; a bad name, env_config, env
+    parameter or an unavailable backend is a ConfigError naming it."""
+    for key in ("backend", "sampler"):
+        choice = getattr(c, key)
+        if choice in ("cuda", "cpu"):
+            try:
+                resolve_backend(choice)
+            except RuntimeError as e:
+                raise ConfigError(f"{key}={choice}: {e}") from None
+    try:
+        env = make_env(c.env, backend=c.backend, config=c.env_config, **dict(c.env_params))
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(str(e)) from None  # make's messages name the env and the field
+    return env
+
+
+def _check_env_params(env: Any, name: str) -> None:
+    """Types and finiteness of the env's params dataclass (a string or NaN/inf
+    where a float belongs gives NaN observations, not an error)."""
+    params = getattr(env, "params", None)
+    if params is None or not dataclasses.is_dataclass(params) or isinstance(params, type):
+        return
+    try:
+        check_params(params, name)
+    except ValueError as e:
+        raise ConfigError(f"env_params: {e}") from None
 
 
 def import_env_module(name: str) -> None:
@@ -309,6 +353,12 @@ def import_env_module(name: str) -> None:
             raise ConfigError(f"env_module: cannot import {name!r}: {e}") from None
 
 
+def _all_finite(tree: Any) -> jax.Array:
+    """bool[]: every element of every leaf of `tree` is finite."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
 def _extra_names(env, episode_metrics, num_envs: int) -> list[str]:
     if episode_metrics is None:
         return []
@@ -321,15 +371,13 @@ def make_train(config: TrainConfig, env: Any = None,
                ) -> Callable[[jax.Array], tuple[RunnerState, dict[str, jax.Array]]]:
     """``train(key) -> (final RunnerState, metrics name -> f32[num_updates])``.
 
-    key: u32[2] raw key data (``jax.random.PRNGKey(seed)``); a pure function
+    key: ``jax.random.PRNGKey(seed)`` (u32[2]) or ``jax.random.key(seed)``; a pure function
     of its key: ``jax.jit(train)`` runs the whole run, ``jax.vmap(train)``
     over keys runs several seeds.
     """
     trainer = build_trainer(config, env=env, models=models)
 
     def train(key: jax.Array):
-        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-            key = jax.random.key_data(key)
         return trainer.run(trainer.init(key), trainer.derived.num_updates)
 
     return train

@@ -1,0 +1,385 @@
+"""Reliability of training runs (issue 15), CPU: corrupt checkpoints, two runs on
+one folder, non-finite losses and configs, env params of the wrong type, and
+errors that must reach the CLI as one line (``jaxwarp train: error: ...``, exit
+code 2) instead of a traceback. Each fault is reproduced first, then checked.
+
+The runs are tiny CartPole runs on the pure-JAX backend (no C++ build)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import jaxwarp
+from jaxwarp.cli import main as cli_main
+from jaxwarp.params_check import check_params
+from jaxwarp.registry import _REGISTRY
+from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
+from jaxwarp.train.runner import (
+    CheckpointError,
+    CheckpointWarning,
+    RunLockedError,
+    _RunLock,
+    train_run,
+)
+
+# 8 updates of 4 envs x 4 steps; checkpoints every 2 updates (Orbax keeps the last 2).
+TINY = ["--env", "cartpole", "backend=jax", "num_envs=4", "num_steps=4",
+        "total_env_steps=128", "num_minibatches=1", "update_epochs=1", "chunk_updates=2",
+        "checkpoint_every=2", "policies.agent.hidden_sizes=[8]"]
+
+
+def tiny_config(*overrides: str):
+    return load_config(None, [f"env={TINY[1]}", *TINY[2:], *overrides])
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli_main(["train", "--no-progress", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def strict_rows(out: Path) -> list[dict]:
+    """metrics.jsonl parsed as strict JSON (NaN/Infinity are rejected)."""
+    def reject(name):
+        raise ValueError(f"non-standard JSON constant {name} in metrics.jsonl")
+
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line, parse_constant=reject) for line in lines if line.strip()]
+
+
+def metric_table(out: Path) -> dict:
+    timing = ("env_steps_per_s", "wall_s")
+    return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in timing}
+            for r in strict_rows(out)}
+
+
+def ckpt_steps(out: Path) -> list[int]:
+    return sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """An uninterrupted 8-update run, and the same run killed after 6 updates
+    (checkpoints 4 and 6 on disk)."""
+    base = tmp_path_factory.mktemp("runs")
+    full = train_run(tiny_config(), base / "full", progress=False)
+    assert full.summary["finished"]
+    part = train_run(tiny_config(), base / "part", progress=False, stop_after_updates=6)
+    assert not part.summary["finished"] and ckpt_steps(base / "part") == [4, 6]
+    return base / "full", base / "part"
+
+
+# ---------------------------------------------------------------------------
+# 1. Corrupt checkpoints: resume falls back to the previous good one.
+# ---------------------------------------------------------------------------
+def truncate_data(step_dir: Path) -> None:
+    for f in (step_dir / "default").rglob("d/*"):
+        if f.is_file():
+            f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def empty_metadata(step_dir: Path) -> None:
+    (step_dir / "_CHECKPOINT_METADATA").write_text("")
+
+
+def empty_item_metadata(step_dir: Path) -> None:
+    (step_dir / "default" / "_METADATA").write_text("")
+
+
+def test_resume_skips_truncated_checkpoint_api(runs, tmp_path):
+    full, part = runs
+    out = tmp_path / "run"
+    shutil.copytree(part, out)
+    truncate_data(out / "checkpoints" / "6")
+    with pytest.warns(CheckpointWarning, match=r"checkpoint at update 6 is unreadable .*"
+                                               r"resuming from update 4"):
+        resumed = train_run(None, out, resume=True, progress=False)
+    assert resumed.summary["finished"]
+    assert [r["update"] for r in resumed.metrics] == [5, 6, 7, 8]
+    # Same numbers as never interrupted; the kept rows (update 1 has no finished
+    # episode: NaN return) were rewritten as strict JSON (null, not NaN).
+    assert strict_rows(out)[0]["agent/episode_return"] is None
+    assert metric_table(out) == metric_table(full)
+    assert ckpt_steps(out) == [6, 8]  # 6 saved again from good state
+    assert (out / "checkpoints_corrupt" / "6").is_dir()
+
+
+@pytest.mark.parametrize("corrupt", [empty_metadata, empty_item_metadata])
+def test_resume_skips_corrupt_metadata_cli(runs, tmp_path, capsys, corrupt):
+    full, part = runs
+    out = tmp_path / "run"
+    shutil.copytree(part, out)
+    corrupt(out / "checkpoints" / "6")
+    code, stdout, err = cli(capsys, "--resume", str(out))
+    assert code == 0, err
+    assert "8/8 updates" in stdout
+    warning = [line for line in err.splitlines() if "jaxwarp train:" in line]
+    assert len(warning) == 1 and warning[0].startswith(
+        "jaxwarp train: warning: checkpoint at update 6 is unreadable"), err
+    assert "resuming from update 4" in warning[0]
+    assert metric_table(out) == metric_table(full)
+
+
+def test_resume_without_an_intact_checkpoint_is_one_line_error(runs, tmp_path, capsys):
+    _, part = runs
+    out = tmp_path / "run"
+    shutil.copytree(part, out)
+    truncate_data(out / "checkpoints" / "6")
+    empty_item_metadata(out / "checkpoints" / "4")
+    with pytest.raises(CheckpointError, match=r"no intact checkpoint \(update 6: .*; update 4"):
+        train_run(None, out, resume=True, progress=False)
+    code, _, err = cli(capsys, "--resume", str(out))
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("jaxwarp train: error: --resume ")
+    assert "no intact checkpoint" in err and "Traceback" not in err
+    assert ckpt_steps(out) == [4, 6]  # nothing moved when resume fails
+
+
+# ---------------------------------------------------------------------------
+# 2. Two runs, one folder.
+# ---------------------------------------------------------------------------
+def test_second_run_on_a_locked_folder_fails(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text("")
+    first = _RunLock(out)  # the first run holds the folder
+    try:
+        with pytest.raises(RunLockedError, match=r"is in use by a jaxwarp run \(process "
+                                                 rf"{os.getpid()}\)"):
+            train_run(tiny_config(), out, progress=False)
+        code, _, err = cli(capsys, "--out", str(out), *TINY)
+        assert code == 2 and err.count("\n") == 1
+        assert err.startswith(f"jaxwarp train: error: {out} is in use by a jaxwarp run")
+        code, _, err = cli(capsys, "--resume", str(out))  # no config.yaml: not a run yet
+        assert code == 2
+        assert sorted(p.name for p in out.iterdir()) == [".lock", "metrics.jsonl"]
+        assert (out / "metrics.jsonl").read_text() == ""  # untouched
+    finally:
+        first.release()
+    _RunLock(out).release()  # free again once released
+
+
+def test_killed_run_leaves_no_stale_lock(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from pathlib import Path
+            from jaxwarp.train.runner import _RunLock
+            lock = _RunLock(Path({str(out)!r}))
+            print("locked", flush=True)
+            time.sleep(120)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunLockedError, match=rf"process {holder.pid}\)"):
+            _RunLock(out)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    _RunLock(out).release()  # the kernel dropped the dead process's lock
+
+
+def test_stale_folder_with_logged_metrics_is_not_overwritten(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"update": 1, "seed": 0}\n')
+    code, _, err = cli(capsys, "--out", str(out), *TINY)
+    assert code == 2 and "already holds a run; pass --resume" in err
+    assert (out / "metrics.jsonl").read_text() == '{"update": 1, "seed": 0}\n'
+
+
+# ---------------------------------------------------------------------------
+# 3. Non-finite configs and losses.
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("override", [
+    "policies.agent.lr=.inf", "vf_coef=.inf", "ent_coef=.nan", "gamma=.nan",
+    "gae_lambda=.nan", "clip_eps=.inf", "max_grad_norm=.inf", "policies.agent.lr=-.inf",
+])
+def test_non_finite_config_values_are_rejected(override, tmp_path, capsys):
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{key}: expected a finite number"):
+        tiny_config(override)
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "--out", str(out), *TINY, override)
+    assert code == 2 and err.count("\n") == 1 and "expected a finite number" in err
+    assert not out.exists()
+
+
+def test_finite_flag_is_one_on_a_healthy_run():
+    c = tiny_config("total_env_steps=32")
+    _, m = jax.jit(make_train(c))(jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(m["finite"], [1.0, 1.0])
+
+
+def test_nan_loss_stops_the_run_at_its_update(tmp_path, capsys):
+    # lr=1e30 is finite: the first Adam step moves the parameters by ~1e30, the
+    # second overflows f32, so update 2 is the first with NaN/inf.
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "--out", str(out), *TINY, "policies.agent.lr=1e30",
+                       "chunk_updates=1", "checkpoint_every=1")
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("jaxwarp train:")]
+    assert lines == [line for line in err.splitlines() if line.strip()], err  # nothing else
+    assert lines[0].startswith("jaxwarp train: error: update 2: the loss or the parameters "
+                               "became non-finite")
+    assert "checkpoints up to update 1 kept" in lines[0]
+    assert ckpt_steps(out) == [1]  # no checkpoint of the NaN state
+    rows = strict_rows(out)  # logged up to the failing update, NaN written as null
+    assert [r["update"] for r in rows] == [1, 2]
+    assert rows[1]["agent/loss"] is None
+    summary = json.loads((out / "summary.json").read_text())
+    assert not summary["finished"] and summary["updates"] == 1
+    assert summary["error"].startswith("update 2:")
+
+
+# ---------------------------------------------------------------------------
+# 4. Env params of the wrong type or not finite (jaxwarp.params_check).
+# ---------------------------------------------------------------------------
+def _bad_values(kind: type) -> list:
+    return {float: ["9.8", math.nan, math.inf, -math.inf, True, None],
+            int: [5.0, True, "5", None],
+            bool: [1, 0, "true", None]}[kind]
+
+
+def _with(params, name: str, value):
+    bad = dataclasses.replace(params)
+    object.__setattr__(bad, name, value)  # past the frozen dataclass and __post_init__
+    return bad
+
+
+BUILTIN_ENVS = ["cartpole", "acrobot", "pendulum", "mountain_car", "mpe_simple_spread",
+                "mpe_simple_tag", "tag_gridworld", "tag_continuous"]
+
+
+@pytest.mark.parametrize("env", BUILTIN_ENVS)
+def test_check_params_on_builtin_params(env):
+    params = _REGISTRY[env][1]()
+    check_params(params, env)  # defaults are valid
+    checked = 0
+    for f in dataclasses.fields(params):
+        default = getattr(params, f.name)
+        kind = type(default) if type(default) in (bool, int, float) else None
+        if kind is None:
+            continue
+        for bad in _bad_values(kind):
+            with pytest.raises(ValueError, match=rf"^{env}: {f.name}={bad!r} is invalid; "):
+                check_params(_with(params, f.name, bad), env)
+        if kind is float:  # an int is a valid float
+            check_params(_with(params, f.name, int(default)), env)
+        checked += 1
+    assert checked >= 5
+
+
+def test_check_params_optional_and_numpy_values():
+    tag = _REGISTRY["tag_continuous"][1]()
+    check_params(_with(tag, "fixed_start_seed", None))
+    check_params(_with(tag, "fixed_start_seed", np.int32(3)))
+    check_params(_with(tag, "grid_length", np.float32(3.0)))
+    with pytest.raises(ValueError, match=r"fixed_start_seed=3.5 is invalid; expected an "
+                                         r"integer or None"):
+        check_params(_with(tag, "fixed_start_seed", 3.5))
+    with pytest.raises(ValueError, match=r"TagContinuousParams: max_turn=inf is invalid"):
+        check_params(_with(tag, "max_turn", math.inf))
+
+
+@pytest.mark.parametrize("override, match", [
+    ('env_params.gravity="9.8"', r"env_params: cartpole: gravity='9.8' is invalid; expected a"),
+    ("env_params.gravity=.nan", r"gravity=nan is invalid"),
+    ("env_params.max_steps=true", r"max_steps=True is invalid"),
+])
+def test_trainer_checks_env_params(override, match):
+    with pytest.raises(ConfigError, match=match):
+        build_trainer(tiny_config(override))
+
+
+# ---------------------------------------------------------------------------
+# 5. Errors reach the CLI as one line; failed runs leave no folder.
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("override, match", [
+    ("env_params.foo=1", r"cartpole: unknown parameter\(s\) \['foo'\]"),
+    ("num_envs=[", r"override 'num_envs=\[': the value is not valid YAML"),
+    ("env_config=large", r"unknown config 'large' for cartpole"),
+    ("env=no_such_env", r"unknown env 'no_such_env'"),
+    pytest.param("backend=cuda", r"backend=cuda: backend='cuda' is not available",
+                 marks=pytest.mark.skipif(jaxwarp.gpu_available(), reason="a GPU is here")),
+    pytest.param("sampler=cuda", r"sampler=cuda: backend='cuda' is not available",
+                 marks=pytest.mark.skipif(jaxwarp.gpu_available(), reason="a GPU is here")),
+])
+def test_cli_errors_are_one_line(override, match, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "--out", str(out), *TINY, override)
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("jaxwarp train: error: "), err
+    assert re.search(match, err), err
+    assert not out.exists()  # the failed run left no folder behind
+
+
+def test_cli_yaml_syntax_error_in_config_file(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env: cartpole\nnum_envs: [4\n")
+    code, _, err = cli(capsys, "--config", str(bad), "--out", str(tmp_path / "run"))
+    assert code == 2 and err.count("\n") == 1
+    assert f"config '{bad}': invalid YAML (" in err and "line 3" in err
+
+
+def test_failed_run_in_an_existing_folder_writes_no_config(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    code, _, _ = cli(capsys, "--out", str(out), *TINY, "env_params.foo=1")
+    assert code == 2
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]  # no config.yaml
+
+
+@pytest.mark.parametrize("text, match", [
+    ("config: {num_envs: [4\n", r"config.yaml is not valid YAML \("),
+    ("", r"config.yaml is not a jaxwarp run config"),
+    ("config: {num_envs: 4}\n", r"config.yaml is not a jaxwarp run config"),
+    ("config: {num_envz: 4}\nseeds: 1\n", r"config.yaml: num_envz: unknown config key"),
+])
+def test_resume_with_a_corrupt_config_yaml(text, match, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        train_run(None, out, resume=True, progress=False)
+    code, _, err = cli(capsys, "--resume", str(out))
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert (out / "config.yaml").read_text() == text
+
+
+def test_python_int_key_is_a_clear_type_error():
+    c = tiny_config()
+    with pytest.raises(TypeError, match=r"key must be a JAX PRNG key .* got int 0"):
+        make_train(c)(0)
+    with pytest.raises(TypeError, match=r"key must be a JAX PRNG key"):
+        build_trainer(c).init(0)
+    # typed keys are accepted like raw ones
+    t = build_trainer(c)
+    a, b = t.init(jax.random.key(3)), t.init(jax.random.PRNGKey(3))
+    np.testing.assert_array_equal(a.key, b.key)
+
+
+@pytest.mark.parametrize("env", BUILTIN_ENVS)
+def test_default_config_builds_for_every_env(env):
+    # `jaxwarp train --env NAME` used env_config=warpdrive_default, which only Tag has.
+    c = load_config(None, [f"env={env}", "backend=jax"])
+    assert c.env_config is None
+    assert build_trainer(c).env.num_agents >= 1
