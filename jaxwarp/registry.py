@@ -8,6 +8,7 @@ from typing import Any
 from jaxwarp.authoring import EnvSpec, env_class
 from jaxwarp.envs import (acrobot, cartpole, mountain_car, mpe, pendulum, tag_continuous,
                           tag_gridworld)
+from jaxwarp.params_check import check_params
 
 # name -> (env class, params class, named configurations)
 _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {}
@@ -77,4 +78,6 @@ def make(name: str, backend: str = "auto", config: str | None = None, checks: bo
     if unknown:
         raise TypeError(f"{name}: unknown parameter(s) {unknown}; valid parameters: "
                         f"{sorted(known)}")
-    return env_cls(params_cls(**values), backend=backend, checks=checks)
+    p = params_cls(**values)
+    check_params(p, name)  # types and finiteness of every field, for every env
+    return env_cls(p, backend=backend, checks=checks)

@@ -329,7 +329,7 @@ def _check_env_params(env: Any, name: str) -> None:
 
 def import_env_module(name: str) -> None:
     """Imports a user env's module (a .py path or a dotted name) so that it
-    registers its env with `jaxwarp.register_env`."""
+    registers its env with `jaxwarp.register_spec` (or `jaxwarp.register_env`)."""
     import importlib
     import importlib.util
     import sys
