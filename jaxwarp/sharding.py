@@ -37,12 +37,20 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxwarp.core import key_data_of, resolve_backend
 
-__all__ = ["ShardedEnv", "shard", "shard_state", "sample_actions", "env_sharding",
-           "COLLECTIVES", "collectives_in"]
+__all__ = [
+    "COLLECTIVES",
+    "ShardedEnv",
+    "collectives_in",
+    "env_sharding",
+    "sample_actions",
+    "shard",
+    "shard_state",
+]
 
 # HLO ops that move data between devices. The sharded env step has none.
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
@@ -115,7 +123,7 @@ def _auto_mesh(mesh: Mesh) -> Mesh:
 
 
 @functools.lru_cache(maxsize=64)
-def _placement(mesh: Mesh, names: tuple[str, ...]) -> "_Placement":
+def _placement(mesh: Mesh, names: tuple[str, ...]) -> _Placement:
     return _Placement(mesh, names)
 
 
