@@ -301,7 +301,7 @@ def test_check_params_optional_and_numpy_values():
 
 
 @pytest.mark.parametrize("override, match", [
-    ('env_params.gravity="9.8"', r"env_params: cartpole: gravity='9.8' is invalid; expected a"),
+    ('env_params.gravity="9.8"', r"cartpole: gravity='9.8' is invalid; expected a"),
     ("env_params.gravity=.nan", r"gravity=nan is invalid"),
     ("env_params.max_steps=true", r"max_steps=True is invalid"),
 ])
