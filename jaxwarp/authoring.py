@@ -757,8 +757,9 @@ class ContractEnv:
             raise TypeError(f"state must be a {self.spec.state_type.__name__}; got "
                             f"{type(state).__name__}")
         fields = [getattr(state, f.name) for f in self.spec.fields]
-        first = fields[0]
-        num_envs = first.shape[0] if getattr(first, "ndim", 0) >= 1 else None
+        # The env count most fields agree on: the error then names the odd one.
+        leading = [v.shape[0] for v in fields if getattr(v, "ndim", 0) >= 1]
+        num_envs = max(set(leading), key=leading.count) if leading else None
         for f, v in zip(self.spec.fields, fields):
             want = _DTYPES[f.dtype][1]
             shape = (num_envs, self.num_agents) if f.scope == "agent" else (num_envs,)
