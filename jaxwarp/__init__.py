@@ -6,7 +6,8 @@ from jaxwarp.registry import make, register_env, register_spec, registered_envs
 from jaxwarp.sampler import sample_actions
 
 __version__ = "0.1.0"
-__all__ = ["make", "register_env", "register_spec", "build_env", "registered_envs", "sample_actions", "spaces",
+__all__ = ["make", "register_env", "register_spec", "build_env", "registered_envs",
+           "sample_actions", "spaces",
            "testing", "gpu_available"]
 
 gpu_available = _ffi.gpu_available

@@ -291,7 +291,10 @@ def _param_decls(values: dict[str, Any], static: tuple[str, ...] = ()) -> list[s
         if isinstance(v, ParamArray):
             raise EnvBuildError(f"static param {name!r} must be a scalar")
         ctype = _C_TYPES[np.asarray(v).dtype][0]
-        lit = repr(float(v)) + "f" if ctype == "float" else f"{int(v)}" + ("u" if ctype == "uint32_t" else "")
+        if ctype == "float":
+            lit = repr(float(v)) + "f"
+        else:
+            lit = f"{int(v)}" + ("u" if ctype == "uint32_t" else "")
         decls.append(f"static constexpr {ctype} {name} = {lit};")
     for name, v in values.items():
         if name in static:

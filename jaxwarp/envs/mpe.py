@@ -119,9 +119,11 @@ class MPEState:
     y: jax.Array = state_field("f32")  # f32[envs, agents]
     vx: jax.Array = state_field("f32")  # f32[envs, agents] velocity
     vy: jax.Array = state_field("f32")  # f32[envs, agents]
-    lm_x: jax.Array = state_field("f32")  # f32[envs, agents]: landmark l in slot l (< num_landmarks), else 0
+    # f32[envs, agents]: landmark l in slot l (< num_landmarks), else 0
+    lm_x: jax.Array = state_field("f32")
     lm_y: jax.Array = state_field("f32")  # f32[envs, agents]
-    force_x: jax.Array = state_field("f32")  # f32[envs, agents] total force of the last step (0 after a reset)
+    # f32[envs, agents] total force of the last step (0 after a reset)
+    force_x: jax.Array = state_field("f32")
     force_y: jax.Array = state_field("f32")  # f32[envs, agents]
     timestep: jax.Array = state_field("i32", "env")  # i32[envs] steps taken in this episode
     episode_return: jax.Array = state_field("f32")  # f32[envs, agents]
