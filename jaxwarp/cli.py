@@ -40,7 +40,49 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("envs", nargs="*", metavar="ENV")
     b.add_argument("--backend", default="all", choices=("cpu", "cuda", "all"),
                    help="all: cpu, plus cuda when nvcc is found")
+    r = sub.add_parser("render", help="roll out an env with a random policy and write a GIF "
+                       "(trained policies from a run folder are not supported yet)",
+                       description="Rolls out one env with uniformly random actions and writes "
+                       "env 0's frames as a GIF, then prints its path. Rendering a trained "
+                       "policy from a run folder is not supported yet.")
+    r.add_argument("--env", help="env name (required)")
+    r.add_argument("--config", help="the env's named configuration, e.g. warpdrive_default")
+    r.add_argument("--steps", type=int, default=100, help="steps (frames: steps + 1)")
+    r.add_argument("--out", help="GIF path (default <env>.gif)")
+    r.add_argument("--backend", default="auto", help="auto, cuda, cpu or jax")
+    r.add_argument("--fps", type=float, default=20.0)
+    r.add_argument("--size", type=int, default=128, help="frame width and height in pixels")
+    r.add_argument("--seed", type=int, default=0)
     return p
+
+
+def _render(args: argparse.Namespace) -> int:
+    def fail(msg: str) -> int:
+        print(f"jaxwarp render: error: {' '.join(str(msg).split())}", file=sys.stderr)
+        return 2
+
+    if not args.env:
+        return fail("--env NAME is required")
+    if args.steps < 0:
+        return fail(f"--steps must be >= 0; got {args.steps}")
+    if args.size < 8:
+        return fail(f"--size must be >= 8; got {args.size}")
+    if not args.fps > 0:
+        return fail(f"--fps must be > 0; got {args.fps}")
+    import jax
+
+    import jaxwarp
+    from jaxwarp.render import render_frames, rollout_states, write_gif
+
+    try:
+        env = jaxwarp.make(args.env, backend=args.backend, config=args.config)
+        states = rollout_states(env, jax.random.key(args.seed), 1, args.steps)
+        frames = jax.jit(lambda s: render_frames(env, s, size=args.size))(states)
+        path = write_gif(frames, args.out or f"{args.env}.gif", fps=args.fps)
+    except (ValueError, TypeError, OSError, RuntimeError) as e:
+        return fail(e)
+    print(path)
+    return 0
 
 
 def _build(names: list[str], backend: str) -> int:
@@ -88,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "build":
         return _build(list(args.envs), args.backend)
+    if args.command == "render":
+        return _render(args)
 
     from jaxwarp.train.runner import CheckpointWarning, RunError, train_run
 

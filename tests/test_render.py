@@ -1,0 +1,115 @@
+"""jaxwarp.render: frames drawn in JAX, GIFs, and `jaxwarp render` (CPU, fast)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from PIL import Image
+
+import jaxwarp
+from jaxwarp.cli import main as cli_main
+from jaxwarp.render import (
+    BACKGROUND,
+    BLUE,
+    RED,
+    render_frames,
+    rollout_states,
+    world_to_pixel,
+    write_gif,
+)
+
+SIZE = 64
+
+
+def _tag_state(env, tagger_xy, runner_xy, runner_in_game):
+    """A hand-made one-step, one-env Tag state: fields [T=1, envs=1, agents]."""
+    _, s = env.reset(jax.random.key(0), 1)
+    x = jnp.array([[tagger_xy[0], runner_xy[0]]], jnp.float32)
+    y = jnp.array([[tagger_xy[1], runner_xy[1]]], jnp.float32)
+    alive = jnp.array([[1, int(runner_in_game)]], jnp.int32)
+    s = s.replace(x=x, y=y, still_in_game=alive)
+    return jax.tree.map(lambda a: a[None], s)
+
+
+@pytest.fixture(scope="module")
+def tag_env():
+    return jaxwarp.make("tag_continuous", backend="jax", num_taggers=1, num_runners=1,
+                        grid_length=20.0, num_other_agents_observed=1)
+
+
+def test_known_position_lands_on_known_pixel(tag_env):
+    states = _tag_state(tag_env, (5.0, 15.0), (14.0, 4.0), runner_in_game=True)
+    frames = np.asarray(render_frames(tag_env, states, size=SIZE))
+    assert frames.dtype == np.uint8 and frames.shape == (1, SIZE, SIZE, 3)
+    r, c = world_to_pixel(tag_env, 5.0, 15.0, SIZE)
+    assert r < SIZE // 2 and c < SIZE // 2  # y up: a high y is near the top
+    assert tuple(frames[0, r, c]) == RED
+    rr, rc = world_to_pixel(tag_env, 14.0, 4.0, SIZE)
+    assert tuple(frames[0, rr, rc]) == BLUE
+    assert tuple(frames[0, r, SIZE - 1 - c]) == BACKGROUND
+    assert tuple(frames[0, 0, 0]) == BACKGROUND
+    colours = {tuple(v) for v in frames[0].reshape(-1, 3)}
+    assert colours == {RED, BLUE, BACKGROUND}
+    # an out-of-game runner is not drawn
+    gone = np.asarray(render_frames(tag_env, _tag_state(tag_env, (5.0, 15.0), (14.0, 4.0), False),
+                                    size=SIZE))
+    assert tuple(gone[0, rr, rc]) == BACKGROUND and tuple(gone[0, r, c]) == RED
+
+
+def test_rollout_shapes_and_jit(tag_env):
+    states = rollout_states(tag_env, jax.random.key(1), num_envs=3, steps=4)
+    assert states.x.shape == (5, 3, 2)
+    frames = jax.jit(lambda s: render_frames(tag_env, s, env_index=2, size=SIZE))(states)
+    assert frames.dtype == jnp.uint8 and frames.shape == (5, SIZE, SIZE, 3)
+    eager = render_frames(tag_env, states, env_index=2, size=SIZE)
+    np.testing.assert_array_equal(np.asarray(frames), np.asarray(eager))
+    # a custom policy: all zeros
+    zero = lambda k, obs, s: jnp.zeros((3, 2, 2), jnp.int32)
+    assert rollout_states(tag_env, jax.random.key(1), 3, 2, policy=zero).x.shape == (3, 3, 2)
+
+
+@pytest.mark.parametrize("name", jaxwarp.registered_envs())
+def test_every_registered_env_renders(name):
+    env = jaxwarp.make(name, backend="jax")
+    states = rollout_states(env, jax.random.key(0), num_envs=2, steps=3)
+    frames = np.asarray(render_frames(env, states, env_index=1, size=SIZE))
+    assert frames.dtype == np.uint8 and frames.shape == (4, SIZE, SIZE, 3)
+    drawn = (frames != np.array(BACKGROUND, np.uint8)).any(-1)
+    assert drawn.any(axis=(1, 2)).all(), "every frame draws something"
+    assert (~drawn).mean() > 0.3, "mostly background"
+
+
+def test_unknown_env_raises():
+    class Fake:
+        name = "my_env"
+        params = None
+
+    with pytest.raises(ValueError, match="my_env"):
+        render_frames(Fake(), None)
+
+
+def test_write_gif_keeps_every_frame(tmp_path):
+    frames = np.full((4, 8, 8, 3), 255, np.uint8)  # identical frames
+    path = write_gif(frames, tmp_path / "a.gif", fps=10)
+    with Image.open(path) as im:
+        assert im.n_frames == 4
+    with pytest.raises(ValueError, match="u8"):
+        write_gif(frames.astype(np.float32), tmp_path / "b.gif")
+
+
+def test_cli_render_writes_gif(tmp_path, capsys):
+    out = tmp_path / "cp.gif"
+    assert cli_main(["render", "--env", "cartpole", "--steps", "6", "--backend", "jax",
+                     "--size", "48", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    with Image.open(out) as im:
+        assert im.n_frames == 7 and im.size == (48, 48)
+
+
+def test_cli_render_unknown_env(capsys):
+    assert cli_main(["render", "--env", "nope", "--backend", "jax"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxwarp render: error:") and "nope" in err
+    assert err.count("\n") == 1
+    assert cli_main(["render"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
