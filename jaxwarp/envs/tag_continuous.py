@@ -60,7 +60,7 @@ from jax.extend.random import threefry2x32_p
 from jaxwarp.core import auto_reset, key_data_of, resolve_backend, sincos_fixed
 from jaxwarp.authoring import (API_DIR, ContractEnv, EnvSpec, ParamArray, ScratchField,
                                grid_scratch, grid_side, state_field)
-from jaxwarp.spaces import Box, MultiDiscrete
+from jaxwarp.spaces import MultiDiscrete
 
 NUM_FEATURES = 7
 MAX_LEVELS = 64  # cuda/tag_continuous.h: kMaxLevels
@@ -449,54 +449,9 @@ class TagContinuousHandWritten:
         return self.params.num_agents
 
     @property
-    def agent_types(self) -> np.ndarray:
-        """i32[agents]: 1 for taggers, 0 for runners."""
-        return (np.arange(self.num_agents) < self.params.num_taggers).astype(np.int32)
-
-    @property
-    def agent_names(self) -> tuple[str, ...]:
-        p = self.params
-        return tuple([f"tagger_{i}" for i in range(p.num_taggers)]
-                     + [f"runner_{i}" for i in range(p.num_runners)])
-
-    @property
-    def policy_groups(self) -> dict[str, np.ndarray]:
-        """Default policy groups for training: agent ids of taggers and runners."""
-        nt = self.params.num_taggers
-        return {"tagger": np.arange(nt), "runner": np.arange(nt, self.num_agents)}
-
-    def episode_metrics(self, episode_return: jax.Array) -> dict[str, jax.Array]:
-        """Per-env statistics of finished episodes, from their returns.
-
-        episode_return: f32[envs, agents] -> {"tags_per_episode": f32[envs]}:
-        taggers' summed return over ``tag_reward_for_tagger``. That is the
-        number of tags only when taggers earn nothing else (no step or edge
-        penalty, as in the named configs); otherwise nothing is reported.
-        """
-        p = self.params
-        if p.step_penalty_for_tagger != 0 or p.edge_hit_penalty != 0 \
-                or p.tag_reward_for_tagger == 0:
-            return {}
-        tagger_total = episode_return[:, :p.num_taggers].sum(axis=1)
-        return {"tags_per_episode": tagger_total * np.float32(1 / p.tag_reward_for_tagger)}
-
-    @property
     def action_space(self) -> MultiDiscrete:
         p = self.params
         return MultiDiscrete((p.num_acceleration_levels + 1, p.num_turn_levels + 1))
-
-    @property
-    def observation_space(self) -> Box:
-        p, c = self.params, self._consts
-        slots = (p.obs_dim - 1) // NUM_FEATURES
-        vmax = float(max(c.vmax_tagger, c.vmax_runner))
-        amax = float(np.max(np.abs(c.accel)))
-        bounds = [1.0, 1.0, vmax / p.max_speed, 2 * (vmax + amax) / p.max_speed, 1.0]
-        low = np.concatenate([np.full(slots, -b) for b in bounds]
-                             + [np.zeros(2 * slots + 1)]).astype(np.float32)
-        high = np.concatenate([np.full(slots, b) for b in bounds]
-                              + [np.ones(2 * slots + 1)]).astype(np.float32)
-        return Box(low=low, high=high)
 
     # Functional API -----------------------------------------------------------
     def reset(self, key: jax.Array, num_envs: int) -> tuple[jax.Array, TagContinuousState]:
