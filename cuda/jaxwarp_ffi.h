@@ -153,7 +153,12 @@ ffi::Error prepare(Call* c, ffi::Span<const int32_t> per_env, int32_t n, int32_t
   if (members < 1 || key_words % 3 != 0 || c->envs % members != 0)
     return ffi::Error::InvalidArgument("jaxwarp: envs not divisible by the key batch");
   c->per_member = c->envs / members;
-  for (int f = 0; f < E::kFields; ++f) c->per_env[f] = per_env[f];
+  int32_t offset = 0;
+  for (int f = 0; f < E::kFields; ++f) {
+    c->per_env[f] = per_env[f];
+    c->offset[f] = offset;
+    offset += per_env[f];
+  }
   return ffi::Error::Success();
 }
 

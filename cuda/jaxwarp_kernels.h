@@ -147,6 +147,10 @@ struct Call {
   int32_t* base[kMaxFields];  // field buffers (scratch: its buffer, or null when staged)
   int32_t per_env[kMaxFields];  // words of one env's field
   int32_t stride[kMaxFields];   // words from env e to e + 1 in its buffer
+  int32_t offset[kMaxFields];   // words from an env's staged block to the field
+                                // (prefix sums of per_env, kept here so that a
+                                // State pointer costs one add, also when the
+                                // compiler rematerializes it)
 };
 
 JW_HD void member_of(const Call& c, int64_t e, uint32_t* k0, uint32_t* k1, uint32_t* env) {
@@ -280,10 +284,7 @@ __device__ inline typename E::State bind_env(const Call& c, const Layout& l, con
   int32_t* ptr[E::kFields];
   int32_t* at = smem + kTeamWords * l.epb + static_cast<int64_t>(w.le) * l.words;
   JW_UNROLL
-  for (int f = 0; f < E::kFields; ++f) {
-    ptr[f] = at;
-    at += c.per_env[f];
-  }
+  for (int f = 0; f < E::kFields; ++f) ptr[f] = at + c.offset[f];
   return E::bind(ptr);
 }
 

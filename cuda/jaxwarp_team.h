@@ -369,6 +369,30 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
 }
 
 // K nearest by one pass over all n agents with member(j).
+// insert<K> for a scan in ascending id order: every id already held is lower
+// than j, so `before` reduces to a plain `<` on distances (and unused slots
+// hold the radius, which any accepted d2 is below). Half the instructions of
+// the general insert in the scan's inner loop.
+template <int K>
+JW_HD void insert_ascending(float d2, int j, float* bd, int* bi) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int m = K - 1; m > 0; --m) {
+    if (d2 < bd[m - 1]) {
+      bd[m] = bd[m - 1];
+      bi[m] = bi[m - 1];
+    } else if (d2 < bd[m]) {
+      bd[m] = d2;
+      bi[m] = j;
+    }
+  }
+  if (d2 < bd[0]) {
+    bd[0] = d2;
+    bi[0] = j;
+  }
+}
+
 template <int K, class M>
 JW_HD void brute_nearest(int n, const float* xs, const float* ys, M&& member, int self, float x,
                          float y, float r2, int32_t* out) {
@@ -380,7 +404,7 @@ JW_HD void brute_nearest(int n, const float* xs, const float* ys, M&& member, in
   }
   for (int j = 0; j < n; ++j) {
     const float d2 = sq_dist(x, y, xs[j], ys[j]);  // same j across a warp: broadcast reads
-    if (d2 < bd[K - 1] && j != self && member(j)) insert<K>(d2, j, bd, bi);
+    if (d2 < bd[K - 1] && j != self && member(j)) insert_ascending<K>(d2, j, bd, bi);
   }
   for (int m = 0; m < K; ++m) out[m] = bi[m] == 0x7FFFFFFF ? kNoNeighbour : bi[m];
 }

@@ -100,13 +100,13 @@ CALL_DTYPE = np.dtype([
     ("actions", "<u8"), ("obs", "<u8"), ("reward", "<u8"),
     ("done", "<u8"), ("term", "<u8"), ("trunc", "<u8"),
     ("base", "<u8", (MAX_FIELDS,)), ("per_env", "<i4", (MAX_FIELDS,)),
-    ("stride", "<i4", (MAX_FIELDS,)),
+    ("stride", "<i4", (MAX_FIELDS,)), ("offset", "<i4", (MAX_FIELDS,)),
 ], align=True)
 # By hand: envs, per_member, keys 3 * 8 = 24; n, obs_dim, heads 12 + 4 padding
 # (actions is 8-aligned) = 40; six pointers 48 -> base at 88; base 64 * 8 = 512
-# -> per_env at 600; per_env 256 -> stride at 856; stride 256 -> 1112 (a
-# multiple of the alignment, 8: no tail padding).
-assert CALL_DTYPE.itemsize == 1112 and CALL_DTYPE.alignment == 8
+# -> per_env at 600; per_env 256 -> stride at 856; stride 256 -> offset at
+# 1112; offset 256 -> 1368 (a multiple of the alignment, 8: no tail padding).
+assert CALL_DTYPE.itemsize == 1368 and CALL_DTYPE.alignment == 8
 assert CALL_DTYPE.fields["actions"][1] == 40 and CALL_DTYPE.fields["base"][1] == 88
 assert CALL_DTYPE.fields["per_env"][1] == 600 and CALL_DTYPE.fields["stride"][1] == 856
 
@@ -232,6 +232,7 @@ class PyCudaEnv:
         c["base"][:fields] = base
         c["per_env"][:fields] = self.per_env
         c["stride"][:fields] = [*self.per_env[:k], *[self.scratch_words] * (fields - k)]
+        c["offset"][:fields] = np.cumsum(self.per_env) - self.per_env  # staged block offsets
         return c
 
     def _launch(self, fn, call: np.ndarray) -> None:

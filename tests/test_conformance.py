@@ -65,6 +65,15 @@ NOT_BITWISE = {
     "mpe_simple_tag": "observations differ in the last bit from step 0 "
                       "(multiply-add contraction not yet pinned down)",
 }
+# cuda vs cpu is bit for bit for every env except these: they call expf /
+# log1pf, which CUDA's libdevice and glibc round differently (by an ulp or
+# two; seen on the H100: force_x 2.750994306e-20 vs 2.750993983e-20).
+NOT_BITWISE_CUDA_CPU = {
+    "mpe_simple_spread": "expf/log1pf (soft contact): CUDA's libdevice and glibc differ "
+                         "in the last bits",
+    "mpe_simple_tag": "expf/log1pf (soft contact, runner bound): CUDA's libdevice and "
+                      "glibc differ in the last bits",
+}
 # One-step (resynchronised) tolerance for the envs above: rounding of a few
 # multiply-adds per step, measured max |diff| 4e-6 (mpe_simple_spread).
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -244,7 +253,7 @@ def _bitwise_expected(name, backends):
     # XLA:CPU's contractions; XLA:GPU contracts on its own, so cuda vs jax is
     # compared within TOL (README, Numerics).
     if set(backends) == {"cuda", "cpu"}:
-        return True
+        return name not in NOT_BITWISE_CUDA_CPU
     return "jax" in backends and "cuda" not in backends and name not in NOT_BITWISE
 
 
@@ -314,7 +323,8 @@ def test_backends_agree_inside_a_jitted_scan(name, backends):
     # XLA fuses (and so contracts) the reference differently inside a scan body
     # than in a lone jitted step; bitwise agreement must survive that.
     if not _bitwise_expected(name, backends):
-        pytest.skip(f"not bitwise: {NOT_BITWISE[name]} (within TOL: "
+        why = NOT_BITWISE_CUDA_CPU.get(name) if "cuda" in backends else None
+        pytest.skip(f"not bitwise: {why or NOT_BITWISE.get(name, 'cuda vs jax')} (within TOL: "
                     "test_backends_agree_over_whole_episodes)")
     num_envs = CONSISTENCY_ENVS.get(name, 16)
     num_steps = _episode_length(_env(name, "jax")) + 3

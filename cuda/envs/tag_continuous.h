@@ -138,14 +138,13 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
 
 JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team, int phase) {
   if (phase == 1) {
-    // Tags per tagger and runners leaving the game: integer sums, the same in
-    // any order.
+    // Tags per tagger and runners leaving the game: integer atomics, the same
+    // in any order (one pass, no block reduction and its barriers).
     team.for_each([&](int i) {
-      if (s.tagged_by[i] >= 0) jaxwarp::atomic_add(&s.tags[s.tagged_by[i]], 1);
+      if (s.tagged_by[i] < 0) return;
+      jaxwarp::atomic_add(&s.tags[s.tagged_by[i]], 1);
+      if (p.exit_after_tag) jaxwarp::atomic_add(&s.num_runners_left[0], -1);
     });
-    const int exits =
-        p.exit_after_tag ? team.count([&](int i) { return s.tagged_by[i] >= 0; }) : 0;
-    if (team.leader()) s.num_runners_left[0] -= exits;
   } else if (phase == 2) {
     if (team.leader()) s.timestep[0] += 1;
   } else if (phase == jaxwarp::kBeforeObserve && !p.full_obs) {
