@@ -2,6 +2,9 @@
 
     jaxwarp train [--env NAME] [--config FILE_OR_NAME] [key=value ...]
                   [--seeds S] [--out DIR] [--resume DIR] [--no-progress]
+    jaxwarp eval --run DIR [--episodes N] [--seed S] [--json FILE]
+                             # trained policies of a run against random ones
+    jaxwarp render (--env NAME | --run DIR) [--steps T] [--out FILE.gif]
     jaxwarp configs          # list the shipped training configs
     jaxwarp build [--backend cpu|cuda|all] [ENV ...]   # build contract envs into the cache now
                              # (cuda needs a GPU or JAXWARP_CUDA_ARCH, e.g. 90)
@@ -17,6 +20,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 from jaxwarp.train.config import ConfigError, load_config, shipped_configs
 
@@ -40,12 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("envs", nargs="*", metavar="ENV")
     b.add_argument("--backend", default="all", choices=("cpu", "cuda", "all"),
                    help="all: cpu, plus cuda when nvcc is found")
-    r = sub.add_parser("render", help="roll out an env with a random policy and write a GIF "
-                       "(trained policies from a run folder are not supported yet)",
-                       description="Rolls out one env with uniformly random actions and writes "
-                       "env 0's frames as a GIF, then prints its path. Rendering a trained "
-                       "policy from a run folder is not supported yet.")
-    r.add_argument("--env", help="env name (required)")
+    r = sub.add_parser("render", help="write a GIF of an env: random actions (--env), or a "
+                       "run's trained policies beside random ones (--run)",
+                       description="Rolls out one env and writes env 0's frames as a GIF, then "
+                       "prints its path. --env NAME: uniformly random actions. --run DIR: the "
+                       "run's trained policies (newest intact checkpoint) on the left, random "
+                       "policies from the same start on the right.")
+    r.add_argument("--env", help="env name (random actions)")
+    r.add_argument("--run", metavar="DIR", help="a training run folder (trained vs random)")
     r.add_argument("--config", help="the env's named configuration, e.g. warpdrive_default")
     r.add_argument("--steps", type=int, default=100, help="steps (frames: steps + 1)")
     r.add_argument("--out", help="GIF path (default <env>.gif)")
@@ -53,16 +59,55 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--fps", type=float, default=20.0)
     r.add_argument("--size", type=int, default=128, help="frame width and height in pixels")
     r.add_argument("--seed", type=int, default=0)
+    e = sub.add_parser("eval", help="trained policies of a run against random ones",
+                       description="Loads the newest intact checkpoint of a run and plays "
+                       "whole episodes with each policy group trained or uniformly random (all "
+                       "trained, all random, and each group trained against random others); "
+                       "prints one line per group (trained vs random, gain with 95%% CI) and "
+                       "writes the figures as JSON (default DIR/eval.json).")
+    e.add_argument("--run", metavar="DIR", required=True, help="a training run folder")
+    e.add_argument("--episodes", type=int, default=256, help="episodes per matchup")
+    e.add_argument("--seed", type=int, default=0, help="evaluation seed (env starts, actions)")
+    e.add_argument("--seed-index", type=int, default=0,
+                   help="which of the run's trained seeds (runs with --seeds S)")
+    e.add_argument("--json", metavar="FILE", help="JSON output (default DIR/eval.json)")
     return p
 
 
-def _render(args: argparse.Namespace) -> int:
-    def fail(msg: str) -> int:
-        print(f"jaxwarp render: error: {' '.join(str(msg).split())}", file=sys.stderr)
-        return 2
+def _fail(command: str, msg: Any) -> int:
+    print(f"jaxwarp {command}: error: {' '.join(str(msg).split())}", file=sys.stderr)
+    return 2
 
-    if not args.env:
-        return fail("--env NAME is required")
+
+def _eval(args: argparse.Namespace) -> int:
+    if args.episodes < 2:
+        return _fail("eval", f"--episodes must be >= 2; got {args.episodes}")
+    import json
+
+    from jaxwarp.authoring import EnvBuildError
+    from jaxwarp.train.evaluate import evaluate, load_run, summary_line
+    from jaxwarp.train.runner import RunError
+
+    try:
+        run = load_run(args.run, args.seed_index)
+        result = evaluate(run, episodes=args.episodes, seed=args.seed)
+        path = Path(args.json) if args.json else Path(args.run) / "eval.json"
+        path.write_text(json.dumps(result, indent=2))
+    except (ConfigError, ValueError, TypeError, OSError, RunError, EnvBuildError) as e:
+        return _fail("eval", e)
+    print(summary_line(result))
+    print(f"figures in {path}")
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    def fail(msg: Any) -> int:
+        return _fail("render", msg)
+
+    if bool(args.env) == bool(args.run):
+        return fail("give either --env NAME (random actions) or --run DIR (trained policies)")
+    if args.run and args.config:
+        return fail("--config goes with --env; a run's env comes from its saved config")
     if args.steps < 0:
         return fail(f"--steps must be >= 0; got {args.steps}")
     if args.size < 8:
@@ -70,16 +115,35 @@ def _render(args: argparse.Namespace) -> int:
     if not args.fps > 0:
         return fail(f"--fps must be > 0; got {args.fps}")
     import jax
+    import jax.numpy as jnp
 
     import jaxwarp
+    from jaxwarp.authoring import EnvBuildError
     from jaxwarp.render import render_frames, rollout_states, write_gif
+    from jaxwarp.train.runner import RunError
 
     try:
-        env = jaxwarp.make(args.env, backend=args.backend, config=args.config)
-        states = rollout_states(env, jax.random.key(args.seed), 1, args.steps)
-        frames = jax.jit(lambda s: render_frames(env, s, size=args.size))(states)
-        path = write_gif(frames, args.out or f"{args.env}.gif", fps=args.fps)
-    except (ValueError, TypeError, OSError, RuntimeError) as e:
+        key = jax.random.key(args.seed)
+        if args.run:
+            from jaxwarp.train.evaluate import load_run, make_policy
+
+            run = load_run(args.run)
+            env, groups = run.trainer.env, run.trainer.groups
+            draw = jax.jit(lambda s: render_frames(env, s, size=args.size))
+            sides = []
+            for trained in (True, False):  # same key: the same start on both sides
+                policy = make_policy(run, {g: trained for g in groups})
+                sides.append(draw(rollout_states(env, key, 1, args.steps, policy)))
+            gap = jnp.full(sides[0].shape[:2] + (max(args.size // 32, 1), 3), 255, jnp.uint8)
+            frames = jnp.concatenate([sides[0], gap, sides[1]], axis=2)
+            default = Path(args.run) / "trained_vs_random.gif"
+        else:
+            env = jaxwarp.make(args.env, backend=args.backend, config=args.config)
+            states = rollout_states(env, key, 1, args.steps)
+            frames = jax.jit(lambda s: render_frames(env, s, size=args.size))(states)
+            default = Path(f"{args.env}.gif")
+        path = write_gif(frames, args.out or default, fps=args.fps)
+    except (ConfigError, ValueError, TypeError, OSError, RuntimeError, EnvBuildError) as e:
         return fail(e)
     print(path)
     return 0
@@ -132,8 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         return _build(list(args.envs), args.backend)
     if args.command == "render":
         return _render(args)
+    if args.command == "eval":
+        return _eval(args)
 
-    from jaxwarp.train.runner import CheckpointWarning, RunError, train_run
+    from jaxwarp.authoring import EnvBuildError
+    from jaxwarp.train.runner import CheckpointWarning, RunError, _checkpoint_steps, train_run
 
     def one_line_warning(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, CheckpointWarning):
@@ -143,12 +210,14 @@ def main(argv: list[str] | None = None) -> int:
 
     default_showwarning = warnings.showwarning
     warnings.showwarning = one_line_warning
+    out = None
     try:
         if args.resume:
             if args.overrides or args.config or args.env or args.out:
                 raise ConfigError("--resume DIR takes the run's saved config; drop --env, "
                                   "--config, --out and key=value overrides")
-            result = train_run(None, args.resume, resume=True, progress=not args.no_progress)
+            out = args.resume
+            result = train_run(None, out, resume=True, progress=not args.no_progress)
         else:
             overrides = list(args.overrides)
             if args.env:
@@ -156,9 +225,17 @@ def main(argv: list[str] | None = None) -> int:
             config = load_config(args.config, overrides)
             out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
             result = train_run(config, out, seeds=args.seeds, progress=not args.no_progress)
-    except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError) as e:
-        print(f"jaxwarp train: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+    except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,
+            EnvBuildError) as e:
+        return _fail("train", e)
+    except KeyboardInterrupt:
+        # One line, not a traceback: where the run stands and how to go on.
+        steps = _checkpoint_steps(Path(out)) if out else []
+        where = (f"last checkpoint: update {steps[0]} in {Path(out) / 'checkpoints'}; continue "
+                 f"with: jaxwarp train --resume {out}") if steps else \
+            "no checkpoint was written yet"
+        print(f"jaxwarp train: interrupted; {where}", file=sys.stderr)
+        return 130
     finally:
         warnings.showwarning = default_showwarning
     s = result.summary
