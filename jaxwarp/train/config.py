@@ -70,6 +70,13 @@ class TrainConfig:
     seed: int = 0  # PRNG seed of the run (the CLI's --seeds S trains seed..seed+S-1)
     chunk_updates: int = 10  # CLI: updates per jitted call (progress/log granularity)
     checkpoint_every: int = 50  # CLI: updates between checkpoints (a multiple of chunk_updates)
+    # Data parallelism (docs/sharding.md): devices per process that the envs are split over;
+    # None: every local device (jax.local_device_count()); 1: one device, no mesh. num_envs
+    # must be divisible by devices x processes.
+    devices: int | None = None
+    # Multi-host: call jax.distributed.initialize at the start of the run (also done when
+    # JAX_COORDINATOR_ADDRESS is set); see jaxwarp/train/distributed.py.
+    distributed: bool = False
 
     def policy(self, name: str) -> PolicyConfig:
         """The configuration of policy group `name` (defaults where not given)."""
@@ -227,6 +234,8 @@ def config_from_dict(d: Mapping[str, Any], base: TrainConfig | None = None) -> T
                 settings.update(pd)
                 merged[str(name)] = _policy_from_dict(name, settings)
             kwargs[k] = tuple(sorted(merged.items()))
+        elif k == "devices":  # an integer or null (every local device)
+            kwargs[k] = None if v is None else _coerce(k, v, 0, allow_none=False)
         else:
             kwargs[k] = _coerce(k, v, fields[k].default,
                                 allow_none=k in ("env_config", "env_module"))
@@ -262,6 +271,8 @@ def validate(c: TrainConfig) -> None:
     need(c.checkpoint_every >= 1 and c.checkpoint_every % c.chunk_updates == 0,
          "checkpoint_every", f"a positive multiple of chunk_updates={c.chunk_updates}")
     need(0 <= c.seed < 2**31, "seed", "an integer in [0, 2**31)")
+    need(c.devices is None or c.devices >= 1, "devices",
+         "an integer >= 1, or null for every local device")
 
 
 def yaml_error(e: yaml.YAMLError) -> str:

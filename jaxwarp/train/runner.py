@@ -7,12 +7,22 @@ Orbax checkpoint every ``checkpoint_every`` updates. Nothing syncs per env
 step. ``resume=True`` restores the latest checkpoint of an output folder and
 continues; because every update is a pure function of the restored state,
 the resumed run reproduces the uninterrupted one.
+
+Several devices and processes (docs/sharding.md): the runner state is sharded
+as the trainer's mesh says (env state split along envs, the rest
+replicated); Orbax saves and restores it as global arrays, so a run resumes
+onto the current mesh, whatever the device count it was saved from. With
+``jax.distributed`` (several processes, one per host), every process runs
+this same loop and takes part in each checkpoint; process 0 alone holds the
+run lock and writes config.yaml, metrics, summary and plot, and its
+decisions taken on the host (stop at a time limit) hold for all.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -30,7 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from jaxwarp.train.config import ConfigError, TrainConfig, config_from_dict, yaml_error
+from jaxwarp.train import distributed
+from jaxwarp.train.config import (ConfigError, TrainConfig, config_from_dict, validate,
+                                  yaml_error)
 from jaxwarp.train.trainer import RunnerState, build_trainer
 
 CONFIG_FILE = "config.yaml"
@@ -154,7 +166,8 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
               seeds: int = 1, resume: bool = False, progress: bool = True,
               stop_after_updates: int | None = None, time_limit_s: float | None = None,
               env: Any = None,
-              models: Mapping[str, Any] | None = None) -> RunResult:
+              models: Mapping[str, Any] | None = None,
+              devices: int | None = None) -> RunResult:
     """Trains `seeds` seeds of `config` (seed, seed+1, ...) in one program.
 
     out_dir receives config.yaml, metrics.jsonl/.csv, tensorboard/ (with
@@ -164,7 +177,13 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     stop_after_updates: stop early after that many updates of this process
     (at a chunk boundary, as if killed; used by tests). time_limit_s: stop
     at the first chunk boundary after that many seconds (compile included);
-    the run can be resumed later.
+    the run can be resumed later. devices: when given, overrides the
+    config's ``devices`` (also on resume: the saved state is restored onto the
+    new mesh; config.yaml keeps the value the run started with).
+
+    Several processes: call it in every process with the same arguments
+    (``jax.distributed`` is initialized first when config.distributed or
+    JAX_COORDINATOR_ADDRESS asks for it); see the module docstring.
 
     Reliability: the run holds an exclusive lock on out_dir/.lock (released
     on exit, also when killed), so a second run on the same folder fails
@@ -184,36 +203,70 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
         raise ValueError("train_run: config is required unless resume=True")
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1; got {seeds}")
-    created = not out.exists()
+    # Before anything touches a jax backend (a multi-host run starts here).
+    proc = distributed.maybe_initialize(
+        config.distributed if config is not None else _saved_distributed(out))
+    primary, many = proc.process_id == 0, proc.num_processes > 1
+    ready = False  # every process got past its checks (see distributed.all_ok)
+
+    def fail_start() -> None:
+        # The other processes wait in all_ok: tell them this one failed.
+        if many and not ready:
+            with contextlib.suppress(Exception):
+                distributed.all_ok(False)
+
+    created = primary and not out.exists()  # only process 0 creates / removes the folder
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        fail_start()
         raise RunError(f"cannot create the output folder {out}: {e}") from None
-    lock = _RunLock(out)
+    try:
+        lock = _RunLock(out) if primary else _NoLock()
+    except BaseException:
+        fail_start()
+        raise
     started = False  # config.yaml written: the folder holds a run from here on
     try:
         if resume:
             saved_config, seeds = _read_saved_config(out)
-            if config is not None and config != saved_config:
+            if config is not None and dataclasses.replace(config, devices=saved_config.devices) \
+                    != saved_config:
                 raise ConfigError(f"--resume {out}: the given config differs from the saved one; "
                                   "resume takes its config from the run folder")
-            config = saved_config
-        elif _holds_run(out):
+            config = saved_config if config is None else dataclasses.replace(
+                saved_config, devices=config.devices)
+        elif primary and _holds_run(out):
             raise FileExistsError(f"{out} already holds a run; pass --resume {out} to continue "
                                   "it or choose another --out")
+        if devices is not None:
+            config = dataclasses.replace(config, devices=devices)
+            validate(config)
 
         trainer = build_trainer(config, env=env, models=models)
+        ready = True
+        if not distributed.all_ok(True):
+            raise RunError("another process of this run failed to start (see its error); "
+                           "this one stops too")
         num_updates = trainer.derived.num_updates
         chunk = min(config.chunk_updates, num_updates)
         seed_ids = [config.seed + i for i in range(seeds)]
         keys = jnp.stack([jax.random.PRNGKey(s) for s in seed_ids])
+        if trainer.mesh is not None:
+            keys = np.asarray(keys)  # host data: the same on every process, replicated by jit
 
         init = jax.jit(jax.vmap(trainer.init))
         run_chunk = jax.jit(jax.vmap(lambda rs: trainer.run(rs, chunk)), donate_argnums=0)
 
         t0 = time.perf_counter()
         done_updates = 0
-        restored = _restore_intact(out, jax.eval_shape(init, keys)) if resume else None
+        restored = _restore_intact(out, _abstract_state(trainer, init, keys), primary) \
+            if resume else None
+        if many:  # every process restored the same checkpoint (or none)
+            step = -1 if restored is None else restored[0]
+            if not distributed.all_ok(step == distributed.same_on_all(step)):
+                raise CheckpointError(f"--resume {out}: the processes restored different "
+                                      "checkpoints; resume from an intact checkpoint folder")
         if restored is not None:
             done_updates, rs = restored
         else:
@@ -221,27 +274,31 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
         compiled = run_chunk.lower(rs).compile()
         compile_s = time.perf_counter() - t0
 
-        if not resume:
+        if not resume and primary:
             (out / CONFIG_FILE).write_text(yaml.safe_dump(
                 {"config": config.to_dict(), "seeds": seeds}, sort_keys=False))
         started = True
         mngr = _checkpointer(out)
-        writer = _MetricWriter(out, keep_until=done_updates if resume else None)
+        writer = _MetricWriter(out, keep_until=done_updates if resume else None) if primary \
+            else _NoWriter()
     except BaseException:
+        fail_start()
         lock.release()
         if created and not started:
             shutil.rmtree(out, ignore_errors=True)
         raise
 
     rows: list[dict[str, float]] = []
-    bar = _Progress(num_updates, done_updates, trainer.derived.batch_env_steps, progress)
+    bar = _Progress(num_updates, done_updates, trainer.derived.batch_env_steps,
+                    progress and primary)
     run_s = 0.0
     stopped_early = False
     failure: NonFiniteError | None = None
     try:
         while done_updates < num_updates:
-            if (stop_after_updates is not None and len(rows) // seeds >= stop_after_updates) \
-                    or (time_limit_s is not None and time.perf_counter() - t0 >= time_limit_s):
+            stop = (stop_after_updates is not None and len(rows) // seeds >= stop_after_updates) \
+                or (time_limit_s is not None and time.perf_counter() - t0 >= time_limit_s)
+            if distributed.same_on_all(stop):  # process 0's clock decides for all
                 stopped_early = True
                 break
             n = min(chunk, num_updates - done_updates)
@@ -285,7 +342,7 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
         finally:
             lock.release()
 
-    all_rows = read_metrics(out)
+    all_rows = read_metrics(out) if primary else rows
     steps_done = len(rows) // seeds * trainer.derived.batch_env_steps * seeds
     summary = {
         "env": config.env, "backend": trainer.env.backend, "seeds": seeds,
@@ -294,19 +351,68 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
         "compile_s": compile_s, "run_s": run_s,
         "env_steps_per_s": steps_done / run_s if run_s > 0 else math.nan,
         "devices": [str(d) for d in jax.devices()],
+        # Devices the envs are split over (all processes) and processes.
+        "data_parallel_devices": 1 if trainer.mesh is None else int(trainer.mesh.size),
+        "processes": proc.num_processes, "sampler": trainer.sampler,
         "finished": done_updates == num_updates, "stopped_early": stopped_early,
         "final": {k: v for k, v in _final_means(all_rows).items()},
     }
     if failure is not None:
         summary["error"] = str(failure)
-    (out / SUMMARY_FILE).write_text(json.dumps(
-        {k: _json_value(v) if isinstance(v, float) else v for k, v in summary.items()},
-        indent=2))
+    if primary:
+        (out / SUMMARY_FILE).write_text(json.dumps(
+            {k: _json_value(v) if isinstance(v, float) else v for k, v in summary.items()},
+            indent=2))
     if failure is not None:
         raise failure
-    if done_updates == num_updates:
+    if done_updates == num_updates and primary:
         plot_run(out)
     return RunResult(out_dir=out, state=rs, metrics=rows, summary=summary)
+
+
+def _saved_distributed(out: Path) -> bool:
+    """The ``distributed`` setting of the run saved in out (False when unreadable:
+    the resume reports the problem itself, under the lock)."""
+    try:
+        meta = yaml.safe_load((out / CONFIG_FILE).read_text())
+        return meta["config"].get("distributed") is True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _abstract_state(trainer: Any, init: Any, keys: Any) -> Any:
+    """The runner state's shapes and dtypes with the shardings to restore onto:
+    the trainer's mesh (env state split along envs, the rest replicated), or
+    the default device. Orbax reads the global arrays, so a checkpoint saved
+    from another device count restores onto this one."""
+    abstract = jax.eval_shape(init, keys)
+    if trainer.mesh is None:
+        # One device (where init puts the state). Explicit, because Orbax would
+        # otherwise restore onto the sharding saved in the checkpoint, e.g. the
+        # mesh of a run saved with devices=2.
+        one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        shardings = jax.tree.map(lambda _: one, abstract)
+    else:
+        shardings = trainer.state_shardings(abstract, seed_axis=True)
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                        abstract, shardings)
+
+
+class _NoLock:
+    """Processes other than 0 hold no lock (process 0's covers the run)."""
+
+    def release(self) -> None:
+        pass
+
+
+class _NoWriter:
+    """Processes other than 0 write no metrics."""
+
+    def write(self, rows: list[dict[str, float]]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class RunError(RuntimeError):
@@ -416,7 +522,8 @@ def _quiet_closed_loop_callbacks():
         sys.unraisablehook = previous
 
 
-def _restore_intact(out: Path, abstract: Any) -> tuple[int, Any] | None:
+def _restore_intact(out: Path, abstract: Any, primary: bool = True
+                    ) -> tuple[int, Any] | None:
     """(update, state) of the newest checkpoint that restores with finite
     parameters, or None when there is no checkpoint. Unreadable newer ones are
     moved to checkpoints_corrupt/ with a CheckpointWarning each (so that the
@@ -448,7 +555,7 @@ def _restore_intact(out: Path, abstract: Any) -> tuple[int, Any] | None:
             break
     if found is not None:
         step, rs = found
-        for bad, why in skipped:
+        for bad, why in skipped if primary else ():  # process 0 moves the files
             dest = out / "checkpoints_corrupt" / str(bad)
             k = 1
             while dest.exists():

@@ -12,6 +12,14 @@ Policy groups map agent ids to a policy (Tag: ``tagger`` and ``runner``);
 each group has its own Flax model, parameters (shared by its agents) and
 optimiser. `build_trainer` exposes the same pieces (init, run) for callers
 that run the updates in chunks (the CLI: progress, logs, checkpoints).
+
+Several devices (``config.devices``; docs/sharding.md): the envs are split
+over a 1-D mesh (axis ``"envs"``) by `jaxwarp.sharding.ShardedEnv`; env
+state, observations and trajectories are sharded along the env axis,
+parameters, optimiser states and observation statistics replicated. The
+program stays one ``jax.jit``: losses are means over the global batch, so
+XLA's partitioner inserts the all-reduce of the gradients (data-parallel
+SGD on the same global batch as one device, up to float summation order).
 """
 
 from __future__ import annotations
@@ -27,12 +35,17 @@ import numpy as np
 import optax
 from flax import struct
 
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxwarp import sharding
 from jaxwarp.core import key_data_of, resolve_backend
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import make as make_env
 from jaxwarp.sampler import sample_actions
 from jaxwarp.train import core
 from jaxwarp.train.config import ConfigError, Derived, TrainConfig, derived
+from jaxwarp.train.distributed import data_mesh
 from jaxwarp.train.models import make_model
 
 
@@ -70,6 +83,25 @@ class Trainer(NamedTuple):
     init: Callable[[jax.Array], RunnerState]  # key (u32[2] or typed) -> state
     run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
     rollout: Callable[[RunnerState, jax.Array], tuple[Any, jax.Array, tuple]]  # for profiling
+    mesh: Mesh | None = None  # the data-parallel mesh (axis "envs"); None: one device
+    sampler: str = "auto"  # the action sampler's backend as run ("jax" | "cpu" | "cuda")
+
+    def state_shardings(self, state: Any, seed_axis: bool = False) -> Any:
+        """NamedShardings of a RunnerState-shaped tree (arrays or
+        ShapeDtypeStructs) on `mesh`: env_state and obs split along the env
+        axis (axis 1 with a leading seed axis), everything else replicated.
+        None without a mesh."""
+        if self.mesh is None:
+            return None
+        return _state_shardings(self.mesh, state, seed_axis)
+
+
+def _state_shardings(mesh: Mesh, rs: Any, seed_axis: bool) -> Any:
+    rep = NamedSharding(mesh, P())
+    envs = NamedSharding(mesh, P(None, "envs") if seed_axis else P("envs"))
+    tree = jax.tree.map(lambda _: rep, rs)
+    return tree.replace(env_state=jax.tree.map(lambda _: envs, rs.env_state),
+                        obs=jax.tree.map(lambda _: envs, rs.obs))
 
 
 def _contiguous(ids: np.ndarray) -> bool:
@@ -90,6 +122,12 @@ def build_trainer(config: TrainConfig, env: Any = None,
     if env is None:
         env = _make_env(c)
     _check_env_params(env, c.env)
+    mesh = data_mesh(c.devices)
+    shards = 1 if mesh is None else mesh.size
+    if mesh is not None:
+        _check_divisible(c, d, shards)
+        if not isinstance(env, sharding.ShardedEnv):
+            env = sharding.ShardedEnv(env, mesh, "envs")
     nvec = tuple(int(n) for n in env.action_space.nvec)
     groups: dict[str, np.ndarray] = dict(getattr(env, "policy_groups", None)
                                          or {"agent": np.arange(env.num_agents)})
@@ -108,7 +146,31 @@ def build_trainer(config: TrainConfig, env: Any = None,
         raise ValueError("policy groups must partition the agent ids 0..num_agents-1")
     inverse = None if np.array_equal(order, np.arange(env.num_agents)) else np.argsort(order)
     sampler = c.sampler if c.sampler != "auto" else (
-        "jax" if env.backend == "jax" else env.backend)
+        "jax" if env.backend == "jax" or mesh is not None else env.backend)
+    # Over several devices, "auto" picks the jax sampler: it is partitioned bit
+    # for bit (the same draws for any device count). The kernel samplers have no
+    # row offset; asked for explicitly they run one launch per device with
+    # per-shard keys (same distribution, draws that depend on the device count).
+    if mesh is None:
+        def sample(key, logits):
+            return sample_actions(key, logits, nvec, backend=sampler)
+    else:
+        def sample(key, logits):
+            return sharding.sample_actions(key, logits, nvec, mesh, "envs", backend=sampler,
+                                           per_shard_keys=sampler != "jax")
+
+    def pin(tree: Any, spec: P) -> Any:
+        """Sharding constraint `spec` on every leaf (no-op on one device). Under
+        vmap over seeds jax adds the seed axis to the spec itself."""
+        if mesh is None:
+            return tree
+        target = NamedSharding(mesh, spec)
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, target), tree)
+
+    def pin_state(rs: RunnerState) -> RunnerState:
+        if mesh is None:
+            return rs
+        return jax.lax.with_sharding_constraint(rs, _state_shardings(mesh, rs, False))
     obs_dim = int(env.observation_space.shape[-1])
     episode_metrics = getattr(env, "episode_metrics", None)
 
@@ -151,7 +213,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
         obs, env_state = env.reset(k_env, c.num_envs)
         dummy = jnp.zeros((1, obs_dim), jnp.float32)
         params = {g: nets[g].init(k, dummy) for g, k in zip(groups, k_models)}
-        return RunnerState(
+        return pin_state(RunnerState(
             params=params,
             opt_state={g: txs[g].init(params[g]) for g in groups},
             obs_stats={g: core.RunningStats.create(obs_dim) for g in groups}
@@ -160,14 +222,14 @@ def build_trainer(config: TrainConfig, env: Any = None,
             update=jnp.zeros((), jnp.int32),
             last_return={g: jnp.full((), jnp.nan, jnp.float32) for g in groups},
             last_extra={k: jnp.full((), jnp.nan, jnp.float32)
-                        for k in _extra_names(env, episode_metrics, c.num_envs)})
+                        for k in _extra_names(env, episode_metrics, c.num_envs)}))
 
     # ---------------------------------------------------------------- update
     def env_step(carry, key):
         params, stats, env_state, obs = carry
         k_act, k_env = jax.random.split(key)
         logits, value = policy(params, stats, obs)
-        actions, logp = sample_actions(k_act, logits, nvec, backend=sampler)
+        actions, logp = sample(k_act, logits)
         next_obs, env_state, reward, done, info = env.step(k_env, env_state, actions)
         # Episode statistics leave the scan as per-step sums (no host traffic).
         ret = info["episode_return"]
@@ -189,10 +251,26 @@ def build_trainer(config: TrainConfig, env: Any = None,
 
         size = d.minibatch_envs
 
+        def spread(x: jax.Array, i: jax.Array) -> jax.Array:
+            """Several devices: minibatch i of [T, envs, ...] laid out device-major
+            (see `chunk`) is local env block [i*size/D, (i+1)*size/D) of every
+            device: a reshape of the sharded env axis and a slice, no copy
+            between devices."""
+            blocks = x.reshape(x.shape[0], shards, d.minibatches, size // shards, *x.shape[2:])
+            mb = jax.lax.dynamic_index_in_dim(blocks, i, axis=2, keepdims=False)
+            return pin(mb.reshape(x.shape[0], size, *x.shape[2:]), P(None, "envs"))
+
         def chunk(i: jax.Array, perm: jax.Array | None) -> core.Batch:
             """Minibatch i: envs perm[i*size:(i+1)*size] (or that slice) of every
             [T, envs, ...] field, cut inside the scan body so that the
-            minibatches are never materialised all at once."""
+            minibatches are never materialised all at once.
+
+            Several devices: `batch` is then already permuted by `deal` (perm
+            None here) and minibatch i holds the same envs as on one device
+            (A2C: its chunk i holds other envs: the same mean gradient), each
+            device computing on its size/D of them."""
+            if shards > 1:
+                return jax.tree.map(lambda x: spread(x, i), batch)
             if perm is None:
                 return jax.tree.map(
                     lambda x: jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=1), batch)
@@ -220,13 +298,28 @@ def build_trainer(config: TrainConfig, env: Any = None,
             updates, opt_state = txs[g].update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, metrics
 
+        def deal(perm: jax.Array) -> core.Batch:
+            """Several devices: `batch` reordered once per epoch so that envs
+            perm[i*size + k*size/D + j] (device k's share of minibatch i) sit at
+            env index k*n/D + i*size/D + j, i.e. on device k (one exchange of
+            the batch between devices per epoch instead of one per minibatch)."""
+            order = perm.reshape(d.minibatches, shards, size // shards)
+            order = order.transpose(1, 0, 2).reshape(-1)
+            return jax.tree.map(lambda x: pin(jnp.take(x, order, axis=1), P(None, "envs")),
+                                batch)
+
         def epoch(carry, k):
             # Minibatches are disjoint random sets of envs (rows of T x agents).
             perm = jax.random.permutation(k, c.num_envs) if d.minibatches > 1 else None
+            dealt = deal(perm) if shards > 1 and perm is not None else batch
 
             def sgd_step(carry, i):
                 p, o = carry
-                mb = chunk(i, perm) if d.minibatches > 1 else batch
+                if shards > 1:
+                    mb = (jax.tree.map(lambda x: spread(x, i), dealt)
+                          if d.minibatches > 1 else batch)
+                else:
+                    mb = chunk(i, perm) if d.minibatches > 1 else batch
                 (loss, metrics), grads = grad_fn(p, mb, c.normalize_advantages)
                 updates, o = txs[g].update(grads, o, p)
                 return (optax.apply_updates(p, updates), o), {"loss": loss, **metrics}
@@ -251,6 +344,9 @@ def build_trainer(config: TrainConfig, env: Any = None,
         _, last_value = policy(rs.params, rs.obs_stats, obs)
         adv, target = core.gae(t_reward, t_value, t_done[:, :, None], last_value,
                                c.gamma, c.gae_lambda)
+        # [T, envs, ...] stays split along envs (no-op on one device).
+        t_obs, t_act, t_logp, t_value, t_reward, adv, target = pin(
+            (t_obs, t_act, t_logp, t_value, t_reward, adv, target), P(None, "envs"))
 
         params, opt_state, metrics = dict(rs.params), dict(rs.opt_state), {}
         finite = jnp.array(True)
@@ -273,15 +369,16 @@ def build_trainer(config: TrainConfig, env: Any = None,
                                     rs.last_return[g]) for g in groups}
         last_extra = {k: jnp.where(seen, t_ep[k].sum() / jnp.maximum(episodes, 1),
                                    rs.last_extra[k]) for k in rs.last_extra}
-        rs = RunnerState(params=params, opt_state=opt_state, obs_stats=stats,
-                         env_state=env_state, obs=obs, key=key, update=rs.update + 1,
-                         last_return=last_return, last_extra=last_extra)
+        rs = pin_state(RunnerState(params=params, opt_state=opt_state, obs_stats=stats,
+                                   env_state=env_state, obs=obs, key=key,
+                                   update=rs.update + 1, last_return=last_return,
+                                   last_extra=last_extra))
         metrics.update({f"{g}/episode_return": last_return[g] for g in groups})
         metrics.update(last_extra)
         metrics["episodes"] = episodes
         metrics["env_steps"] = rs.update.astype(jnp.float32) * d.batch_env_steps
         metrics["finite"] = finite.astype(jnp.float32)
-        return rs, metrics
+        return rs, pin(metrics, P())
 
     def run(rs: RunnerState, num_updates: int):
         """`num_updates` updates by lax.scan; metrics: name -> f32[num_updates].
@@ -293,7 +390,23 @@ def build_trainer(config: TrainConfig, env: Any = None,
         return jax.lax.scan(update, rs, None, length=num_updates)
 
     return Trainer(config=c, derived=d, env=env, groups=groups, models=nets,
-                   init=init, run=run, rollout=rollout)
+                   init=init, run=run, rollout=rollout, mesh=mesh, sampler=sampler)
+
+
+def _check_divisible(c: TrainConfig, d: Derived, shards: int) -> None:
+    """The env axis and the minibatches split evenly over `shards` devices."""
+    dev = "every local device" if c.devices is None else f"devices={c.devices}"
+    if c.num_envs % shards:
+        raise ConfigError(
+            f"num_envs={c.num_envs} is not divisible by the {shards} devices that the envs "
+            f"are split over ({dev} x {jax.process_count()} process(es)); choose num_envs "
+            f"as a multiple of {shards} or set devices (devices=1: one device)")
+    if d.minibatches > 1 and d.minibatch_envs % shards:
+        what = "minibatch" if c.algorithm == "ppo" else "gradient chunk"
+        raise ConfigError(
+            f"num_minibatches={c.num_minibatches}: each {what} of num_envs/num_minibatches="
+            f"{d.minibatch_envs} envs must split evenly over the {shards} devices ({dev}); "
+            f"choose num_envs as a multiple of num_minibatches x {shards}")
 
 
 def _make_env(c: TrainConfig) -> Any:
