@@ -38,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--out", help="output folder (default runs/<env>-<time>)")
     t.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--eval-episodes", type=int, default=128, metavar="N",
+                   help="after a finished run: episodes per matchup of `jaxwarp eval` (trained "
+                   "vs random, printed and saved as eval.json) and a GIF of the trained "
+                   "policies beside random ones; 0 skips both")
     sub.add_parser("configs", help="list the shipped training configs")
     b = sub.add_parser("build", help="build envs written through the authoring contract "
                        "(default: all built-ins) into the cache, so first use is instant")
@@ -115,7 +119,6 @@ def _render(args: argparse.Namespace) -> int:
     if not args.fps > 0:
         return fail(f"--fps must be > 0; got {args.fps}")
     import jax
-    import jax.numpy as jnp
 
     import jaxwarp
     from jaxwarp.authoring import EnvBuildError
@@ -125,17 +128,9 @@ def _render(args: argparse.Namespace) -> int:
     try:
         key = jax.random.key(args.seed)
         if args.run:
-            from jaxwarp.train.evaluate import load_run, make_policy
+            from jaxwarp.train.evaluate import load_run, render_run
 
-            run = load_run(args.run)
-            env, groups = run.trainer.env, run.trainer.groups
-            draw = jax.jit(lambda s: render_frames(env, s, size=args.size))
-            sides = []
-            for trained in (True, False):  # same key: the same start on both sides
-                policy = make_policy(run, {g: trained for g in groups})
-                sides.append(draw(rollout_states(env, key, 1, args.steps, policy)))
-            gap = jnp.full(sides[0].shape[:2] + (max(args.size // 32, 1), 3), 255, jnp.uint8)
-            frames = jnp.concatenate([sides[0], gap, sides[1]], axis=2)
+            frames = render_run(load_run(args.run), args.steps, args.size, args.seed)
             default = Path(args.run) / "trained_vs_random.gif"
         else:
             env = jaxwarp.make(args.env, backend=args.backend, config=args.config)
@@ -242,8 +237,40 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{s['updates']}/{s['num_updates']} updates, {s['env_steps_per_seed']:,} env-steps per "
           f"seed x {s['seeds']} seed(s); {s['env_steps_per_s']:,.0f} env-steps/s "
           f"(compile {s['compile_s']:.1f} s); final {s['final']}")
+    if s["finished"] and args.eval_episodes > 0:
+        _after_training(Path(result.out_dir), args.eval_episodes)
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboardX") is None:
+        print("no TensorBoard log (pip install tensorboardX, or jaxwarp[train])")
     print(f"outputs in {Path(result.out_dir)}")
     return 0
+
+
+def _after_training(out: Path, episodes: int) -> None:
+    """The trained policies against random ones (one line, eval.json, the
+    random levels on the learning curve) and a GIF of them beside random
+    ones. A failure here is a warning: the run itself is complete."""
+    import json
+
+    from jaxwarp.render import write_gif
+    from jaxwarp.train.evaluate import evaluate, load_run, render_run, summary_line
+    from jaxwarp.train.runner import plot_run
+
+    try:
+        run = load_run(out)
+        result = evaluate(run, episodes=max(episodes, 2))
+        (out / "eval.json").write_text(json.dumps(result, indent=2))
+        print(summary_line(result))
+        plot_run(out)  # redrawn with the random levels from eval.json
+    except Exception as e:  # noqa: BLE001 - reported in one line, the run is saved
+        print(f"jaxwarp train: warning: evaluation skipped: {' '.join(str(e).split())}",
+              file=sys.stderr)
+        return
+    try:
+        write_gif(render_run(run, steps=100), out / "trained_vs_random.gif")
+    except ValueError as e:  # an env without a renderer
+        print(f"jaxwarp train: warning: no GIF: {' '.join(str(e).split())}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -220,3 +220,18 @@ def summary_line(result: Mapping[str, Any]) -> str:
                      f"gain {s['delta']:+.3g} ± {s['ci95']:.2g} ({verdict})")
     return (f"{result['env']} update {result['update']}, {result['episodes']} episodes: "
             + "; ".join(parts))
+
+
+def render_run(run: LoadedRun, steps: int = 100, size: int = 128, seed: int = 0) -> jax.Array:
+    """u8[steps + 1, size, 2 * size + gap, 3]: env 0 with the trained policies
+    (left) and uniformly random ones (right), from the same start (same key).
+    Raises ValueError for an env with no renderer."""
+    from jaxwarp.render import render_frames, rollout_states
+
+    env, groups = run.trainer.env, run.trainer.groups
+    key = jax.random.key(seed)
+    draw = jax.jit(lambda s: render_frames(env, s, size=size))
+    sides = [draw(rollout_states(env, key, 1, steps, make_policy(run, {g: on for g in groups})))
+             for on in (True, False)]
+    gap = jnp.full(sides[0].shape[:2] + (max(size // 32, 1), 3), 128, jnp.uint8)  # grey line
+    return jnp.concatenate([sides[0], gap, sides[1]], axis=2)
