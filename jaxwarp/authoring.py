@@ -432,6 +432,22 @@ def _flags(compiler: str) -> tuple[str, ...]:
 
 
 CXX_FLAGS = _flags("cxx")
+
+
+def _sanitize_flags() -> list[str]:
+    """Extra g++/clang flags of the CPU build from JAXWARP_SANITIZE (e.g.
+    ``address,undefined``): the env libraries are built with those
+    sanitizers (part of the cache key), any finding aborts. Loading an
+    ASan-built library into Python needs the ASan runtime preloaded
+    (``LD_PRELOAD=$(g++ -print-file-name=libasan.so)``); tests/test_sanitizers.py
+    runs every env that way."""
+    kinds = os.environ.get("JAXWARP_SANITIZE", "").strip()
+    if not kinds:
+        return []
+    if not re.fullmatch(r"[a-z]+(,[a-z]+)*", kinds):
+        raise EnvBuildError(f"JAXWARP_SANITIZE must be a comma-separated list of sanitizers, "
+                            f"e.g. address,undefined; got {kinds!r}")
+    return [f"-fsanitize={kinds}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
 NVCC_FLAGS = _flags("nvcc")
 
 
@@ -503,6 +519,8 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
     sources |= {API_DIR / f for f in API_HEADERS} | {API_DIR / "compile_flags.txt"}
     files = "".join(str(f) + f.read_text() for f in sorted(sources))
     extra = shlex.split(os.environ.get("JAXWARP_NVCC_FLAGS", "")) if platform == "cuda" else []
+    if platform == "cpu":
+        extra = _sanitize_flags()
     for part in (src, files, _compiler_id(compiler), jaxlib.__version__,
                  arch, sys.platform, " ".join(extra), " ".join(CXX_FLAGS + NVCC_FLAGS)):
         h.update(part.encode())
@@ -528,7 +546,7 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
                f"-gencode=arch=compute_{arch},code=[sm_{arch},compute_{arch}]",
                *extra, *includes, str(gen), "-o", str(tmp)]
     else:
-        cmd = [compiler, *CXX_FLAGS, "-shared", "-fPIC", "-w", *includes, str(gen), "-o",
+        cmd = [compiler, *CXX_FLAGS, *extra, "-shared", "-fPIC", "-w", *includes, str(gen), "-o",
                str(tmp)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

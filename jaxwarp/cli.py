@@ -1,7 +1,7 @@
 """``jaxwarp`` command line.
 
     jaxwarp train [--env NAME] [--config FILE_OR_NAME] [key=value ...]
-                  [--seeds S] [--out DIR] [--resume DIR] [--no-progress]
+                  [--seeds S] [--devices N] [--out DIR] [--resume DIR] [--no-progress]
     jaxwarp eval --run DIR [--episodes N] [--seed S] [--json FILE]
                              # trained policies of a run against random ones
     jaxwarp render (--env NAME | --run DIR) [--steps T] [--out FILE.gif]
@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--config", help="YAML file, or a shipped config name "
                    f"({', '.join(shipped_configs())})")
     t.add_argument("--seeds", type=int, default=1, help="seeds trained together (vmap)")
+    t.add_argument("--devices", type=int, metavar="N",
+                   help="local devices to split the envs over (same as devices=N; default: "
+                   "every local device)")
     t.add_argument("--out", help="output folder (default runs/<env>-<time>)")
     t.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -208,15 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     out = None
     try:
         if args.resume:
-            if args.overrides or args.config or args.env or args.out:
+            if args.overrides or args.config or args.env or args.out or args.devices:
                 raise ConfigError("--resume DIR takes the run's saved config; drop --env, "
-                                  "--config, --out and key=value overrides")
+                                  "--config, --out, --devices and key=value overrides")
             out = args.resume
             result = train_run(None, out, resume=True, progress=not args.no_progress)
         else:
             overrides = list(args.overrides)
             if args.env:
                 overrides.insert(0, f"env={args.env}")
+            if args.devices is not None:
+                overrides.append(f"devices={args.devices}")
             config = load_config(args.config, overrides)
             out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
             result = train_run(config, out, seeds=args.seeds, progress=not args.no_progress)
