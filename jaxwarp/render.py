@@ -203,6 +203,18 @@ def render_frames(env: Any, states: Any, env_index: int = 0, size: int = 128) ->
     return jax.vmap(frame)(fields)
 
 
+def render_batch(env: Any, state: Any, size: int = 128) -> jax.Array:
+    """u8[num_envs, size, size, 3]: the current frame of every env of a batch.
+
+    state: the env's state pytree, fields ``[num_envs, ...]`` (as returned by
+    `reset`/`step`). Jittable; the adapters' ``render()`` calls it.
+    """
+    timed = jax.tree.map(lambda x: x[None], state)  # one time step
+    num_envs = jax.tree.leaves(state)[0].shape[0]
+    draw = lambda e: render_frames(env, timed, env_index=e, size=size)[0]  # noqa: E731
+    return jax.vmap(draw)(jnp.arange(num_envs))
+
+
 def rollout_states(env: Any, key: jax.Array, num_envs: int, steps: int,
                    policy: Callable[[jax.Array, jax.Array, Any], jax.Array] | None = None) -> Any:
     """The reset state and the state after each of `steps` steps, stacked:

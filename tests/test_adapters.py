@@ -253,8 +253,41 @@ def test_gym_errors(cartpole):
         envs.step(np.zeros(4, np.float32))
     with pytest.raises(TypeError, match="seed"):
         envs.reset(seed=[1, 2, 3, 4])
-    with pytest.raises(NotImplementedError, match="renderer"):
+    assert envs.render() is None  # no render_mode, as Gymnasium does
+    with pytest.raises(ValueError, match="render_mode"):
+        JaxwarpVectorEnv(cartpole, 4, render_mode="human")
+
+
+def test_gym_render_rgb_array_draws_every_env(cartpole):
+    from jaxwarp.render import render_frames
+
+    envs = JaxwarpVectorEnv(cartpole, 3, render_mode="rgb_array", render_size=48)
+    assert "rgb_array" in envs.metadata["render_modes"]
+    with pytest.raises(RuntimeError, match="reset"):
         envs.render()
+    envs.reset(seed=0)
+    envs.step(np.ones(3, np.int64))
+    frames = envs.render()
+    assert len(frames) == 3
+    assert all(f.shape == (48, 48, 3) and f.dtype == np.uint8 for f in frames)
+    state = envs._batch.state  # the same frame as jaxwarp.render draws from the state
+    for e in range(3):
+        one = render_frames(cartpole, jax.tree.map(lambda x: x[None], state), e, size=48)[0]
+        np.testing.assert_array_equal(frames[e], np.asarray(one))
+    assert not all(np.array_equal(frames[0], f) for f in frames[1:])  # different starts
+
+
+def test_pettingzoo_render_rgb_array():
+    pytest.importorskip("pettingzoo", reason="pettingzoo (test extra) is not installed")
+    from jaxwarp.adapters.pettingzoo import parallel_env
+
+    env = parallel_env("mpe_simple_spread", backend="jax", render_mode="rgb_array")
+    assert env.render_mode == "rgb_array"
+    env.reset(seed=0)
+    frame = env.render()
+    assert frame.shape == (128, 128, 3) and frame.dtype == np.uint8
+    assert (frame != 255).any()  # something is drawn on the white background
+    assert parallel_env("mpe_simple_spread", backend="jax").render() is None
 
 
 def test_gym_copy_false_returns_read_only_views(cartpole):

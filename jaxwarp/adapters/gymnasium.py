@@ -73,13 +73,18 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
     (multi-agent: ``f32[envs, agents, obs_dim]``), ``reward: f32[envs]``
     (multi-agent: ``f32[envs, agents]``, one reward per agent),
     ``terminated, truncated: bool[envs]`` and infos (see the module docstring).
-    `render` is not implemented.
+        render_mode: None, or ``"rgb_array"``: `render` returns every env's
+            current frame, a tuple of ``u8[H, W, 3]`` (`jaxwarp.render`,
+            drawn in one jitted call; ``render_size`` pixels square).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": [],
-                "final_obs": False}
+    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.SAME_STEP,
+                                          "render_modes": ["rgb_array"], "final_obs": False}
 
-    def __init__(self, env: Any, num_envs: int, *, copy: bool = True):
+    def __init__(self, env: Any, num_envs: int, *, copy: bool = True,
+                 render_mode: str | None = None, render_size: int = 128):
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array'; got {render_mode!r}")
         self.env = env
         self._batch = BatchedEnv(env, num_envs, squeeze_agent=True)
         self.num_envs = self._batch.num_envs
@@ -87,8 +92,9 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
         self.single_observation_space, self.single_action_space = single_spaces(env)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.render_mode = None
+        self.render_mode = render_mode
         self.metadata = dict(type(self).metadata)
+        self._render = _renderer(env, render_size) if render_mode else None
 
     def _np(self, x: Any) -> np.ndarray:
         return np.array(x) if self.copy else np.asarray(x)
@@ -136,18 +142,35 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
             infos["_final_info"] = done
         return self._np(out.obs), self._np(out.reward), terminated, truncated, infos
 
-    def render(self) -> None:
-        raise NotImplementedError("jaxwarp envs have no renderer yet (rendering is tracked "
-                                  "as a separate issue); use render_mode=None")
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        """Every env's current frame, ``u8[H, W, 3]`` each (render_mode
+        "rgb_array"); None without a render_mode, as Gymnasium does."""
+        if self._render is None:
+            return None
+        if not self._batch.started:
+            raise RuntimeError("call reset() before render()")
+        return tuple(np.asarray(self._render(self._batch.state)))
 
     def close_extras(self, **kwargs: Any) -> None:
         self._batch.close()
 
 
+def _renderer(env: Any, size: int):
+    """Jitted state -> u8[envs, size, size, 3]; ValueError for an env with
+    no drawing."""
+    import jax
+
+    from jaxwarp.render import _bounds, render_batch
+
+    _bounds(env)  # raises ValueError naming the env when it has no renderer
+    return jax.jit(lambda state: render_batch(env, state, size))
+
+
 def make_vec(name: str, num_envs: int, backend: str = "auto", *, copy: bool = True,
-             config: str | None = None, **params: Any) -> JaxwarpVectorEnv:
+             config: str | None = None, render_mode: str | None = None,
+             **params: Any) -> JaxwarpVectorEnv:
     """`JaxwarpVectorEnv` over ``jaxwarp.make(name, backend, config, **params)``."""
     import jaxwarp
 
     return JaxwarpVectorEnv(jaxwarp.make(name, backend=backend, config=config, **params),
-                            num_envs, copy=copy)
+                            num_envs, copy=copy, render_mode=render_mode)

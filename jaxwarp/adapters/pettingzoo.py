@@ -50,19 +50,28 @@ class JaxwarpParallelEnv(ParallelEnv):
     Per agent: observation space ``Box(obs_dim)`` (f32), action space
     ``Discrete(n)`` (one action head) or ``MultiDiscrete(nvec)``; actions are
     ints (or int arrays of shape ``[heads]``); rewards are Python floats.
-    `render` and `state` are not implemented.
+        render_mode: None, or ``"rgb_array"``: `render` returns the env's
+            current frame, ``u8[H, W, 3]`` (`jaxwarp.render`).
+    `state` is not implemented.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"name": "jaxwarp", "render_modes": [], "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {"name": "jaxwarp", "render_modes": ["rgb_array"],
+                                          "is_parallelizable": True}
 
-    def __init__(self, env: Any):
+    def __init__(self, env: Any, render_mode: str | None = None, render_size: int = 128):
         import gymnasium as gym
+
+        from jaxwarp.adapters.gymnasium import _renderer
+
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array'; got {render_mode!r}")
 
         self.env = env
         self._batch = BatchedEnv(env, 1, squeeze_agent=False)
         self.possible_agents = list(agent_names(env))
         self.agents: list[str] = []
-        self.render_mode = None
+        self.render_mode = render_mode
+        self._render = _renderer(env, render_size) if render_mode else None
         self.metadata = {**type(self).metadata, "name": f"jaxwarp_{env.name}"}
         box = env.observation_space
         nvec = tuple(int(v) for v in env.action_space.nvec)
@@ -125,9 +134,15 @@ class JaxwarpParallelEnv(ParallelEnv):
             self.agents = []
         return obs, rewards, terminations, truncations, infos
 
-    def render(self) -> None:
-        raise NotImplementedError("jaxwarp envs have no renderer yet (rendering is tracked "
-                                  "as a separate issue)")
+    def render(self) -> np.ndarray | None:
+        """The env's current frame, ``u8[H, W, 3]`` (render_mode "rgb_array";
+        after the step that ends an episode: the next episode's start, since
+        jaxwarp resets inside that step); None without a render_mode."""
+        if self._render is None:
+            return None
+        if not self._batch.started:
+            raise RuntimeError("call reset() before render()")
+        return np.asarray(self._render(self._batch.state))[0]
 
     def close(self) -> None:
         self._batch.close()
@@ -141,8 +156,9 @@ def _clone(space: Any) -> Any:
 
 
 def parallel_env(name: str, backend: str = "auto", *, config: str | None = None,
-                 **params: Any) -> JaxwarpParallelEnv:
+                 render_mode: str | None = None, **params: Any) -> JaxwarpParallelEnv:
     """`JaxwarpParallelEnv` over ``jaxwarp.make(name, backend, config, **params)``."""
     import jaxwarp
 
-    return JaxwarpParallelEnv(jaxwarp.make(name, backend=backend, config=config, **params))
+    return JaxwarpParallelEnv(jaxwarp.make(name, backend=backend, config=config, **params),
+                              render_mode=render_mode)
