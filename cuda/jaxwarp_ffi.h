@@ -186,10 +186,17 @@ ffi::Error bind_results(Call* c, const ffi::RemainingRets& rets, bool scratch_gl
 }
 
 
+// Below this much work (envs x agents^2, a proxy for a step's cost: many
+// envs step agents by agent, many-agent envs compare agents pairwise) one
+// thread does the call: handing envs to the pool costs more than it saves
+// (64 CartPole envs: a few microseconds of work).
+constexpr int64_t kMinParallelWork = 4096;
+
 // Workers for the CPU loop: the pool's threads (and the caller), at most as
 // many as the scratch buffer has env slots (Python sizes it).
 template <class E>
 int cpu_workers(const Call& c, const ffi::RemainingRets& rets, const CpuPool* pool) {
+  if (c.envs * c.n * c.n < kMinParallelWork) return 1;
   int64_t slots = 1 << 30;
   int32_t words = 0;
   for (int f = E::kStateFields; f < E::kFields; ++f) words += c.per_env[f];

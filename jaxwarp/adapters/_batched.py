@@ -94,6 +94,7 @@ class BatchedEnv:
         # nvec broadcast to one action's shape (host-side range check).
         self._nvec_np = np.broadcast_to(np.asarray(self.nvec, np.int64),
                                         self.action_shape or (1,)).reshape(self.action_shape)
+        self._nvec_min = min(self.nvec)
         self._key: jax.Array | None = None
         self._state: Any = None
         self._obs: jax.Array | None = None
@@ -117,10 +118,10 @@ class BatchedEnv:
             if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
                 raise TypeError("seed must be an int or None (one key seeds the whole batch; "
                                 f"env e draws its own stream from it); got {seed!r}")
-            self._key = jax.device_put(jax.random.key(int(seed)), self.device)
+            self._key = _key_data(int(seed), self.device)
         elif self._key is None:
             fresh = int(np.random.SeedSequence().generate_state(1)[0])
-            self._key = jax.device_put(jax.random.key(fresh), self.device)
+            self._key = _key_data(fresh, self.device)
         if mask is None or not self.started:
             if mask is not None:
                 raise ValueError("a masked reset needs a first full reset")
@@ -138,11 +139,14 @@ class BatchedEnv:
         """Host-side check of numpy actions: shape, integer dtype, range.
         Returns them as int32."""
         want = (self.num_envs, *self.action_shape)
-        if tuple(actions.shape) != want:
+        if actions.shape != want:
             raise ValueError(f"actions must have shape {want}; got {tuple(actions.shape)}")
-        if not np.issubdtype(actions.dtype, np.integer):
+        if actions.dtype.kind not in "iu":
             raise TypeError(f"actions must be integers; got dtype {actions.dtype}")
-        if actions.size and (actions.min() < 0 or np.any(actions >= self._nvec_np)):
+        # Two reductions in the common case; the per-head test only when the
+        # largest action reaches the smallest head size (this runs every step).
+        if actions.size and (actions.min() < 0 or (actions.max() >= self._nvec_min and np.any(
+                actions >= self._nvec_np))):
             raise ValueError(f"actions out of range: each action head h must lie in "
                              f"[0, nvec[h]) with nvec={self.nvec}")
         return actions.astype(np.int32, copy=False)
@@ -169,12 +173,25 @@ class BatchedEnv:
 # The jitted bodies: one set per (env, num_envs, layout), shared by every
 # adapter over the same env object (a new adapter does not recompile).
 # ---------------------------------------------------------------------------
+def _key_data(seed: int, device: jax.Device) -> jax.Array:
+    """u32[2]: the raw data of ``jax.random.key(seed)``. The adapters carry the
+    key as raw data between calls: a typed key array costs a Python wrapper
+    per call (about 15 us of a 64-env step on a CPU), the bits are the same."""
+    return jax.device_put(jax.random.key_data(jax.random.key(seed)), device)
+
+
+def _split(key_data: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(next key data, typed subkey) of ``jax.random.split``."""
+    key, k = jax.random.split(jax.random.wrap_key_data(key_data))
+    return jax.random.key_data(key), k
+
+
 def _user(x: jax.Array, squeezed: bool) -> jax.Array:
     return x[:, 0] if squeezed else x
 
 
 def _reset_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array):
-    key, k = jax.random.split(key)
+    key, k = _split(key)
     obs, state = env.reset(k, num_envs)
     return key, state, _user(obs, squeezed)
 
@@ -187,7 +204,7 @@ def _masked_reset_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, 
 
 def _step_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, state: Any,
                actions: jax.Array):
-    key, k = jax.random.split(key)
+    key, k = _split(key)
     heads = len(env.action_space.nvec)
     actions = actions.reshape(num_envs, env.num_agents, heads)
     obs, state, reward, done, info = env.step(k, state, actions)

@@ -130,9 +130,9 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
         out = self._batch.step(self._batch.check_actions(np.asarray(actions)))
         terminated = np.array(out.terminated)
         truncated = np.array(out.truncated)
-        done = terminated | truncated
         infos: dict[str, Any] = {}
-        if done.any():
+        if terminated.any() or truncated.any():
+            done = terminated | truncated
             final: dict[str, Any] = {"terminated": terminated, "_terminated": done.copy(),
                                      "truncated": truncated, "_truncated": done.copy()}
             if out.final_return is not None:
