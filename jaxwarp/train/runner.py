@@ -204,8 +204,11 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1; got {seeds}")
     # Before anything touches a jax backend (a multi-host run starts here).
-    proc = distributed.maybe_initialize(
-        config.distributed if config is not None else _saved_distributed(out))
+    try:
+        proc = distributed.maybe_initialize(
+            config.distributed if config is not None else _saved_distributed(out))
+    except RuntimeError as e:  # one line for the CLI, naming the variables to set
+        raise RunError(str(e)) from None
     primary, many = proc.process_id == 0, proc.num_processes > 1
     ready = False  # every process got past its checks (see distributed.all_ok)
 

@@ -34,7 +34,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
-
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -265,10 +264,9 @@ def build_trainer(config: TrainConfig, env: Any = None,
             [T, envs, ...] field, cut inside the scan body so that the
             minibatches are never materialised all at once.
 
-            Several devices: `batch` is then already permuted by `deal` (perm
-            None here) and minibatch i holds the same envs as on one device
-            (A2C: its chunk i holds other envs: the same mean gradient), each
-            device computing on its size/D of them."""
+            Several devices (A2C's gradient chunks; PPO uses `deal` + `spread`):
+            chunk i is each device's own env block i (`spread`): other envs
+            than on one device, but the same mean gradient over the chunks."""
             if shards > 1:
                 return jax.tree.map(lambda x: spread(x, i), batch)
             if perm is None:
