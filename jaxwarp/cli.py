@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from jaxwarp.train.config import ConfigError, load_config, shipped_configs
+from jaxwarp.train.config import ConfigError, default_config_for, load_config, shipped_configs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -211,18 +211,25 @@ def main(argv: list[str] | None = None) -> int:
     out = None
     try:
         if args.resume:
-            if args.overrides or args.config or args.env or args.out or args.devices:
+            if args.overrides or args.config or args.env or args.out:
                 raise ConfigError("--resume DIR takes the run's saved config; drop --env, "
-                                  "--config, --out, --devices and key=value overrides")
+                                  "--config, --out and key=value overrides (--devices N may "
+                                  "change the device count)")
             out = args.resume
-            result = train_run(None, out, resume=True, progress=not args.no_progress)
+            result = train_run(None, out, resume=True, progress=not args.no_progress,
+                               devices=args.devices)
         else:
             overrides = list(args.overrides)
             if args.env:
                 overrides.insert(0, f"env={args.env}")
             if args.devices is not None:
                 overrides.append(f"devices={args.devices}")
-            config = load_config(args.config, overrides)
+            source = args.config
+            if source is None and args.env and default_config_for(args.env):
+                source = default_config_for(args.env)
+                print(f"jaxwarp train: {args.env}: starting from the shipped config {source} "
+                      "(--config picks another; jaxwarp configs lists them)", file=sys.stderr)
+            config = load_config(source, overrides)
             out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
             result = train_run(config, out, seeds=args.seeds, progress=not args.no_progress)
     except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,

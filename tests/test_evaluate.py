@@ -143,3 +143,49 @@ def test_duel_cpu_main_job_both_groups_beat_random(tmp_path):
     for g in ("tagger", "runner"):
         assert r["gain"][g]["beats_random"], (g, r["gain"][g])
     assert r["gain"]["tagger"]["delta"] > 5  # tags: about 3x the random level
+
+
+def test_metric_columns_have_one_order_for_every_env(run_dir):
+    from jaxwarp.train.runner import _rows
+
+    head = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert head[:5] == ["update", "seed", "env_steps", "env_steps_per_s", "wall_s"]
+    for names in (["tagger/loss", "env_steps", "a"], ["env_steps", "agent/loss"]):
+        metrics = {k: np.ones((1, 2)) for k in names}
+        row = _rows(metrics, 0, [0], 1.0, 0.0, 1.0)[0]
+        assert list(row)[:5] == head[:5]
+        assert list(row)[5:] == sorted(k for k in names if k != "env_steps")
+
+
+def test_learning_curve_draws_the_random_levels_of_eval_json(run_dir):
+    from jaxwarp.train.runner import _random_levels, plot_run
+
+    assert cli.main(["eval", "--run", str(run_dir), "--episodes", "4"]) == 0
+    ev = json.loads((run_dir / "eval.json").read_text())["matchups"]["random"]
+    levels = _random_levels(run_dir)
+    assert levels["tagger/episode_return"] == ev["tagger/return"]["mean"]
+    assert levels["runner/episode_return"] == ev["runner/return"]["mean"]
+    assert levels["tags_per_episode"] == ev["tags_per_episode"]["mean"]
+    assert plot_run(run_dir).is_file()
+    assert _random_levels(run_dir / "nowhere") == {}
+
+
+def test_resumed_run_says_where_it_continues(tmp_path, capsys):
+    out = tmp_path / "r"
+    config = load_config("tag_small_cpu", TINY + ["total_env_steps=256"])  # 4 updates
+    train_run(config, out, progress=False, stop_after_updates=2)
+    capsys.readouterr()
+    result = train_run(None, out, resume=True, progress=True)
+    assert result.summary["finished"]
+    err = capsys.readouterr().err
+    assert f"resuming {out} from update 2/4" in err
+
+
+def test_train_env_without_config_starts_from_its_shipped_config():
+    from jaxwarp.train.config import DEFAULT_CONFIG_FOR_ENV, default_config_for
+
+    assert default_config_for("cartpole") == "cartpole_ppo"
+    assert default_config_for("tag_continuous") == "tag_duel_cpu"
+    assert default_config_for("acrobot") is None  # TrainConfig's defaults
+    for env, name in DEFAULT_CONFIG_FOR_ENV.items():
+        assert load_config(name).env == env

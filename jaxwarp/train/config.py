@@ -349,3 +349,19 @@ def shipped_configs() -> list[str]:
     """Names of the YAML configs shipped in `jaxwarp/train/configs`."""
     return sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
 
+
+
+# The run `jaxwarp train --env NAME` starts when no --config is given: a shipped
+# config that learns in reasonable time on that env (see each file's header).
+DEFAULT_CONFIG_FOR_ENV = {
+    "tag_continuous": "tag_duel_cpu",
+    "cartpole": "cartpole_ppo",
+    "mpe_simple_spread": "mpe_simple_spread_ppo",
+}
+
+
+def default_config_for(env: str) -> str | None:
+    """The shipped config `jaxwarp train --env env` starts from, or None (the
+    TrainConfig defaults)."""
+    name = DEFAULT_CONFIG_FOR_ENV.get(env)
+    return name if name in shipped_configs() else None

@@ -60,7 +60,9 @@ def load_run(run_dir: str | Path, seed_index: int = 0) -> LoadedRun:
     config, seeds = _read_saved_config(out)
     if not 0 <= seed_index < seeds:
         raise ValueError(f"seed_index must be in [0, {seeds}) for this run; got {seed_index}")
-    trainer = build_trainer(config)
+    # One device: evaluation plays a few hundred envs; the checkpoint's global
+    # arrays restore onto any device count.
+    trainer = build_trainer(dataclasses.replace(config, devices=1))
     keys = jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(seeds)])
     abstract = jax.eval_shape(jax.vmap(trainer.init), keys)
     restored = _restore_intact(out, abstract) if (out / "checkpoints").exists() else None

@@ -71,10 +71,14 @@ def _rows(metrics: Mapping[str, np.ndarray], first_update: int, seeds: list[int]
     rows = []
     for i in range(n):
         for s, seed in enumerate(seeds):
-            row: dict[str, float] = {"update": first_update + i + 1, "seed": seed}
-            row.update({k: float(v[s, i]) for k, v in sorted(metrics.items())})
-            row["env_steps_per_s"] = rate
-            row["wall_s"] = wall_start + (wall_end - wall_start) * (i + 1) / n
+            # One column order for every env: update, seed, env_steps,
+            # env_steps_per_s, wall_s, then the metrics by name.
+            row: dict[str, float] = {"update": first_update + i + 1, "seed": seed,
+                                     "env_steps": float(metrics["env_steps"][s, i]),
+                                     "env_steps_per_s": rate,
+                                     "wall_s": wall_start + (wall_end - wall_start) * (i + 1) / n}
+            row.update({k: float(v[s, i]) for k, v in sorted(metrics.items())
+                        if k != "env_steps"})
             rows.append(row)
     return rows
 
@@ -272,6 +276,10 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
                                       "checkpoints; resume from an intact checkpoint folder")
         if restored is not None:
             done_updates, rs = restored
+            if progress and primary:  # which checkpoint the run continues from
+                print(f"resuming {out} from update {done_updates}/{trainer.derived.num_updates} "
+                      f"(checkpoint {out / 'checkpoints' / str(done_updates)})",
+                      file=sys.stderr)
         else:
             rs = init(keys)
         compiled = run_chunk.lower(rs).compile()
@@ -305,11 +313,13 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
                 stopped_early = True
                 break
             n = min(chunk, num_updates - done_updates)
+            if n != chunk:  # a last, shorter chunk compiles once more: not in its rate
+                tc = time.perf_counter()
+                compiled = jax.jit(jax.vmap(lambda r: trainer.run(r, n)),
+                                   donate_argnums=0).lower(rs).compile()
+                compile_s += time.perf_counter() - tc
             t = time.perf_counter()
-            if n == chunk:
-                rs, metrics = compiled(rs)
-            else:  # a last, shorter chunk compiles once more
-                rs, metrics = jax.jit(jax.vmap(lambda r: trainer.run(r, n)))(rs)
+            rs, metrics = compiled(rs)
             metrics = jax.device_get(metrics)
             finite = np.asarray(metrics.pop("finite")) > 0  # [seeds, n]: one check per chunk
             dt = time.perf_counter() - t
@@ -620,6 +630,21 @@ class _Progress:
             self.p.stop()
 
 
+def _random_levels(out: Path) -> dict[str, float]:
+    """Curve name -> its level under random policies, from out/eval.json
+    (written by `jaxwarp eval` and at the end of `jaxwarp train`); {} if none."""
+    try:
+        ev = json.loads((out / "eval.json").read_text())
+        rand = ev["matchups"]["random"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    levels = {f"{k[:-len('/return')]}/episode_return": v["mean"] for k, v in rand.items()
+              if k.endswith("/return")}
+    levels.update({k: v["mean"] for k, v in rand.items()
+                   if not k.endswith("/return") and k != "finished"})
+    return levels
+
+
 def plot_run(out_dir: str | Path) -> Path | None:
     """learning_curve.png: episode return per policy group (seed mean, min-max band)
     and env-steps/s against env-steps. Returns None without matplotlib."""
@@ -640,6 +665,7 @@ def plot_run(out_dir: str | Path) -> Path | None:
     for r in rows:
         by_update[int(r["update"])].append(r)
     steps = np.array([by_update[u][0]["env_steps"] for u in updates])
+    random_levels = _random_levels(out)
     fig, axes = plt.subplots(1, len(curves) + 1, figsize=(4.5 * (len(curves) + 1), 3.6))
     for ax, k in zip(axes, curves):
         vals = np.array([[r[k] for r in by_update[u]] for u in updates], dtype=float)
@@ -649,6 +675,10 @@ def plot_run(out_dir: str | Path) -> Path | None:
             if vals.shape[1] > 1:
                 ax.fill_between(steps, np.nanmin(vals, axis=1), np.nanmax(vals, axis=1),
                                 alpha=0.25, label="min-max")
+        level = random_levels.get(k)
+        if level is not None:  # from jaxwarp eval: the same env with random policies
+            ax.axhline(level, color="grey", linestyle="--", label="random policy")
+            ax.legend(fontsize=8)
         ax.set_title(k)
         ax.set_xlabel("env steps (per seed)")
         ax.grid(alpha=0.3)
