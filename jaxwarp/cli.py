@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             source = args.config
             if source is None and args.env and default_config_for(args.env):
                 source = default_config_for(args.env)
-                print(f"jaxwarp train: {args.env}: starting from the shipped config {source} "
-                      "(--config picks another; jaxwarp configs lists them)", file=sys.stderr)
+                print(f"{args.env}: starting from the shipped config {source} (--config picks "
+                      "another; jaxwarp configs lists them)")
             config = load_config(source, overrides)
             out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
             result = train_run(config, out, seeds=args.seeds, progress=not args.no_progress)
