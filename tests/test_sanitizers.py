@@ -57,6 +57,7 @@ import jax, jax.numpy as jnp, numpy as np
 import jaxwarp
 from jaxwarp.envs import tag_continuous as tc
 
+print("REGISTERED", " ".join(jaxwarp.registered_envs()), flush=True)
 cases = [(name, {}) for name in jaxwarp.registered_envs()]
 cases += [("tag_continuous", dict(num_taggers=20, num_runners=280)),       # uniform grid
           ("tag_continuous", dict(num_taggers=3, num_runners=9,
@@ -87,9 +88,12 @@ def test_every_env_is_clean_under_asan_and_ubsan(tmp_path):
     report = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "ALL CLEAN" in proc.stdout, report[-6000:]
     assert "AddressSanitizer" not in report and "runtime error" not in report, report[-6000:]
-    import jaxwarp
-
-    for name in jaxwarp.registered_envs():
+    # Every env registered in that fresh process (the built-ins; this process
+    # may hold more, registered by other tests).
+    names = next(line.split()[1:] for line in proc.stdout.splitlines()
+                 if line.startswith("REGISTERED"))
+    assert {"tag_continuous", "cartpole", "mpe_simple_spread"} <= set(names)
+    for name in names:
         assert f"clean {name} " in proc.stdout
 
 
