@@ -126,10 +126,8 @@ def _render(args: argparse.Namespace) -> int:
     import jaxwarp
     from jaxwarp.authoring import EnvBuildError
     from jaxwarp.render import render_frames, rollout_states, write_gif
-    from jaxwarp.train.runner import RunError
 
     try:
-        key = jax.random.key(args.seed)
         if args.run:
             from jaxwarp.train.evaluate import load_run, render_run
 
@@ -137,7 +135,7 @@ def _render(args: argparse.Namespace) -> int:
             default = Path(args.run) / "trained_vs_random.gif"
         else:
             env = jaxwarp.make(args.env, backend=args.backend, config=args.config)
-            states = rollout_states(env, key, 1, args.steps)
+            states = rollout_states(env, jax.random.key(args.seed), 1, args.steps)
             frames = jax.jit(lambda s: render_frames(env, s, size=args.size))(states)
             default = Path(f"{args.env}.gif")
         path = write_gif(frames, args.out or default, fps=args.fps)

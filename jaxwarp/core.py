@@ -98,3 +98,13 @@ def auto_reset(done: jax.Array, fresh: Any, stepped: Any) -> Any:
         d = done.reshape(done.shape + (1,) * (jnp.ndim(s) - 1))
         return jnp.where(d, f, s)
     return jax.tree_util.tree_map(pick, fresh, stepped)
+
+
+def episode_length(env: Any) -> int:
+    """Steps after which an episode of `env` is truncated: its params'
+    ``episode_length`` (multi-agent envs) or ``max_steps`` (classic control)."""
+    p = env.params
+    n = getattr(p, "episode_length", None) or getattr(p, "max_steps", None)
+    if not n:
+        raise ValueError(f"{type(env).__name__}: params have no episode_length or max_steps")
+    return int(n)

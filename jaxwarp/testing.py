@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxwarp.core import episode_length
 from jaxwarp.registry import make
 
 
@@ -100,10 +101,8 @@ def check_consistency(env: str = "tag_continuous", backends: tuple[str, str] = (
         config, **params: env configuration, as for `jaxwarp.make`.
     """
     envs = [make(env, backend=bk, config=config, **params) for bk in backends]
-    p = envs[0].params
     if num_steps is None:
-        length = getattr(p, "episode_length", None) or getattr(p, "max_steps")
-        num_steps = 2 * length + 3
+        num_steps = 2 * episode_length(envs[0]) + 3
     devices = [_device_for(bk) for bk in backends]
 
     def put(x, dev):

@@ -12,7 +12,7 @@ import jaxwarp
 
 # (env, big batch, small batch, params): big x agents^2 >= 4096 > small x agents^2.
 CASES = [("cartpole", 8192, 1024, {}),
-         ("tag_continuous", 64, 8, dict(num_taggers=3, num_runners=9))]
+         ("tag_continuous", 64, 8, {"num_taggers": 3, "num_runners": 9})]
 
 
 @pytest.mark.parametrize("name, big, small, params", CASES)
@@ -21,7 +21,7 @@ def test_big_batch_equals_small_batches(name, big, small, params):
     assert big * env.num_agents ** 2 >= 4096 > small * env.num_agents ** 2
     step = jax.jit(env.step)
     step_at = jax.jit(lambda k, s, a, o: env.step(k, s, a, env_offset=o))
-    reset_at = jax.jit(lambda k, o: env.reset(k, small, env_offset=o), static_argnums=())
+    reset_at = jax.jit(lambda k, o: env.reset(k, small, env_offset=o))
     key = jax.random.key(3)
     offsets = range(0, big, small)
     obs, state = env.reset(key, big)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -57,7 +58,7 @@ def test_policy_shapes_and_random_groups_ignore_the_params(run_dir):
     nvec = np.asarray(env.action_space.nvec)
     assert (np.asarray(trained) >= 0).all() and (np.asarray(trained) < nvec).all()
     # Random groups do not read the policy: zeroed params give the same actions.
-    zeroed = run.__class__(**{**vars(run), "params": jax.tree.map(jnp.zeros_like, run.params)})
+    zeroed = dataclasses.replace(run, params=jax.tree.map(jnp.zeros_like, run.params))
     a = make_policy(run, {"tagger": False, "runner": False})(jax.random.key(1), obs)
     b = make_policy(zeroed, {"tagger": False, "runner": False})(jax.random.key(1), obs)
     np.testing.assert_array_equal(a, b)

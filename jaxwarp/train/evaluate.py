@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp.core import episode_length
 from jaxwarp.sampler import sample_actions
 
 Policy = Callable[[jax.Array, jax.Array, Any], jax.Array]
@@ -70,8 +71,8 @@ def load_run(run_dir: str | Path, seed_index: int = 0) -> LoadedRun:
         raise FileNotFoundError(f"--run {out}: no checkpoint to evaluate (the run saves one "
                                 f"every {config.checkpoint_every} updates and at the end)")
     update, rs = restored
-    pick = lambda tree: jax.tree.map(lambda x: x[seed_index], tree)  # noqa: E731
-    return LoadedRun(trainer=trainer, params=pick(rs.params), obs_stats=pick(rs.obs_stats),
+    params, stats = jax.tree.map(lambda x: x[seed_index], (rs.params, rs.obs_stats))
+    return LoadedRun(trainer=trainer, params=params, obs_stats=stats,
                      update=int(update), seed=config.seed + seed_index)
 
 
@@ -82,38 +83,15 @@ def make_policy(run: LoadedRun, trained: Mapping[str, bool]) -> Policy:
     as in training), False for uniformly random actions.
     """
     t = run.trainer
-    groups = t.groups
     nvec = tuple(int(n) for n in t.env.action_space.nvec)
-    order = np.concatenate(list(groups.values()))
-    inverse = None if np.array_equal(order, np.arange(len(order))) else np.argsort(order)
-    normalize = t.config.normalize_obs
+    which = {g: bool(trained.get(g, False)) for g in t.groups}
 
     def policy(key: jax.Array, obs: jax.Array, state: Any = None) -> jax.Array:
-        parts = []
-        for g, ids in groups.items():
-            obs_g = jnp.take(obs, jnp.asarray(ids), axis=1)
-            if trained.get(g, False) and jax.tree.leaves(run.params[g]):
-                x = run.obs_stats[g].normalize(obs_g) if normalize else obs_g
-                logits, _ = t.models[g].apply(run.params[g], x)
-            else:
-                logits = jnp.zeros(obs_g.shape[:2] + (sum(nvec),), jnp.float32)
-            parts.append(logits)
-        logits = jnp.concatenate(parts, axis=1)
-        if inverse is not None:
-            logits = logits[:, inverse]
+        logits, _ = t.policy(run.params, run.obs_stats, obs, which)
         actions, _ = sample_actions(key, logits, nvec, backend="jax")
         return actions
 
     return policy
-
-
-def _episode_length(env: Any) -> int:
-    p = env.params
-    n = getattr(p, "episode_length", None) or getattr(p, "max_steps", None)
-    if not n:
-        raise ValueError(f"{type(env).__name__}: params have no episode_length/max_steps; "
-                         "cannot bound an evaluation episode")
-    return int(n)
 
 
 def play(run: LoadedRun, trained: Mapping[str, bool], episodes: int, seed: int
@@ -129,7 +107,7 @@ def play(run: LoadedRun, trained: Mapping[str, bool], episodes: int, seed: int
     env, groups = t.env, t.groups
     policy = make_policy(run, trained)
     metrics_fn = getattr(env, "episode_metrics", None)
-    steps = _episode_length(env)
+    steps = episode_length(env)
 
     @jax.jit
     def run_episodes(key):

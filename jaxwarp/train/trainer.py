@@ -82,6 +82,8 @@ class Trainer(NamedTuple):
     init: Callable[[jax.Array], RunnerState]  # key (u32[2] or typed) -> state
     run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
     rollout: Callable[[RunnerState, jax.Array], tuple[Any, jax.Array, tuple]]  # for profiling
+    # (params, obs_stats, obs, trained=None) -> (logits, value); see build_trainer
+    policy: Callable[..., tuple[jax.Array, jax.Array]]
     mesh: Mesh | None = None  # the data-parallel mesh (axis "envs"); None: one device
     sampler: str = "auto"  # the action sampler's backend as run ("jax" | "cpu" | "cuda")
 
@@ -195,10 +197,20 @@ def build_trainer(config: TrainConfig, env: Any = None,
             obs_g = stats[g].normalize(obs_g)
         return nets[g].apply(params[g], obs_g)
 
-    def policy(params, stats, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def policy(params, stats, obs: jax.Array, trained: Mapping[str, bool] | None = None
+               ) -> tuple[jax.Array, jax.Array]:
         """obs f32[envs, agents, D] -> (logits f32[envs, agents, sum(nvec)],
-        value f32[envs, agents])."""
-        outs = [forward(g, params, stats, select(obs, g, 1)) for g in groups]
+        value f32[envs, agents]). trained: group -> False plays that group
+        uniformly at random (zero logits and values; `jaxwarp eval`); None:
+        every group's own model, as in training."""
+        def out(g: str):
+            obs_g = select(obs, g, 1)
+            if trained is None or trained[g]:
+                return forward(g, params, stats, obs_g)
+            return (jnp.zeros(obs_g.shape[:2] + (sum(nvec),), jnp.float32),
+                    jnp.zeros(obs_g.shape[:2], jnp.float32))
+
+        outs = [out(g) for g in groups]
         logits = jnp.concatenate([o[0] for o in outs], axis=1)
         value = jnp.concatenate([o[1] for o in outs], axis=1)
         if inverse is not None:
@@ -388,7 +400,8 @@ def build_trainer(config: TrainConfig, env: Any = None,
         return jax.lax.scan(update, rs, None, length=num_updates)
 
     return Trainer(config=c, derived=d, env=env, groups=groups, models=nets,
-                   init=init, run=run, rollout=rollout, mesh=mesh, sampler=sampler)
+                   init=init, run=run, rollout=rollout, policy=policy, mesh=mesh,
+                   sampler=sampler)
 
 
 def _check_divisible(c: TrainConfig, d: Derived, shards: int) -> None:
