@@ -219,6 +219,30 @@ def make_state_type(name: str, fields: tuple[StateField, ...]) -> type:
     return struct.dataclass(cls)
 
 
+@functools.cache
+def tagged_state_type(state_type: type) -> type:
+    """`state_type` with one more, static field: ``params_id`` (str), the env
+    name and a digest of the params that made the state. It is pytree
+    metadata (part of the treedef, no array, no cost inside jit), so a state
+    keeps it through jit, scan, vmap and checkpoints, and `ContractEnv.step`
+    refuses a state made by an env with other params whose shapes happen to
+    match (20 + 90 agents where 10 + 100 are expected). A state built by hand
+    as ``state_type(...)`` has no params_id and is not checked."""
+    from flax import struct
+
+    cls = type(state_type.__name__, (state_type,), {
+        "__annotations__": {"params_id": str},
+        "params_id": struct.field(pytree_node=False, default=""),
+        "__doc__": state_type.__doc__, "__module__": state_type.__module__,
+        "__qualname__": state_type.__qualname__})
+    return struct.dataclass(cls)
+
+
+def params_id(name: str, params: Any) -> str:
+    """"name:digest" of an env's params (equal params, equal id)."""
+    return f"{name}:{hashlib.sha256(repr(params).encode()).hexdigest()[:12]}"
+
+
 def agent_uniform(key_data: jax.Array, num_envs: int, num_agents: int, draw: int,
                   low: float | None = None, high: float | None = None,
                   stream: int = 0) -> jax.Array:
@@ -685,6 +709,8 @@ class ContractEnv:
             check_header(spec, self._header.read_text(), self._header.name)
             self._prefix = _register(spec, self._header, self.backend, self.params)
         self.checks = bool(checks)
+        self._params_id = params_id(spec.name, self.params)
+        self._tagged = tagged_state_type(spec.state_type)
         self._attrs = {}
         self._scratch_words = 0
         self._staged = True
@@ -757,7 +783,8 @@ class ContractEnv:
         keys = self._keys(key, env_offset)
         if self.backend == "jax":
             _require_zero_offset(env_offset)
-            return self.spec.reference_reset(self.params, keys[:2], num_envs)
+            obs, state = self.spec.reference_reset(self.params, keys[:2], num_envs)
+            return obs, self._tag(state)
         n = self.num_agents
         outs = jax.ffi.ffi_call(
             f"{self._prefix}_reset_{self.backend}",
@@ -768,7 +795,20 @@ class ContractEnv:
             vmap_method="broadcast_all",
         )(keys, **self._attrs)
         k = len(self.spec.fields)
-        return outs[k + 1], self.spec.state_type(*outs[:k])
+        return outs[k + 1], self._tag(self.spec.state_type(*outs[:k]))
+
+    def _tag(self, state: Any) -> Any:
+        """The state as `tagged_state_type`, carrying this env's params_id."""
+        names = [f.name for f in dataclasses.fields(self.spec.state_type)]
+        return self._tagged(**{k: getattr(state, k) for k in names},
+                            params_id=self._params_id)
+
+    def _untag(self, state: Any) -> Any:
+        """The plain state type (what the reference functions build and return)."""
+        if type(state) is self.spec.state_type:
+            return state
+        names = [f.name for f in dataclasses.fields(self.spec.state_type)]
+        return self.spec.state_type(**{k: getattr(state, k) for k in names})
 
     def check_state(self, state: Any) -> int:
         """Raises unless `state` is this env's state with consistent shapes and
@@ -777,6 +817,12 @@ class ContractEnv:
         if not isinstance(state, self.spec.state_type):
             raise TypeError(f"state must be a {self.spec.state_type.__name__}; got "
                             f"{type(state).__name__}")
+        made_by = getattr(state, "params_id", "")
+        if made_by and made_by != self._params_id:
+            raise ValueError(
+                f"state was made by an env with other params (params_id {made_by!r}; this "
+                f"env's is {self._params_id!r}): shapes may match while the agents, sizes "
+                f"or rules differ. Reset this env, or step with the env that made the state")
         fields = [getattr(state, f.name) for f in self.spec.fields]
         # The env count most fields agree on: the error then names the odd one.
         leading = [v.shape[0] for v in fields if getattr(v, "ndim", 0) >= 1]
@@ -823,7 +869,7 @@ class ContractEnv:
         keys = self._keys(key, env_offset)
         if self.backend == "jax":
             _require_zero_offset(env_offset)
-            out = self.spec.reference_step(self.params, keys[:2], state, actions)
+            out = self.spec.reference_step(self.params, keys[:2], self._untag(state), actions)
             obs, state, reward, done = out[:4]
             info = dict(out[4]) if len(out) > 4 else {}
         else:
@@ -843,6 +889,7 @@ class ContractEnv:
             state = self.spec.state_type(*outs[:k])
             obs, reward, done, term, trunc = outs[k + 1:]
             info = {"terminated": term, "truncated": trunc}
+        state = self._tag(state)
         if hasattr(state, "episode_return"):
             info["episode_return"] = state.episode_return
         return obs, state, reward, done, info

@@ -131,7 +131,7 @@ def check_consistency(env: str = "tag_continuous", backends: tuple[str, str] = (
 
     def state_pairs(sa, sb):
         return [(f"state.{f.name}", getattr(sa, f.name), getattr(sb, f.name))
-                for f in dataclasses.fields(sa)]
+                for f in dataclasses.fields(sa) if f.metadata.get("pytree_node", True)]
 
     mm = compare(-1, [("obs", outs[0][0], outs[1][0])] + state_pairs(*states))
     t = 0

@@ -271,7 +271,11 @@ def test_state_type_generated_from_the_spec_fields(cache):
     env = build_env(spec, backend="cpu", checks=True)
     _, state = env.reset(jax.random.PRNGKey(0), 3)
     assert type(state).__name__ == "CartpoleGeneratedState"
-    assert [f.name for f in dataclasses.fields(state)] == [f.name for f in CARTPOLE.fields]
+    assert isinstance(state, env.spec.state_type)
+    # The spec's fields, then the static params_id (pytree metadata).
+    assert [f.name for f in dataclasses.fields(state)] == [
+        *(f.name for f in CARTPOLE.fields), "params_id"]
+    assert len(jax.tree.leaves(state)) == len(CARTPOLE.fields)
     with pytest.raises(dataclasses.FrozenInstanceError):
         state.x = state.x
     _, state2, *_ = env.step(jax.random.PRNGKey(1), state, jnp.zeros((3, 1), jnp.int32))

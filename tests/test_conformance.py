@@ -468,6 +468,28 @@ def test_bad_state(name, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ENVS)
+def test_state_of_other_params_is_refused(name, backend):
+    """Same shapes, other params: refused before any kernel runs; the same
+    params on another backend, or a state built by hand, are accepted."""
+    env, state, actions = _small_setup(name, backend)
+    params = env.params
+    field = next(f.name for f in dataclasses.fields(params)
+                 if type(getattr(params, f.name)) is float and getattr(params, f.name) > 0)
+    other = jaxwarp.make(name, backend=backend, **{**SMALL.get(name, {}),
+                                                    field: getattr(params, field) * 0.5})
+    key = jax.random.key(2)
+    with _device(backend):
+        with pytest.raises(ValueError, match=r"state was made by an env with other params"):
+            other.step(key, state, actions)
+        twin = jaxwarp.make(name, backend="jax", **SMALL.get(name, {}))
+        twin.step(key, state, actions)
+        bare = env.spec.state_type(**{f.name: getattr(state, f.name)
+                                      for f in dataclasses.fields(env.spec.state_type)})
+        other.step(key, bare, actions)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ENVS)
 def test_bad_num_envs(name, backend):
     env = _env(name, backend)
     with _device(backend):

@@ -59,7 +59,8 @@ from jax.extend.random import threefry2x32_p
 
 from jaxwarp.core import auto_reset, key_data_of, resolve_backend, sincos_fixed
 from jaxwarp.authoring import (API_DIR, ContractEnv, EnvSpec, ParamArray, ScratchField,
-                               grid_scratch, grid_side, state_field)
+                               grid_scratch, grid_side, params_id, state_field,
+                               tagged_state_type)
 from jaxwarp.spaces import MultiDiscrete
 
 NUM_FEATURES = 7
@@ -183,7 +184,9 @@ class TagContinuousState:
     episode_return: jax.Array = state_field("f32")
 
     def fields(self) -> tuple[jax.Array, ...]:
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+        # The arrays only (a state returned by an env also carries the static
+        # params_id, see jaxwarp.authoring.tagged_state_type).
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(TagContinuousState))
 
 
 _STATE_DTYPES = (jnp.float32,) * 5 + (jnp.int32,) * 3 + (jnp.float32,)
@@ -462,7 +465,8 @@ class TagContinuousHandWritten:
         num_envs = int(num_envs)
         key_data = key_data_of(key)
         if self.backend == "jax":
-            return reference_reset(self.params, key_data, num_envs)
+            obs, state = reference_reset(self.params, key_data, num_envs)
+            return obs, self._tag(state)
         n, d = self.num_agents, self.params.obs_dim
         out_types = [
             jax.ShapeDtypeStruct((num_envs, n) if per_agent else (num_envs,), dt)
@@ -471,7 +475,7 @@ class TagContinuousHandWritten:
         outs = jax.ffi.ffi_call(
             f"jaxwarp_tag_continuous_reset_{self.backend}", out_types,
             vmap_method="broadcast_all")(key_data, **self._attrs)
-        return outs[-1], TagContinuousState(*outs[:-1])
+        return outs[-1], self._tag(TagContinuousState(*outs[:-1]))
 
     def step(self, key: jax.Array, state: TagContinuousState, actions: jax.Array):
         """One step of every env, with auto-reset of finished envs.
@@ -481,6 +485,7 @@ class TagContinuousHandWritten:
         """
         key_data = key_data_of(key)
         self._check_state(state)
+        state = TagContinuousState(*state.fields())  # plain: what the reference builds
         num_envs = state.x.shape[0]
         expected = (num_envs, self.num_agents, 2)
         if not hasattr(actions, "shape") or tuple(actions.shape) != expected:
@@ -511,11 +516,21 @@ class TagContinuousHandWritten:
             )(key_data, actions, *fields, **self._attrs)
             state = TagContinuousState(*outs[:len(fields)])
             obs, reward, done = outs[len(fields):]
-        return obs, state, reward, done, {"episode_return": state.episode_return}
+        return obs, self._tag(state), reward, done, {"episode_return": state.episode_return}
+
+    def _tag(self, state: TagContinuousState) -> TagContinuousState:
+        """The state with the contract env's params_id: the two envs' states
+        are interchangeable (same pytree structure) when their params are."""
+        return tagged_state_type(TagContinuousState)(
+            *state.fields(), params_id=params_id("tag_continuous", self.params))
 
     def _check_state(self, state: TagContinuousState) -> None:
         if not isinstance(state, TagContinuousState):
             raise TypeError(f"state must be a TagContinuousState; got {type(state).__name__}")
+        made_by = getattr(state, "params_id", "")
+        if made_by and made_by != params_id("tag_continuous", self.params):
+            raise ValueError(f"state was made by an env with other params (params_id "
+                             f"{made_by!r}); reset this env, or step with the env that made it")
         num_envs = state.x.shape[0] if state.x.ndim >= 1 else None
         for f, dt, per_agent in zip(dataclasses.fields(state), _STATE_DTYPES, _STATE_PER_AGENT):
             v = getattr(state, f.name)
