@@ -862,10 +862,22 @@ class ContractEnv:
                            f"[0, nvec[h]) with nvec={nvec}")
         return actions
 
+    def _check_finite(self, state: Any) -> None:
+        """checks=True: NaN or inf in a float state field is reported through
+        checkify (the backends would propagate it differently)."""
+        from jax.experimental import checkify
+
+        for f in self.spec.fields:
+            if f.dtype == "f32":
+                checkify.check(jnp.isfinite(getattr(state, f.name)).all(),
+                               f"{self.name}: state.{f.name} holds NaN or inf")
+
     def step(self, key: jax.Array, state: Any, actions: jax.Array, *, env_offset: Any = 0):
         """One step of every env with auto-reset; see the class docstring."""
         num_envs = self.check_state(state)
         actions = self.check_actions(actions, num_envs)
+        if self.checks:
+            self._check_finite(state)
         keys = self._keys(key, env_offset)
         if self.backend == "jax":
             _require_zero_offset(env_offset)

@@ -41,6 +41,11 @@ def _env_name(env: Any) -> str:
     return str(name) if name is not None else type(env).__name__
 
 
+def check_renderable(env: Any) -> None:
+    """Raises ValueError naming the env when there is no drawing for it."""
+    _bounds(env)
+
+
 def _bounds(env: Any) -> tuple[float, float, float, float]:
     """(xmin, xmax, ymin, ymax) of the image in world units (square)."""
     name, p = _env_name(env), env.params

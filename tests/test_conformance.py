@@ -488,6 +488,26 @@ def test_state_of_other_params_is_refused(name, backend):
         other.step(key, bare, actions)
 
 
+@pytest.mark.parametrize("name", ENVS)
+def test_checks_report_non_finite_state(name):
+    """checks=True: NaN or inf in a float state field is reported (checkify),
+    the same for every env; a finite state reports nothing."""
+    from jax.experimental import checkify
+
+    env = jaxwarp.make(name, backend="cpu", checks=True, **SMALL.get(name, {}))
+    _, state = env.reset(jax.random.key(0), SMALL_ENVS)
+    nvec = np.asarray(env.action_space.nvec)
+    actions = jnp.zeros((SMALL_ENVS, env.num_agents, len(nvec)), jnp.int32)
+    step = jax.jit(checkify.checkify(env.step))
+    err, _ = step(jax.random.key(1), state, actions)
+    assert err.get() is None
+    field = next(f.name for f in env.spec.fields if f.dtype == "f32")
+    for bad in (jnp.nan, jnp.inf):
+        broken = state.replace(**{field: getattr(state, field).at[0].set(bad)})
+        err, _ = step(jax.random.key(1), broken, actions)
+        assert f"state.{field} holds NaN or inf" in (err.get() or "")
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ENVS)
 def test_bad_num_envs(name, backend):

@@ -160,9 +160,9 @@ def _renderer(env: Any, size: int):
     no drawing."""
     import jax
 
-    from jaxwarp.render import _bounds, render_batch
+    from jaxwarp.render import check_renderable, render_batch
 
-    _bounds(env)  # raises ValueError naming the env when it has no renderer
+    check_renderable(env)
     return jax.jit(lambda state: render_batch(env, state, size))
 
 
