@@ -243,6 +243,25 @@ def params_id(name: str, params: Any) -> str:
     return f"{name}:{hashlib.sha256(repr(params).encode()).hexdigest()[:12]}"
 
 
+def tag_state(state_type: type, state: Any, pid: str) -> Any:
+    """`state` (of `state_type` or its tagged type) as the tagged type with
+    params_id `pid`; pid="" gives the plain `state_type` back."""
+    arrays = {f.name: getattr(state, f.name) for f in dataclasses.fields(state_type)}
+    return tagged_state_type(state_type)(**arrays, params_id=pid) if pid \
+        else state_type(**arrays)
+
+
+def check_params_id(state: Any, pid: str) -> None:
+    """Raises ValueError when `state` was made by an env with params other
+    than those of id `pid` (a state without params_id passes)."""
+    made_by = getattr(state, "params_id", "")
+    if made_by and made_by != pid:
+        raise ValueError(
+            f"state was made by an env with other params (params_id {made_by!r}; this "
+            f"env's is {pid!r}): shapes may match while the agents, sizes or rules differ. "
+            f"Reset this env, or step with the env that made the state")
+
+
 def agent_uniform(key_data: jax.Array, num_envs: int, num_agents: int, draw: int,
                   low: float | None = None, high: float | None = None,
                   stream: int = 0) -> jax.Array:
@@ -710,7 +729,6 @@ class ContractEnv:
             self._prefix = _register(spec, self._header, self.backend, self.params)
         self.checks = bool(checks)
         self._params_id = params_id(spec.name, self.params)
-        self._tagged = tagged_state_type(spec.state_type)
         self._attrs = {}
         self._scratch_words = 0
         self._staged = True
@@ -799,16 +817,7 @@ class ContractEnv:
 
     def _tag(self, state: Any) -> Any:
         """The state as `tagged_state_type`, carrying this env's params_id."""
-        names = [f.name for f in dataclasses.fields(self.spec.state_type)]
-        return self._tagged(**{k: getattr(state, k) for k in names},
-                            params_id=self._params_id)
-
-    def _untag(self, state: Any) -> Any:
-        """The plain state type (what the reference functions build and return)."""
-        if type(state) is self.spec.state_type:
-            return state
-        names = [f.name for f in dataclasses.fields(self.spec.state_type)]
-        return self.spec.state_type(**{k: getattr(state, k) for k in names})
+        return tag_state(self.spec.state_type, state, self._params_id)
 
     def check_state(self, state: Any) -> int:
         """Raises unless `state` is this env's state with consistent shapes and
@@ -817,12 +826,7 @@ class ContractEnv:
         if not isinstance(state, self.spec.state_type):
             raise TypeError(f"state must be a {self.spec.state_type.__name__}; got "
                             f"{type(state).__name__}")
-        made_by = getattr(state, "params_id", "")
-        if made_by and made_by != self._params_id:
-            raise ValueError(
-                f"state was made by an env with other params (params_id {made_by!r}; this "
-                f"env's is {self._params_id!r}): shapes may match while the agents, sizes "
-                f"or rules differ. Reset this env, or step with the env that made the state")
+        check_params_id(state, self._params_id)
         fields = [getattr(state, f.name) for f in self.spec.fields]
         # The env count most fields agree on: the error then names the odd one.
         leading = [v.shape[0] for v in fields if getattr(v, "ndim", 0) >= 1]
@@ -881,7 +885,9 @@ class ContractEnv:
         keys = self._keys(key, env_offset)
         if self.backend == "jax":
             _require_zero_offset(env_offset)
-            out = self.spec.reference_step(self.params, keys[:2], self._untag(state), actions)
+            # The reference builds and returns the plain state type.
+            plain = tag_state(self.spec.state_type, state, "")
+            out = self.spec.reference_step(self.params, keys[:2], plain, actions)
             obs, state, reward, done = out[:4]
             info = dict(out[4]) if len(out) > 4 else {}
         else:

@@ -59,8 +59,8 @@ from jax.extend.random import threefry2x32_p
 
 from jaxwarp.core import auto_reset, key_data_of, resolve_backend, sincos_fixed
 from jaxwarp.authoring import (API_DIR, ContractEnv, EnvSpec, ParamArray, ScratchField,
-                               grid_scratch, grid_side, params_id, state_field,
-                               tagged_state_type)
+                               check_params_id, grid_scratch, grid_side, params_id,
+                               state_field, tag_state)
 from jaxwarp.spaces import MultiDiscrete
 
 NUM_FEATURES = 7
@@ -485,7 +485,7 @@ class TagContinuousHandWritten:
         """
         key_data = key_data_of(key)
         self._check_state(state)
-        state = TagContinuousState(*state.fields())  # plain: what the reference builds
+        state = tag_state(TagContinuousState, state, "")  # plain: what the reference builds
         num_envs = state.x.shape[0]
         expected = (num_envs, self.num_agents, 2)
         if not hasattr(actions, "shape") or tuple(actions.shape) != expected:
@@ -521,18 +521,15 @@ class TagContinuousHandWritten:
     def _tag(self, state: TagContinuousState) -> TagContinuousState:
         """The state with the contract env's params_id: the two envs' states
         are interchangeable (same pytree structure) when their params are."""
-        return tagged_state_type(TagContinuousState)(
-            *state.fields(), params_id=params_id("tag_continuous", self.params))
+        return tag_state(TagContinuousState, state, params_id("tag_continuous", self.params))
 
     def _check_state(self, state: TagContinuousState) -> None:
         if not isinstance(state, TagContinuousState):
             raise TypeError(f"state must be a TagContinuousState; got {type(state).__name__}")
-        made_by = getattr(state, "params_id", "")
-        if made_by and made_by != params_id("tag_continuous", self.params):
-            raise ValueError(f"state was made by an env with other params (params_id "
-                             f"{made_by!r}); reset this env, or step with the env that made it")
+        check_params_id(state, params_id("tag_continuous", self.params))
         num_envs = state.x.shape[0] if state.x.ndim >= 1 else None
-        for f, dt, per_agent in zip(dataclasses.fields(state), _STATE_DTYPES, _STATE_PER_AGENT):
+        for f, dt, per_agent in zip(dataclasses.fields(TagContinuousState), _STATE_DTYPES,
+                                    _STATE_PER_AGENT, strict=True):
             v = getattr(state, f.name)
             shape = (num_envs, self.num_agents) if per_agent else (num_envs,)
             if tuple(v.shape) != shape or v.dtype != dt:

@@ -271,21 +271,22 @@ def build_trainer(config: TrainConfig, env: Any = None,
             mb = jax.lax.dynamic_index_in_dim(blocks, i, axis=2, keepdims=False)
             return pin(mb.reshape(x.shape[0], size, *x.shape[2:]), P(None, "envs"))
 
-        def chunk(i: jax.Array, perm: jax.Array | None) -> core.Batch:
-            """Minibatch i: envs perm[i*size:(i+1)*size] (or that slice) of every
-            [T, envs, ...] field, cut inside the scan body so that the
+        def chunk(src: core.Batch, i: jax.Array, perm: jax.Array | None) -> core.Batch:
+            """Minibatch i of `src`: envs perm[i*size:(i+1)*size] (or that slice)
+            of every [T, envs, ...] field, cut inside the scan body so that the
             minibatches are never materialised all at once.
 
-            Several devices (A2C's gradient chunks; PPO uses `deal` + `spread`):
-            chunk i is each device's own env block i (`spread`): other envs
-            than on one device, but the same mean gradient over the chunks."""
+            Several devices: chunk i is each device's own env block i
+            (`spread`), perm unused: A2C's gradient chunks hold other envs
+            than on one device (the same mean gradient over the chunks); PPO
+            passes the batch `deal` already reordered by perm."""
             if shards > 1:
-                return jax.tree.map(lambda x: spread(x, i), batch)
+                return jax.tree.map(lambda x: spread(x, i), src)
             if perm is None:
                 return jax.tree.map(
-                    lambda x: jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=1), batch)
+                    lambda x: jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=1), src)
             idx = jax.lax.dynamic_slice_in_dim(perm, i * size, size)
-            return jax.tree.map(lambda x: jnp.take(x, idx, axis=1), batch)
+            return jax.tree.map(lambda x: jnp.take(x, idx, axis=1), src)
 
         if c.algorithm == "a2c":
             # One optimiser step on the whole batch; gradients are summed over
@@ -298,7 +299,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
                 metrics = {"loss": loss, **metrics}
             else:
                 def accumulate(acc, i):
-                    (loss, m), g_ = grad_fn(params, chunk(i, None), False)
+                    (loss, m), g_ = grad_fn(params, chunk(batch, i, None), False)
                     return jax.tree.map(jnp.add, acc, g_), {"loss": loss, **m}
 
                 zero = jax.tree.map(jnp.zeros_like, params)
@@ -325,11 +326,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
 
             def sgd_step(carry, i):
                 p, o = carry
-                if shards > 1:
-                    mb = (jax.tree.map(lambda x: spread(x, i), dealt)
-                          if d.minibatches > 1 else batch)
-                else:
-                    mb = chunk(i, perm) if d.minibatches > 1 else batch
+                mb = chunk(dealt, i, perm) if d.minibatches > 1 else batch
                 (loss, metrics), grads = grad_fn(p, mb, c.normalize_advantages)
                 updates, o = txs[g].update(grads, o, p)
                 return (optax.apply_updates(p, updates), o), {"loss": loss, **metrics}
