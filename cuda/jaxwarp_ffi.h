@@ -244,9 +244,11 @@ ffi::Error reset(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32>
   for (int f = 0; f < E::kStateFields; ++f)
     memset(c.base[f], 0, 4 * static_cast<size_t>(c.per_env[f]) * c.envs);
   const CpuPool* pool = static_cast<const CpuPool*>(stream);
+  const bool rows = use_rows<E>(
+      layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>()));
   for_envs(c.envs, cpu_workers<E>(c, rets, pool),
            [&](int n, auto&& task) { pool->run(n, task); },
-           [&](int64_t e, int worker) { reset_env_cpu<E>(p, c, e, worker); });
+           [&](int64_t e, int worker) { reset_env_cpu<E>(p, c, e, worker, rows); });
 #endif
   return ffi::Error::Success();
 }
@@ -306,9 +308,11 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
 #else
   (void)kernels;
   const CpuPool* pool = static_cast<const CpuPool*>(stream);
+  const bool rows = use_rows<E>(
+      layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>()));
   for_envs(c.envs, cpu_workers<E>(c, rets, pool),
            [&](int n, auto&& task) { pool->run(n, task); },
-           [&](int64_t e, int worker) { step_env_cpu<E>(p, c, e, worker); });
+           [&](int64_t e, int worker) { step_env_cpu<E>(p, c, e, worker, rows); });
 #endif
   return ffi::Error::Success();
 }

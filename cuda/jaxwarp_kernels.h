@@ -85,10 +85,18 @@ inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
   const bool want = n > 1 || scratch > 0;
   l.staged = want && 4 * (team + words * l.epb) <= kStagingBudget;
   const int64_t used = 4 * (team + (l.staged ? words * l.epb : 0));
-  l.obs_staged = row_observe && used + 4 * static_cast<int64_t>(l.epb) * n * obs_dim <= kObsBudget;
-  l.smem_bytes = static_cast<int32_t>(
-      used + (l.obs_staged ? 4 * static_cast<int64_t>(l.epb) * n * obs_dim : 0));
+  // Observation rows start on a 16-byte boundary, with 4 words of slack so
+  // that the copy out can shift them into line with the output (float4).
+  const int64_t obs_bytes = 4 * (static_cast<int64_t>(l.epb) * n * obs_dim + 4);
+  const int64_t obs_at = (used + 15) / 16 * 16;
+  l.obs_staged = row_observe && obs_at + obs_bytes <= kObsBudget;
+  l.smem_bytes = static_cast<int32_t>(l.obs_staged ? obs_at + obs_bytes : used);
   return l;
+}
+
+// Word offset of the staged observation rows in a block's shared memory.
+JW_HD int64_t obs_stage_word(const Layout& l) {
+  return (static_cast<int64_t>(kTeamWords) * l.epb + (l.staged ? l.words * l.epb : 0) + 3) / 4 * 4;
 }
 
 // Optional parts of an env header, detected by ADL on its Params.
@@ -100,6 +108,13 @@ struct has_team_pass<E, std::void_t<decltype(team_pass(
                             std::declval<const typename E::Params&>(),
                             std::declval<const typename E::State&>(), std::declval<const Team&>(),
                             0))>> : std::true_type {};
+template <class E, class = void>
+struct has_observe : std::false_type {};
+template <class E>
+struct has_observe<E, std::void_t<decltype(observe(std::declval<const typename E::Params&>(),
+                                                   std::declval<const typename E::State&>(),
+                                                   std::declval<const Agent&>(),
+                                                   std::declval<float*>()))>> : std::true_type {};
 template <class E, class = void>
 struct has_observe_element : std::false_type {};
 template <class E>
@@ -118,9 +133,28 @@ JW_HD void run_team_pass(const typename E::Params& p, const typename E::State& s
 }
 }  // namespace detail
 
+// An env may define observe() (a whole row per agent), observe_element()
+// (one element), or both. Rows are cheaper (per-agent work is done once per
+// row, not once per element) but need shared memory to leave as coalesced
+// stores; elements are written coalesced straight to global memory. With
+// both, rows are used where the block's rows fit in shared memory
+// (Layout::obs_staged) and elements otherwise, on the CPU as on the GPU, so
+// both backends always run the same code for the same sizes.
 template <class E>
-constexpr bool row_observe() {
-  return !detail::has_observe_element<E>::value;
+JW_HD constexpr bool row_observe() {
+  return detail::has_observe<E>::value;
+}
+template <class E>
+JW_HD constexpr bool element_observe() {
+  return detail::has_observe_element<E>::value;
+}
+// Rows for this call: always without observe_element(), never without
+// observe(), else where they are staged.
+template <class E>
+JW_HD bool use_rows(const Layout& l) {
+  if constexpr (!element_observe<E>()) return true;
+  else if constexpr (!row_observe<E>()) return false;
+  else return l.obs_staged != 0;
 }
 
 // Pointers of env e's fields: base + e * stride (scratch: env `scratch_env`'s).
@@ -166,22 +200,25 @@ JW_HD void member_of(const Call& c, int64_t e, uint32_t* k0, uint32_t* k1, uint3
 // ---------------------------------------------------------------------------
 template <class E>
 void observe_env(const typename E::Params& p, const typename E::State& s, const Call& c,
-                 int64_t e, const Agent& proto) {
+                 int64_t e, const Agent& proto, bool rows) {
   float* obs = c.obs + e * c.n * c.obs_dim;
   for (int i = 0; i < c.n; ++i) {
     Agent a = proto;
     a.agent = i;
-    if constexpr (detail::has_observe_element<E>::value) {
-      for (int col = 0; col < c.obs_dim; ++col)
-        obs[i * c.obs_dim + col] = observe_element(p, s, a, col);
-    } else {
-      observe(p, s, a, obs + i * c.obs_dim);
+    if constexpr (element_observe<E>()) {
+      if (!rows) {
+        for (int col = 0; col < c.obs_dim; ++col)
+          obs[i * c.obs_dim + col] = observe_element(p, s, a, col);
+        continue;
+      }
     }
+    if constexpr (row_observe<E>()) observe(p, s, a, obs + i * c.obs_dim);
   }
 }
 
+// `rows`: use_rows<E>() of the layout the GPU would use for this call.
 template <class E>
-void reset_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int worker) {
+void reset_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int worker, bool rows) {
   uint32_t k0, k1, env;
   member_of(c, e, &k0, &k1, &env);
   const typename E::State s = state_at<E>(c.base, c.stride, e, worker);
@@ -193,11 +230,11 @@ void reset_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int wo
     reset(p, s, a);
   }
   detail::run_team_pass<E>(p, s, t, kBeforeObserve);
-  observe_env<E>(p, s, c, e, proto);
+  observe_env<E>(p, s, c, e, proto, rows);
 }
 
 template <class E>
-void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int worker) {
+void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int worker, bool rows) {
   uint32_t k0, k1, env;
   member_of(c, e, &k0, &k1, &env);
   const typename E::State s = state_at<E>(c.base, c.stride, e, worker);
@@ -223,7 +260,7 @@ void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int wor
       reset(p, s, a);
     }
   detail::run_team_pass<E>(p, s, t, kBeforeObserve);
-  observe_env<E>(p, s, c, e, Agent{env, 0, n, k0, k1, 0u});
+  observe_env<E>(p, s, c, e, Agent{env, 0, n, k0, k1, 0u}, rows);
   c.done[e] = d;
   c.term[e] = any_term;
   c.trunc[e] = any_trunc;
@@ -302,33 +339,61 @@ __device__ inline void copy_fields(const Call& c, const Lane& w, int tpe,
     for (int j = w.lane; j < c.per_env[f]; j += tpe) d[f][j] = s[f][j];
 }
 
+// Copies `count` floats from shared to global memory, all threads of the
+// block: 16-byte loads and stores where the two line up (the rows were
+// written `shift` words into their buffer so that they do), else 4-byte ones.
+__device__ inline void store_rows(float* dst, const float* src, int64_t count) {
+  const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(dst) >> 2) & 3);
+  const bool lined_up = ((reinterpret_cast<uintptr_t>(src) - 4 * shift) & 15) == 0;
+  if (!lined_up || count < 8) {
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) dst[j] = src[j];
+    return;
+  }
+  const int head = (4 - shift) & 3;  // floats before dst's first 16-byte boundary
+  const int64_t quads = (count - head) / 4;
+  if (threadIdx.x < head) dst[threadIdx.x] = src[threadIdx.x];
+  float4* d4 = reinterpret_cast<float4*>(dst + head);
+  const float4* s4 = reinterpret_cast<const float4*>(src + head);
+  for (int64_t j = threadIdx.x; j < quads; j += blockDim.x) d4[j] = s4[j];
+  for (int64_t j = head + 4 * quads + threadIdx.x; j < count; j += blockDim.x) dst[j] = src[j];
+}
+
 template <class E, bool Staged>
 __device__ inline void observe_block(const typename E::Params& p, const typename E::State& s,
                                      const Call& c, const Layout& l, const Lane& w,
                                      int32_t* smem, const Agent& proto) {
   const int n = c.n, dim = c.obs_dim;
-  if constexpr (detail::has_observe_element<E>::value) {
-    // Consecutive threads write consecutive floats of this env's [n, dim]
-    // block: coalesced stores, no staging.
-    if (!w.active) return;
-    float* obs = c.obs + w.e * n * dim;
-    const int total = n * dim;
-    int row = w.lane / dim, col = w.lane % dim;
-    const int drow = l.tpe / dim, dcol = l.tpe % dim;
-    Agent a = proto;
-    for (int idx = w.lane; idx < total; idx += l.tpe) {
-      a.agent = row;
-      obs[idx] = observe_element(p, s, a, col);
-      row += drow;
-      col += dcol;
-      if (col >= dim) {
-        col -= dim;
-        row += 1;
+  if (!use_rows<E>(l)) {
+    if constexpr (element_observe<E>()) {
+      // Consecutive threads write consecutive floats of this env's [n, dim]
+      // block: coalesced stores, no staging.
+      if (!w.active) return;
+      float* obs = c.obs + w.e * n * dim;
+      const int total = n * dim;
+      int row = w.lane / dim, col = w.lane % dim;
+      const int drow = l.tpe / dim, dcol = l.tpe % dim;
+      Agent a = proto;
+      for (int idx = w.lane; idx < total; idx += l.tpe) {
+        a.agent = row;
+        obs[idx] = observe_element(p, s, a, col);
+        row += drow;
+        col += dcol;
+        if (col >= dim) {
+          col -= dim;
+          row += 1;
+        }
       }
     }
-  } else {
-    float* staged = reinterpret_cast<float*>(smem + kTeamWords * l.epb +
-                                             (Staged ? l.epb * l.words : 0));
+    return;
+  }
+  if constexpr (row_observe<E>()) {
+    // The block's rows, one per agent, into shared memory (shifted so that
+    // they line up with the output for 16-byte stores), then out as one
+    // contiguous run; without room in shared memory, straight out.
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
+    float* dst = c.obs + first * n * dim;
+    const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(dst) >> 2) & 3);
+    float* staged = reinterpret_cast<float*>(smem + obs_stage_word(l)) + shift;
     if (w.active)
       for (int i = w.lane; i < n; i += l.tpe) {
         Agent a = proto;
@@ -338,10 +403,8 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
       }
     if (l.obs_staged) {
       __syncthreads();
-      const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
       const int64_t rows = (c.envs - first < l.epb ? c.envs - first : l.epb) * n;
-      float* dst = c.obs + first * n * dim;
-      for (int64_t j = threadIdx.x; j < rows * dim; j += blockDim.x) dst[j] = staged[j];
+      store_rows(dst, staged, rows * dim);
     }
   }
 }

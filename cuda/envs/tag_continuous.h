@@ -15,8 +15,8 @@
 // (scratch `seen`: still_in_game before tagging, 1 after a reset).
 // Before observe(), a team pass finds every agent's k nearest visible others
 // (uniform grid when there are many agents, one scan otherwise); observations
-// are written element by element (observe_element), so a warp's stores are
-// contiguous.
+// are written a row per agent (observe) where the rows fit in shared memory,
+// element by element otherwise (observe_element).
 #pragma once
 
 constexpr int kStepPhases = 3;
@@ -183,24 +183,11 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
   }
 }
 
-// Column `col` of agent a's observation: feature f of the agent in slot
-// `slot` (feature-major), then the time.
-JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agent& a, int col) {
-  const int i = a.agent;
-  if (!s.seen[i]) return 0.0f;
-  const int slots = p.full_obs ? p.num_agents - 1 : p.k_observed;
-  if (col == kFeatures * slots) return static_cast<float>(s.timestep[0]) * p.time_scale;
-  // col / slots through a float reciprocal, corrected (an integer division
-  // costs a few dozen instructions per element).
-  int f = static_cast<int>(static_cast<float>(col) * p.inv_slots);
-  f -= f * slots > col ? 1 : 0;
-  f += (f + 1) * slots <= col ? 1 : 0;
-  const int slot = col - f * slots;
-  const int j = p.full_obs ? (slot < i ? slot : slot + 1) : s.nbr[i * p.k_observed + slot];
-  if (j < 0) return 0.0f;
+// Feature f (0..6) of agent j as seen by agent i (j a valid id).
+JW_HD float feature(const Params& p, const State& s, int f, int i, int j) {
   if (f < 5) {
-    // Features 0-4 share one code path: a warp's lanes hold different
-    // features, and a switch would run them one after another.
+    // Features 0-4 share one code path: in observe_element a warp's lanes
+    // hold different features, and a switch would run them one after another.
     const float* v = f == 0 ? s.x
                    : f == 1 ? s.y
                    : f == 2 ? s.speed
@@ -210,4 +197,51 @@ JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agen
     return (v[j] - v[i]) * scale;
   }
   return f == 5 ? (is_tagger(p, j) ? 1.0f : 0.0f) : static_cast<float>(s.seen[j]);
+}
+
+JW_HD int observed_slots(const Params& p) {
+  return p.full_obs ? p.num_agents - 1 : p.k_observed;
+}
+
+// The agent in slot `slot` of agent i's observation (-1: none).
+JW_HD int observed_agent(const Params& p, const State& s, int i, int slot) {
+  return p.full_obs ? (slot < i ? slot : slot + 1) : s.nbr[i * p.k_observed + slot];
+}
+
+// Agent a's whole observation row (feature-major, then the time). The kernel
+// uses it where the block's rows fit in shared memory, observe_element()
+// otherwise: the neighbour id and the agent's own values are read once per
+// slot, not once per element.
+JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs) {
+  const int i = a.agent;
+  const int slots = observed_slots(p);
+  if (!s.seen[i]) {
+    for (int col = 0; col <= kFeatures * slots; ++col) obs[col] = 0.0f;
+    return;
+  }
+  for (int slot = 0; slot < slots; ++slot) {
+    const int j = observed_agent(p, s, i, slot);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int f = 0; f < kFeatures; ++f) obs[f * slots + slot] = j < 0 ? 0.0f : feature(p, s, f, i, j);
+  }
+  obs[kFeatures * slots] = static_cast<float>(s.timestep[0]) * p.time_scale;
+}
+
+// Column `col` of agent a's observation: feature f of the agent in slot
+// `slot` (feature-major), then the time. Consecutive threads write
+// consecutive columns: coalesced stores without shared memory.
+JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agent& a, int col) {
+  const int i = a.agent;
+  if (!s.seen[i]) return 0.0f;
+  const int slots = observed_slots(p);
+  if (col == kFeatures * slots) return static_cast<float>(s.timestep[0]) * p.time_scale;
+  // col / slots through a float reciprocal, corrected (an integer division
+  // costs a few dozen instructions per element).
+  int f = static_cast<int>(static_cast<float>(col) * p.inv_slots);
+  f -= f * slots > col ? 1 : 0;
+  f += (f + 1) * slots <= col ? 1 : 0;
+  const int j = observed_agent(p, s, i, col - f * slots);
+  return j < 0 ? 0.0f : feature(p, s, f, i, j);
 }
