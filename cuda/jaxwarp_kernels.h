@@ -59,8 +59,18 @@ struct Layout {
 };
 
 constexpr int kTeamWords = 4;            // per env: term, trunc flags, 2 reduction words
-constexpr int kStagingBudget = 110 * 1024;  // state + scratch staging: 2 blocks per H100 SM
-constexpr int kObsBudget = 48 * 1024;      // observation staging, bytes per block
+// Shared memory per block, in bytes (both may be set at build time, e.g.
+// JAXWARP_NVCC_FLAGS=-DJAXWARP_OBS_BUDGET=0, to compare layouts):
+// state + scratch staging, and all of shared memory: 2 blocks per H100 SM;
+#ifndef JAXWARP_STAGING_BUDGET
+#define JAXWARP_STAGING_BUDGET (110 * 1024)
+#endif
+// observation rows staged per pass.
+#ifndef JAXWARP_OBS_BUDGET
+#define JAXWARP_OBS_BUDGET (48 * 1024)
+#endif
+constexpr int kStagingBudget = JAXWARP_STAGING_BUDGET;
+constexpr int kObsBudget = JAXWARP_OBS_BUDGET;
 
 // Threads per env: one per agent, at most kMaxThreads (more agents loop);
 // envs per block: about 128 threads. The kernels are compiled for blocks of
@@ -85,18 +95,30 @@ inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
   const bool want = n > 1 || scratch > 0;
   l.staged = want && 4 * (team + words * l.epb) <= kStagingBudget;
   const int64_t used = 4 * (team + (l.staged ? words * l.epb : 0));
-  // Observation rows start on a 16-byte boundary, with 4 words of slack so
-  // that the copy out can shift them into line with the output (float4).
-  const int64_t obs_bytes = 4 * (static_cast<int64_t>(l.epb) * n * obs_dim + 4);
+  // Observation rows: staged in shared memory, R rows per pass, where at
+  // least a warp's worth fit (all of the block's rows at once with several
+  // envs per block); they start on a 16-byte boundary, with 4 words of slack
+  // so that the copy out can shift them into line with the output (float4).
   const int64_t obs_at = (used + 15) / 16 * 16;
-  l.obs_staged = row_observe && obs_at + obs_bytes <= kObsBudget;
-  l.smem_bytes = static_cast<int32_t>(l.obs_staged ? obs_at + obs_bytes : used);
+  int64_t room = kStagingBudget - obs_at;
+  room = room < kObsBudget ? room : kObsBudget;
+  const int64_t block_rows = static_cast<int64_t>(l.epb) * n;
+  int64_t rows = obs_dim > 0 && room > 16 ? (room / 4 - 4) / obs_dim : 0;
+  rows = rows < block_rows ? rows : block_rows;
+  const int64_t need = l.epb > 1 ? block_rows : (block_rows < 32 ? block_rows : 32);
+  l.obs_staged = row_observe && obs_dim > 0 && rows >= need;
+  l.smem_bytes = static_cast<int32_t>(l.obs_staged ? obs_at + 4 * (rows * obs_dim + 4) : used);
   return l;
 }
 
 // Word offset of the staged observation rows in a block's shared memory.
 JW_HD int64_t obs_stage_word(const Layout& l) {
   return (static_cast<int64_t>(kTeamWords) * l.epb + (l.staged ? l.words * l.epb : 0) + 3) / 4 * 4;
+}
+
+// Observation rows staged per pass (what layout_for made room for).
+JW_HD int obs_rows_per_pass(const Layout& l, int obs_dim) {
+  return static_cast<int>((l.smem_bytes / 4 - obs_stage_word(l) - 4) / obs_dim);
 }
 
 // Optional parts of an env header, detected by ADL on its Params.
@@ -390,21 +412,48 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
     // The block's rows, one per agent, into shared memory (shifted so that
     // they line up with the output for 16-byte stores), then out as one
     // contiguous run; without room in shared memory, straight out.
+    if (!l.obs_staged) {
+      if (w.active)
+        for (int i = w.lane; i < n; i += l.tpe) {
+          Agent a = proto;
+          a.agent = i;
+          observe(p, s, a, c.obs + (w.e * n + i) * dim);
+        }
+      return;
+    }
     const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
-    float* dst = c.obs + first * n * dim;
-    const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(dst) >> 2) & 3);
-    float* staged = reinterpret_cast<float*>(smem + obs_stage_word(l)) + shift;
-    if (w.active)
-      for (int i = w.lane; i < n; i += l.tpe) {
-        Agent a = proto;
-        a.agent = i;
-        observe(p, s, a, l.obs_staged ? staged + (static_cast<int64_t>(w.le) * n + i) * dim
-                                      : c.obs + (w.e * n + i) * dim);
-      }
-    if (l.obs_staged) {
+    if (l.epb > 1) {  // all of the block's rows in one pass
+      float* dst = c.obs + first * n * dim;
+      const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(dst) >> 2) & 3);
+      float* staged = reinterpret_cast<float*>(smem + obs_stage_word(l)) + shift;
+      if (w.active)
+        for (int i = w.lane; i < n; i += l.tpe) {
+          Agent a = proto;
+          a.agent = i;
+          observe(p, s, a, staged + (static_cast<int64_t>(w.le) * n + i) * dim);
+        }
       __syncthreads();
       const int64_t rows = (c.envs - first < l.epb ? c.envs - first : l.epb) * n;
       store_rows(dst, staged, rows * dim);
+      return;
+    }
+    // One env per block: its rows in passes of R (any thread may write any
+    // agent's row: observe() only reads the state).
+    const int R = obs_rows_per_pass(l, dim);
+    for (int r0 = 0; r0 < n; r0 += R) {
+      const int rows = n - r0 < R ? n - r0 : R;
+      float* dst = c.obs + (first * n + r0) * dim;
+      const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(dst) >> 2) & 3);
+      float* staged = reinterpret_cast<float*>(smem + obs_stage_word(l)) + shift;
+      if (r0 > 0) __syncthreads();  // the last pass's rows are out
+      if (w.active)
+        for (int q = w.lane; q < rows; q += l.tpe) {
+          Agent a = proto;
+          a.agent = r0 + q;
+          observe(p, s, a, staged + static_cast<int64_t>(q) * dim);
+        }
+      __syncthreads();
+      if (w.active) store_rows(dst, staged, static_cast<int64_t>(rows) * dim);
     }
   }
 }

@@ -1,15 +1,35 @@
-"""One jitted Tag step at 2000 envs (warpdrive_default, large) for Nsight Compute:
+"""One jitted Tag step at 2000 envs for Nsight Compute, from a state reached by
+`--warm` protocol-action steps (taggers have caught runners: the state a
+benchmark loop spends its time in), for the contract or the hand-written kernel:
 
-    ncu --kernel-name regex:step_kernel --launch-skip 2 --launch-count 1 python experiments/profile_tag_step.py
+    ncu --kernel-name regex:step_kernel --launch-skip 2 --launch-count 1 \\
+        python experiments/profile_tag_step.py --kind contract --warm 0
+    ncu --kernel-name regex:TagKernel --launch-skip 302 --launch-count 1 \\
+        python experiments/profile_tag_step.py --kind handwritten --warm 300
+
+(with --warm W, skip W + 2 launches: the rollout's W steps run first).
 """
+import argparse
+
 import jax
 import jax.numpy as jnp
-from jaxwarp.envs import tag_continuous as tc
-for cfg, E in (("warpdrive_default", 2000), ("large", 2000)):
-    env = tc.TagContinuous(tc.TagContinuousParams(**tc.CONFIGS[cfg]), backend="cuda")
-    o, s = env.reset(jax.random.key(0), E)
-    a = jnp.zeros((E, env.num_agents, 2), jnp.int32)
-    f = jax.jit(env.step)
-    for _ in range(3):
-        o, s, r, d, _ = f(jax.random.key(1), s, a)
-    jax.block_until_ready(o)
+
+from bench_tag_paths import make_env, rollout_fn  # same folder
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--kind", default="contract", choices=["contract", "handwritten"])
+ap.add_argument("--config", default="warpdrive_default")
+ap.add_argument("--envs", type=int, default=2000)
+ap.add_argument("--warm", type=int, default=0)
+args = ap.parse_args()
+env = make_env(args.kind, args.config)
+o, s = env.reset(jax.random.key(0), args.envs)
+if args.warm:
+    s, o, _, _ = jax.jit(rollout_fn(env, args.envs, args.warm, True))(s, o, jax.random.key(2),
+                                                                      jnp.int32(0))
+a = jnp.ones((args.envs, env.num_agents, 2), jnp.int32)
+f = jax.jit(env.step)
+for _ in range(3):
+    o, s, r, d, _ = f(jax.random.key(1), s, a)
+jax.block_until_ready(o)
+print("agents in game:", float(s.still_in_game.mean()))

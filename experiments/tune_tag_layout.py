@@ -1,0 +1,68 @@
+"""Tag (continuous) on the H100: contract-kernel layouts side by side with the
+hand-written kernel, in one process (the choice of observation path and of
+shared-memory budgets in cuda/jaxwarp_kernels.h rests on this).
+
+Each variant builds the contract env with JAXWARP_NVCC_FLAGS set to its
+-D overrides of JAXWARP_OBS_BUDGET / JAXWARP_STAGING_BUDGET (the build cache
+keys on them, so the variants coexist), then times it as
+experiments/bench_tag_paths.py does (protocol and hashed actions).
+
+    python experiments/tune_tag_layout.py --out experiments/results/tune_tag_layout_h100.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import jax
+
+from bench_tag_paths import make_env, time_env  # same folder
+
+from jaxwarp import authoring
+from jaxwarp.envs import tag_continuous as tc
+
+VARIANTS = {
+    "rows, one pass (48 KiB)": "",
+    "rows, 2 passes (16 KiB)": "-DJAXWARP_OBS_BUDGET=16384",
+    "rows, 4 passes (9 KiB)": "-DJAXWARP_OBS_BUDGET=9216",
+    "elements": "-DJAXWARP_OBS_BUDGET=0",
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="warpdrive_default")
+    ap.add_argument("--envs", type=int, default=2000)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default="experiments/results/tune_tag_layout.json")
+    args = ap.parse_args()
+    rows = []
+    for name, flags in [("hand-written", None)] + list(VARIANTS.items()):
+        if flags is None:
+            env = make_env("handwritten", args.config)
+            layout = None
+        else:
+            os.environ["JAXWARP_NVCC_FLAGS"] = flags
+            env = make_env("contract", args.config)
+            lay = authoring.launch_layout(tc.SPEC, env.params, "cuda")
+            layout = {k: int(getattr(lay, k)) for k in ("tpe", "epb", "staged", "obs_staged",
+                                                        "words", "smem_bytes")}
+        for protocol in (True, False):
+            r = time_env(env, args.envs, args.steps, protocol, args.repeats)
+            r.update(variant=name, flags=flags, layout=layout, config=args.config,
+                     num_envs=args.envs, protocol=protocol)
+            rows.append(r)
+            print(f"{args.config} {name:26s} {'protocol' if protocol else 'hashed  '} "
+                  f"{r['env_steps_per_s'] / 1e6:7.2f} M env-steps/s  layout {layout}", flush=True)
+    os.environ.pop("JAXWARP_NVCC_FLAGS", None)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(device=jax.devices()[0].device_kind, results=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
