@@ -65,9 +65,13 @@ constexpr int kTeamWords = 4;            // per env: term, trunc flags, 2 reduct
 #ifndef JAXWARP_STAGING_BUDGET
 #define JAXWARP_STAGING_BUDGET (110 * 1024)
 #endif
-// observation rows staged per pass.
+// observation rows staged per pass: small enough that shared memory does not
+// cut the blocks an SM holds (Tag, 110 agents, H100: 16 KiB, rows in two
+// passes, 8 blocks per SM: 20.5 M env-steps/s; 48 KiB, one pass, 5 blocks:
+// 19.1 M; 9 KiB, four passes: 19.0 M; elements: 16.7 M;
+// experiments/tune_tag_layout.py).
 #ifndef JAXWARP_OBS_BUDGET
-#define JAXWARP_OBS_BUDGET (48 * 1024)
+#define JAXWARP_OBS_BUDGET (16 * 1024)
 #endif
 constexpr int kStagingBudget = JAXWARP_STAGING_BUDGET;
 constexpr int kObsBudget = JAXWARP_OBS_BUDGET;

@@ -25,8 +25,8 @@ from jaxwarp import authoring
 from jaxwarp.envs import tag_continuous as tc
 
 VARIANTS = {
-    "rows, one pass (48 KiB)": "",
-    "rows, 2 passes (16 KiB)": "-DJAXWARP_OBS_BUDGET=16384",
+    "rows, one pass (48 KiB)": "-DJAXWARP_OBS_BUDGET=49152",
+    "rows, 2 passes (16 KiB, default)": "",
     "rows, 4 passes (9 KiB)": "-DJAXWARP_OBS_BUDGET=9216",
     "elements": "-DJAXWARP_OBS_BUDGET=0",
 }
