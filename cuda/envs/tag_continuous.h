@@ -32,11 +32,6 @@ JW_HD float heading(uint32_t k) {
 
 JW_HD bool is_tagger(const Params& p, int i) { return i < p.num_taggers; }
 
-// Observed agents per row: all others, or the k nearest.
-JW_HD int observed_slots(const Params& p) {
-  return p.full_obs ? p.num_agents - 1 : p.k_observed;
-}
-
 // Fresh start of agent i from the call's key: threefry(k, (env, 2i)) -> x, y;
 // threefry(k, (env, 2i + 1)) -> direction (top two bits pick 0, pi/2, pi, 3pi/2).
 JW_HD void reset(const Params& p, const State& s, const jaxwarp::Agent& a) {
@@ -152,14 +147,7 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
     });
   } else if (phase == 2) {
     if (team.leader()) s.timestep[0] += 1;
-  } else if (phase == jaxwarp::kBeforeObserve) {
-    // Column table of observe_element: (feature << 16 | slot) of each column
-    // (one integer division per column and env, not one per element).
-    const int slots = observed_slots(p);
-    team.for_range(kFeatures * slots, [&](int col) {
-      s.col[col] = (col / slots) << 16 | (col % slots);
-    });
-    if (p.full_obs) return;
+  } else if (phase == jaxwarp::kBeforeObserve && !p.full_obs) {
     // The k nearest others still in the game, for every agent still in it.
     const int n = p.num_agents, k = p.k_observed;
     auto visible = [&](int j) { return s.seen[j] != 0; };
@@ -211,6 +199,10 @@ JW_HD float feature(const Params& p, const State& s, int f, int i, int j) {
   return f == 5 ? (is_tagger(p, j) ? 1.0f : 0.0f) : static_cast<float>(s.seen[j]);
 }
 
+JW_HD int observed_slots(const Params& p) {
+  return p.full_obs ? p.num_agents - 1 : p.k_observed;
+}
+
 // The agent in slot `slot` of agent i's observation (-1: none).
 JW_HD int observed_agent(const Params& p, const State& s, int i, int slot) {
   return p.full_obs ? (slot < i ? slot : slot + 1) : s.nbr[i * p.k_observed + slot];
@@ -245,7 +237,11 @@ JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agen
   if (!s.seen[i]) return 0.0f;
   const int slots = observed_slots(p);
   if (col == kFeatures * slots) return static_cast<float>(s.timestep[0]) * p.time_scale;
-  const int fs = s.col[col];  // filled by the team pass before observe
-  const int j = observed_agent(p, s, i, fs & 0xFFFF);
-  return j < 0 ? 0.0f : feature(p, s, fs >> 16, i, j);
+  // col / slots through a float reciprocal, corrected (an integer division
+  // costs a few dozen instructions per element).
+  int f = static_cast<int>(static_cast<float>(col) * p.inv_slots);
+  f -= f * slots > col ? 1 : 0;
+  f += (f + 1) * slots <= col ? 1 : 0;
+  const int j = observed_agent(p, s, i, col - f * slots);
+  return j < 0 ? 0.0f : feature(p, s, f, i, j);
 }

@@ -569,6 +569,7 @@ def kernel_params(p: TagContinuousParams) -> dict[str, Any]:
         tag_penalty=f32(p.tag_penalty_for_runner), end_reward=f32(p.end_of_game_reward_for_runner),
         tag_dist2=c.tag_dist2, pos_scale=c.pos_scale, speed_scale=c.speed_scale,
         dir_scale=c.dir_scale, time_scale=c.time_scale,
+        inv_slots=f32(1.0 / ((p.obs_dim - 1) // NUM_FEATURES)),
         accel=ParamArray(c.accel, MAX_LEVELS + 1), turn=ParamArray(c.turn, MAX_LEVELS + 1))
 
 
@@ -592,7 +593,6 @@ SPEC = EnvSpec(
     scratch=(ScratchField("base", "f32"), ScratchField("tagged_by", "i32"),
              ScratchField("seen", "i32"),
              ScratchField("tags", "i32"),
-             ScratchField("col", "i32", "env", lambda p: p.obs_dim - 1),
              ScratchField("nbr", "i32", "agent",
                           lambda p: 0 if p.use_full_observation else p.num_other_agents_observed),
              ScratchField("vis", "f32", "agent",
