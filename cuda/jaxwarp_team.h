@@ -350,16 +350,6 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
       const bool full_row = r == 0 || gy == cy - r || gy == cy + r;
       for (int gx = cx - r; gx <= cx + r; gx += full_row ? 1 : 2 * r) {
         if (gx < 0 || gx >= gr.g) continue;
-        if (r > 0) {
-          // Skip a cell that lies wholly beyond the current K-th distance: a
-          // lower bound on the distance to any agent in it, less a margin for
-          // rounding in the cell index (as the stop rule below), exceeds it.
-          const float x0 = gr.lo + static_cast<float>(gx) * cs;
-          const float y0 = gr.lo + static_cast<float>(gy) * cs;
-          const float ex = fmaxf(fmaxf(x0 - x, x - (x0 + cs)) - 0.001f * cs, 0.0f);
-          const float ey = fmaxf(fmaxf(y0 - y, y - (y0 + cs)) - 0.001f * cs, 0.0f);
-          if (fmaf(ex, ex, ey * ey) > bd[K - 1]) continue;
-        }
         const int c = gy * gr.g + gx;
         const int end = gr.start[c + 1];
         for (int q = gr.start[c]; q < end; ++q) {
