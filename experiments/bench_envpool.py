@@ -1,4 +1,4 @@
-"""Host-loop throughput: EnvPool CartPole-v1 vs jaxwarp's Gymnasium adapter.
+"""Host-loop throughput: EnvPool CartPole-v1 / Pendulum-v1 vs jaxwarp's Gymnasium adapter.
 
 Both driven from the same Python loop, as a PyTorch/NumPy trainer would:
 NumPy actions in, NumPy observations out, one step call per batch. EnvPool
@@ -12,8 +12,19 @@ Actions are uniform random, drawn before timing and cycled. 50 warm-up steps
 (jaxwarp's compile time reported apart); each figure is the median of 5
 timed runs of `steps` steps, the runs of all implementations interleaved.
 
-    pip install envpool
+--env picks the task: ``CartPole-v1`` (default; jaxwarp ``cartpole``, both
+take Discrete(2) actions, the same int32 arrays go to both) or
+``Pendulum-v1`` (jaxwarp ``pendulum``). Pendulum: same dynamics, different
+action space. EnvPool's (Gymnasium's) Pendulum-v1 takes a continuous torque,
+Box(-2, 2, (1,)), so its actions are uniform float32 in [-2, 2], shape
+[envs, 1]; jaxwarp's pendulum takes one of 5 discrete torques (-2 .. 2),
+Discrete(5), so its actions are uniform int32 in [0, 5), shape [envs]. The
+output's metadata says so.
+
+    pip install envpool==1.2.5
     python experiments/bench_envpool.py --out experiments/results/bench_envpool_cpu.json
+    python experiments/bench_envpool.py --env Pendulum-v1 \\
+        --out experiments/results/bench_envpool_pendulum_cpu.json
 """
 
 from __future__ import annotations
@@ -36,6 +47,37 @@ SIZES = (64, 1024, 8192)
 STEPS = {64: 2000, 1024: 1000, 8192: 200}  # per timed run
 POOL = 16  # distinct action batches, cycled
 
+# --env: EnvPool task id -> jaxwarp env name and the two sides' actions.
+ENVS = {
+    "CartPole-v1": {
+        "jaxwarp": "cartpole",
+        "envpool_actions": "Discrete(2): uniform int32 in {0, 1}, shape [envs]",
+        "jaxwarp_actions": "Discrete(2): the same int32 arrays as EnvPool's",
+    },
+    "Pendulum-v1": {
+        "jaxwarp": "pendulum",
+        "envpool_actions": "Box(-2, 2, (1,)) continuous torque: uniform float32 in [-2, 2], "
+                           "shape [envs, 1]",
+        "jaxwarp_actions": "Discrete(5) (torques -2, -1, 0, 1, 2): uniform int32 in [0, 5), "
+                           "shape [envs]",
+        "note": "same dynamics, different action space: EnvPool's Pendulum-v1 takes a "
+                "continuous torque, jaxwarp's pendulum one of 5 discrete torques",
+    },
+}
+
+
+def draw_actions(env_id: str, n: int, rng: np.random.Generator
+                 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(EnvPool's, jaxwarp's) pools of POOL action batches for n envs."""
+    if env_id == "CartPole-v1":  # one pool for both (the original protocol)
+        acts = [rng.integers(0, 2, n).astype(np.int32) for _ in range(POOL)]
+        return acts, acts
+    if env_id == "Pendulum-v1":
+        ep = [rng.uniform(-2.0, 2.0, (n, 1)).astype(np.float32) for _ in range(POOL)]
+        jw = [rng.integers(0, 5, n).astype(np.int32) for _ in range(POOL)]
+        return ep, jw
+    raise ValueError(f"unknown env {env_id!r}; choose from {sorted(ENVS)}")
+
 
 def timed_run(step, actions: list, steps: int, finish=lambda out: None) -> float:
     """Env-steps per second of `steps` calls of step(actions[i]), cycled."""
@@ -47,10 +89,10 @@ def timed_run(step, actions: list, steps: int, finish=lambda out: None) -> float
     return actions[0].shape[0] * steps / (time.perf_counter() - t)
 
 
-def make_envpool(n: int, threads: int):
+def make_envpool(env_id: str, n: int, threads: int):
     import envpool
 
-    env = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=n, batch_size=n, seed=0,
+    env = envpool.make(env_id, env_type="gymnasium", num_envs=n, batch_size=n, seed=0,
                        num_threads=threads)
     env.reset()
     meta = {"num_threads": threads or "0 (EnvPool's default: one per core)",
@@ -58,39 +100,42 @@ def make_envpool(n: int, threads: int):
     return env.step, None, meta, env.close
 
 
-def make_jaxwarp_gym(n: int, copy: bool, first_actions: np.ndarray):
-    envs = JaxwarpVectorEnv(jaxwarp.make("cartpole", backend="cpu"), n, copy=copy)
+def make_jaxwarp_gym(name: str, n: int, copy: bool, first_actions: np.ndarray):
+    envs = JaxwarpVectorEnv(jaxwarp.make(name, backend="cpu"), n, copy=copy)
     t = time.perf_counter()
     envs.reset(seed=0)
     envs.step(first_actions)
     return envs.step, None, {"compile_s": time.perf_counter() - t}, envs.close
 
 
-def make_jitted_step(n: int):
+def make_jitted_step(name: str, n: int):
     """The adapter's jitted step alone (same function, same donation), device
     actions, synced once at the end of a run."""
     from jaxwarp.adapters._batched import BatchedEnv
 
-    b = BatchedEnv(jaxwarp.make("cartpole", backend="cpu"), n)
+    b = BatchedEnv(jaxwarp.make(name, backend="cpu"), n)
     b.reset(seed=0)
     return b.step, b.device, {}, b.close
 
 
-def bench_size(n: int, actions: list[np.ndarray], steps: int, envpool_threads: list[int]
+def bench_size(env_id: str, n: int, envpool_actions: list[np.ndarray],
+               jaxwarp_actions: list[np.ndarray], steps: int, envpool_threads: list[int]
                ) -> dict:
     """Every implementation at n envs; their timed runs interleaved (run r of each,
     then run r + 1 of each), so a change of machine load hits all alike."""
+    name_jw = ENVS[env_id]["jaxwarp"]
     impls = {}
     for threads in envpool_threads:
         try:
-            impls[f"envpool_threads{threads}"] = make_envpool(n, threads)
+            impls[f"envpool_threads{threads}"] = make_envpool(env_id, n, threads)
         except ImportError as e:
             print(f"envpool not importable: {e}")
-    impls["jaxwarp_gym"] = make_jaxwarp_gym(n, True, actions[0])
-    impls["jaxwarp_gym_nocopy"] = make_jaxwarp_gym(n, False, actions[0])
-    impls["jaxwarp_jitted_step"] = make_jitted_step(n)
+    impls["jaxwarp_gym"] = make_jaxwarp_gym(name_jw, n, True, jaxwarp_actions[0])
+    impls["jaxwarp_gym_nocopy"] = make_jaxwarp_gym(name_jw, n, False, jaxwarp_actions[0])
+    impls["jaxwarp_jitted_step"] = make_jitted_step(name_jw, n)
     args = {}
     for name, (step, device, _, _) in impls.items():
+        actions = envpool_actions if name.startswith("envpool") else jaxwarp_actions
         acts = actions if device is None else [jax.device_put(a, device) for a in actions]
         finish = jax.block_until_ready if device is not None else (lambda out: None)
         args[name] = (step, acts, finish)
@@ -124,11 +169,11 @@ LABELS = {"envpool_threads0": "EnvPool, default threads", "envpool_threads1": "E
           "jaxwarp_jitted_step": "jaxwarp jitted step alone (no NumPy, no per-step sync)"}
 
 
-def markdown_table(results: list[dict]) -> str:
+def markdown_table(results: list[dict], env_id: str = "CartPole-v1") -> str:
     """Env-steps/s (millions), one row per implementation, one column per size."""
     sizes = [r["num_envs"] for r in results]
     keys = [k for k in LABELS if any(k in r for r in results)]
-    lines = ["| CartPole-v1, M env-steps/s | " + " | ".join(f"{n} envs" for n in sizes) + " |",
+    lines = [f"| {env_id}, M env-steps/s | " + " | ".join(f"{n} envs" for n in sizes) + " |",
              "|---|" + "---:|" * len(sizes)]
     for k in keys:
         cells = [f"{r[k]['env_steps_per_s'] / 1e6:.2f}" if "env_steps_per_s" in r.get(k, {})
@@ -139,6 +184,9 @@ def markdown_table(results: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", choices=sorted(ENVS), default="CartPole-v1",
+                        help="EnvPool task (jaxwarp: cartpole / pendulum); see the docstring "
+                             "for Pendulum's action spaces")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
     parser.add_argument("--envpool-threads", type=int, nargs="*", default=[0, 1],
@@ -149,22 +197,28 @@ def main() -> None:
     results = []
     for n in args.sizes:
         steps = STEPS.get(n, max(100, 200_000 // n))
-        actions = [rng.integers(0, 2, n).astype(np.int32) for _ in range(POOL)]
+        envpool_actions, jaxwarp_actions = draw_actions(args.env, n, rng)
         row = {"num_envs": n, "steps_per_run": steps,
-               **bench_size(n, actions, steps, args.envpool_threads)}
+               **bench_size(args.env, n, envpool_actions, jaxwarp_actions, steps,
+                            args.envpool_threads)}
         results.append(row)
         print(f"{n:6d} envs: " + "  ".join(
             f"{k} {v['env_steps_per_s'] / 1e6:.3f} M/s" for k, v in row.items()
             if isinstance(v, dict) and "env_steps_per_s" in v), flush=True)
+    spec = ENVS[args.env]
+    acts = "numpy int32 actions" if args.env == "CartPole-v1" else \
+        "numpy actions (EnvPool: float32 torques, jaxwarp: int32 torque indices)"
     meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
             "jax": jax.__version__, "numpy": np.__version__,
             "loadavg_1_5_15_before_after": [load_before, os.getloadavg()],
-            "env": "CartPole-v1 / cartpole",
-            "protocol": "same Python loop, numpy int32 actions (random, 16 batches cycled), "
+            "env": f"{args.env} / {spec['jaxwarp']}",
+            "actions": {"envpool": spec["envpool_actions"], "jaxwarp": spec["jaxwarp_actions"]},
+            **({"note": spec["note"]} if "note" in spec else {}),
+            "protocol": f"same Python loop, {acts} (random, 16 batches cycled), "
                         "one step call per batch, 50 warm-up steps, median of 5 runs interleaved "
                         "across implementations"}
-    out = {"meta": meta, "results": results}
-    print(markdown_table(results))
+    out = {"env": args.env, "meta": meta, "results": results}
+    print(markdown_table(results, args.env))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1) + "\n")
