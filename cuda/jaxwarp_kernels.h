@@ -32,6 +32,10 @@
 #include "jaxwarp_env.h"
 #include "jaxwarp_team.h"
 
+#if defined(__CUDACC__)
+#include <cuda_pipeline.h>  // cp.async (load_fields)
+#endif
+
 // Loops over an env's fields are unrolled on the GPU: their trip counts are
 // compile-time constants, so pointer arrays and the State stay in registers
 // (a run-time index would put them in local memory).
@@ -384,6 +388,26 @@ __device__ inline void store_rows(float* dst, const float* src, int64_t count) {
   for (int64_t j = head + 4 * quads + threadIdx.x; j < count; j += blockDim.x) dst[j] = src[j];
 }
 
+// Copies the env's state fields from global into shared memory with
+// asynchronous copies (cp.async): every word of every field is in flight at
+// once and no register holds it, where a load-store loop waits for each
+// field's loads in turn (one global-memory latency per field and word).
+// The caller's __syncthreads() makes the words visible to the block.
+template <class E>
+__device__ inline void load_fields(const Call& c, const Lane& w, int tpe,
+                                   const typename E::State& dst, const typename E::State& src) {
+  if (!w.active) return;
+  int32_t* d[E::kFields];
+  int32_t* s[E::kFields];
+  E::pointers(dst, d);
+  E::pointers(src, s);
+  JW_UNROLL
+  for (int f = 0; f < E::kStateFields; ++f)
+    for (int j = w.lane; j < c.per_env[f]; j += tpe) __pipeline_memcpy_async(d[f] + j, s[f] + j, 4);
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+}
+
 template <class E, bool Staged>
 __device__ inline void observe_block(const typename E::Params& p, const typename E::State& s,
                                      const Call& c, const Layout& l, const Lane& w,
@@ -472,7 +496,7 @@ __device__ inline void reset_kernel_body(const typename E::Params& p, const Call
   typename E::State g;
   const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
   const Team t{c.n, w.lane, l.tpe, w.active, jw_smem + kTeamWords * w.le + 2};
-  if (Staged) copy_fields<E>(c, w, l.tpe, s, g);  // zeros: fields reset() leaves alone
+  if (Staged) load_fields<E>(c, w, l.tpe, s, g);  // zeros: fields reset() leaves alone
   __syncthreads();
   if (w.active)
     for (int i = w.lane; i < c.n; i += l.tpe) {
@@ -501,7 +525,7 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
   typename E::State g;
   const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
   const Team t{n, w.lane, l.tpe, w.active, flags + 2};
-  if (Staged) copy_fields<E>(c, w, l.tpe, s, g);
+  if (Staged) load_fields<E>(c, w, l.tpe, s, g);
   // One agent per thread (n <= tpe): its reward stays in a register;
   // otherwise it accumulates in the output buffer.
   const bool one_each = n <= l.tpe;
