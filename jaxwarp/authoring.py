@@ -563,7 +563,7 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
     files = "".join(str(f) + f.read_text() for f in sorted(sources))
     extra = shlex.split(os.environ.get("JAXWARP_NVCC_FLAGS", "")) if platform == "cuda" else []
     if platform == "cpu":
-        extra = _sanitize_flags()
+        extra = _sanitize_flags() + shlex.split(os.environ.get("JAXWARP_CXX_FLAGS", ""))
     for part in (src, files, _compiler_id(compiler), jaxlib.__version__,
                  arch, sys.platform, " ".join(extra), " ".join(CXX_FLAGS + NVCC_FLAGS)):
         h.update(part.encode())

@@ -11,6 +11,7 @@ from jax.experimental import checkify
 
 import jaxwarp
 from jaxwarp.core import sincos_fixed
+from jaxwarp.envs import tag_continuous as tc
 from jaxwarp.envs.tag_continuous import TagContinuousState
 from jaxwarp.testing import check_consistency
 
@@ -285,3 +286,68 @@ def test_out_of_range_actions_clamped_and_reported_by_checkify(backend):
         err.throw()
     err, _ = jax.jit(checkify.checkify(checked.step))(jax.random.key(1), state, clamped)
     assert err.get() is None
+
+
+# ---------------------------------------------------------------------------
+# Tag defines observe() (rows) and observe_element(): which one the layout
+# picks, and that both give the same bits at the same sizes.
+# ---------------------------------------------------------------------------
+def _layout(**kw):
+    from jaxwarp import authoring
+
+    p = tc.TagContinuousParams(**kw)
+    lay = authoring.launch_layout(tc.SPEC, p, "cpu")
+    return p, {k: int(getattr(lay, k)) for k in ("tpe", "epb", "staged", "obs_staged", "words",
+                                                 "smem_bytes")}
+
+
+def test_observation_path_follows_the_layout():
+    # 110 agents: rows staged in shared memory, in passes of as many 71-float
+    # rows as fit in 16 KiB: (16384 / 4 - 4) // 71 = 57 rows, two passes.
+    p, lay = _layout(**tc.CONFIGS["warpdrive_default"])
+    assert (lay["tpe"], lay["epb"], lay["staged"], lay["obs_staged"]) == (110, 1, 1, 1)
+    stage_word = (4 * lay["epb"] + lay["words"] * lay["epb"] + 3) // 4 * 4
+    rows = (lay["smem_bytes"] // 4 - stage_word - 4) // p.obs_dim
+    assert rows == 57
+    assert lay["smem_bytes"] <= 110 * 1024
+    # 1000 agents: the staged state leaves no room: elements.
+    _, lay = _layout(**tc.CONFIGS["large"])
+    assert (lay["staged"], lay["obs_staged"]) == (1, 0)
+    # Full observation at 110 agents: 764 floats per row, fewer than a warp's
+    # worth of rows fit: elements.
+    _, lay = _layout(**dict(tc.CONFIGS["warpdrive_default"], use_full_observation=True))
+    assert lay["obs_staged"] == 0
+    # 7 agents, 18 envs per block: all 126 rows at once or none. 29 floats
+    # (k = 4) fit in 16 KiB, 43 (all 6 others) do not.
+    _, lay = _layout(**dict(SMALL, num_other_agents_observed=4))
+    assert (lay["epb"], lay["obs_staged"]) == (18, 1)
+    _, lay = _layout(**dict(SMALL, use_full_observation=True))
+    assert (lay["epb"], lay["obs_staged"]) == (18, 0)
+
+
+@pytest.mark.parametrize("kw", [dict(config="warpdrive_default", episode_length=30),
+                                dict(SMALL, num_other_agents_observed=4)])
+def test_rows_and_elements_give_the_same_bits(kw, monkeypatch):
+    """The same sizes built twice on the CPU: observe() rows (the default
+    layout) and observe_element() (-DJAXWARP_OBS_BUDGET=0: no row staging)."""
+    from jaxwarp import authoring
+
+    def rollout(staged):
+        env = jaxwarp.make("tag_continuous", backend="cpu", **kw)
+        assert authoring.launch_layout(tc.SPEC, env.params, "cpu").obs_staged == staged
+        obs, state = env.reset(jax.random.key(3), 4)
+        out = [obs]
+        for t in range(40):
+            a = env.action_space.sample(jax.random.key(100 + t), (4, env.num_agents))
+            obs, state, reward, done, _ = env.step(jax.random.key(t), state, a)
+            out += [obs, reward, done]
+        return [np.asarray(x) for x in out]
+
+    monkeypatch.delenv("JAXWARP_CXX_FLAGS", raising=False)
+    rows = rollout(staged=1)
+    monkeypatch.setenv("JAXWARP_CXX_FLAGS", "-DJAXWARP_OBS_BUDGET=0")
+    elements = rollout(staged=0)
+    assert len(rows) == len(elements)
+    for a, b in zip(rows, elements):
+        np.testing.assert_array_equal(a, b)
+    assert any(np.asarray(x).any() for x in rows[1::3])  # observations are not all zero
