@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxwarp
+from test_adapters import direct_rollout  # the same key schedule as the adapters
 
 pytestmark = pytest.mark.gpu
 
@@ -35,21 +36,6 @@ def _random_actions(env, steps, num_envs, seed):
     rng = np.random.default_rng(seed)
     nvec = np.asarray(env.action_space.nvec)
     return rng.integers(0, nvec, (steps, num_envs, env.num_agents, len(nvec))).astype(np.int32)
-
-
-def _direct_rollout(env, seed, actions):
-    """The direct API with the adapters' key schedule (`jaxwarp.adapters._batched`):
-    obs after reset, then per step (obs, reward, terminated, truncated, episode_return)."""
-    key = jax.random.key(seed)
-    key, k = jax.random.split(key)
-    obs, state = env.reset(k, actions.shape[1])
-    out = [np.asarray(obs)]
-    for a in actions:
-        key, k = jax.random.split(key)
-        obs, state, rew, _, info = env.step(k, state, jax.device_put(a, jax.devices("gpu")[0]))
-        out.append((np.asarray(obs), np.asarray(rew), np.asarray(info["terminated"]),
-                    np.asarray(info["truncated"]), np.asarray(info["episode_return"])))
-    return out
 
 
 def _spy_steps(envs):
@@ -117,7 +103,7 @@ def test_torch_cuda_equals_the_direct_api(name):
     direct = jaxwarp.make(name, backend="cuda", **params)
     squeezed = envs._batch.squeezed  # single-agent: the adapter drops the agent axis
     acts = _random_actions(direct, STEPS, N, 3)
-    ref = _direct_rollout(direct, 9, acts)
+    ref = direct_rollout(direct, 9, acts)
 
     def host(t):
         return t.cpu().numpy()
