@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 
 import jaxwarp
+from jaxwarp.benchmark import protocol_actions
 from jaxwarp.train.trainer import import_env_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,16 +87,24 @@ def bench_upstream(name: str, num_envs: int, steps: int) -> dict | None:
     agents = 1 if name == "cartpole" else len(env.agents)
     obs, state = jax.jit(jax.vmap(reset))(jax.random.split(jax.random.PRNGKey(0), num_envs))
 
+    def row_sums(obs):
+        """f32[envs, agents, 1]: each agent's observation summed (gymnax: one
+        array; JaxMARL: a dict of per-agent arrays of different widths)."""
+        if name == "cartpole":
+            return obs.sum(-1)[:, None, None]
+        return jnp.stack([obs[a].sum(-1) for a in env.agents], axis=1)[..., None]
+
     def run(carry, key):
-        def body(c, k):
-            s, _ = c
-            k1, k2 = jax.random.split(k)
-            a = jax.random.randint(k1, (num_envs, agents), 0, n_act)
+        def body(c, xs):
+            s, obs = c
+            k, t = xs
+            a = protocol_actions(t, row_sums(obs), [n_act])[..., 0]  # i32[envs, agents]
             a = a[:, 0] if name == "cartpole" else a.T
             obs, s, r, d = jax.vmap(step, in_axes=(0, 0, 1 if name != "cartpole" else 0))(
-                jax.random.split(k2, num_envs), s, a)
+                jax.random.split(k, num_envs), s, a)
             return (s, obs), r.mean() + d.mean()
-        return jax.lax.scan(body, carry, jax.random.split(key, steps))
+        return jax.lax.scan(body, carry, (jax.random.split(key, steps),
+                                          jnp.arange(steps, dtype=jnp.int32)))
 
     compile_s, sec, times = time_scan(run, (state, obs))
     return {"env": name, "backend": "gymnax" if name == "cartpole" else "jaxmarl",
@@ -103,16 +113,19 @@ def bench_upstream(name: str, num_envs: int, steps: int) -> dict | None:
 
 
 def scan_of(env, num_envs: int, steps: int):
-    """run((state, obs), key): `steps` env steps with random actions, one lax.scan."""
+    """run((state, obs), key): `steps` env steps, each step's actions a hash of
+    the previous step's observations (jaxwarp.benchmark), one lax.scan."""
+    nvec = env.action_space.nvec
+
     def run(carry, key):
-        # Observations are carried (and returned), so neither backend can skip them.
-        def body(c, k):
-            s, _ = c
-            k1, k2 = jax.random.split(k)
-            a = env.action_space.sample(k1, (num_envs, env.num_agents))
-            obs, s, r, d, _ = env.step(k2, s, a)
+        def body(c, xs):
+            s, obs = c
+            k, t = xs
+            a = protocol_actions(t, obs, nvec)
+            obs, s, r, d, _ = env.step(k, s, a)
             return (s, obs), r.mean() + d.mean()
-        return jax.lax.scan(body, carry, jax.random.split(key, steps))
+        return jax.lax.scan(body, carry, (jax.random.split(key, steps),
+                                          jnp.arange(steps, dtype=jnp.int32)))
     return run
 
 

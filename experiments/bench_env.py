@@ -1,8 +1,11 @@
 """Env-only throughput of Tag (continuous), backends side by side in one run.
 
 For each configuration and backend: reset, then one jitted `lax.scan` of T
-steps (actions made on device, auto-reset inside `step`, state and obs
-donated); compile time is measured separately, a warm-up call is excluded,
+steps (auto-reset inside `step`, state and obs donated; each step's actions
+are a hash of the previous step's observations, jaxwarp.benchmark's
+protocol, so no backend can skip observation work a policy would need;
+`--hashed`: actions from the step index alone, for the kernel alone);
+compile time is measured separately, a warm-up call is excluded,
 and each timed call ends with `block_until_ready`. Reports env-steps/s,
 agent-steps/s, the kernel/JAX ratio and the fraction of the memory-bandwidth
 roofline (bytes per env-step below, bandwidth measured in the same run).
@@ -25,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxwarp
+from jaxwarp.benchmark import protocol_actions
 
 # (config name, num_envs, steps per timed call)
 GPU_CASES = [("warpdrive_default", 100, 200), ("warpdrive_default", 1000, 200),
@@ -41,17 +45,6 @@ def bytes_per_env_step(num_agents: int, obs_dim: int) -> int:
     timestep and runners-left read and written (16 B), done written (1 B).
     """
     return num_agents * (2 * 7 * 4 + 2 * 4 + obs_dim * 4 + 4) + 17
-
-
-def hashed_actions(t: jax.Array, num_envs: int, num_agents: int, nvec) -> jax.Array:
-    """Pseudo-random actions i32[envs, agents, 2] from an integer hash of
-    (step, index): made on device, fused by XLA, far cheaper than the env."""
-    idx = jnp.arange(num_envs * num_agents * 2, dtype=jnp.uint32)
-    h = idx * np.uint32(2654435761) + t.astype(jnp.uint32) * np.uint32(40503)
-    h = (h ^ (h >> 15)) * np.uint32(2246822519)
-    h = h ^ (h >> 13)
-    h = h.reshape(num_envs, num_agents, 2)
-    return (h % jnp.asarray(nvec, jnp.uint32)).astype(jnp.int32)
 
 
 def measure_bandwidth(device: jax.Device, nbytes: int = 1 << 30) -> float:
@@ -76,7 +69,8 @@ COMMAND_BUFFER_OPTIONS = {
 
 
 def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int,
-              device: jax.Device, unroll: int = 1, command_buffer: bool = False) -> dict:
+              device: jax.Device, unroll: int = 1, command_buffer: bool = False,
+              protocol: bool = True) -> dict:
     env = jaxwarp.make("tag_continuous", backend=backend, config=config)
     p = env.params
     n = env.num_agents
@@ -86,7 +80,7 @@ def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int
         def body(carry, t):
             state, obs, key, ret = carry
             key, k_step = jax.random.split(key)
-            actions = hashed_actions(t, num_envs, n, nvec)
+            actions = protocol_actions(t, obs if protocol else None, nvec, (num_envs, n))
             obs, state, reward, done, _ = env.step(k_step, state, actions)
             return (state, obs, key, ret + reward.sum()), None
 
@@ -115,6 +109,8 @@ def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int
     env_steps = num_envs * steps / sec
     return dict(config=config, backend=backend, num_envs=num_envs, num_agents=n,
                 scan_unroll=unroll, command_buffer=command_buffer,
+                actions="protocol (read previous obs)" if protocol
+                else "hashed on device (kernel alone)",
                 obs_dim=p.obs_dim, steps_per_call=steps, repeats=repeats,
                 seconds_per_call=sec, env_steps_per_s=env_steps,
                 agent_steps_per_s=env_steps * n, compile_s=compile_s,
@@ -128,6 +124,9 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="CPU-sized configurations")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default="experiments/results/bench_env.json")
+    ap.add_argument("--hashed", action="store_true",
+                    help="actions hashed from the step index (the kernel alone), not read "
+                         "from the observations")
     ap.add_argument("--variants", action="store_true",
                     help="also time warpdrive_default at 2000 envs with the scan unrolled "
                          "8x and with whole-loop CUDA-graph capture")
@@ -145,7 +144,8 @@ def main() -> None:
     for config, num_envs, steps in cases:
         for backend in backends:
             dev = jax.devices("cpu")[0] if backend == "cpu" else device
-            r = bench_one(config, backend, num_envs, steps, args.repeats, dev)
+            r = bench_one(config, backend, num_envs, steps, args.repeats, dev,
+                          protocol=not args.hashed)
             r["roofline_fraction"] = (r["env_steps_per_s"] * r["bytes_per_env_step"]
                                       / bandwidth)
             results.append(r)
@@ -160,7 +160,8 @@ def main() -> None:
             for backend in backends:
                 try:
                     r = bench_one("warpdrive_default", backend, 2000, 200, args.repeats,
-                                  device, unroll=unroll, command_buffer=cb)
+                                  device, unroll=unroll, command_buffer=cb,
+                                  protocol=not args.hashed)
                 except Exception as exc:  # an XLA build may reject the options
                     r = dict(backend=backend, scan_unroll=unroll, command_buffer=cb,
                              error=repr(exc)[:300])

@@ -33,27 +33,10 @@ import numpy as np
 
 from bench_env import bytes_per_env_step, measure_bandwidth  # same folder
 
+from jaxwarp.benchmark import protocol_actions
 from jaxwarp.envs import tag_continuous as tc
 
 CASES = [("warpdrive_default", 2000, 200), ("large", 2000, 40)]
-
-
-def _mix(h: jax.Array) -> jax.Array:
-    h = (h ^ (h >> 15)) * np.uint32(2246822519)
-    return h ^ (h >> 13)
-
-
-def actions_of(t: jax.Array, obs: jax.Array | None, nvec, shape) -> jax.Array:
-    """i32[envs, agents, 2]: a hash of (step, index) and, in protocol mode, of
-    each agent's observation row (a sum over all its elements)."""
-    envs, agents = shape
-    idx = jnp.arange(envs * agents * 2, dtype=jnp.uint32).reshape(envs, agents, 2)
-    h = idx * np.uint32(2654435761) + t.astype(jnp.uint32) * np.uint32(40503)
-    if obs is not None:
-        row = jax.lax.bitcast_convert_type(obs.sum(axis=-1), jnp.uint32)
-        h = h ^ (row[..., None] * np.uint32(362437))
-    h = _mix(h)
-    return (h % jnp.asarray(nvec, jnp.uint32)).astype(jnp.int32)
 
 
 def make_env(kind: str, config: str):
@@ -70,7 +53,8 @@ def rollout_fn(env, num_envs: int, steps: int, protocol: bool):
         def body(carry, t):
             state, obs, key, acc = carry
             key, k_step = jax.random.split(key)
-            a = actions_of(t, obs if protocol else None, nvec, (num_envs, env.num_agents))
+            a = protocol_actions(t, obs if protocol else None, nvec,
+                                 (num_envs, env.num_agents))
             obs, state, reward, done, _ = env.step(k_step, state, a)
             return (state, obs, key, acc + reward.sum() + done.sum()), None
 

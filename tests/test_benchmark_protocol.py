@@ -1,0 +1,62 @@
+"""jaxwarp.benchmark: the actions of the benchmark protocol (experiments/)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+from jaxwarp.benchmark import observation_signature, protocol_actions
+
+
+def test_actions_shape_dtype_range_and_determinism():
+    obs = jax.random.normal(jax.random.key(0), (6, 5, 13))
+    a = protocol_actions(jnp.int32(3), obs, [21, 4])
+    assert a.shape == (6, 5, 2) and a.dtype == jnp.int32
+    assert int(a[..., 0].min()) >= 0 and int(a[..., 0].max()) < 21
+    assert int(a[..., 1].min()) >= 0 and int(a[..., 1].max()) < 4
+    np.testing.assert_array_equal(a, protocol_actions(jnp.int32(3), obs, [21, 4]))
+    assert not np.array_equal(a, protocol_actions(jnp.int32(4), obs, [21, 4]))  # step matters
+
+
+def test_actions_read_every_observation_row():
+    """Changing one element of an agent's row changes that row's signature,
+    so (over the heads) the actions; other agents' actions stay."""
+    obs = jax.random.normal(jax.random.key(1), (4, 3, 9))
+    base = protocol_actions(jnp.int32(0), obs, [1000, 1000])
+    for e, i, col in [(0, 0, 0), (3, 2, 8), (1, 1, 4)]:
+        moved = protocol_actions(jnp.int32(0), obs.at[e, i, col].add(1.0), [1000, 1000])
+        changed = np.any(np.asarray(base != moved), axis=-1)
+        expected = np.zeros((4, 3), bool)
+        expected[e, i] = True
+        np.testing.assert_array_equal(changed, expected)
+
+
+def test_single_agent_observations_and_kernel_alone_mode():
+    obs = jnp.arange(8 * 4, dtype=jnp.float32).reshape(8, 4)  # one agent: [envs, obs_dim]
+    assert observation_signature(obs).shape == (8, 1)
+    assert protocol_actions(jnp.int32(0), obs, [2]).shape == (8, 1, 1)
+    hashed = protocol_actions(jnp.int32(0), None, [2], (8, 1))
+    assert hashed.shape == (8, 1, 1)
+    with pytest.raises(ValueError, match="shape"):
+        protocol_actions(jnp.int32(0), None, [2])
+
+
+def test_protocol_rollout_steps_a_registered_env():
+    """The benchmark loop as experiments/ writes it: actions from the previous
+    observations, stepped in a scan, on the cpu backend."""
+    env = jaxwarp.make("mpe_simple_spread", backend="cpu")
+    obs, state = env.reset(jax.random.key(0), 4)
+    nvec = env.action_space.nvec
+
+    def body(c, xs):
+        s, o = c
+        k, t = xs
+        o, s, r, d, _ = env.step(k, s, protocol_actions(t, o, nvec))
+        return (s, o), r.sum()
+
+    (_, obs2), rewards = jax.jit(lambda c: jax.lax.scan(
+        body, c, (jax.random.split(jax.random.key(1), 5), jnp.arange(5, dtype=jnp.int32))))(
+            (state, obs))
+    assert obs2.shape == obs.shape and rewards.shape == (5,)
+    assert np.all(np.isfinite(np.asarray(rewards)))
