@@ -103,17 +103,20 @@ inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
   const bool want = n > 1 || scratch > 0;
   l.staged = want && 4 * (team + words * l.epb) <= kStagingBudget;
   const int64_t used = 4 * (team + (l.staged ? words * l.epb : 0));
-  // Observation rows: staged in shared memory, R rows per pass, where at
-  // least a warp's worth fit (all of the block's rows at once with several
-  // envs per block); they start on a 16-byte boundary, with 4 words of slack
-  // so that the copy out can shift them into line with the output (float4).
+  // Observation rows: staged in shared memory, R rows per pass, where a pass
+  // keeps at least half of the env's threads busy and at least a warp's
+  // worth of rows fit (all of the block's rows at once with several envs
+  // per block); they start on a 16-byte boundary, with 4 words of slack so
+  // that the copy out can shift them into line with the output (float4).
   const int64_t obs_at = (used + 15) / 16 * 16;
   int64_t room = kStagingBudget - obs_at;
   room = room < kObsBudget ? room : kObsBudget;
   const int64_t block_rows = static_cast<int64_t>(l.epb) * n;
   int64_t rows = obs_dim > 0 && room > 16 ? (room / 4 - 4) / obs_dim : 0;
   rows = rows < block_rows ? rows : block_rows;
-  const int64_t need = l.epb > 1 ? block_rows : (block_rows < 32 ? block_rows : 32);
+  const int64_t busy = (block_rows < l.tpe ? block_rows : l.tpe) / 2;
+  const int64_t need = l.epb > 1 ? block_rows
+                                 : (block_rows < 32 ? block_rows : (busy > 32 ? busy : 32));
   l.obs_staged = row_observe && obs_dim > 0 && rows >= need;
   l.smem_bytes = static_cast<int32_t>(l.obs_staged ? obs_at + 4 * (rows * obs_dim + 4) : used);
   return l;

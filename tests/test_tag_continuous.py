@@ -313,6 +313,10 @@ def test_observation_path_follows_the_layout():
     # 1000 agents: the staged state leaves no room: elements.
     _, lay = _layout(**tc.CONFIGS["large"])
     assert (lay["staged"], lay["obs_staged"]) == (1, 0)
+    # 10,000 agents, state in global memory: 57 rows per pass would keep 57
+    # of 512 threads busy (fewer than half): elements.
+    _, lay = _layout(**dict(tc.CONFIGS["large"], num_taggers=500, num_runners=9500))
+    assert (lay["tpe"], lay["staged"], lay["obs_staged"]) == (512, 0, 0)
     # Full observation at 110 agents: 764 floats per row, fewer than a warp's
     # worth of rows fit: elements.
     _, lay = _layout(**dict(tc.CONFIGS["warpdrive_default"], use_full_observation=True))
