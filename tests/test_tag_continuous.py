@@ -34,6 +34,10 @@ CONSISTENCY_CASES = {
                                           step_reward_for_runner=0.5), 4, None),
     "warpdrive_default": (dict(config="warpdrive_default"), 2, None),
     "agents_1000": (dict(config="large", episode_length=12), 1, 26),
+    # 10,000 agents (the density of `large`): grid capped at 64 x 64 cells,
+    # element-wise observations; an episode of 3 steps, so a reset is included.
+    "agents_10000": (dict(config="large", num_taggers=500, num_runners=9500, grid_length=316.0,
+                          episode_length=3), 1, 4),
 }
 
 

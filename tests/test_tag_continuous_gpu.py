@@ -23,6 +23,9 @@ CASES = {
     "k20_selection_fallback": dict(config="warpdrive_default", num_other_agents_observed=20,
                                    episode_length=40),
     "agents_1000": dict(config="large", episode_length=20),
+    # State in global memory (too large for shared memory), grid of 64 x 64 cells.
+    "agents_10000": dict(config="large", num_taggers=500, num_runners=9500, grid_length=316.0,
+                         episode_length=4),
     # >= 256 agents: the kernel's k-nearest search goes through its cell grid.
     "grid_300_dense_k4": dict(num_taggers=30, num_runners=270, grid_length=12.0,
                               tagging_distance=0.05, num_other_agents_observed=4,
