@@ -60,3 +60,33 @@ def test_protocol_rollout_steps_a_registered_env():
             (state, obs))
     assert obs2.shape == obs.shape and rewards.shape == (5,)
     assert np.all(np.isfinite(np.asarray(rewards)))
+
+
+@pytest.mark.parametrize("protocol", [False, True])
+def test_protocol_keeps_every_unrolled_observation(protocol):
+    """Why the protocol exists: in a scan unrolled 4x whose observations are
+    carried but never read, XLA keeps the pure-JAX env's observation work
+    (Tag's k-nearest TopK) for the last unrolled step only; with actions read
+    from the observations, all 4 stay in the compiled loop."""
+    env = jaxwarp.make("tag_continuous", backend="jax", num_taggers=2, num_runners=6,
+                       num_other_agents_observed=3)
+    obs, state = env.reset(jax.random.key(0), 4)
+    nvec = env.action_space.nvec
+
+    def run(state, obs, key):
+        def body(c, t):
+            s, o, k = c
+            k, ks = jax.random.split(k)
+            a = protocol_actions(t, o if protocol else None, nvec, (4, env.num_agents))
+            o, s, r, _, _ = env.step(ks, s, a)
+            return (s, o, k), r.sum()
+
+        (s, o, _), rs = jax.lax.scan(body, (state, obs, key), jnp.arange(8, dtype=jnp.int32),
+                                     unroll=4)
+        return s, o, rs
+
+    hlo = jax.jit(run).lower(state, obs, jax.random.key(1)).compile().as_text()
+    if protocol:
+        assert hlo.count("TopK") == 4
+    else:
+        assert hlo.count("TopK") < 4
