@@ -170,9 +170,10 @@ JW_HD void run_team_pass(const typename E::Params& p, const typename E::State& s
 // (one element), or both. Rows are cheaper (per-agent work is done once per
 // row, not once per element) but need shared memory to leave as coalesced
 // stores; elements are written coalesced straight to global memory. With
-// both, rows are used where the block's rows fit in shared memory
-// (Layout::obs_staged) and elements otherwise, on the CPU as on the GPU, so
-// both backends always run the same code for the same sizes.
+// both, rows are used where layout_for stages them (Layout::obs_staged: the
+// rows fit, in passes that keep half of the env's threads busy) and elements
+// otherwise, on the CPU as on the GPU, so both backends always run the same
+// code for the same sizes.
 template <class E>
 JW_HD constexpr bool row_observe() {
   return detail::has_observe<E>::value;
