@@ -27,6 +27,9 @@
 //   // (phase == jaxwarp::kBeforeObserve), run by all the env's threads:
 //   // loops over agents, barriers, reductions, the neighbour grid.
 //   JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& t, int phase);
+//   // Step phases after which team_pass runs (bit p: after phase p); without
+//   // it, after every phase. Always before observe().
+//   constexpr unsigned kTeamPassPhases = 0b10;
 //   // Instead of observe(): element `col` of agent a's observation. The
 //   // kernel then writes each env's observations as one contiguous run.
 //   JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agent& a,
@@ -59,6 +62,12 @@
 #include "jaxwarp_team.h"
 
 namespace jaxwarp {
+
+// What an env header leaves out (the generated code sees these through a
+// using-directive; a header's own declaration takes precedence).
+namespace defaults {
+constexpr unsigned kTeamPassPhases = ~0u;  // a team pass after every step phase
+}  // namespace defaults
 
 // One agent of one env, as its reset/step/observe code sees it.
 struct Agent {

@@ -12,7 +12,9 @@
 //   step(keys, actions i32[envs, n, heads], state fields...) ->
 //       (state fields..., scratch, obs, reward f32[envs, n], done, term, trunc bool[envs])
 // Attributes: jw_params (the Params struct as i32 words), jw_per_env (words
-// per env of each field), jw_num_agents, jw_obs_dim, jw_heads (step).
+// per env of each field), jw_num_agents, jw_obs_dim, jw_heads and
+// jw_autoreset (step; 0: done envs are not reset, their observations are the
+// final ones).
 // State fields are aliased input -> output; the handlers allocate nothing and
 // never synchronise.
 #pragma once
@@ -257,7 +259,7 @@ template <class E>
 ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> keys, ffi::Buffer<ffi::S32> actions,
                 ffi::RemainingArgs args, ffi::RemainingRets rets,
                 ffi::Span<const int32_t> params, ffi::Span<const int32_t> per_env, int32_t n,
-                int32_t obs_dim, int32_t heads) {
+                int32_t obs_dim, int32_t heads, int32_t autoreset) {
   typename E::Params p;
   if (auto err = decode_params<E>(params, &p); err.failure()) return err;
   if (args.size() != static_cast<size_t>(E::kStateFields) ||
@@ -277,6 +279,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
     return err;
   c.keys = keys.typed_data();
   c.heads = heads;
+  c.autoreset = autoreset != 0;
   c.actions = actions.typed_data();
   c.obs = static_cast<float*>((*obs)->untyped_data());
   c.reward = static_cast<float*>((*reward)->untyped_data());
@@ -337,7 +340,8 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
       .Attr<xla::ffi::Span<const int32_t>>("jw_per_env")                                    \
       .Attr<int32_t>("jw_num_agents")                                                       \
       .Attr<int32_t>("jw_obs_dim")                                                          \
-      .Attr<int32_t>("jw_heads")
+      .Attr<int32_t>("jw_heads")                                                            \
+      .Attr<int32_t>("jw_autoreset")
 #define JAXWARP_HANDLER_ARGS_RESET                                                          \
   xla::ffi::Buffer<xla::ffi::U32> keys, xla::ffi::RemainingRets rets,                       \
       xla::ffi::Span<const int32_t> params, xla::ffi::Span<const int32_t> per_env,          \
@@ -346,7 +350,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   xla::ffi::Buffer<xla::ffi::U32> keys, xla::ffi::Buffer<xla::ffi::S32> actions,            \
       xla::ffi::RemainingArgs args, xla::ffi::RemainingRets rets,                           \
       xla::ffi::Span<const int32_t> params, xla::ffi::Span<const int32_t> per_env,          \
-      int32_t n, int32_t obs_dim, int32_t heads
+      int32_t n, int32_t obs_dim, int32_t heads, int32_t autoreset
 
 // Layout and scratch size, exported with C names (host code on both platforms).
 #define JAXWARP_DEFINE_LAYOUT(NAME, ENV)                                                    \
@@ -391,7 +395,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   }                                                                                          \
   static xla::ffi::Error jw_step_##NAME(cudaStream_t stream, JAXWARP_HANDLER_ARGS_STEP) {    \
     return jaxwarp::ffi_impl::step<ENV>(jw_step_kernels_##NAME, stream, keys, actions, args, \
-                                        rets, params, per_env, n, obs_dim, heads);           \
+                                        rets, params, per_env, n, obs_dim, heads, autoreset); \
   }                                                                                          \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                             \
       jaxwarp_##NAME##_reset_cuda, jw_reset_##NAME,                                          \
@@ -411,7 +415,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   }                                                                                          \
   static xla::ffi::Error jw_step_##NAME(jaxwarp::CpuPool pool, JAXWARP_HANDLER_ARGS_STEP) {  \
     return jaxwarp::ffi_impl::step<ENV>(nullptr, &pool, keys, actions, args, rets, params,   \
-                                        per_env, n, obs_dim, heads);                         \
+                                        per_env, n, obs_dim, heads, autoreset);              \
   }                                                                                          \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_##NAME##_reset_cpu, jw_reset_##NAME,                 \
                                 JAXWARP_BIND_RESET(.Ctx<jaxwarp::CpuPool>()), {});           \

@@ -11,6 +11,7 @@
 //     static constexpr int kFields;       // state fields, then scratch fields
 //     static constexpr int kStateFields;  // the first kStateFields are JAX buffers
 //     static constexpr int kStepPhases;
+//     static constexpr unsigned kTeamPassPhases;  // bit p: a team pass after phase p
 //     JW_HD static State bind(int32_t* const* field);  // State from field pointers
 //     JW_HD static void pointers(const State&, int32_t** field);  // and back
 //   };
@@ -33,7 +34,7 @@
 #include "jaxwarp_team.h"
 
 #if defined(__CUDACC__)
-#include <cuda_pipeline.h>  // cp.async (load_fields)
+#include <cuda_pipeline.h>  // cp.async (copy_fields)
 #endif
 
 // Loops over an env's fields are unrolled on the GPU: their trip counts are
@@ -83,7 +84,10 @@ constexpr int kObsBudget = JAXWARP_OBS_BUDGET;
 // Threads per env: one per agent, at most kMaxThreads (more agents loop);
 // envs per block: about 128 threads. The kernels are compiled for blocks of
 // at most kMaxThreads (__launch_bounds__), which caps their registers.
-constexpr int kMaxThreads = 512;
+#ifndef JAXWARP_MAX_THREADS
+#define JAXWARP_MAX_THREADS 512
+#endif
+constexpr int kMaxThreads = JAXWARP_MAX_THREADS;
 
 inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
                          int state_fields, bool row_observe) {
@@ -208,6 +212,8 @@ struct Call {
   int64_t per_member;  // envs per key (vmap folds members into the env axis)
   const uint32_t* keys;  // [members][3]: key words, global index of the first env
   int n, obs_dim, heads;
+  int autoreset;           // step: 1 resets done envs (the default), 0 leaves them
+                           // as they ended (observations of the final state)
   const int32_t* actions;  // [envs, n, heads] (step only)
   float* obs;              // [envs, n, obs_dim]
   float* reward;           // [envs, n]
@@ -285,10 +291,10 @@ void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int wor
       any_term = any_term || r.terminated;
       any_trunc = any_trunc || r.truncated;
     }
-    detail::run_team_pass<E>(p, s, t, phase);
+    if ((E::kTeamPassPhases >> phase) & 1u) detail::run_team_pass<E>(p, s, t, phase);
   }
   const bool d = any_term || any_trunc;
-  if (d)
+  if (d && c.autoreset)
     for (int i = 0; i < n; ++i) {
       Agent a{env, i, n, k0, k1, 0u};
       reset(p, s, a);
@@ -359,8 +365,21 @@ __device__ inline typename E::State bind_env(const Call& c, const Layout& l, con
   return E::bind(ptr);
 }
 
-// Copies the env's state fields (not scratch) between global and shared memory.
-template <class E>
+// Switches kept for experiments/tune_tag_layout.py --set kernel (build with
+// JAXWARP_NVCC_FLAGS=-DJAXWARP_EARLY_COPY_OUT=0 etc. to measure without).
+#ifndef JAXWARP_EARLY_COPY_OUT
+#define JAXWARP_EARLY_COPY_OUT 1
+#endif
+#ifndef JAXWARP_ELEMENT_COLUMNS
+#define JAXWARP_ELEMENT_COLUMNS 1
+#endif
+
+// Copies the env's state fields (not scratch) from src to dst: global to
+// shared memory with asynchronous copies (Async: cp.async, every word in
+// flight at once and none through a register; the caller's __syncthreads()
+// makes them visible), shared to global memory with plain stores. (16-byte
+// copies where rows line up measured no faster: tune_kernel_large_h100.json.)
+template <class E, bool Async>
 __device__ inline void copy_fields(const Call& c, const Lane& w, int tpe,
                                    const typename E::State& dst, const typename E::State& src) {
   if (!w.active) return;
@@ -370,7 +389,14 @@ __device__ inline void copy_fields(const Call& c, const Lane& w, int tpe,
   E::pointers(src, s);
   JW_UNROLL
   for (int f = 0; f < E::kStateFields; ++f)
-    for (int j = w.lane; j < c.per_env[f]; j += tpe) d[f][j] = s[f][j];
+    for (int j = w.lane; j < c.per_env[f]; j += tpe) {
+      if constexpr (Async) __pipeline_memcpy_async(d[f] + j, s[f] + j, 4);
+      else d[f][j] = s[f][j];
+    }
+  if constexpr (Async) {
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+  }
 }
 
 // Copies `count` floats from shared to global memory, all threads of the
@@ -392,26 +418,6 @@ __device__ inline void store_rows(float* dst, const float* src, int64_t count) {
   for (int64_t j = head + 4 * quads + threadIdx.x; j < count; j += blockDim.x) dst[j] = src[j];
 }
 
-// Copies the env's state fields from global into shared memory with
-// asynchronous copies (cp.async): every word of every field is in flight at
-// once and no register holds it, where a load-store loop waits for each
-// field's loads in turn (one global-memory latency per field and word).
-// The caller's __syncthreads() makes the words visible to the block.
-template <class E>
-__device__ inline void load_fields(const Call& c, const Lane& w, int tpe,
-                                   const typename E::State& dst, const typename E::State& src) {
-  if (!w.active) return;
-  int32_t* d[E::kFields];
-  int32_t* s[E::kFields];
-  E::pointers(dst, d);
-  E::pointers(src, s);
-  JW_UNROLL
-  for (int f = 0; f < E::kStateFields; ++f)
-    for (int j = w.lane; j < c.per_env[f]; j += tpe) __pipeline_memcpy_async(d[f] + j, s[f] + j, 4);
-  __pipeline_commit();
-  __pipeline_wait_prior(0);
-}
-
 template <class E, bool Staged>
 __device__ inline void observe_block(const typename E::Params& p, const typename E::State& s,
                                      const Call& c, const Layout& l, const Lane& w,
@@ -423,10 +429,26 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
       // block: coalesced stores, no staging.
       if (!w.active) return;
       float* obs = c.obs + w.e * n * dim;
+      Agent a = proto;
+#if JAXWARP_ELEMENT_COLUMNS
+      if (dim <= l.tpe) {
+        // Each thread keeps one column (the first tpe / dim * dim threads):
+        // what observe_element() derives from the column alone is loop-
+        // invariant, and a sweep of the threads still writes one contiguous
+        // run of tpe / dim rows.
+        const int sweep = l.tpe / dim;
+        if (w.lane >= sweep * dim) return;
+        const int col = w.lane % dim;
+        for (int row = w.lane / dim; row < n; row += sweep) {
+          a.agent = row;
+          obs[static_cast<int64_t>(row) * dim + col] = observe_element(p, s, a, col);
+        }
+        return;
+      }
+#endif
       const int total = n * dim;
       int row = w.lane / dim, col = w.lane % dim;
       const int drow = l.tpe / dim, dcol = l.tpe % dim;
-      Agent a = proto;
       for (int idx = w.lane; idx < total; idx += l.tpe) {
         a.agent = row;
         obs[idx] = observe_element(p, s, a, col);
@@ -490,6 +512,25 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
   }
 }
 
+// The end of reset and step, once the state is final: the team pass before
+// observe(), observe(), and (staged) the state's copy back to global memory.
+// The pass before observe() and observe() only read the state (they write
+// scratch and observations), so the copy is issued first: its stores drain
+// while the neighbour search and the observations run, not after them.
+template <class E, bool Staged>
+__device__ inline void finish_env(const typename E::Params& p, const typename E::State& s,
+                                  const typename E::State& g, const Call& c, const Layout& l,
+                                  const Lane& w, const Team& t, int32_t* smem,
+                                  const Agent& proto) {
+  if (Staged && JAXWARP_EARLY_COPY_OUT) copy_fields<E, false>(c, w, l.tpe, g, s);
+  detail::run_team_pass<E>(p, s, t, kBeforeObserve);
+  observe_block<E, Staged>(p, s, c, l, w, smem, proto);
+  if (Staged && !JAXWARP_EARLY_COPY_OUT) {
+    __syncthreads();
+    copy_fields<E, false>(c, w, l.tpe, g, s);
+  }
+}
+
 template <class E, bool Staged>
 __device__ inline void reset_kernel_body(const typename E::Params& p, const Call& c,
                                          const Layout& l) {
@@ -500,7 +541,7 @@ __device__ inline void reset_kernel_body(const typename E::Params& p, const Call
   typename E::State g;
   const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
   const Team t{c.n, w.lane, l.tpe, w.active, jw_smem + kTeamWords * w.le + 2};
-  if (Staged) load_fields<E>(c, w, l.tpe, s, g);  // zeros: fields reset() leaves alone
+  if (Staged) copy_fields<E, true>(c, w, l.tpe, s, g);  // zeros: fields reset() leaves alone
   __syncthreads();
   if (w.active)
     for (int i = w.lane; i < c.n; i += l.tpe) {
@@ -508,12 +549,7 @@ __device__ inline void reset_kernel_body(const typename E::Params& p, const Call
       reset(p, s, a);
     }
   __syncthreads();
-  detail::run_team_pass<E>(p, s, t, kBeforeObserve);
-  observe_block<E, Staged>(p, s, c, l, w, jw_smem, Agent{env, 0, c.n, k0, k1, 0u});
-  if (Staged) {
-    __syncthreads();
-    copy_fields<E>(c, w, l.tpe, g, s);
-  }
+  finish_env<E, Staged>(p, s, g, c, l, w, t, jw_smem, Agent{env, 0, c.n, k0, k1, 0u});
 }
 
 template <class E, bool Staged>
@@ -529,7 +565,7 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
   typename E::State g;
   const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
   const Team t{n, w.lane, l.tpe, w.active, flags + 2};
-  if (Staged) load_fields<E>(c, w, l.tpe, s, g);
+  if (Staged) copy_fields<E, true>(c, w, l.tpe, s, g);
   // One agent per thread (n <= tpe): its reward stays in a register;
   // otherwise it accumulates in the output buffer.
   const bool one_each = n <= l.tpe;
@@ -549,24 +585,19 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
         if (r.truncated) flags[1] = 1;
       }
     __syncthreads();
-    detail::run_team_pass<E>(p, s, t, phase);
+    if ((E::kTeamPassPhases >> phase) & 1u) detail::run_team_pass<E>(p, s, t, phase);
   }
   if (w.active && one_each && w.lane < n) c.reward[w.e * n + w.lane] = my_reward;
   const bool any_term = w.active && flags[0] != 0;
   const bool any_trunc = w.active && flags[1] != 0;
   const bool d = any_term || any_trunc;
-  if (d)
+  if (d && c.autoreset)
     for (int i = w.lane; i < n; i += l.tpe) {
       Agent a{env, i, n, k0, k1, 0u};
       reset(p, s, a);
     }
   __syncthreads();
-  detail::run_team_pass<E>(p, s, t, kBeforeObserve);
-  observe_block<E, Staged>(p, s, c, l, w, jw_smem, Agent{env, 0, n, k0, k1, 0u});
-  if (Staged) {
-    __syncthreads();
-    copy_fields<E>(c, w, l.tpe, g, s);
-  }
+  finish_env<E, Staged>(p, s, g, c, l, w, t, jw_smem, Agent{env, 0, n, k0, k1, 0u});
   if (w.active && w.lane == 0) {
     c.done[w.e] = d;
     c.term[w.e] = any_term;

@@ -29,6 +29,11 @@ namespace jaxwarp {
 
 constexpr int kBeforeObserve = -1;  // the phase argument of the pass before observe()
 
+// Switches kept for experiments/tune_tag_layout.py --set kernel.
+#ifndef JAXWARP_WARP_SCAN
+#define JAXWARP_WARP_SCAN 1
+#endif
+
 // Float -> uint32 with the same order (for packed atomic min); -0 is +0 and
 // NaN sorts last.
 JW_HD uint32_t ordered_bits(float v) {
@@ -175,8 +180,8 @@ struct Team {
 // Uniform-grid neighbour query: k nearest agents (by squared distance, ties to
 // the lower id) within a radius, without any O(N^2) array. The grid lives in
 // one scratch array of the env (declared in its spec with
-// jaxwarp.authoring.grid_scratch: cells + 1 + 5 n words), carved by carve() into
-//   start: i32[cells + 1], id: i32[n], px, py: f32[n] (positions sorted by
+// jaxwarp.authoring.grid_scratch: cells + 2 + 5 n words), carved by carve() into
+//   start: i32[cells + 1], id: i32[n], pos: XY[n] (positions sorted by
 //   cell), cell, rank: i32[n].
 // Build it in a team pass (build() ends with a barrier); query from any
 // agent afterwards.
@@ -190,18 +195,21 @@ JW_HD int grid_side(int n) {
   return g > 64 ? 64 : (g < 1 ? 1 : g);
 }
 
+struct alignas(8) XY {
+  float x, y;
+};
+
 struct NeighbourGrid {
   int32_t* start;
   int32_t* id;
-  float* px;
-  float* py;
+  XY* pos;       // positions sorted by cell (one 8-byte load per candidate)
   int32_t* cell;
   int32_t* rank;
   int g;         // cells per side
   float lo;      // arena lower corner (both axes)
   float length;  // arena side
 
-  // The grid in `words` (cells + 1 + 5 n 4-byte words) for n agents on g x g
+  // The grid in `words` (cells + 2 + 5 n 4-byte words) for n agents on g x g
   // cells over [lo, lo + length]^2.
   template <class T>
   JW_HD static NeighbourGrid carve(T* words, int n, int g, float lo, float length) {
@@ -210,9 +218,10 @@ struct NeighbourGrid {
     NeighbourGrid gr;
     gr.start = w;
     gr.id = w + cells + 1;
-    gr.px = reinterpret_cast<float*>(gr.id + n);
-    gr.py = gr.px + n;
-    gr.cell = reinterpret_cast<int32_t*>(gr.py + n);
+    // pos on the next 8-byte boundary (the array has a word of slack for it).
+    const uintptr_t at = reinterpret_cast<uintptr_t>(gr.id + n);
+    gr.pos = reinterpret_cast<XY*>((at + 7) & ~static_cast<uintptr_t>(7));
+    gr.cell = reinterpret_cast<int32_t*>(gr.pos + n);
     gr.rank = gr.cell + n;
     gr.g = g;
     gr.lo = lo;
@@ -246,34 +255,57 @@ struct NeighbourGrid {
         rank[i] = atomicAdd(&start[c + 1], 1);  // slot order within a cell is free
       }
     __syncthreads();
-    // Scan of start[1..cells] in W chunks: each of W lanes scans its chunk,
-    // the leader chains the chunk ends, then each chunk adds its offset.
-    const int W = t.stride < 64 ? t.stride : 64;
-    const int chunk = (cells + W - 1) / W;
-    auto chunk_end = [&](int l) {  // exclusive
-      const int e = 1 + (l + 1) * chunk;
-      return e < cells + 1 ? e : cells + 1;
-    };
-    if (t.active && t.lane < W)
-      for (int c = 2 + t.lane * chunk; c < chunk_end(t.lane); ++c) start[c] += start[c - 1];
-    __syncthreads();
-    if (t.leader())
-      for (int l = 1; l < W && 1 + l * chunk <= cells; ++l)
-        start[chunk_end(l) - 1] += start[l * chunk];
-    __syncthreads();
-    if (t.active && t.lane > 0 && t.lane < W && 1 + t.lane * chunk <= cells) {
-      const int b = 1 + t.lane * chunk;
-      const int off = start[b - 1];
-      for (int c = b; c < chunk_end(t.lane) - 1; ++c) start[c] += off;
+#if JAXWARP_WARP_SCAN
+    if (t.stride % 32 == 0) {
+      // Inclusive scan of start[1..cells] by the env's first warp, 32 cells
+      // at a time with shuffles (whole warps per env: the same for every
+      // env of a launch).
+      if (t.active && t.lane < 32) {
+        int carry = 0;
+        for (int b = 1; b <= cells; b += 32) {
+          const int c = b + t.lane;
+          int v = c <= cells ? start[c] : 0;
+#pragma unroll
+          for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, v, o);
+            if (t.lane >= o) v += u;
+          }
+          if (c <= cells) start[c] = v + carry;
+          carry += __shfl_sync(0xffffffffu, v, 31);
+        }
+      }
+      __syncthreads();
+    } else
+#endif
+    {
+      // Scan of start[1..cells] in W chunks: each of W lanes scans its chunk,
+      // the leader chains the chunk ends, then each chunk adds its offset.
+      const int W = t.stride < 64 ? t.stride : 64;
+      const int chunk = (cells + W - 1) / W;
+      auto chunk_end = [&](int l) {  // exclusive
+        const int e = 1 + (l + 1) * chunk;
+        return e < cells + 1 ? e : cells + 1;
+      };
+      if (t.active && t.lane < W)
+        for (int c = 2 + t.lane * chunk; c < chunk_end(t.lane); ++c) start[c] += start[c - 1];
+      __syncthreads();
+      if (t.leader())
+        for (int l = 1; l < W && 1 + l * chunk <= cells; ++l)
+          start[chunk_end(l) - 1] += start[l * chunk];
+      __syncthreads();
+      if (t.active && t.lane > 0 && t.lane < W && 1 + t.lane * chunk <= cells) {
+        const int b = 1 + t.lane * chunk;
+        const int off = start[b - 1];
+        for (int c = b; c < chunk_end(t.lane) - 1; ++c) start[c] += off;
+      }
+      __syncthreads();
     }
-    __syncthreads();
     if (t.active)
       for (int i = t.lane; i < t.n; i += t.stride) {
         if (!member(i)) continue;
         const int q = start[cell[i]] + rank[i];
         id[q] = i;
-        px[q] = x[i];
-        py[q] = y[i];
+        pos[q] = XY{x[i], y[i]};
       }
     __syncthreads();
 #else
@@ -289,8 +321,7 @@ struct NeighbourGrid {
       if (!member(i)) continue;
       const int q = start[cell[i]] + rank[i];
       id[q] = i;
-      px[q] = x[i];
-      py[q] = y[i];
+      pos[q] = XY{x[i], y[i]};
     }
 #endif
   }
@@ -304,6 +335,9 @@ namespace detail {
 JW_HD bool before(float d2, int j, float d2b, int jb) {
   return d2 < d2b || (d2 == d2b && j < jb);
 }
+// Inserts (d2, j) into the list (bd, bi)[0..K) kept in (d2, id) order.
+// (A branch-free version on 64-bit (d2 bits, id) keys measured 10% slower
+// at Tag's `large`: tune_kernel5_large_h100.json.)
 template <int K>
 JW_HD void insert(float d2, int j, float* bd, int* bi) {
   if (!before(d2, j, bd[K - 1], bi[K - 1])) return;
@@ -354,7 +388,8 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
         const int end = gr.start[c + 1];
         for (int q = gr.start[c]; q < end; ++q) {
           const int j = gr.id[q];
-          const float d2 = sq_dist(x, y, gr.px[q], gr.py[q]);
+          const XY o = gr.pos[q];
+          const float d2 = sq_dist(x, y, o.x, o.y);
           if (j != self) insert<K>(d2, j, bd, bi);
         }
       }

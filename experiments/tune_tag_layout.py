@@ -24,11 +24,25 @@ from bench_tag_paths import make_env, time_env  # same folder
 from jaxwarp import authoring
 from jaxwarp.envs import tag_continuous as tc
 
-VARIANTS = {
-    "rows, one pass (48 KiB)": "-DJAXWARP_OBS_BUDGET=49152",
-    "rows, 2 passes (16 KiB, default)": "",
-    "rows, 4 passes (9 KiB)": "-DJAXWARP_OBS_BUDGET=9216",
-    "elements": "-DJAXWARP_OBS_BUDGET=0",
+# Variant sets: -D overrides of the layout budgets (JAXWARP_OBS_BUDGET,
+# JAXWARP_STAGING_BUDGET) and of the kernel switches in cuda/jaxwarp_kernels.h.
+VARIANT_SETS = {
+    "obs": {
+        "rows, one pass (48 KiB)": "-DJAXWARP_OBS_BUDGET=49152",
+        "rows, 2 passes (16 KiB, default)": "",
+        "rows, 4 passes (9 KiB)": "-DJAXWARP_OBS_BUDGET=9216",
+        "elements": "-DJAXWARP_OBS_BUDGET=0",
+    },
+    "kernel": {
+        "default": "",
+        "no column-stationary elements": "-DJAXWARP_ELEMENT_COLUMNS=0",
+        "no early copy-out": "-DJAXWARP_EARLY_COPY_OUT=0",
+        "no warp scan in the grid build": "-DJAXWARP_WARP_SCAN=0",
+        "Tag: team passes after phases 1 and 2": "-DJAXWARP_TAG_FUSED_PASSES=0",
+        "up to 1024 threads per env": "-DJAXWARP_MAX_THREADS=1024",
+        "none of these": "-DJAXWARP_ELEMENT_COLUMNS=0 -DJAXWARP_EARLY_COPY_OUT=0 "
+                         "-DJAXWARP_WARP_SCAN=0 -DJAXWARP_TAG_FUSED_PASSES=0",
+    },
 }
 
 
@@ -38,10 +52,19 @@ def main() -> None:
     ap.add_argument("--envs", type=int, default=2000)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--set", default="obs", choices=sorted(VARIANT_SETS))
+    ap.add_argument("--only", default="", help="comma-separated variant names of the set")
     ap.add_argument("--out", default="experiments/results/tune_tag_layout.json")
     args = ap.parse_args()
     rows = []
-    for name, flags in [("hand-written", None)] + list(VARIANTS.items()):
+    variants = VARIANT_SETS[args.set]
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = [v for v in wanted if v not in variants]
+        if unknown:
+            ap.error(f"--only: unknown variants {unknown}; the set has {list(variants)}")
+        variants = {k: variants[k] for k in wanted}
+    for name, flags in [("hand-written", None)] + list(variants.items()):
         if flags is None:
             env = make_env("handwritten", args.config)
             layout = None

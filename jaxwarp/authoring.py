@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import inspect
 import os
 import re
 import shlex
@@ -128,7 +129,9 @@ def grid_scratch(name: str, num_agents: Callable[[Any], int],
     ``num_agents(params)`` agents; empty where ``used(params)`` is false."""
     def words(p: Any) -> int:
         n = num_agents(p)
-        return grid_side(n) ** 2 + 1 + 5 * n if used(p) else 0
+        # cells + 1 starts, n ids, n positions (2 words each, 8-byte aligned:
+        # one word of slack), n cells, n ranks
+        return grid_side(n) ** 2 + 2 + 5 * n if used(p) else 0
 
     return ScratchField(name, "i32", "env", words)
 
@@ -432,6 +435,7 @@ struct Params {{
 struct State {{  // one env's rows: state fields, then scratch
 {members}
 }};
+using namespace ::jaxwarp::defaults;  // what the header may leave out
 #include "{header_path.resolve()}"
 struct Env {{
   using Params = {ns}::Params;
@@ -439,6 +443,7 @@ struct Env {{
   static constexpr int kFields = {len(fields)};
   static constexpr int kStateFields = {len(spec.fields)};
   static constexpr int kStepPhases = {ns}::kStepPhases;
+  static constexpr unsigned kTeamPassPhases = {ns}::kTeamPassPhases;
   JW_HD static State bind(int32_t* const* f) {{
     return State{{{binds}}};
   }}
@@ -876,8 +881,18 @@ class ContractEnv:
                 checkify.check(jnp.isfinite(getattr(state, f.name)).all(),
                                f"{self.name}: state.{f.name} holds NaN or inf")
 
-    def step(self, key: jax.Array, state: Any, actions: jax.Array, *, env_offset: Any = 0):
-        """One step of every env with auto-reset; see the class docstring."""
+    def step(self, key: jax.Array, state: Any, actions: jax.Array, *, env_offset: Any = 0,
+             autoreset: bool = True):
+        """One step of every env with auto-reset; see the class docstring.
+
+        autoreset=False leaves the envs that finish as they ended: obs are
+        their final observations and the state must not be stepped again
+        before those envs are reset (`step` with autoreset=True from the same
+        key and state gives the reset ones; jaxwarp.adapters use the pair for
+        Gymnasium's final observation).
+        """
+        if not isinstance(autoreset, (bool, np.bool_)):
+            raise TypeError(f"autoreset must be a Python bool; got {type(autoreset).__name__}")
         num_envs = self.check_state(state)
         actions = self.check_actions(actions, num_envs)
         if self.checks:
@@ -887,7 +902,16 @@ class ContractEnv:
             _require_zero_offset(env_offset)
             # The reference builds and returns the plain state type.
             plain = tag_state(self.spec.state_type, state, "")
-            out = self.spec.reference_step(self.params, keys[:2], plain, actions)
+            if autoreset:
+                out = self.spec.reference_step(self.params, keys[:2], plain, actions)
+            else:
+                if "autoreset" not in inspect.signature(self.spec.reference_step).parameters:
+                    raise ValueError(
+                        f"{self.name}: step(autoreset=False) on the 'jax' backend needs the "
+                        "spec's reference_step to take autoreset= (see jaxwarp.core."
+                        "reset_mask); the 'cpu' and 'cuda' backends support it for every env")
+                out = self.spec.reference_step(self.params, keys[:2], plain, actions,
+                                               autoreset=False)
             obs, state, reward, done = out[:4]
             info = dict(out[4]) if len(out) > 4 else {}
         else:
@@ -903,7 +927,8 @@ class ContractEnv:
                 + [jax.ShapeDtypeStruct((num_envs,), jnp.bool_)] * 3,
                 vmap_method="broadcast_all",
                 input_output_aliases={2 + i: i for i in range(k)},
-            )(keys, actions, *fields, jw_heads=np.int32(heads), **self._attrs)
+            )(keys, actions, *fields, jw_heads=np.int32(heads),
+              jw_autoreset=np.int32(bool(autoreset)), **self._attrs)
             state = self.spec.state_type(*outs[:k])
             obs, reward, done, term, trunc = outs[k + 1:]
             info = {"terminated": term, "truncated": trunc}

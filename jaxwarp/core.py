@@ -100,6 +100,14 @@ def auto_reset(done: jax.Array, fresh: Any, stepped: Any) -> Any:
     return jax.tree_util.tree_map(pick, fresh, stepped)
 
 
+def reset_mask(done: jax.Array, autoreset: bool) -> jax.Array:
+    """bool[envs]: the envs a pure-JAX reference resets at the end of a step:
+    the done ones, or none with autoreset=False (a step that leaves finished
+    envs as they ended, observations of the final state; see
+    ContractEnv.step)."""
+    return done if autoreset else jnp.zeros_like(done)
+
+
 def episode_length(env: Any) -> int:
     """Steps after which an episode of `env` is truncated: its params'
     ``episode_length`` (multi-agent envs) or ``max_steps`` (classic control)."""

@@ -96,14 +96,14 @@ MAX_FIELDS = 64  # jaxwarp::kMaxFields
 # jaxwarp::Call (cuda/jaxwarp_kernels.h), field for field; pointers as u64.
 CALL_DTYPE = np.dtype([
     ("envs", "<i8"), ("per_member", "<i8"), ("keys", "<u8"),
-    ("n", "<i4"), ("obs_dim", "<i4"), ("heads", "<i4"),          # then 4 bytes padding
+    ("n", "<i4"), ("obs_dim", "<i4"), ("heads", "<i4"), ("autoreset", "<i4"),
     ("actions", "<u8"), ("obs", "<u8"), ("reward", "<u8"),
     ("done", "<u8"), ("term", "<u8"), ("trunc", "<u8"),
     ("base", "<u8", (MAX_FIELDS,)), ("per_env", "<i4", (MAX_FIELDS,)),
     ("stride", "<i4", (MAX_FIELDS,)), ("offset", "<i4", (MAX_FIELDS,)),
 ], align=True)
-# By hand: envs, per_member, keys 3 * 8 = 24; n, obs_dim, heads 12 + 4 padding
-# (actions is 8-aligned) = 40; six pointers 48 -> base at 88; base 64 * 8 = 512
+# By hand: envs, per_member, keys 3 * 8 = 24; n, obs_dim, heads, autoreset
+# 16 = 40; six pointers 48 -> base at 88; base 64 * 8 = 512
 # -> per_env at 600; per_env 256 -> stride at 856; stride 256 -> offset at
 # 1112; offset 256 -> 1368 (a multiple of the alignment, 8: no tail padding).
 assert CALL_DTYPE.itemsize == 1368 and CALL_DTYPE.alignment == 8
@@ -219,6 +219,7 @@ class PyCudaEnv:
         c["obs"] = device_pointer(self.obs)
         if step:
             c["heads"] = self.heads
+            c["autoreset"] = 1
             for name, x in (("reward", self.reward), ("done", self.done),
                             ("term", self.terminated), ("trunc", self.truncated)):
                 c[name] = device_pointer(x)

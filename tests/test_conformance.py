@@ -555,3 +555,81 @@ def test_observations_inside_observation_space(name, backend):
         assert not below.any() and not above.any(), (
             f"step {t}: obs outside the space at {np.argwhere(below | above)[:3].tolist()}")
         assert bool(env.observation_space.contains(obs))
+
+
+# ---------------------------------------------------------------------------
+# step(autoreset=False): finished envs left as they ended (final observations).
+# ---------------------------------------------------------------------------
+def _near_the_end(name, backend, num_envs=4, ahead=1):
+    """A state two steps in, with envs 0 and 1 `ahead` steps before their
+    episode length (where a step truncates them: ahead 1, or 0 for envs that
+    count as JaxMARL's MPE does)."""
+    env = _env(name, backend)
+    reset, step = _jitted(name, backend)
+    with _device(backend):
+        _, state = reset(jax.random.key(3), num_envs)
+        for k in jax.random.split(jax.random.key(4), 2):
+            _, state, _, _, _ = step(k, state, _actions(env, k, num_envs))
+        last = np.asarray(state.timestep).copy()
+        last[:2] = _episode_length(env) - ahead
+        return env, state.replace(timestep=jnp.asarray(last, state.timestep.dtype))
+
+
+@functools.cache
+def _final_step(name, backend):
+    """(env, step(autoreset=True), step(autoreset=False), timestep before) from
+    the same key, state and actions, envs 0 and 1 truncated by the step."""
+    for ahead in (1, 0):
+        env, state = _near_the_end(name, backend, ahead=ahead)
+        key = jax.random.key(5)
+        actions = _actions(env, jax.random.key(6), state.timestep.shape[0])
+        with _device(backend):
+            reset_out = jax.jit(env.step)(key, state, actions)
+            final_out = jax.jit(functools.partial(env.step, autoreset=False))(key, state, actions)
+        if np.asarray(reset_out[3])[:2].all():
+            break
+    return (env, jax.device_get(reset_out), jax.device_get(final_out),
+            np.asarray(state.timestep))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ENVS)
+def test_step_without_autoreset_keeps_finished_envs(name, backend):
+    """autoreset=False: the same rewards, flags and info; envs that did not
+    finish step exactly as with auto-reset; finished ones keep their final
+    state (step counter not reset) where auto-reset starts them afresh."""
+    env, (obs_r, st_r, rew_r, done_r, info_r), (obs_f, st_f, rew_f, done_f, info_f), t0 = \
+        _final_step(name, backend)
+    done = np.asarray(done_r)
+    assert done[:2].all() and not done.all(), done
+    _assert_trees_equal((rew_r, done_r, info_r), (rew_f, done_f, info_f), "reward/done/info")
+    live = ~done
+    np.testing.assert_array_equal(obs_r[live], obs_f[live])
+    for f in dataclasses.fields(env.spec.state_type):
+        np.testing.assert_array_equal(np.asarray(getattr(st_r, f.name))[live],
+                                      np.asarray(getattr(st_f, f.name))[live], err_msg=f.name)
+    assert (np.asarray(st_f.timestep)[done] == t0[done] + 1).all()
+    assert (np.asarray(st_r.timestep)[done] == 0).all()
+    assert not np.array_equal(obs_r[done], obs_f[done])
+
+
+@pytest.mark.parametrize("backends", PAIRS)
+@pytest.mark.parametrize("name", ENVS)
+def test_backends_agree_on_final_observations(name, backends):
+    """The final observations of autoreset=False agree across backends (one
+    step from the same state: bit for bit where the README promises it)."""
+    a, b = (_final_step(name, backend)[2] for backend in backends)
+    if _bitwise_expected(name, backends):
+        _assert_trees_equal(a[:4], b[:4], f"{backends}")
+    else:
+        for x, y in zip(jax.tree.leaves(a[:4]), jax.tree.leaves(b[:4])):
+            np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64),
+                                       **TOL)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_autoreset_must_be_a_bool(backend):
+    env, state = _near_the_end("cartpole", backend, num_envs=2)
+    with _device(backend), pytest.raises(TypeError, match=r"autoreset must be a Python bool"):
+        env.step(jax.random.key(0), state, _actions(env, jax.random.key(1), 2),
+                 autoreset=jnp.bool_(False))

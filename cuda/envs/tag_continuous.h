@@ -20,6 +20,15 @@
 #pragma once
 
 constexpr int kStepPhases = 3;
+#ifndef JAXWARP_TAG_FUSED_PASSES
+#define JAXWARP_TAG_FUSED_PASSES 1
+#endif
+#if JAXWARP_TAG_FUSED_PASSES
+// The team pass runs only before observe(): phase 1 counts tags with
+// atomics itself and agent 0 advances the step counter in phase 0, which
+// saves a pass over the agents and three barriers per step.
+constexpr unsigned kTeamPassPhases = 0;
+#endif
 constexpr int kFeatures = 7;          // per observed agent
 constexpr float kTwoPi = 6.28318548202514648f;  // float32(2 pi)
 
@@ -98,6 +107,9 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
     s.tagged_by[i] = -1;
     s.tags[i] = 0;
     s.seen[i] = still ? 1 : 0;  // observations use the game before this step's tags
+#if JAXWARP_TAG_FUSED_PASSES
+    if (i == 0) s.timestep[0] += 1;  // read in phase 2 (no agent reads it in phases 0, 1)
+#endif
   } else if (phase == 1) {
     // Each runner still in the game finds its nearest tagger (ties: lower id).
     if (tagger || !s.still_in_game[i]) return;
@@ -112,10 +124,21 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
         best_t = j;
       }
     }
-    if (best_t >= 0 && best < p.tag_dist2) s.tagged_by[i] = best_t;
+    if (best_t >= 0 && best < p.tag_dist2) {
+      s.tagged_by[i] = best_t;
+#if JAXWARP_TAG_FUSED_PASSES
+      // Integer atomics: the same counts in any order.
+      jaxwarp::atomic_add(&s.tags[best_t], 1);
+      if (p.exit_after_tag) jaxwarp::atomic_add(&s.num_runners_left[0], -1);
+#endif
+    }
   } else {
     // Rewards, returns, next still_in_game; every agent reports the end.
+#if JAXWARP_TAG_FUSED_PASSES
+    const int32_t t = s.timestep[0];  // advanced in phase 0
+#else
     const int32_t t = s.timestep[0] + 1;
+#endif
     const bool last_step = t == p.episode_length;
     const bool all_tagged = s.num_runners_left[0] == 0;
     const bool was_still = s.still_in_game[i] != 0;
@@ -137,7 +160,7 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
 }
 
 JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team, int phase) {
-  if (phase == 1) {
+  if (phase == 1 && !JAXWARP_TAG_FUSED_PASSES) {
     // Tags per tagger and runners leaving the game: integer atomics, the same
     // in any order (one pass, no block reduction and its barriers).
     team.for_each([&](int i) {
@@ -145,7 +168,7 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
       jaxwarp::atomic_add(&s.tags[s.tagged_by[i]], 1);
       if (p.exit_after_tag) jaxwarp::atomic_add(&s.num_runners_left[0], -1);
     });
-  } else if (phase == 2) {
+  } else if (phase == 2 && !JAXWARP_TAG_FUSED_PASSES) {
     if (team.leader()) s.timestep[0] += 1;
   } else if (phase == jaxwarp::kBeforeObserve && !p.full_obs) {
     // The k nearest others still in the game, for every agent still in it.
@@ -156,9 +179,7 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
                                                       p.grid_length);
       grid.build(team, s.x, s.y, visible);
       // Agents in cell order: neighbouring threads search neighbouring cells.
-      const int members = grid.size();
-      team.for_each([&](int q) {
-        if (q >= members) return;
+      team.for_range(grid.size(), [&](int q) {
         const int i = grid.id[q];
         jaxwarp::k_nearest(&grid, n, s.x, s.y, visible, i, s.x[i], s.y[i], INFINITY, k,
                            s.nbr + i * k);
@@ -233,15 +254,19 @@ JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, flo
 // `slot` (feature-major), then the time. Consecutive threads write
 // consecutive columns: coalesced stores without shared memory.
 JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agent& a, int col) {
-  const int i = a.agent;
-  if (!s.seen[i]) return 0.0f;
+  // What depends on the column alone comes first: the kernel keeps a thread
+  // on one column where it can, and then computes it once.
   const int slots = observed_slots(p);
-  if (col == kFeatures * slots) return static_cast<float>(s.timestep[0]) * p.time_scale;
+  const bool time_col = col == kFeatures * slots;
   // col / slots through a float reciprocal, corrected (an integer division
-  // costs a few dozen instructions per element).
+  // costs a few dozen instructions).
   int f = static_cast<int>(static_cast<float>(col) * p.inv_slots);
   f -= f * slots > col ? 1 : 0;
   f += (f + 1) * slots <= col ? 1 : 0;
-  const int j = observed_agent(p, s, i, col - f * slots);
+  const int slot = col - f * slots;
+  const int i = a.agent;
+  if (!s.seen[i]) return 0.0f;
+  if (time_col) return static_cast<float>(s.timestep[0]) * p.time_scale;
+  const int j = observed_agent(p, s, i, slot);
   return j < 0 ? 0.0f : feature(p, s, f, i, j);
 }

@@ -96,7 +96,7 @@ from flax import struct
 from jax.extend.random import threefry2x32_p
 
 from jaxwarp.authoring import state_field
-from jaxwarp.core import auto_reset, sincos_fixed
+from jaxwarp.core import auto_reset, reset_mask, sincos_fixed
 
 F32 = np.float32
 ACROBOT_MAX_WRAPS = 8  # unrolled iterations of Gymnasium's `wrap` while-loop, each way
@@ -166,7 +166,7 @@ def _action_index(actions: jax.Array, num_envs: int, num_actions: int) -> jax.Ar
 def _finish_step(p: Any, key_data: jax.Array, state: Any, moved: dict[str, jax.Array],
                  reward: jax.Array, terminated: jax.Array,
                  start: Callable[[Any, jax.Array, int], dict[str, jax.Array]],
-                 observe: Callable[[Any, Any], jax.Array]):
+                 observe: Callable[[Any, Any], jax.Array], autoreset: bool = True):
     """Time limit, returns and auto-reset, common to the four envs.
 
     moved: the env's fields after the transition, f32[envs, 1] each;
@@ -183,8 +183,9 @@ def _finish_step(p: Any, key_data: jax.Array, state: Any, moved: dict[str, jax.A
     # Fresh starts are drawn for every env and selected where done (no
     # lax.cond: on XLA:GPU its predicate would be copied to the host).
     fresh = start(p, key_data, num_envs)
-    fields = auto_reset(done, {k: fresh[k] for k in moved}, moved)
-    new_state = type(state)(**fields, timestep=jnp.where(done, 0, t),
+    reset = reset_mask(done, autoreset)
+    fields = auto_reset(reset, {k: fresh[k] for k in moved}, moved)
+    new_state = type(state)(**fields, timestep=jnp.where(reset, 0, t),
                             episode_return=episode_return)
     info = {"terminated": terminated, "truncated": truncated,
             "episode_return": episode_return}
@@ -283,14 +284,14 @@ def cartpole_reset(p: CartPoleParams, key_data: jax.Array, num_envs: int):
     return cartpole_observe(p, state), state
 
 
-@partial(jax.jit, static_argnums=(0,))
+@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
 def cartpole_step(p: CartPoleParams, key_data: jax.Array, state: CartPoleState,
-                  actions: jax.Array):
+                  actions: jax.Array, autoreset: bool = True):
     """actions: i32[envs, 1, 1] in {0, 1} -> (obs, state, reward, done, info)."""
     a = _action_index(actions, state.timestep.shape[0], p.num_actions)
     moved, reward, terminated = _cartpole_dynamics(p, state, a)
     return _finish_step(p, key_data, state, moved, reward, terminated, _cartpole_start,
-                        cartpole_observe)
+                        cartpole_observe, autoreset)
 
 
 # ---------------------------------------------------------------------------
@@ -440,14 +441,14 @@ def acrobot_reset(p: AcrobotParams, key_data: jax.Array, num_envs: int):
     return acrobot_observe(p, state), state
 
 
-@partial(jax.jit, static_argnums=(0,))
+@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
 def acrobot_step(p: AcrobotParams, key_data: jax.Array, state: AcrobotState,
-                 actions: jax.Array):
+                 actions: jax.Array, autoreset: bool = True):
     """actions: i32[envs, 1, 1] in {0, 1, 2} (torque -1, 0, +1)."""
     a = _action_index(actions, state.timestep.shape[0], p.num_actions)
     moved, reward, terminated = _acrobot_dynamics(p, state, a)
     return _finish_step(p, key_data, state, moved, reward, terminated, _acrobot_start,
-                        acrobot_observe)
+                        acrobot_observe, autoreset)
 
 
 # ---------------------------------------------------------------------------
@@ -544,14 +545,14 @@ def pendulum_reset(p: PendulumParams, key_data: jax.Array, num_envs: int):
     return pendulum_observe(p, state), state
 
 
-@partial(jax.jit, static_argnums=(0,))
+@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
 def pendulum_step(p: PendulumParams, key_data: jax.Array, state: PendulumState,
-                  actions: jax.Array):
+                  actions: jax.Array, autoreset: bool = True):
     """actions: i32[envs, 1, 1] in [0, num_torque_levels) (see `PendulumParams.torques`)."""
     a = _action_index(actions, state.timestep.shape[0], p.num_actions)
     moved, reward, terminated = _pendulum_dynamics(p, state, a)
     return _finish_step(p, key_data, state, moved, reward, terminated, _pendulum_start,
-                        pendulum_observe)
+                        pendulum_observe, autoreset)
 
 
 # ---------------------------------------------------------------------------
@@ -631,14 +632,14 @@ def mountain_car_reset(p: MountainCarParams, key_data: jax.Array, num_envs: int)
     return mountain_car_observe(p, state), state
 
 
-@partial(jax.jit, static_argnums=(0,))
+@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
 def mountain_car_step(p: MountainCarParams, key_data: jax.Array, state: MountainCarState,
-                      actions: jax.Array):
+                      actions: jax.Array, autoreset: bool = True):
     """actions: i32[envs, 1, 1] in {0, 1, 2} (push left, none, right)."""
     a = _action_index(actions, state.timestep.shape[0], p.num_actions)
     moved, reward, terminated = _mountain_car_dynamics(p, state, a)
     return _finish_step(p, key_data, state, moved, reward, terminated, _mountain_car_start,
-                        mountain_car_observe)
+                        mountain_car_observe, autoreset)
 
 
 # ---------------------------------------------------------------------------

@@ -59,7 +59,7 @@ import numpy as np
 from flax import struct
 
 from jaxwarp.authoring import API_DIR, EnvSpec, agent_uniform, env_class, state_field
-from jaxwarp.core import auto_reset
+from jaxwarp.core import auto_reset, reset_mask
 
 F32 = np.float32
 
@@ -207,7 +207,8 @@ def _interleave(*parts: tuple[jax.Array, jax.Array]) -> jax.Array:
     return jnp.concatenate(out, axis=-1)
 
 
-def _finish(p, key_data, s: MPEState, moved: dict, reward: jax.Array, observe, num_landmarks):
+def _finish(p, key_data, s: MPEState, moved: dict, reward: jax.Array, observe, num_landmarks,
+            autoreset: bool = True):
     """Episode bookkeeping and masked auto-reset, as the generated kernels do."""
     t = s.timestep + 1
     episode_return = jnp.where((t == 1)[:, None], F32(0), s.episode_return) + reward
@@ -215,8 +216,9 @@ def _finish(p, key_data, s: MPEState, moved: dict, reward: jax.Array, observe, n
     terminated = jnp.zeros_like(truncated)
     done = truncated
     fresh = _fresh(num_landmarks, key_data, s.x.shape[0], s.x.shape[1])
-    pick = auto_reset(done, {k: fresh[k] for k in moved}, moved)
-    new = MPEState(**pick, timestep=jnp.where(done, 0, t), episode_return=episode_return)
+    reset = reset_mask(done, autoreset)
+    pick = auto_reset(reset, {k: fresh[k] for k in moved}, moved)
+    new = MPEState(**pick, timestep=jnp.where(reset, 0, t), episode_return=episode_return)
     info = {"terminated": terminated, "truncated": truncated, "episode_return": episode_return}
     return observe(p, new), new, reward, done, info
 
@@ -249,9 +251,9 @@ def spread_reset(p: MPESimpleSpreadParams, key_data: jax.Array, num_envs: int):
     return spread_observe(p, s), s
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0, static_argnames="autoreset")
 def spread_step(p: MPESimpleSpreadParams, key_data: jax.Array, s: MPEState,
-                actions: jax.Array):
+                actions: jax.Array, autoreset: bool = True):
     n, nl = p.num_agents, p.num_landmarks
     ux, uy = _decode(actions, F32(p.accel))
     dist_min = F32(p.agent_size) + F32(p.agent_size)
@@ -269,7 +271,7 @@ def spread_step(p: MPESimpleSpreadParams, key_data: jax.Array, s: MPEState,
     reward = ((-collisions).astype(jnp.float32) * F32(p.local_ratio)
               + shared[:, None] * (F32(1) - F32(p.local_ratio)))
     moved = dict(x=x, y=y, vx=vx, vy=vy, lm_x=s.lm_x, lm_y=s.lm_y, force_x=fx, force_y=fy)
-    return _finish(p, key_data, s, moved, reward, spread_observe, nl)
+    return _finish(p, key_data, s, moved, reward, spread_observe, nl, autoreset)
 
 
 SPREAD_SPEC = EnvSpec(
@@ -370,8 +372,9 @@ def _bound(x: jax.Array) -> jax.Array:
                                jnp.minimum(jnp.exp(F32(2) * x - F32(2)), F32(10))))
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def tag_step(p: MPESimpleTagParams, key_data: jax.Array, s: MPEState, actions: jax.Array):
+@functools.partial(jax.jit, static_argnums=0, static_argnames="autoreset")
+def tag_step(p: MPESimpleTagParams, key_data: jax.Array, s: MPEState, actions: jax.Array,
+             autoreset: bool = True):
     n, na, nl = p.num_agents, p.num_adversaries, p.num_obs
     adversary = np.arange(n) < na
     accel = jnp.asarray(np.where(adversary, p.adversary_accel, p.good_accel), jnp.float32)
@@ -398,7 +401,7 @@ def tag_step(p: MPESimpleTagParams, key_data: jax.Array, s: MPEState, actions: j
     adv_rew = jnp.broadcast_to((10 * total).astype(jnp.float32)[:, None], (x.shape[0], na))
     reward = jnp.concatenate([adv_rew, good_rew], axis=1)
     moved = dict(x=x, y=y, vx=vx, vy=vy, lm_x=s.lm_x, lm_y=s.lm_y, force_x=fx, force_y=fy)
-    return _finish(p, key_data, s, moved, reward, tag_observe, nl)
+    return _finish(p, key_data, s, moved, reward, tag_observe, nl, autoreset)
 
 
 TAG_SPEC = EnvSpec(

@@ -57,7 +57,7 @@ from flax import struct
 from jax.experimental import checkify
 from jax.extend.random import threefry2x32_p
 
-from jaxwarp.core import auto_reset, key_data_of, resolve_backend, sincos_fixed
+from jaxwarp.core import auto_reset, key_data_of, reset_mask, resolve_backend, sincos_fixed
 from jaxwarp.authoring import (API_DIR, ContractEnv, EnvSpec, ParamArray, ScratchField,
                                check_params_id, grid_scratch, grid_side, params_id,
                                state_field, tag_state)
@@ -339,7 +339,7 @@ def reference_reset(p: TagContinuousParams, key_data: jax.Array, num_envs: int
 
 
 def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContinuousState,
-                   actions: jax.Array):
+                   actions: jax.Array, autoreset: bool = True):
     """Pure-JAX step with auto-reset. Returns (obs, state, reward, done, info)."""
     c = _constants(p)
     n, nt = p.num_agents, p.num_taggers
@@ -404,15 +404,16 @@ def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContin
     zeros = jnp.zeros_like(rx)
     fresh = (rx, ry, zeros, rdir, zeros)
     moved = (x, y, speed, direction, acc)
-    x, y, speed, direction, acc = auto_reset(done, fresh, moved)
-    still_obs = jnp.where(done[:, None], 1, still)
-    t_obs = jnp.where(done, 0, t)
+    reset = reset_mask(done, autoreset)
+    x, y, speed, direction, acc = auto_reset(reset, fresh, moved)
+    still_obs = jnp.where(reset[:, None], 1, still)
+    t_obs = jnp.where(reset, 0, t)
     obs = _observe(p, c, x, y, speed, direction, acc, still_obs, t_obs)
     new_state = TagContinuousState(
         x=x, y=y, speed=speed, direction=direction, acceleration=acc,
-        still_in_game=jnp.where(done[:, None], 1, still_after),
+        still_in_game=jnp.where(reset[:, None], 1, still_after),
         timestep=t_obs,
-        num_runners_left=jnp.where(done, p.num_runners, runners_left),
+        num_runners_left=jnp.where(reset, p.num_runners, runners_left),
         episode_return=episode_return)
     terminated = runners_left == 0
     info = {"terminated": terminated, "truncated": done & ~terminated}

@@ -44,7 +44,7 @@ import numpy as np
 from flax import struct
 
 from jaxwarp.authoring import API_DIR, EnvSpec, agent_uniform, env_class, state_field
-from jaxwarp.core import auto_reset
+from jaxwarp.core import auto_reset, reset_mask
 
 F32 = np.float32
 
@@ -183,7 +183,7 @@ def reference_reset(p: TagGridworldParams, key_data: jax.Array, num_envs: int):
 
 
 def reference_step(p: TagGridworldParams, key_data: jax.Array, s: TagGridworldState,
-                   actions: jax.Array):
+                   actions: jax.Array, autoreset: bool = True):
     """One step of every env with auto-reset, as the kernels do it."""
     L, runner = p.grid_length, p.num_taggers
     m = jnp.clip(actions[..., 0], 0, 4)
@@ -204,10 +204,11 @@ def reference_step(p: TagGridworldParams, key_data: jax.Array, s: TagGridworldSt
     terminated = tagged
     truncated = t >= p.episode_length
     done = terminated | truncated
-    x0, y0 = auto_reset(done, _start(p, key_data, s.x.shape[0]), (x, y))
+    reset = reset_mask(done, autoreset)
+    x0, y0 = auto_reset(reset, _start(p, key_data, s.x.shape[0]), (x, y))
     new = TagGridworldState(
         x=x0, y=y0,
-        wall_hit=hit.astype(jnp.int32), timestep=jnp.where(done, 0, t),
+        wall_hit=hit.astype(jnp.int32), timestep=jnp.where(reset, 0, t),
         tagged=tagged.astype(jnp.int32), episode_return=episode_return)
     info = {"terminated": terminated, "truncated": truncated, "episode_return": episode_return}
     return observe(p, new), new, reward, done, info
