@@ -29,17 +29,19 @@ N = 16
 
 def direct_rollout(env, seed, actions):
     """The direct API with the adapters' key schedule: obs after reset, then per
-    step (obs, reward, terminated, truncated, episode_return); actions i32[T, envs,
-    agents, heads]."""
+    step (obs, reward, terminated, truncated, episode_return, final obs: the
+    obs of step(autoreset=False) from the same key and state); actions
+    i32[T, envs, agents, heads]."""
     key = jax.random.key(seed)
     key, k = jax.random.split(key)
     obs, state = env.reset(k, actions.shape[1])
     out = [np.asarray(obs)]
     for a in actions:
         key, k = jax.random.split(key)
+        final = np.asarray(env.step(k, state, jax.numpy.asarray(a), autoreset=False)[0])
         obs, state, rew, _, info = env.step(k, state, jax.numpy.asarray(a))
         out.append((np.asarray(obs), np.asarray(rew), np.asarray(info["terminated"]),
-                    np.asarray(info["truncated"]), np.asarray(info["episode_return"])))
+                    np.asarray(info["truncated"]), np.asarray(info["episode_return"]), final))
     return out
 
 
@@ -89,7 +91,8 @@ def test_gym_values_equal_the_direct_api(cartpole_any):
     assert infos == {}
     np.testing.assert_array_equal(obs, ref[0][:, 0])
     finished = 0
-    for a, (r_obs, r_rew, r_term, r_trunc, r_ret) in zip(acts, ref[1:]):
+    assert envs.metadata["final_obs"] is True
+    for a, (r_obs, r_rew, r_term, r_trunc, r_ret, r_final) in zip(acts, ref[1:]):
         obs, rew, term, trunc, infos = envs.step(a[:, 0, 0].astype(np.int64))
         assert obs.dtype == np.float32 and obs.shape == (N, 4)
         assert rew.dtype == np.float32 and rew.shape == (N,)
@@ -108,9 +111,13 @@ def test_gym_values_equal_the_direct_api(cartpole_any):
             np.testing.assert_array_equal(final["episode_return"][~done], 0)
             np.testing.assert_array_equal(final["terminated"], r_term)
             np.testing.assert_array_equal(final["truncated"], r_trunc)
+            np.testing.assert_array_equal(infos["_final_obs"], done)
+            assert infos["final_obs"].dtype == object
+            assert all(infos["final_obs"][e] is None for e in np.flatnonzero(~done))
+            np.testing.assert_array_equal(np.stack(infos["final_obs"][done]),
+                                          r_final[done, 0])
         else:
             assert infos == {}
-        assert "final_obs" not in infos  # not available from jaxwarp (documented)
     assert finished >= N  # every env ended at least one episode (max_steps=20)
     envs.close()
 
@@ -120,7 +127,7 @@ def test_gym_same_step_autoreset(cartpole):
     reported once, and Gymnasium's own episode statistics agree."""
     envs = gym.wrappers.vector.RecordEpisodeStatistics(JaxwarpVectorEnv(cartpole, N))
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
-    assert envs.metadata["final_obs"] is False
+    assert envs.metadata["final_obs"] is True
     envs.reset(seed=1)
     steps = np.zeros(N, int)
     seen_trunc = seen_term = False
@@ -131,6 +138,10 @@ def test_gym_same_step_autoreset(cartpole):
         if done.any():
             # First obs of a new episode: CartPole starts uniform in [-0.05, 0.05].
             assert np.all(np.abs(obs[done]) <= 0.05)
+            # The final obs of a terminated env: the pole past 12 degrees or
+            # the cart past 2.4 (Gymnasium's termination rule).
+            final = np.stack(infos["final_obs"][term])
+            assert np.all((np.abs(final[:, 2]) > 0.2094) | (np.abs(final[:, 0]) > 2.4))
             np.testing.assert_array_equal(infos["final_info"]["episode_return"][done],
                                           steps[done])
             np.testing.assert_array_equal(infos["episode"]["r"][done], steps[done])
@@ -141,6 +152,35 @@ def test_gym_same_step_autoreset(cartpole):
             steps[done] = 0
     assert seen_term  # pushing right always tips the pole before 20 steps
     assert np.all(steps < 20)
+
+
+def test_gym_final_obs_off_and_unsupported(cartpole):
+    """final_obs=False: no final observations (one env step per step); an env
+    whose step cannot run without auto-reset: off by default, refused when
+    asked for."""
+    envs = JaxwarpVectorEnv(cartpole, N, final_obs=False)
+    assert envs.metadata["final_obs"] is False
+    envs.reset(seed=1)
+    for _ in range(25):
+        _, _, term, trunc, infos = envs.step(np.ones(N, np.int64))
+        assert "final_obs" not in infos
+
+    class NoAutoresetArg:
+        def __init__(self, env):
+            self._env = env
+
+        def __getattr__(self, name):
+            return getattr(self._env, name)
+
+        def step(self, key, state, actions):
+            return self._env.step(key, state, actions)
+
+    plain = NoAutoresetArg(cartpole)
+    assert JaxwarpVectorEnv(plain, 2).metadata["final_obs"] is False
+    with pytest.raises(ValueError, match=r"final_obs=True: .* cannot step without auto-reset"):
+        JaxwarpVectorEnv(plain, 2, final_obs=True)
+    with pytest.raises(TypeError, match=r"final_obs must be None, True or False"):
+        JaxwarpVectorEnv(cartpole, 2, final_obs="yes")
 
 
 def test_gym_truncation_at_the_time_limit():
@@ -341,12 +381,17 @@ def test_pettingzoo_values_and_episode_end(spread):
     assert env.agents == names and set(infos) == set(names)
     for i, n in enumerate(names):
         np.testing.assert_array_equal(obs[n], ref[0][0, i])
-    for t, (a, (r_obs, r_rew, r_term, r_trunc, r_ret)) in enumerate(zip(acts, ref[1:])):
+    for t, (a, (r_obs, r_rew, r_term, r_trunc, r_ret, r_final)) in enumerate(
+            zip(acts, ref[1:])):
         assert env.agents == names
         obs, rew, term, trunc, infos = env.step({n: int(a[0, i, 0])
                                                  for i, n in enumerate(names)})
         for i, n in enumerate(names):
-            np.testing.assert_array_equal(obs[n], r_obs[0, i])
+            # The step that ends the episode returns its final observations
+            # (r_final equals r_obs on the other steps).
+            np.testing.assert_array_equal(obs[n], r_final[0, i])
+            if t < steps - 1:
+                np.testing.assert_array_equal(obs[n], r_obs[0, i])
             assert rew[n] == r_rew[0, i] and isinstance(rew[n], float)
             assert term[n] == r_term[0] and trunc[n] == r_trunc[0]
         assert (t == steps - 1) == (r_trunc[0] or r_term[0])
@@ -389,14 +434,15 @@ def test_torch_values_and_dtypes_equal_the_direct_api(cartpole_any):
     torch = _torch()
     from jaxwarp.adapters.torch import TorchVectorEnv
 
-    envs = TorchVectorEnv(cartpole_any, N)
+    envs = TorchVectorEnv(cartpole_any, N, final_obs=True)
     assert envs.device == torch.device("cpu")
     acts = random_actions(np.random.default_rng(3), cartpole_any, 40, N)
     ref = direct_rollout(cartpole_any, 9, acts)
     obs, _ = envs.reset(seed=9)
     assert obs.dtype == torch.float32 and obs.shape == (N, 4)
     np.testing.assert_array_equal(obs.numpy(), ref[0][:, 0])
-    for i, (a, (r_obs, r_rew, r_term, r_trunc, r_ret)) in enumerate(zip(acts, ref[1:])):
+    for i, (a, (r_obs, r_rew, r_term, r_trunc, r_ret, r_final)) in enumerate(
+            zip(acts, ref[1:])):
         t = torch.from_numpy(a[:, 0, 0].copy())
         t = t.long() if i % 2 else t  # int64 (torch's default) and int32 both work
         obs, rew, term, trunc, info = envs.step(t)
@@ -410,6 +456,7 @@ def test_torch_values_and_dtypes_equal_the_direct_api(cartpole_any):
         done = r_term | r_trunc
         np.testing.assert_array_equal(info["episode_return"].numpy(),
                                       np.where(done, r_ret[:, 0], 0))
+        np.testing.assert_array_equal(info["final_obs"].numpy(), r_final[:, 0])
 
 
 def test_torch_dlpack_shares_buffers():

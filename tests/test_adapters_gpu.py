@@ -99,7 +99,7 @@ def test_torch_cuda_equals_the_direct_api(name):
 
     # cartpole with max_steps=20: truncations within the run, terminations too.
     params = {"max_steps": 20} if name == "cartpole" else {}
-    envs = TorchVectorEnv.make(name, N, backend="cuda", **params)
+    envs = TorchVectorEnv.make(name, N, backend="cuda", final_obs=True, **params)
     direct = jaxwarp.make(name, backend="cuda", **params)
     squeezed = envs._batch.squeezed  # single-agent: the adapter drops the agent axis
     acts = _random_actions(direct, STEPS, N, 3)
@@ -115,7 +115,8 @@ def test_torch_cuda_equals_the_direct_api(name):
     assert obs.is_cuda and obs.dtype == torch.float32
     np.testing.assert_array_equal(host(obs), user(ref[0]))
     finished = 0
-    for i, (a, (r_obs, r_rew, r_term, r_trunc, r_ret)) in enumerate(zip(acts, ref[1:])):
+    for i, (a, (r_obs, r_rew, r_term, r_trunc, r_ret, r_final)) in enumerate(
+            zip(acts, ref[1:])):
         t = torch.from_numpy(a.reshape(N, *envs.action_shape)).to(envs.device)
         t = t.long() if i % 2 else t  # int64 (torch's default) and int32 both work
         obs, rew, term, trunc, info = envs.step(t)
@@ -129,6 +130,7 @@ def test_torch_cuda_equals_the_direct_api(name):
         d = done.reshape(done.shape + (1,) * (r_ret.ndim - 1))
         np.testing.assert_array_equal(host(info["episode_return"]),
                                       user(np.where(d, r_ret, 0)))
+        np.testing.assert_array_equal(host(info["final_obs"]), user(r_final))
         finished += int(done.sum())
     if name == "cartpole":
         assert finished > 0  # the comparison covered auto-resets

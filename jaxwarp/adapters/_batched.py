@@ -5,8 +5,8 @@ of the host-side adapters (Gymnasium, PettingZoo, PyTorch).
 calls; `reset` and `step` are each one jitted call (the key is split inside
 it, the state and key buffers are donated, so the kernels update them in
 place). What crosses to the caller is what it asked for: observations,
-rewards, terminated/truncated flags and the final return of the envs whose
-episode ended.
+rewards, terminated/truncated flags, the final return of the envs whose
+episode ended and (``final_obs=True``) their final observations.
 
 Key schedule (the direct API reproduces every value bit for bit)::
 
@@ -26,6 +26,7 @@ dropped, so ``obs: f32[envs, obs_dim]``, ``reward: f32[envs]`` and actions
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, NamedTuple
 
 import jax
@@ -43,6 +44,9 @@ class StepOut(NamedTuple):
     final_return: f32[envs, (agents)]: the return of the episode that ended
         where terminated | truncated, 0 elsewhere; None if the env's state
         has no ``episode_return`` field.
+    final_obs: f32[envs, (agents,) obs_dim]: where terminated | truncated the
+        observation of the state the episode ended in (elsewhere equal to
+        obs); None unless the adapter asked for it.
     """
 
     obs: jax.Array
@@ -50,6 +54,20 @@ class StepOut(NamedTuple):
     terminated: jax.Array
     truncated: jax.Array
     final_return: jax.Array | None
+    final_obs: jax.Array | None = None
+
+
+def supports_final_obs(env: Any) -> bool:
+    """Whether `env` can report final observations: its step takes
+    ``autoreset=`` (every ContractEnv on the kernel backends; on the 'jax'
+    backend, where the env's pure-JAX reference takes it too)."""
+    step = getattr(env, "step", None)
+    if step is None or "autoreset" not in inspect.signature(step).parameters:
+        return False
+    if getattr(env, "backend", "jax") == "jax":
+        ref = getattr(getattr(env, "spec", None), "reference_step", None)
+        return ref is not None and "autoreset" in inspect.signature(ref).parameters
+    return True
 
 
 def env_device(env: Any) -> jax.Device:
@@ -71,9 +89,15 @@ class BatchedEnv:
         num_envs: batch size, fixed for the life of the object.
         squeeze_agent: drop the agent axis of single-agent envs (see the module
             docstring).
+        final_obs: also return the final observations of the envs that finish
+            (`StepOut.final_obs`). The step then runs without auto-reset and,
+            only when some env finished, once more with it from the same key
+            and state (the same outcome, plus the resets). ValueError if the
+            env cannot (`supports_final_obs`).
     """
 
-    def __init__(self, env: Any, num_envs: int, squeeze_agent: bool = True):
+    def __init__(self, env: Any, num_envs: int, squeeze_agent: bool = True,
+                 final_obs: bool = False):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
@@ -85,6 +109,12 @@ class BatchedEnv:
         self.heads = len(self.nvec)
         self.squeezed = bool(squeeze_agent) and self.num_agents == 1
         self.device = env_device(env)
+        self.final_obs = bool(final_obs)
+        if self.final_obs and not supports_final_obs(env):
+            raise ValueError(f"final_obs=True: {type(env).__name__} (backend "
+                             f"{getattr(env, 'backend', 'jax')!r}) cannot step without "
+                             "auto-reset (its step, or on the 'jax' backend its reference_step, "
+                             "takes no autoreset=)")
         if self.squeezed:
             self.action_shape: tuple[int, ...] = () if self.heads == 1 else (self.heads,)
             self.obs_shape: tuple[int, ...] = (self.obs_dim,)
@@ -99,7 +129,8 @@ class BatchedEnv:
         self._state: Any = None
         self._obs: jax.Array | None = None
         self._reset_fn, self._masked_fn, self._step_fn = _compiled(
-            env, self.num_envs, self.squeezed, bool(getattr(env, "checks", False)))
+            env, self.num_envs, self.squeezed, bool(getattr(env, "checks", False)),
+            self.final_obs)
 
     # -- host API ----------------------------------------------------------
     @property
@@ -202,12 +233,26 @@ def _masked_reset_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, 
     return key, auto_reset(mask, fresh_state, state), auto_reset(mask, fresh_obs, obs)
 
 
-def _step_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, state: Any,
-               actions: jax.Array):
+def _step_impl(env: Any, num_envs: int, squeezed: bool, final_obs: bool, key: jax.Array,
+               state: Any, actions: jax.Array):
     key, k = _split(key)
     heads = len(env.action_space.nvec)
     actions = actions.reshape(num_envs, env.num_agents, heads)
-    obs, state, reward, done, info = env.step(k, state, actions)
+    final = None
+    if final_obs:
+        # Without auto-reset first: the finished envs' final observations.
+        # Where some env finished, the step again with auto-reset from the same
+        # key and state: the same rewards and flags, and the fresh starts.
+        final, ended, reward, done, info = env.step(k, state, actions, autoreset=False)
+
+        def with_reset(_: Any) -> tuple[jax.Array, Any]:
+            obs, state_r, *_ = env.step(k, state, actions)
+            return obs, state_r
+
+        obs, state = jax.lax.cond(done.any(), with_reset, lambda _: (final, ended), None)
+        final = _user(final, squeezed)
+    else:
+        obs, state, reward, done, info = env.step(k, state, actions)
     truncated = info.get("truncated", jnp.zeros_like(done))
     terminated = info.get("terminated", done & ~truncated)
     ret = getattr(state, "episode_return", None)
@@ -216,12 +261,13 @@ def _step_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, state: A
         d = done.reshape(done.shape + (1,) * (ret.ndim - 1))
         ret = jnp.where(d, ret, jnp.zeros_like(ret))
         ret = _user(ret, squeezed) if ret.ndim == 2 else ret
-    out = StepOut(_user(obs, squeezed), _user(reward, squeezed), terminated, truncated, ret)
+    out = StepOut(_user(obs, squeezed), _user(reward, squeezed), terminated, truncated, ret,
+                  final)
     return key, state, out
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(env: Any, num_envs: int, squeezed: bool, checks: bool):
+def _compiled(env: Any, num_envs: int, squeezed: bool, checks: bool, final_obs: bool = False):
     """(reset, masked reset, step): jitted, key and state donated; with
     checks=True the env reports out-of-range actions through checkify and
     the call raises on the host."""
@@ -239,4 +285,9 @@ def _compiled(env: Any, num_envs: int, squeezed: bool, checks: bool):
             return out
         return call
 
-    return make(_reset_impl, ()), make(_masked_reset_impl, (0, 1)), make(_step_impl, (0, 1))
+    def step_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, state: Any,
+                  actions: jax.Array):
+        return _step_impl(env, num_envs, squeezed, final_obs, key, state, actions)
+
+    return (make(_reset_impl, ()), make(_masked_reset_impl, (0, 1)),
+            make(step_impl, (0, 1)))

@@ -11,16 +11,16 @@ leaves the device.
 
 Autoreset: jaxwarp resets a finished env inside the step that ends it, so
 ``metadata["autoreset_mode"]`` is ``AutoresetMode.SAME_STEP``: the obs
-returned for a done env is the first observation of its next episode.
-Gymnasium's same-step convention also puts the final observation in
-``infos["final_obs"]``; **jaxwarp cannot provide it** (the kernels observe
-only after the auto-reset; the pre-reset state is never materialised), so
-that key is never present and ``metadata["final_obs"]`` is False. What is
-provided for done envs is ``infos["final_info"]`` (with ``"_final_info"``,
-the done mask): ``episode_return``, ``terminated``, ``truncated`` of the
-episode that ended, each with its ``_key`` mask, in Gymnasium's vector-info
-layout. Bootstrapping a truncated episode from its final observation is
-therefore not possible with this adapter; see docs/adapters.md.
+returned for a done env is the first observation of its next episode, and,
+as Gymnasium's SyncVectorEnv does in that mode, ``infos["final_obs"]`` (an
+object array: the final observation of each done env, None elsewhere, with
+the mask ``"_final_obs"``) and ``infos["final_info"]`` (with
+``"_final_info"``): ``episode_return``, ``terminated``, ``truncated`` of the
+episode that ended, each with its ``_key`` mask. The final observations come
+from stepping without auto-reset (`ContractEnv.step(autoreset=False)`) and,
+when some env finished, again with it from the same key and state: a step
+that ends an episode costs two env steps. ``final_obs=False`` skips them
+(``metadata["final_obs"]`` says which); see docs/adapters.md.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from jaxwarp.adapters._batched import BatchedEnv
+from jaxwarp.adapters._batched import BatchedEnv, supports_final_obs
 
 
 def single_spaces(env: Any, squeeze_agent: bool = True) -> tuple[gym.Space, gym.Space]:
@@ -76,24 +76,31 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
         render_mode: None, or ``"rgb_array"``: `render` returns every env's
             current frame, a tuple of ``u8[H, W, 3]`` (`jaxwarp.render`,
             drawn in one jitted call; ``render_size`` pixels square).
+        final_obs: report ``infos["final_obs"]`` (None: wherever the env
+            can, see `jaxwarp.adapters._batched.supports_final_obs`; True:
+            ValueError where it cannot; False: never).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.SAME_STEP,
                                           "render_modes": ["rgb_array"], "final_obs": False}
 
     def __init__(self, env: Any, num_envs: int, *, copy: bool = True,
-                 render_mode: str | None = None, render_size: int = 128):
+                 render_mode: str | None = None, render_size: int = 128,
+                 final_obs: bool | None = None):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array'; got {render_mode!r}")
+        if final_obs not in (None, True, False):
+            raise TypeError(f"final_obs must be None, True or False; got {final_obs!r}")
         self.env = env
-        self._batch = BatchedEnv(env, num_envs, squeeze_agent=True)
+        final_obs = supports_final_obs(env) if final_obs is None else final_obs
+        self._batch = BatchedEnv(env, num_envs, squeeze_agent=True, final_obs=final_obs)
         self.num_envs = self._batch.num_envs
         self.copy = bool(copy)
         self.single_observation_space, self.single_action_space = single_spaces(env)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.render_mode = render_mode
-        self.metadata = dict(type(self).metadata)
+        self.metadata = {**type(self).metadata, "final_obs": self._batch.final_obs}
         self._render = _renderer(env, render_size) if render_mode else None
 
     def _np(self, x: Any) -> np.ndarray:
@@ -140,6 +147,13 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
                 final["_episode_return"] = done.copy()
             infos["final_info"] = final
             infos["_final_info"] = done
+            if out.final_obs is not None:
+                rows = np.asarray(out.final_obs)
+                final_obs = np.full(self.num_envs, None, dtype=object)
+                for e in np.flatnonzero(done):
+                    final_obs[e] = rows[e].copy()
+                infos["final_obs"] = final_obs
+                infos["_final_obs"] = done.copy()
         return self._np(out.obs), self._np(out.reward), terminated, truncated, infos
 
     def render(self) -> tuple[np.ndarray, ...] | None:
@@ -168,9 +182,9 @@ def _renderer(env: Any, size: int):
 
 def make_vec(name: str, num_envs: int, backend: str = "auto", *, copy: bool = True,
              config: str | None = None, render_mode: str | None = None,
-             **params: Any) -> JaxwarpVectorEnv:
+             final_obs: bool | None = None, **params: Any) -> JaxwarpVectorEnv:
     """`JaxwarpVectorEnv` over ``jaxwarp.make(name, backend, config, **params)``."""
     import jaxwarp
 
     return JaxwarpVectorEnv(jaxwarp.make(name, backend=backend, config=config, **params),
-                            num_envs, copy=copy, render_mode=render_mode)
+                            num_envs, copy=copy, render_mode=render_mode, final_obs=final_obs)

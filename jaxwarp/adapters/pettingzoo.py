@@ -13,10 +13,13 @@ Agents are named by the env's ``agent_names`` when it has them, else
 terminated or truncated together and `agents` becomes empty until `reset`.
 
 Each step is one jitted call (`jaxwarp.adapters._batched`). The observations
-returned on the step that ends an episode are **not** the final
-observations: the kernels auto-reset inside the step, so they are the next
-episode's first observations (the pre-reset state is not available); the
-infos of that step carry ``episode_return`` per agent. See docs/adapters.md.
+returned on the step that ends an episode are the final observations (the
+step runs without auto-reset, `ContractEnv.step(autoreset=False)`, and again
+with it when the episode ended, so that `render` and the next `reset`
+continue as the direct API does), for every env that supports it
+(`jaxwarp.adapters._batched.supports_final_obs`; others return the next
+episode's first observations); the infos of that step carry
+``episode_return`` per agent. See docs/adapters.md.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from jaxwarp.adapters._batched import BatchedEnv
+from jaxwarp.adapters._batched import BatchedEnv, supports_final_obs
 
 
 def agent_names(env: Any) -> tuple[str, ...]:
@@ -67,7 +70,8 @@ class JaxwarpParallelEnv(ParallelEnv):
             raise ValueError(f"render_mode must be None or 'rgb_array'; got {render_mode!r}")
 
         self.env = env
-        self._batch = BatchedEnv(env, 1, squeeze_agent=False)
+        self._batch = BatchedEnv(env, 1, squeeze_agent=False,
+                                 final_obs=supports_final_obs(env))
         self.possible_agents = list(agent_names(env))
         self.agents: list[str] = []
         self.render_mode = render_mode
@@ -126,7 +130,8 @@ class JaxwarpParallelEnv(ParallelEnv):
             ret = np.asarray(out.final_return)[0]
             for i, name in enumerate(names):
                 infos[name]["episode_return"] = float(ret[i])
-        obs = self._obs_dict(out.obs)
+        ended = (term or trunc) and out.final_obs is not None
+        obs = self._obs_dict(out.final_obs if ended else out.obs)
         rewards = {name: float(reward[i]) for i, name in enumerate(names)}
         terminations = dict.fromkeys(names, term)
         truncations = dict.fromkeys(names, trunc)

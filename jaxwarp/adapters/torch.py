@@ -14,8 +14,9 @@ torch first). Each step is one jitted call; the state stays on the device
 (`jaxwarp.adapters._batched` has the key schedule and the layout).
 
 Autoreset happens inside `step` (Gymnasium's same-step mode): for a done env
-the returned obs is the next episode's first observation; the final
-observation is not available (see docs/adapters.md).
+the returned obs is the next episode's first observation; with
+``final_obs=True`` info also holds ``"final_obs"``, the observation each env
+ended in (see docs/adapters.md).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class TorchVectorEnv:
         env: a jaxwarp env (`jaxwarp.make(name, backend=...)`).
         num_envs: batch size.
         squeeze_agent: drop the agent axis of single-agent envs (default).
+        final_obs: also return ``info["final_obs"]`` (a tensor shaped as obs:
+            where terminated | truncated the observation the episode ended in,
+            elsewhere equal to obs); costs a second env step on steps where
+            an episode ends.
 
     Shapes (single-agent, squeezed): ``obs: f32[envs, obs_dim]``,
     ``reward: f32[envs]``, actions ``[envs]`` (one action head) or
@@ -56,9 +61,11 @@ class TorchVectorEnv:
     ``episode_return``).
     """
 
-    def __init__(self, env: Any, num_envs: int, squeeze_agent: bool = True):
+    def __init__(self, env: Any, num_envs: int, squeeze_agent: bool = True,
+                 final_obs: bool = False):
         self.env = env
-        self._batch = BatchedEnv(env, num_envs, squeeze_agent=squeeze_agent)
+        self._batch = BatchedEnv(env, num_envs, squeeze_agent=squeeze_agent,
+                                 final_obs=final_obs)
         self.num_envs = self._batch.num_envs
         self.action_shape = self._batch.action_shape
         self.obs_shape = self._batch.obs_shape
@@ -69,13 +76,13 @@ class TorchVectorEnv:
 
     @classmethod
     def make(cls, name: str, num_envs: int, backend: str = "auto", *,
-             squeeze_agent: bool = True, config: str | None = None,
+             squeeze_agent: bool = True, config: str | None = None, final_obs: bool = False,
              **params: Any) -> TorchVectorEnv:
         """`TorchVectorEnv` over ``jaxwarp.make(name, backend, config, **params)``."""
         import jaxwarp
 
         return cls(jaxwarp.make(name, backend=backend, config=config, **params), num_envs,
-                   squeeze_agent=squeeze_agent)
+                   squeeze_agent=squeeze_agent, final_obs=final_obs)
 
     def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
         """Resets every env; seed: int (new key) or None (continue). Returns (obs, {})."""
@@ -105,6 +112,8 @@ class TorchVectorEnv:
         out = self._batch.step(from_torch(actions))
         info = {} if out.final_return is None else {"episode_return":
                                                     to_torch(out.final_return)}
+        if out.final_obs is not None:
+            info["final_obs"] = to_torch(out.final_obs)
         return (to_torch(out.obs), to_torch(out.reward), to_torch(out.terminated),
                 to_torch(out.truncated), info)
 
