@@ -45,8 +45,11 @@
 // and the team pass of that phase; then where any agent reported terminated
 // or truncated, every agent's reset() with the step's key (fresh start;
 // state fields that reset() does not write keep their values); then the team
-// pass before observe, and observe. Before the first reset every state field
-// is zero. Per-env fields are written by agent 0 in reset() and step() (or
+// pass before observe, and observe. The pass before observe and observe()
+// only read the state (they write scratch and observations): the GPU kernel
+// copies the state out while they run. step(autoreset=False) in Python skips
+// the reset of finished envs (their observations are then the final ones).
+// Before the first reset every state field is zero. Per-env fields are written by agent 0 in reset() and step() (or
 // by the team leader in a team pass).
 //
 // On the GPU every agent is a thread (an env's agents share a block, with a
