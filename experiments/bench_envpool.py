@@ -6,7 +6,9 @@ in sync mode (``batch_size == num_envs``; its default thread count, one per
 core, and one thread); jaxwarp
 through `jaxwarp.adapters.gymnasium.JaxwarpVectorEnv` (backend cpu, one
 jitted call per step, copy=True: writable arrays like EnvPool's; and
-copy=False: read-only views). For context, the adapter's jitted step alone
+copy=False: read-only views; both report infos["final_obs"], which costs a
+second env step on steps where some env finished; and copy=True with
+final_obs=False). For context, the adapter's jitted step alone
 (device actions, no NumPy conversion, no host checks, one sync per run).
 Actions are uniform random, drawn before timing and cycled. 50 warm-up steps
 (jaxwarp's compile time reported apart); each figure is the median of 5
@@ -100,8 +102,10 @@ def make_envpool(env_id: str, n: int, threads: int):
     return env.step, None, meta, env.close
 
 
-def make_jaxwarp_gym(name: str, n: int, copy: bool, first_actions: np.ndarray):
-    envs = JaxwarpVectorEnv(jaxwarp.make(name, backend="cpu"), n, copy=copy)
+def make_jaxwarp_gym(name: str, n: int, copy: bool, first_actions: np.ndarray,
+                     final_obs: bool = True):
+    envs = JaxwarpVectorEnv(jaxwarp.make(name, backend="cpu"), n, copy=copy,
+                            final_obs=final_obs)
     t = time.perf_counter()
     envs.reset(seed=0)
     envs.step(first_actions)
@@ -132,6 +136,8 @@ def bench_size(env_id: str, n: int, envpool_actions: list[np.ndarray],
             print(f"envpool not importable: {e}")
     impls["jaxwarp_gym"] = make_jaxwarp_gym(name_jw, n, True, jaxwarp_actions[0])
     impls["jaxwarp_gym_nocopy"] = make_jaxwarp_gym(name_jw, n, False, jaxwarp_actions[0])
+    impls["jaxwarp_gym_no_final_obs"] = make_jaxwarp_gym(name_jw, n, True, jaxwarp_actions[0],
+                                                         final_obs=False)
     impls["jaxwarp_jitted_step"] = make_jitted_step(name_jw, n)
     args = {}
     for name, (step, device, _, _) in impls.items():

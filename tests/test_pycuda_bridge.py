@@ -55,7 +55,7 @@ template <int W> void args() {
 }
 int main() {
 #define F(m) printf("call.%s %zu\n", #m, offsetof(jaxwarp::Call, m));
-  F(envs) F(per_member) F(keys) F(n) F(obs_dim) F(heads) F(actions) F(obs) F(reward)
+  F(envs) F(per_member) F(keys) F(n) F(obs_dim) F(heads) F(autoreset) F(actions) F(obs) F(reward)
   F(done) F(term) F(trunc) F(base) F(per_env) F(stride) F(offset)
   printf("call.size %zu\ncall.align %zu\nmax_fields %d\n", sizeof(jaxwarp::Call),
          alignof(jaxwarp::Call), jaxwarp::kMaxFields);
