@@ -141,6 +141,29 @@ ffi::Error decode_params(ffi::Span<const int32_t> words, typename E::Params* p) 
   return ffi::Error::Success();
 }
 
+// The observation buffer: f32 or bf16 (the env's obs_dtype).
+inline ffi::Error bind_obs(Call* c, const ffi::AnyBuffer& obs) {
+  if (obs.element_type() != ffi::DataType::F32 && obs.element_type() != ffi::DataType::BF16)
+    return ffi::Error::InvalidArgument("jaxwarp: observations must be f32 or bf16");
+  c->obs = static_cast<float*>(obs.untyped_data());
+  c->obs_bf16 = obs.element_type() == ffi::DataType::BF16;
+  return ffi::Error::Success();
+}
+
+#if defined(__CUDACC__)
+// bf16 observations leave the GPU through shared memory (rows) or element
+// by element; an env with observe() only, whose rows do not fit in shared
+// memory, writes f32 rows straight to the output and cannot round them.
+template <class E>
+ffi::Error check_obs_path(const Call& c, const Layout& l) {
+  if (c.obs_bf16 && use_rows<E>(l) && !l.obs_staged)
+    return ffi::Error::InvalidArgument(
+        "jaxwarp: obs_dtype='bfloat16' on the GPU needs the env's observation rows to fit in "
+        "shared memory, or an observe_element() in its header (use obs_dtype='float32')");
+  return ffi::Error::Success();
+}
+#endif
+
 template <class E>
 ffi::Error prepare(Call* c, ffi::Span<const int32_t> per_env, int32_t n, int32_t obs_dim,
                    int64_t obs_elems, int64_t key_words) {
@@ -227,11 +250,12 @@ ffi::Error reset(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32>
                             keys.element_count()); err.failure())
     return err;
   c.keys = keys.typed_data();
-  c.obs = static_cast<float*>((*obs)->untyped_data());
+  if (auto err = bind_obs(&c, **obs); err.failure()) return err;
   c.heads = 0;
 #if defined(__CUDACC__)
   const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>());
   if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
+  if (auto err = check_obs_path<E>(c, l); err.failure()) return err;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   // Before the first reset every state field is zero.
   for (int f = 0; f < E::kStateFields; ++f)
@@ -281,7 +305,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   c.heads = heads;
   c.autoreset = autoreset != 0;
   c.actions = actions.typed_data();
-  c.obs = static_cast<float*>((*obs)->untyped_data());
+  if (auto err = bind_obs(&c, **obs); err.failure()) return err;
   c.reward = static_cast<float*>((*reward)->untyped_data());
   c.done = static_cast<bool*>((*done)->untyped_data());
   c.term = static_cast<bool*>((*term)->untyped_data());
@@ -289,6 +313,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
 #if defined(__CUDACC__)
   const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>());
   if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
+  if (auto err = check_obs_path<E>(c, l); err.failure()) return err;
 #else
   if (auto err = bind_results<E>(&c, rets, true); err.failure()) return err;
 #endif

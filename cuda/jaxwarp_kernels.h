@@ -29,6 +29,7 @@
 #include <atomic>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "jaxwarp_env.h"
 #include "jaxwarp_team.h"
@@ -214,8 +215,9 @@ struct Call {
   int n, obs_dim, heads;
   int autoreset;           // step: 1 resets done envs (the default), 0 leaves them
                            // as they ended (observations of the final state)
+  int obs_bf16;            // 1: obs is bf16[envs, n, obs_dim] (rounded to nearest even)
   const int32_t* actions;  // [envs, n, heads] (step only)
-  float* obs;              // [envs, n, obs_dim]
+  float* obs;              // [envs, n, obs_dim] (bf16 bits where obs_bf16)
   float* reward;           // [envs, n]
   bool *done, *term, *trunc;  // [envs]
   int32_t* base[kMaxFields];  // field buffers (scratch: its buffer, or null when staged)
@@ -226,6 +228,12 @@ struct Call {
                                 // State pointer costs one add, also when the
                                 // compiler rematerializes it)
 };
+
+// Observation element idx of the call's output, in its dtype.
+JW_HD void put_obs(const Call& c, int64_t idx, float v) {
+  if (c.obs_bf16) reinterpret_cast<uint16_t*>(c.obs)[idx] = bf16_bits(v);
+  else c.obs[idx] = v;
+}
 
 JW_HD void member_of(const Call& c, int64_t e, uint32_t* k0, uint32_t* k1, uint32_t* env) {
   const int64_t m = c.per_member == c.envs ? 0 : e / c.per_member;
@@ -241,18 +249,28 @@ JW_HD void member_of(const Call& c, int64_t e, uint32_t* k0, uint32_t* k1, uint3
 template <class E>
 void observe_env(const typename E::Params& p, const typename E::State& s, const Call& c,
                  int64_t e, const Agent& proto, bool rows) {
-  float* obs = c.obs + e * c.n * c.obs_dim;
+  const int64_t at = e * c.n * c.obs_dim;
+  // bf16 output: rows go through a float buffer, rounded as they are copied.
+  thread_local std::vector<float> row;
+  if (c.obs_bf16 && row_observe<E>()) row.resize(c.obs_dim);
   for (int i = 0; i < c.n; ++i) {
     Agent a = proto;
     a.agent = i;
+    const int64_t first = at + static_cast<int64_t>(i) * c.obs_dim;
     if constexpr (element_observe<E>()) {
       if (!rows) {
-        for (int col = 0; col < c.obs_dim; ++col)
-          obs[i * c.obs_dim + col] = observe_element(p, s, a, col);
+        for (int col = 0; col < c.obs_dim; ++col) put_obs(c, first + col, observe_element(p, s, a, col));
         continue;
       }
     }
-    if constexpr (row_observe<E>()) observe(p, s, a, obs + i * c.obs_dim);
+    if constexpr (row_observe<E>()) {
+      if (!c.obs_bf16) {
+        observe(p, s, a, c.obs + first);
+        continue;
+      }
+      observe(p, s, a, row.data());
+      for (int col = 0; col < c.obs_dim; ++col) put_obs(c, first + col, row[col]);
+    }
   }
 }
 
@@ -374,6 +392,20 @@ __device__ inline typename E::State bind_env(const Call& c, const Layout& l, con
 #define JAXWARP_ELEMENT_COLUMNS 1
 #endif
 
+// Where a block stages observation rows bound for element `at` of the
+// output: f32 rows start `shift` words in, so that they line up with the
+// output for 16-byte stores (store_rows); bf16 rows at the start.
+__device__ inline float* obs_stage(const Call& c, const Layout& l, int32_t* smem, int64_t at) {
+  float* base = reinterpret_cast<float*>(smem + obs_stage_word(l));
+  if (c.obs_bf16) return base;
+  return base + static_cast<int>((reinterpret_cast<uintptr_t>(c.obs + at) >> 2) & 3);
+}
+
+// Copies `count` staged floats to the output from element `at` on, all
+// threads of the block: f32 through store_rows, bf16 rounded one by one.
+__device__ inline void store_obs_rows(const Call& c, int64_t at, const float* src,
+                                      int64_t count);
+
 // Copies the env's state fields (not scratch) from src to dst: global to
 // shared memory with asynchronous copies (Async: cp.async, every word in
 // flight at once and none through a register; the caller's __syncthreads()
@@ -418,6 +450,16 @@ __device__ inline void store_rows(float* dst, const float* src, int64_t count) {
   for (int64_t j = head + 4 * quads + threadIdx.x; j < count; j += blockDim.x) dst[j] = src[j];
 }
 
+__device__ inline void store_obs_rows(const Call& c, int64_t at, const float* src,
+                                      int64_t count) {
+  if (!c.obs_bf16) {
+    store_rows(c.obs + at, src, count);
+    return;
+  }
+  uint16_t* dst = reinterpret_cast<uint16_t*>(c.obs) + at;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) dst[j] = bf16_bits(src[j]);
+}
+
 template <class E, bool Staged>
 __device__ inline void observe_block(const typename E::Params& p, const typename E::State& s,
                                      const Call& c, const Layout& l, const Lane& w,
@@ -428,7 +470,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
       // Consecutive threads write consecutive floats of this env's [n, dim]
       // block: coalesced stores, no staging.
       if (!w.active) return;
-      float* obs = c.obs + w.e * n * dim;
+      const int64_t at = w.e * n * dim;
       Agent a = proto;
 #if JAXWARP_ELEMENT_COLUMNS
       if (dim <= l.tpe) {
@@ -441,7 +483,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
         const int col = w.lane % dim;
         for (int row = w.lane / dim; row < n; row += sweep) {
           a.agent = row;
-          obs[static_cast<int64_t>(row) * dim + col] = observe_element(p, s, a, col);
+          put_obs(c, at + static_cast<int64_t>(row) * dim + col, observe_element(p, s, a, col));
         }
         return;
       }
@@ -451,7 +493,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
       const int drow = l.tpe / dim, dcol = l.tpe % dim;
       for (int idx = w.lane; idx < total; idx += l.tpe) {
         a.agent = row;
-        obs[idx] = observe_element(p, s, a, col);
+        put_obs(c, at + idx, observe_element(p, s, a, col));
         row += drow;
         col += dcol;
         if (col >= dim) {
@@ -477,9 +519,8 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
     }
     const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
     if (l.epb > 1) {  // all of the block's rows in one pass
-      float* dst = c.obs + first * n * dim;
-      const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(dst) >> 2) & 3);
-      float* staged = reinterpret_cast<float*>(smem + obs_stage_word(l)) + shift;
+      const int64_t at = first * n * dim;
+      float* staged = obs_stage(c, l, smem, at);
       if (w.active)
         for (int i = w.lane; i < n; i += l.tpe) {
           Agent a = proto;
@@ -488,7 +529,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
         }
       __syncthreads();
       const int64_t rows = (c.envs - first < l.epb ? c.envs - first : l.epb) * n;
-      store_rows(dst, staged, rows * dim);
+      store_obs_rows(c, at, staged, rows * dim);
       return;
     }
     // One env per block: its rows in passes of R (any thread may write any
@@ -496,9 +537,8 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
     const int R = obs_rows_per_pass(l, dim);
     for (int r0 = 0; r0 < n; r0 += R) {
       const int rows = n - r0 < R ? n - r0 : R;
-      float* dst = c.obs + (first * n + r0) * dim;
-      const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(dst) >> 2) & 3);
-      float* staged = reinterpret_cast<float*>(smem + obs_stage_word(l)) + shift;
+      const int64_t at = (first * n + r0) * dim;
+      float* staged = obs_stage(c, l, smem, at);
       if (r0 > 0) __syncthreads();  // the last pass's rows are out
       if (w.active)
         for (int q = w.lane; q < rows; q += l.tpe) {
@@ -507,7 +547,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
           observe(p, s, a, staged + static_cast<int64_t>(q) * dim);
         }
       __syncthreads();
-      if (w.active) store_rows(dst, staged, static_cast<int64_t>(rows) * dim);
+      if (w.active) store_obs_rows(c, at, staged, static_cast<int64_t>(rows) * dim);
     }
   }
 }

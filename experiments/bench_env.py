@@ -40,7 +40,7 @@ GPU_CASES = [("warpdrive_default", 100, 200, {}), ("warpdrive_default", 1000, 20
 SMALL_CASES = [("warpdrive_default", 8, 20, {}), ("warpdrive_default", 32, 20, {})]
 
 
-def bytes_per_env_step(num_agents: int, obs_dim: int) -> int:
+def bytes_per_env_step(num_agents: int, obs_dim: int, obs_bytes: int = 4) -> int:
     """Fewest bytes one env-step must move through memory.
 
     Per agent: state read and written (x, y, speed, direction, acceleration,
@@ -48,7 +48,7 @@ def bytes_per_env_step(num_agents: int, obs_dim: int) -> int:
     observation written (obs_dim x 4 B), reward written (4 B). Per env:
     timestep and runners-left read and written (16 B), done written (1 B).
     """
-    return num_agents * (2 * 7 * 4 + 2 * 4 + obs_dim * 4 + 4) + 17
+    return num_agents * (2 * 7 * 4 + 2 * 4 + obs_dim * obs_bytes + 4) + 17
 
 
 def measure_bandwidth(device: jax.Device, nbytes: int = 1 << 30) -> float:
@@ -74,8 +74,10 @@ COMMAND_BUFFER_OPTIONS = {
 
 def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int,
               device: jax.Device, unroll: int = 1, command_buffer: bool = False,
-              protocol: bool = True, params: dict | None = None) -> dict:
-    env = jaxwarp.make("tag_continuous", backend=backend, config=config, **(params or {}))
+              protocol: bool = True, params: dict | None = None,
+              obs_dtype: str = "float32") -> dict:
+    env = jaxwarp.make("tag_continuous", backend=backend, config=config, obs_dtype=obs_dtype,
+                       **(params or {}))
     p = env.params
     n = env.num_agents
     nvec = env.action_space.nvec
@@ -118,7 +120,9 @@ def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int
                 obs_dim=p.obs_dim, steps_per_call=steps, repeats=repeats,
                 seconds_per_call=sec, env_steps_per_s=env_steps,
                 agent_steps_per_s=env_steps * n, compile_s=compile_s,
-                bytes_per_env_step=bytes_per_env_step(n, p.obs_dim))
+                obs_dtype=obs_dtype,
+                bytes_per_env_step=bytes_per_env_step(n, p.obs_dim,
+                                                      jnp.dtype(obs_dtype).itemsize))
 
 
 def main() -> None:
@@ -131,6 +135,10 @@ def main() -> None:
     ap.add_argument("--hashed", action="store_true",
                     help="actions hashed from the step index (the kernel alone), not read "
                          "from the observations")
+    ap.add_argument("--obs-dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="the env's obs_dtype (bfloat16: half the observation bytes)")
+    ap.add_argument("--configs", default=None,
+                    help="comma-separated config names: only these cases")
     ap.add_argument("--variants", action="store_true",
                     help="also time warpdrive_default at 2000 envs with the scan unrolled "
                          "8x and with whole-loop CUDA-graph capture")
@@ -140,6 +148,8 @@ def main() -> None:
     backends = args.backends.split(",") if args.backends else (
         ["cuda", "jax"] if gpu else ["cpu", "jax"])
     cases = SMALL_CASES if args.small else GPU_CASES
+    if args.configs:
+        cases = [c for c in cases if c[0] in args.configs.split(",")]
     device = jax.devices("gpu")[0] if gpu else jax.devices("cpu")[0]
     bandwidth = measure_bandwidth(device, (1 << 30) if gpu else (1 << 26))
     print(f"device: {device.device_kind}; measured copy bandwidth {bandwidth / 1e9:.0f} GB/s")
@@ -150,7 +160,8 @@ def main() -> None:
             dev = jax.devices("cpu")[0] if backend == "cpu" else device
             try:
                 r = bench_one(config, backend, num_envs, steps, args.repeats, dev,
-                              protocol=not args.hashed, params=params)
+                              protocol=not args.hashed, params=params,
+                              obs_dtype=args.obs_dtype)
             except Exception as exc:  # the pure-JAX twin's N x N arrays at 10,000 agents
                 results.append(dict(config=config, backend=backend, num_envs=num_envs,
                                     params=params, error=repr(exc)[:300]))

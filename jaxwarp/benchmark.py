@@ -33,7 +33,7 @@ def observation_signature(obs: jax.Array) -> jax.Array:
     """u32[envs, agents]: the bits of each agent's observation row sum (every
     element of ``obs``, f32[envs, agents, obs_dim] or f32[envs, obs_dim] for
     one agent, is read)."""
-    rows = obs.sum(axis=-1).astype(jnp.float32)
+    rows = obs.astype(jnp.float32).sum(axis=-1)  # bf16 obs: summed in f32
     if rows.ndim == 1:
         rows = rows[:, None]
     return jax.lax.bitcast_convert_type(rows, jnp.uint32)

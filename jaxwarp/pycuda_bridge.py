@@ -97,18 +97,20 @@ MAX_FIELDS = 64  # jaxwarp::kMaxFields
 CALL_DTYPE = np.dtype([
     ("envs", "<i8"), ("per_member", "<i8"), ("keys", "<u8"),
     ("n", "<i4"), ("obs_dim", "<i4"), ("heads", "<i4"), ("autoreset", "<i4"),
+    ("obs_bf16", "<i4"),                                         # then 4 bytes padding
     ("actions", "<u8"), ("obs", "<u8"), ("reward", "<u8"),
     ("done", "<u8"), ("term", "<u8"), ("trunc", "<u8"),
     ("base", "<u8", (MAX_FIELDS,)), ("per_env", "<i4", (MAX_FIELDS,)),
     ("stride", "<i4", (MAX_FIELDS,)), ("offset", "<i4", (MAX_FIELDS,)),
 ], align=True)
-# By hand: envs, per_member, keys 3 * 8 = 24; n, obs_dim, heads, autoreset
-# 16 = 40; six pointers 48 -> base at 88; base 64 * 8 = 512
-# -> per_env at 600; per_env 256 -> stride at 856; stride 256 -> offset at
-# 1112; offset 256 -> 1368 (a multiple of the alignment, 8: no tail padding).
-assert CALL_DTYPE.itemsize == 1368 and CALL_DTYPE.alignment == 8
-assert CALL_DTYPE.fields["actions"][1] == 40 and CALL_DTYPE.fields["base"][1] == 88
-assert CALL_DTYPE.fields["per_env"][1] == 600 and CALL_DTYPE.fields["stride"][1] == 856
+# By hand: envs, per_member, keys 3 * 8 = 24; n, obs_dim, heads, autoreset,
+# obs_bf16 20 + 4 padding (actions is 8-aligned) = 48; six pointers 48 -> base
+# at 96; base 64 * 8 = 512 -> per_env at 608; per_env 256 -> stride at 864;
+# stride 256 -> offset at 1120; offset 256 -> 1376 (a multiple of the
+# alignment, 8: no tail padding).
+assert CALL_DTYPE.itemsize == 1376 and CALL_DTYPE.alignment == 8
+assert CALL_DTYPE.fields["actions"][1] == 48 and CALL_DTYPE.fields["base"][1] == 96
+assert CALL_DTYPE.fields["per_env"][1] == 608 and CALL_DTYPE.fields["stride"][1] == 864
 
 # jaxwarp::Layout: seven int32 (authoring._Layout is the same struct in ctypes).
 LAYOUT_DTYPE = np.dtype([(name, "<i4") for name in

@@ -52,7 +52,7 @@ def registered_envs() -> tuple[str, ...]:
 
 
 def make(name: str, backend: str = "auto", config: str | None = None, checks: bool = False,
-         **params: Any):
+         obs_dtype: Any = "float32", **params: Any):
     """Builds an environment.
 
     Args:
@@ -61,6 +61,8 @@ def make(name: str, backend: str = "auto", config: str | None = None, checks: bo
         config: optional named configuration (e.g. "warpdrive_default", "large");
             `params` override its values.
         checks: report out-of-range actions through `jax.experimental.checkify`.
+        obs_dtype: "float32" or "bfloat16" (observations rounded to bf16 as
+            they are written: half the bytes, for bf16 policies).
         **params: fields of the env's params dataclass.
     """
     if name not in _REGISTRY:
@@ -80,4 +82,4 @@ def make(name: str, backend: str = "auto", config: str | None = None, checks: bo
                         f"{sorted(known)}")
     p = params_cls(**values)
     check_params(p, name)  # types and finiteness of every field, for every env
-    return env_cls(p, backend=backend, checks=checks)
+    return env_cls(p, backend=backend, checks=checks, obs_dtype=obs_dtype)

@@ -633,3 +633,39 @@ def test_autoreset_must_be_a_bool(backend):
     with _device(backend), pytest.raises(TypeError, match=r"autoreset must be a Python bool"):
         env.step(jax.random.key(0), state, _actions(env, jax.random.key(1), 2),
                  autoreset=jnp.bool_(False))
+
+
+# ---------------------------------------------------------------------------
+# obs_dtype="bfloat16": the float32 observations, rounded.
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ENVS)
+def test_bfloat16_observations_are_the_float32_ones_rounded(name, backend):
+    """Reset, steps and a step with resets (envs 0 and 1 truncated): obs
+    bf16[...] equal to the float32 env's obs rounded to nearest even (XLA's
+    convert), bit for bit; everything else identical."""
+    env32, state = _near_the_end(name, backend)
+    env16 = jaxwarp.make(name, backend=backend, obs_dtype="bfloat16", **_params(name))
+    assert env16.obs_dtype == jnp.bfloat16
+    num_envs = state.timestep.shape[0]
+    with _device(backend):
+        o32, s32 = jax.jit(env32.reset, static_argnums=1)(jax.random.key(7), num_envs)
+        o16, s16 = jax.jit(env16.reset, static_argnums=1)(jax.random.key(7), num_envs)
+        assert o16.dtype == jnp.bfloat16 and o16.shape == o32.shape
+        np.testing.assert_array_equal(np.asarray(o16), np.asarray(o32.astype(jnp.bfloat16)))
+        _assert_trees_equal(s16, s32, "reset state")
+        for i, k in enumerate(jax.random.split(jax.random.key(8), 3)):
+            start = state if i == 0 else s32  # first: envs 0 and 1 finish and reset
+            a = _actions(env32, k, num_envs)
+            out32 = jax.jit(env32.step)(k, start, a)
+            out16 = jax.jit(env16.step)(k, start, a)
+            np.testing.assert_array_equal(np.asarray(out16[0]),
+                                          np.asarray(out32[0].astype(jnp.bfloat16)))
+            _assert_trees_equal(out16[1:], out32[1:], f"step {i}")
+            s32 = out32[1]
+
+
+@pytest.mark.parametrize("bad", ["float16", "int32", "f32x", None])
+def test_bad_obs_dtype(bad):
+    with pytest.raises(ValueError, match=r"obs_dtype must be 'float32' or 'bfloat16'; got"):
+        jaxwarp.make("cartpole", backend="jax", obs_dtype=bad)

@@ -55,7 +55,7 @@ template <int W> void args() {
 }
 int main() {
 #define F(m) printf("call.%s %zu\n", #m, offsetof(jaxwarp::Call, m));
-  F(envs) F(per_member) F(keys) F(n) F(obs_dim) F(heads) F(autoreset) F(actions) F(obs) F(reward)
+  F(envs) F(per_member) F(keys) F(n) F(obs_dim) F(heads) F(autoreset) F(obs_bf16) F(actions) F(obs) F(reward)
   F(done) F(term) F(trunc) F(base) F(per_env) F(stride) F(offset)
   printf("call.size %zu\ncall.align %zu\nmax_fields %d\n", sizeof(jaxwarp::Call),
          alignof(jaxwarp::Call), jaxwarp::kMaxFields);
@@ -85,7 +85,7 @@ def test_kernel_argument_structs_match_the_cpp_layout(tmp_path):
     cpp = {line.split()[0]: [int(v) for v in line.split()[1:]] for line in out.splitlines()}
 
     assert cpp["max_fields"] == [pb.MAX_FIELDS]
-    assert cpp["call.size"] == [pb.CALL_DTYPE.itemsize] == [1368]
+    assert cpp["call.size"] == [pb.CALL_DTYPE.itemsize] == [1376]
     assert cpp["call.align"] == [pb.CALL_DTYPE.alignment]
     assert cpp["layout.size"] == [pb.LAYOUT_DTYPE.itemsize] == [28]
     for prefix, dtype in (("call.", pb.CALL_DTYPE), ("layout.", pb.LAYOUT_DTYPE)):

@@ -625,9 +625,9 @@ class TagContinuous(ContractEnv):
     """
 
     def __init__(self, params: TagContinuousParams | None = None, backend: str = "auto",
-                 checks: bool = False):
+                 checks: bool = False, obs_dtype: Any = "float32"):
         super().__init__(SPEC, params=params or TagContinuousParams(), backend=backend,
-                         checks=checks)
+                         checks=checks, obs_dtype=obs_dtype)
 
     @property
     def agent_types(self) -> np.ndarray:
