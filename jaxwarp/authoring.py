@@ -888,7 +888,7 @@ class ContractEnv:
                                f"{self.name}: state.{f.name} holds NaN or inf")
 
     def step(self, key: jax.Array, state: Any, actions: jax.Array, *, env_offset: Any = 0,
-             autoreset: bool = True):
+             autoreset: bool = True, in_place: bool = True):
         """One step of every env with auto-reset; see the class docstring.
 
         autoreset=False leaves the envs that finish as they ended: obs are
@@ -896,9 +896,15 @@ class ContractEnv:
         before those envs are reset (`step` with autoreset=True from the same
         key and state gives the reset ones; jaxwarp.adapters use the pair for
         Gymnasium's final observation).
+
+        in_place=False: the kernels write the new state to buffers of their
+        own and leave the input state's untouched (the default updates it in
+        place where XLA can, donating it); for callers that step twice from
+        one state, which otherwise make XLA copy it first.
         """
-        if not isinstance(autoreset, (bool, np.bool_)):
-            raise TypeError(f"autoreset must be a Python bool; got {type(autoreset).__name__}")
+        for name, flag in (("autoreset", autoreset), ("in_place", in_place)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise TypeError(f"{name} must be a Python bool; got {type(flag).__name__}")
         num_envs = self.check_state(state)
         actions = self.check_actions(actions, num_envs)
         if self.checks:
@@ -933,7 +939,8 @@ class ContractEnv:
                    jax.ShapeDtypeStruct((num_envs, n), jnp.float32)]
                 + [jax.ShapeDtypeStruct((num_envs,), jnp.bool_)] * 3,
                 vmap_method="broadcast_all",
-                input_output_aliases={2 + i: i for i in range(k)},
+                # in_place=False: outputs of their own (the handler copies the state).
+                input_output_aliases={2 + i: i for i in range(k)} if in_place else {},
             )(keys, actions, *fields, jw_heads=np.int32(heads),
               jw_autoreset=np.int32(bool(autoreset)), **self._attrs)
             state = self.spec.state_type(*outs[:k])
