@@ -628,11 +628,27 @@ def test_backends_agree_on_final_observations(name, backends):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_autoreset_must_be_a_bool(backend):
+def test_autoreset_and_in_place_must_be_bools(backend):
     env, state = _near_the_end("cartpole", backend, num_envs=2)
-    with _device(backend), pytest.raises(TypeError, match=r"autoreset must be a Python bool"):
-        env.step(jax.random.key(0), state, _actions(env, jax.random.key(1), 2),
-                 autoreset=jnp.bool_(False))
+    a = _actions(env, jax.random.key(1), 2)
+    with _device(backend):
+        for name in ("autoreset", "in_place"):
+            with pytest.raises(TypeError, match=rf"{name} must be a Python bool"):
+                env.step(jax.random.key(0), state, a, **{name: jnp.bool_(False)})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ENVS)
+def test_step_not_in_place_gives_the_same_outputs(name, backend):
+    """in_place=False (outputs of their own, the input state untouched) steps
+    exactly as the default, inside jit with the state donated or not."""
+    env, state = _near_the_end(name, backend)
+    key, a = jax.random.key(9), _actions(env, jax.random.key(10), state.timestep.shape[0])
+    with _device(backend):
+        before = jax.device_get(state)
+        out = jax.jit(functools.partial(env.step, in_place=False))(key, state, a)
+        _assert_trees_equal(jax.device_get(state), before, "input state")
+        _assert_trees_equal(out, jax.jit(env.step)(key, state, a), "in_place=False vs default")
 
 
 # ---------------------------------------------------------------------------
