@@ -56,8 +56,6 @@ JW_HD U32x2 threefry2x32(uint32_t k0, uint32_t k1, uint32_t x0, uint32_t x1) {
   return {x0, x1};
 }
 
-// Uniform float in [0, 1) from the top 24 bits: exact in float32 on every
-// backend (integer -> float conversion of a 24-bit value, times 2^-24).
 // The bits of float32 v rounded to bfloat16, to nearest even, NaN kept a
 // (quiet) NaN: what XLA's f32 -> bf16 convert gives (obs_dtype="bfloat16").
 JW_HD uint16_t bf16_bits(float v) {
@@ -72,6 +70,8 @@ JW_HD uint16_t bf16_bits(float v) {
   return static_cast<uint16_t>(b >> 16);
 }
 
+// Uniform float in [0, 1) from the top 24 bits: exact in float32 on every
+// backend (integer -> float conversion of a 24-bit value, times 2^-24).
 JW_HD float uniform01(uint32_t bits) {
   return static_cast<float>(bits >> 8) * 5.9604644775390625e-08f;
 }

@@ -49,8 +49,9 @@
 // only read the state (they write scratch and observations): the GPU kernel
 // copies the state out while they run. step(autoreset=False) in Python skips
 // the reset of finished envs (their observations are then the final ones).
-// Before the first reset every state field is zero. Per-env fields are written by agent 0 in reset() and step() (or
-// by the team leader in a team pass).
+// Before the first reset every state field is zero. Per-env fields are
+// written by agent 0 in reset() and step() (or by the team leader in a team
+// pass).
 //
 // On the GPU every agent is a thread (an env's agents share a block, with a
 // barrier between passes), so within one pass (reset(), one phase of step(),

@@ -38,10 +38,9 @@ VARIANT_SETS = {
         "no column-stationary elements": "-DJAXWARP_ELEMENT_COLUMNS=0",
         "no early copy-out": "-DJAXWARP_EARLY_COPY_OUT=0",
         "no warp scan in the grid build": "-DJAXWARP_WARP_SCAN=0",
-        "Tag: team passes after phases 1 and 2": "-DJAXWARP_TAG_FUSED_PASSES=0",
         "up to 1024 threads per env": "-DJAXWARP_MAX_THREADS=1024",
         "none of these": "-DJAXWARP_ELEMENT_COLUMNS=0 -DJAXWARP_EARLY_COPY_OUT=0 "
-                         "-DJAXWARP_WARP_SCAN=0 -DJAXWARP_TAG_FUSED_PASSES=0",
+                         "-DJAXWARP_WARP_SCAN=0",
     },
 }
 

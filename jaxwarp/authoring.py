@@ -917,7 +917,7 @@ class ContractEnv:
             if autoreset:
                 out = self.spec.reference_step(self.params, keys[:2], plain, actions)
             else:
-                if "autoreset" not in inspect.signature(self.spec.reference_step).parameters:
+                if not reference_takes_autoreset(self.spec):
                     raise ValueError(
                         f"{self.name}: step(autoreset=False) on the 'jax' backend needs the "
                         "spec's reference_step to take autoreset= (see jaxwarp.core."
@@ -953,6 +953,12 @@ class ContractEnv:
 
     def __repr__(self) -> str:
         return f"ContractEnv({self.name!r}, backend={self.backend!r}, params={self.params})"
+
+
+def reference_takes_autoreset(spec: EnvSpec) -> bool:
+    """Whether the spec's pure-JAX reference_step takes ``autoreset=`` (what
+    step(autoreset=False) needs on the 'jax' backend)."""
+    return "autoreset" in inspect.signature(spec.reference_step).parameters
 
 
 def _obs_dtype(obs_dtype: Any) -> np.dtype:

@@ -5,12 +5,13 @@
 // whose pure-JAX reference is written operation for operation alike, so that
 // the two agree bit for bit.
 //
-// Step phases (a barrier after each; team passes after phases 1 and 2):
-//   0  move (taggers also clear their tag counters);
-//   1  each runner in the game finds its nearest tagger (tagged[i]);
-//      team pass: count tags per tagger, runners that leave the game;
-//   2  rewards, returns, next still_in_game, done;
-//      team pass: the leader advances the step counter.
+// Step phases (a barrier after each, no team passes between them):
+//   0  move (taggers also clear their tag counters; agent 0 advances the
+//      step counter);
+//   1  each runner in the game finds its nearest tagger (tagged_by[i]) and
+//      counts itself in that tagger's tags and, leaving the game, in the
+//      runners left (integer atomics);
+//   2  rewards, returns, next still_in_game, done.
 // Observations show the game after the move and before this step's tags
 // (scratch `seen`: still_in_game before tagging, 1 after a reset).
 // Before observe(), a team pass finds every agent's k nearest visible others
@@ -20,15 +21,10 @@
 #pragma once
 
 constexpr int kStepPhases = 3;
-#ifndef JAXWARP_TAG_FUSED_PASSES
-#define JAXWARP_TAG_FUSED_PASSES 1
-#endif
-#if JAXWARP_TAG_FUSED_PASSES
 // The team pass runs only before observe(): phase 1 counts tags with
 // atomics itself and agent 0 advances the step counter in phase 0, which
 // saves a pass over the agents and three barriers per step.
 constexpr unsigned kTeamPassPhases = 0;
-#endif
 constexpr int kFeatures = 7;          // per observed agent
 constexpr float kTwoPi = 6.28318548202514648f;  // float32(2 pi)
 
@@ -107,9 +103,7 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
     s.tagged_by[i] = -1;
     s.tags[i] = 0;
     s.seen[i] = still ? 1 : 0;  // observations use the game before this step's tags
-#if JAXWARP_TAG_FUSED_PASSES
     if (i == 0) s.timestep[0] += 1;  // read in phase 2 (no agent reads it in phases 0, 1)
-#endif
   } else if (phase == 1) {
     // Each runner still in the game finds its nearest tagger (ties: lower id).
     if (tagger || !s.still_in_game[i]) return;
@@ -126,19 +120,13 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
     }
     if (best_t >= 0 && best < p.tag_dist2) {
       s.tagged_by[i] = best_t;
-#if JAXWARP_TAG_FUSED_PASSES
       // Integer atomics: the same counts in any order.
       jaxwarp::atomic_add(&s.tags[best_t], 1);
       if (p.exit_after_tag) jaxwarp::atomic_add(&s.num_runners_left[0], -1);
-#endif
     }
   } else {
     // Rewards, returns, next still_in_game; every agent reports the end.
-#if JAXWARP_TAG_FUSED_PASSES
     const int32_t t = s.timestep[0];  // advanced in phase 0
-#else
-    const int32_t t = s.timestep[0] + 1;
-#endif
     const bool last_step = t == p.episode_length;
     const bool all_tagged = s.num_runners_left[0] == 0;
     const bool was_still = s.still_in_game[i] != 0;
@@ -160,17 +148,7 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
 }
 
 JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team, int phase) {
-  if (phase == 1 && !JAXWARP_TAG_FUSED_PASSES) {
-    // Tags per tagger and runners leaving the game: integer atomics, the same
-    // in any order (one pass, no block reduction and its barriers).
-    team.for_each([&](int i) {
-      if (s.tagged_by[i] < 0) return;
-      jaxwarp::atomic_add(&s.tags[s.tagged_by[i]], 1);
-      if (p.exit_after_tag) jaxwarp::atomic_add(&s.num_runners_left[0], -1);
-    });
-  } else if (phase == 2 && !JAXWARP_TAG_FUSED_PASSES) {
-    if (team.leader()) s.timestep[0] += 1;
-  } else if (phase == jaxwarp::kBeforeObserve && !p.full_obs) {
+  if (phase == jaxwarp::kBeforeObserve && !p.full_obs) {
     // The k nearest others still in the game, for every agent still in it.
     const int n = p.num_agents, k = p.k_observed;
     auto visible = [&](int j) { return s.seen[j] != 0; };

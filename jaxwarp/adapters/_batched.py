@@ -4,7 +4,7 @@ of the host-side adapters (Gymnasium, PettingZoo, PyTorch).
 `BatchedEnv` keeps the key and the env state on the env's device between
 calls; `reset` and `step` are each one jitted call (the key is split inside
 it, the state and key buffers are donated, so the kernels update them in
-place). What crosses to the caller is what it asked for: observations,
+place; with final observations only the key: two steps read the state). What crosses to the caller is what it asked for: observations,
 rewards, terminated/truncated flags, the final return of the envs whose
 episode ended and (``final_obs=True``) their final observations.
 
@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp.authoring import reference_takes_autoreset
 from jaxwarp.core import auto_reset
 
 
@@ -65,8 +66,8 @@ def supports_final_obs(env: Any) -> bool:
     if step is None or "autoreset" not in inspect.signature(step).parameters:
         return False
     if getattr(env, "backend", "jax") == "jax":
-        ref = getattr(getattr(env, "spec", None), "reference_step", None)
-        return ref is not None and "autoreset" in inspect.signature(ref).parameters
+        spec = getattr(env, "spec", None)
+        return spec is not None and reference_takes_autoreset(spec)
     return True
 
 
@@ -270,7 +271,8 @@ def _step_impl(env: Any, num_envs: int, squeezed: bool, final_obs: bool, key: ja
 
 @functools.lru_cache(maxsize=64)
 def _compiled(env: Any, num_envs: int, squeezed: bool, checks: bool, final_obs: bool = False):
-    """(reset, masked reset, step): jitted, key and state donated; with
+    """(reset, masked reset, step): jitted, key and state donated (step with
+    final_obs: the key only); with
     checks=True the env reports out-of-range actions through checkify and
     the call raises on the host."""
     def make(fn: Any, donate: tuple[int, ...]) -> Any:
