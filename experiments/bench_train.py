@@ -22,13 +22,50 @@ import statistics
 import time
 from pathlib import Path
 
+from typing import Any
+
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 import jaxwarp
-from jaxwarp.train import build_trainer, load_config
+from jaxwarp.benchmark import matmul_flops, model_flops_utilization
+from jaxwarp.train import build_trainer, load_config, register_model
+
+class DenseActorCritic(nn.Module):
+    """MLPActorCritic as written before its fused matmuls: plain nn.Dense
+    layers, XLA's own gradient (model ``mlp_dense`` in the cases below)."""
+
+    nvec: tuple
+    hidden: tuple
+    shared: bool
+    dtype: Any
+
+    @nn.compact
+    def __call__(self, obs):
+        init = nn.initializers.orthogonal(np.sqrt(2))
+
+        def torso(x):
+            for w in self.hidden:
+                x = nn.relu(nn.Dense(w, kernel_init=init, dtype=self.dtype)(x))
+            return x
+        a = torso(obs)
+        v = a if self.shared else torso(obs)
+        logits = nn.Dense(int(sum(self.nvec)), dtype=self.dtype,
+                          kernel_init=nn.initializers.orthogonal(0.01))(a)
+        value = nn.Dense(1, dtype=self.dtype, kernel_init=nn.initializers.orthogonal(1.0))(v)
+        return logits.astype(jnp.float32), value[..., 0].astype(jnp.float32)
+
+
+register_model("mlp_dense", lambda nvec, p: DenseActorCritic(
+    tuple(int(n) for n in nvec), tuple(p.hidden_sizes), p.shared_torso, jnp.dtype(p.dtype)))
 
 # (shipped config, overrides, updates per timed call)
 BF16 = ["policies.tagger.dtype=bfloat16", "policies.runner.dtype=bfloat16"]
+OBS16 = ["obs_dtype=bfloat16"]
+SHARED = ["policies.tagger.shared_torso=true", "policies.runner.shared_torso=true"]
+DENSE = ["policies.tagger.model=mlp_dense", "policies.runner.model=mlp_dense"]
 AT_2000 = ["num_envs=2000", "num_steps=50", "num_minibatches=10"]  # gradients over 10 env chunks
 GPU_CASES = [
     # 0-1: WarpDrive's training configuration: 100 envs x 110 agents, A2C, shared fc 256-256,
@@ -43,6 +80,15 @@ GPU_CASES = [
     ("tag_warpdrive_default", AT_2000 + ["policies.runner.train=false"], 3),
     # 6: PPO, 2 epochs x 4 minibatches, separate actor and critic.
     ("tag_2000_envs", [], 3),
+    # 7-10: observations written and stored in bfloat16 for the bf16 policies; PPO in bf16.
+    ("tag_warpdrive_default", AT_2000 + BF16 + OBS16, 3),
+    ("tag_2000_envs", BF16, 3),
+    ("tag_2000_envs", BF16 + OBS16, 3),
+    ("tag_2000_envs", BF16 + OBS16 + SHARED, 3),
+    # 11-12: the model written with plain nn.Dense layers (before fused matmuls and
+    # the row-blocked float32 weight gradient), for the side-by-side.
+    ("tag_warpdrive_default", AT_2000 + BF16 + DENSE, 3),
+    ("tag_2000_envs", DENSE, 3),
 ]
 SMALL_CASES = [
     ("tag_warpdrive_default", ["num_envs=8", "num_steps=20"], 2),
@@ -70,6 +116,11 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
         times.append(time.perf_counter() - t)
     sec = statistics.median(times)
     env = trainer.env
+    # Model FLOPs: the policy/value matmuls of one update (rollout forward
+    # passes, loss forward + backward), counted from the program's jaxpr.
+    flops = matmul_flops(lambda s: trainer.run(s, 1), state)
+    kind = jax.devices()[0].device_kind
+    mfu = model_flops_utilization(flops, sec / updates, kind)
 
     # Where the time goes: the same number of rollouts without the updates.
     def rollouts(s):
@@ -98,8 +149,15 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
         "env_steps_per_s": updates * batch / sec,
         "agent_steps_per_s": updates * batch * env.num_agents / sec,
         "times_s": times,
+        "matmul_flops_per_update": flops,
+        "matmul_tflops_per_s": sum(flops.values()) / (sec / updates) / 1e12,
+        "mfu": mfu,
         "tagger_loss_finite": bool(jax.numpy.isfinite(m["tagger/loss"]).all()),
     }
+
+
+def _percent(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 def main() -> None:
@@ -132,7 +190,8 @@ def main() -> None:
                   f"{backend:4s}: {r['env_steps_per_s']:12,.0f} env-steps/s "
                   f"({r['seconds_per_update'] * 1e3:8.1f} ms/update, rollout "
                   f"{r['rollout_seconds_per_update'] * 1e3:6.1f} ms, compile "
-                  f"{r['compile_s']:.1f} s)", flush=True)
+                  f"{r['compile_s']:.1f} s, matmuls {r['matmul_tflops_per_s']:.1f} TFLOP/s, "
+                  f"MFU {_percent(r['mfu'])})", flush=True)
         if len(row) == 2:
             a, b = backends
             print(f"{'':70s} {a}/{b} = {row[a] / row[b]:.2f}x", flush=True)

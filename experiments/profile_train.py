@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jax
 
+from jaxwarp.benchmark import matmul_flops, model_flops_utilization
 from jaxwarp.train import build_trainer, load_config
 
 
@@ -45,10 +46,14 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=2)
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--out", default="/tmp/jaxwarp_profile")
+    ap.add_argument("--hlo", default=None,
+                    help="also write the compiled program's optimised HLO here (fusion names)")
     args = ap.parse_args()
     trainer = build_trainer(load_config(args.config, args.overrides))
     state = jax.jit(trainer.init)(jax.random.PRNGKey(0))
     run = jax.jit(lambda s: trainer.run(s, args.updates), donate_argnums=0)
+    if args.hlo:
+        Path(args.hlo).write_text(run.lower(state).compile().as_text())
     state, m = run(state)
     jax.block_until_ready((state, m))
     out = Path(args.out)
@@ -58,6 +63,14 @@ def main() -> None:
     rows = summarise(out, args.top)
     all_ms = sum(ms for _, ms, _ in summarise(out, 10**9))
     print(f"device time {all_ms:.1f} ms for {args.updates} updates")
+    flops = matmul_flops(lambda s: trainer.run(s, 1), state)
+    sec = max(all_ms, 1e-9) / 1e3 / args.updates  # no GPU events on a CPU
+    mfu = model_flops_utilization(flops, sec,
+                                  jax.devices()[0].device_kind)
+    print(f"matmul FLOPs per update {sum(flops.values()) / 1e12:.2f} T "
+          f"({', '.join(sorted(flops))}); over the device time "
+          f"{sum(flops.values()) / sec / 1e12:.1f} TFLOP/s, "
+          f"MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'}")
     for name, ms, n in rows:
         print(f"{ms:9.2f} ms {100 * ms / all_ms:5.1f}% {n:6d}x  {name[:110]}")
 

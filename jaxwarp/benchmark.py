@@ -61,3 +61,91 @@ def protocol_actions(t: jax.Array, obs: jax.Array | None, nvec: Sequence[int],
         h = h ^ (sig[..., None] * np.uint32(362437))
     h = _mix(h)
     return (h % jnp.asarray(nvec)).astype(jnp.int32)
+
+
+# ------------------------------------------------------------ model FLOPs
+
+# Dense tensor-core peaks in TFLOP/s by device kind (jax's device_kind) and
+# matmul input dtype, from the vendor's datasheets (H100 SXM5: bf16 989.4,
+# tf32 494.7). float32 matmuls count at the TF32 peak because XLA:GPU runs
+# them as TF32 at jax's default precision.
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "NVIDIA H100 80GB HBM3": {"bfloat16": 989.4, "float16": 989.4, "float32": 494.7},
+    "NVIDIA H200": {"bfloat16": 989.4, "float16": 989.4, "float32": 494.7},
+}
+
+
+def _sub_jaxprs(value):
+    """The jaxprs held in one equation parameter (a jaxpr, a closed jaxpr or
+    a tuple/list of them)."""
+    from jax.extend import core as jcore
+    if isinstance(value, jcore.ClosedJaxpr):
+        return [value.jaxpr]
+    if isinstance(value, jcore.Jaxpr):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [j for v in value for j in _sub_jaxprs(v)]
+    return []
+
+
+def _jaxpr_matmul_flops(jaxpr) -> dict[str, float]:
+    out: dict[str, float] = {}
+
+    def add(d: dict[str, float], times: float = 1.0) -> None:
+        for k, v in d.items():
+            out[k] = out.get(k, 0.0) + times * v
+
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            lhs, rhs = (v.aval for v in eqn.invars)
+            (_, rc), (_, rb) = eqn.params["dimension_numbers"]
+            free = [d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb]
+            dtype = np.dtype(lhs.dtype).name if lhs.dtype == rhs.dtype else "mixed"
+            add({dtype: 2.0 * float(np.prod(lhs.shape)) * float(np.prod(free))})
+            continue
+        subs = [_jaxpr_matmul_flops(j) for v in eqn.params.values() for j in _sub_jaxprs(v)]
+        if not subs:
+            continue
+        if name == "cond":  # one branch runs: count the costliest
+            add(max(subs, key=lambda d: sum(d.values())))
+        elif name == "while":  # trip count unknown: the body once
+            add(subs[-1])
+        else:  # scan runs its body `length` times; pjit, remat, custom_vjp once
+            times = float(eqn.params.get("length", 1)) if name == "scan" else 1.0
+            for s in subs:
+                add(s, times)
+    return out
+
+
+def matmul_flops(fn, *args, **kwargs) -> dict[str, float]:
+    """FLOPs of every matrix product that ``fn(*args, **kwargs)`` computes,
+    by input dtype ("float32", "bfloat16", ...): 2 x M x N x K summed over
+    the dot_general equations of its jaxpr, scan bodies times their length
+    (a forward pass, its backward pass, any einsum). Counted from the program
+    as written once products whose results nothing reads are dropped (as XLA
+    drops them); a while loop's body counts once.
+    args may be arrays or jax.ShapeDtypeStruct."""
+    jaxpr = jax.make_jaxpr(fn)(*args, **kwargs).jaxpr
+    try:  # drop what no output reads (e.g. the gradient of the observations)
+        from jax._src.interpreters import partial_eval as pe
+        jaxpr, _ = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))
+    except (ImportError, AttributeError, TypeError):  # a jax without it: count all
+        pass
+    return _jaxpr_matmul_flops(jaxpr)
+
+
+def model_flops_utilization(flops: dict[str, float], seconds: float,
+                            device_kind: str) -> float | None:
+    """Fraction of the device's dense tensor-core peak: the time the matmuls
+    of `flops` (by dtype) would take at peak over `seconds`; None for a
+    device or dtype without a known peak."""
+    peaks = PEAK_TFLOPS.get(device_kind)
+    if peaks is None or seconds <= 0:
+        return None
+    need = 0.0
+    for dtype, f in flops.items():
+        if f and dtype not in peaks:
+            return None
+        need += f / (peaks.get(dtype, 1.0) * 1e12)
+    return need / seconds

@@ -50,6 +50,9 @@ class TrainConfig:
     backend: str = "auto"  # env backend: "auto" | "cuda" | "cpu" | "jax"
     # action sampler: "auto" (the kernel unless backend is "jax") | "cuda" | "cpu" | "jax"
     sampler: str = "auto"
+    # observations as the env writes them and the rollout stores them: "float32" |
+    # "bfloat16" (half the bytes; for bfloat16 policies, whose first matmul rounds them anyway)
+    obs_dtype: str = "float32"
     num_envs: int = 100  # env replicas stepped together
     num_steps: int = 100  # rollout length T per update (batch = num_envs * num_steps env-steps)
     total_env_steps: int = 10_000_000  # run length; updates = total_env_steps // batch
@@ -253,6 +256,7 @@ def validate(c: TrainConfig) -> None:
     need(c.algorithm in ALGORITHMS, "algorithm", f"one of {ALGORITHMS}")
     need(c.backend in ("auto", "cuda", "cpu", "jax"), "backend", "auto, cuda, cpu or jax")
     need(c.sampler in ("auto", "cuda", "cpu", "jax"), "sampler", "auto, cuda, cpu or jax")
+    need(c.obs_dtype in DTYPES, "obs_dtype", f"one of {DTYPES}")
     need(c.num_envs >= 1, "num_envs", "an integer >= 1")
     need(c.num_steps >= 1, "num_steps", "an integer >= 1")
     need(c.total_env_steps >= c.num_envs * c.num_steps, "total_env_steps",

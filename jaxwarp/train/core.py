@@ -48,7 +48,12 @@ def log_prob(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]) -> jax.
     total = 0.0
     for h, lg in enumerate(_heads(logits, nvec)):
         lp = jax.nn.log_softmax(lg, axis=-1)
-        total = total + jnp.take_along_axis(lp, actions[..., h:h + 1], axis=-1)[..., 0]
+        # A select against the action's one-hot mask, not take_along_axis:
+        # the same value (one term, the rest exact zeros), but its gradient is
+        # a select too, where take_along_axis's is a scatter-add (on the GPU
+        # a slow fusion over every [T, envs, agents, n] logit of the batch).
+        hit = jnp.arange(lg.shape[-1], dtype=actions.dtype) == actions[..., h:h + 1]
+        total = total + jnp.sum(jnp.where(hit, lp, 0.0), axis=-1)
     return total
 
 
@@ -121,8 +126,8 @@ class RunningStats:
                    jnp.asarray(1e-4, jnp.float32))
 
     def update(self, obs: jax.Array) -> RunningStats:
-        """Merges a batch obs: f32[..., obs_dim]."""
-        x = obs.reshape(-1, obs.shape[-1])
+        """Merges a batch obs: f32 or bf16[..., obs_dim]."""
+        x = obs.reshape(-1, obs.shape[-1]).astype(jnp.float32)  # bf16 obs: f32 moments
         n = jnp.asarray(x.shape[0], jnp.float32)
         b_mean, b_var = x.mean(0), x.var(0)
         total = self.count + n

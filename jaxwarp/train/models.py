@@ -9,6 +9,7 @@ that call signature can be passed to the trainer instead of a name.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +25,95 @@ _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 
+def _row_blocks(rows: int) -> int:
+    """How many row blocks a weight gradient is summed over: the largest
+    divisor of `rows` in [8, 128] that leaves blocks of at least 1024 rows
+    (1 when there is none)."""
+    for s in range(128, 7, -1):
+        if rows % s == 0 and rows // s >= 1024:
+            return s
+    return 1
+
+
+def _matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    return jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _linear(x: jax.Array, kernel: jax.Array, bias: jax.Array, fold: bool) -> jax.Array:
+    """x @ kernel + bias in x's dtype; gradients: `_linear_bwd`."""
+    return _linear_fwd(x, kernel, bias, fold)[0]
+
+
+def _linear_fwd(x, kernel, bias, fold):
+    w, b = kernel.astype(x.dtype), bias.astype(x.dtype)
+    if fold:
+        # The bias as one more input row against a column of ones: the matmul
+        # writes the pre-activation itself (XLA:GPU adds a bias in a separate
+        # pass over the [rows, width] output) and the bias gradient comes out
+        # of the weight-gradient matmul.
+        ones = jnp.ones(x.shape[:-1] + (1,), x.dtype)
+        y = _matmul(jnp.concatenate([x, ones], -1), jnp.concatenate([w, b[None]], 0))
+    else:
+        y = _matmul(x, w) + b
+    return y, (x, w)
+
+
+def _linear_bwd(fold, res, dy):
+    x, w = res
+    dx = jax.lax.dot_general(dy, w, (((dy.ndim - 1,), (1,)), ((), ())))
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
+    # Weight gradient = x^T dy, a contraction over every row of the batch
+    # (millions). As one matmul XLA:GPU splits that dimension itself and pads
+    # the rows to a multiple of its split first (a copy of both operands);
+    # split here into blocks that divide it, as a batched matmul accumulated
+    # in float32, and summed.
+    s = _row_blocks(x2.shape[0])
+    dw = jax.lax.dot_general(
+        x2.reshape(s, -1, x2.shape[-1]), dy2.reshape(s, -1, dy2.shape[-1]),
+        (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32).sum(0)
+    db = jnp.sum(dy2, axis=0, dtype=jnp.float32)
+    return dx, dw, db
+
+
+_linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+class DenseParams(nn.Module):
+    """The parameters of one ``nn.Dense`` layer (same names, shapes, float32,
+    initialisers), returned instead of applied, so that layers reading the
+    same input can run as one matmul (`fused_linear`)."""
+
+    features: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, in_features: int) -> tuple[jax.Array, jax.Array]:
+        return (self.param("kernel", self.kernel_init, (in_features, self.features),
+                           jnp.float32),
+                self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32))
+
+
+def fused_linear(x: jax.Array, layers: Sequence[tuple[jax.Array, jax.Array]],
+                 dtype: Any) -> list[jax.Array]:
+    """``[x @ kernel + bias for kernel, bias in layers]`` as one matmul of x
+    (f32 or bf16 [..., D]) with the layers' kernels side by side, in `dtype`.
+
+    Gradients (`_linear_bwd`): the weight and bias gradients accumulate in
+    float32 over row blocks that divide the batch (XLA:GPU would pad the
+    batch of rows to a multiple of its own split first: a copy of both
+    operands). Where the input is narrower than the output the bias is folded
+    into the matmul (no separate bias pass over the output).
+    """
+    kernel = jnp.concatenate([k for k, _ in layers], axis=1)
+    bias = jnp.concatenate([b for _, b in layers])
+    y = _linear(x.astype(dtype), kernel, bias, x.shape[-1] < kernel.shape[1])
+    bounds = np.cumsum([0] + [b.shape[0] for _, b in layers])
+    if len(layers) == 1:
+        return [y]
+    return [y[..., a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 class MLPActorCritic(nn.Module):
     """Actor and critic MLPs: separate (PureJaxRL/CleanRL layout) or one
     shared torso with a policy and a value head (WarpDrive's model; half the
@@ -31,7 +121,11 @@ class MLPActorCritic(nn.Module):
 
     Orthogonal initialisation; the policy head starts near uniform (gain
     0.01), the value head with gain 1. ``dtype=bfloat16`` runs the matmuls
-    in bfloat16 with float32 parameters; logits and value return as float32.
+    in bfloat16 with float32 parameters (their gradients accumulate in
+    float32); logits and value return as float32. The parameters are those
+    of ``nn.Dense`` layers named as nn.Dense names them (Dense_0.. for the
+    actor torso, then the critic torso, the policy head, the value head);
+    a shared torso's two heads run as one matmul (`fused_linear`).
     """
 
     action_dims: Sequence[int]  # nvec: choices per action head
@@ -43,19 +137,31 @@ class MLPActorCritic(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         act = _ACTIVATIONS[self.activation]
-        hidden_init = nn.initializers.orthogonal(np.sqrt(2))
+        hidden = nn.initializers.orthogonal(np.sqrt(2))
+        widths = list(self.hidden_sizes)
+        in_dims = [obs.shape[-1]] + widths[:-1]
+        last = widths[-1] if widths else obs.shape[-1]
+        names = iter(f"Dense_{i}" for i in range(2 * len(widths) + 2))
+        towers = 1 if self.shared_torso else 2
+        torsos = [[DenseParams(w, hidden, name=next(names))(d) for w, d in zip(widths, in_dims)]
+                  for _ in range(towers)]
+        policy = DenseParams(int(sum(self.action_dims)), nn.initializers.orthogonal(0.01),
+                             name=next(names))(last)
+        value = DenseParams(1, nn.initializers.orthogonal(1.0), name=next(names))(last)
 
-        def torso(x):
-            for width in self.hidden_sizes:
-                x = act(nn.Dense(width, kernel_init=hidden_init, dtype=self.dtype)(x))
-            return x
-
-        a = torso(obs)
-        v = a if self.shared_torso else torso(obs)
-        logits = nn.Dense(int(sum(self.action_dims)), dtype=self.dtype,
-                          kernel_init=nn.initializers.orthogonal(0.01))(a)
-        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), dtype=self.dtype)(v)
-        return logits.astype(jnp.float32), jnp.squeeze(value, -1).astype(jnp.float32)
+        # Two towers' first layers could share one matmul of the observations,
+        # but slicing its [rows, 2 x width] output in two costs XLA:GPU a copy
+        # of both halves (measured: more than the matmul saves); the heads of
+        # one torso share theirs (the value head alone is a 1-column matmul).
+        xs = [obs] * towers
+        for i in range(len(widths)):
+            xs = [act(fused_linear(x, [t[i]], self.dtype)[0]) for x, t in zip(xs, torsos)]
+        if towers == 1:
+            logits, v = fused_linear(xs[0], [policy, value], self.dtype)
+        else:
+            logits = fused_linear(xs[0], [policy], self.dtype)[0]
+            v = fused_linear(xs[1], [value], self.dtype)[0]
+        return logits.astype(jnp.float32), jnp.squeeze(v, -1).astype(jnp.float32)
 
 
 class UniformPolicy(nn.Module):

@@ -428,7 +428,8 @@ def _make_env(c: TrainConfig) -> Any:
             except RuntimeError as e:
                 raise ConfigError(f"{key}={choice}: {e}") from None
     try:
-        env = make_env(c.env, backend=c.backend, config=c.env_config, **dict(c.env_params))
+        env = make_env(c.env, backend=c.backend, config=c.env_config, obs_dtype=c.obs_dtype,
+                       **dict(c.env_params))
     except (TypeError, ValueError) as e:
         if isinstance(e, ConfigError):
             raise

@@ -1,0 +1,117 @@
+"""Does a speed option still learn as well? Learning curves of Tag's taggers
+for several variants of one config, at the same number of env-steps.
+
+Each variant (a name and its key=value overrides on top of the shared
+overrides) trains through `jaxwarp.train.runner.train_run` (the code behind
+``jaxwarp train``) for ``--env-steps``; a random-tagger baseline of the same
+config gives the reference level. Writes <out>/learn_compare.json (per
+variant: tags per episode and tagger return per update, the moving mean,
+throughput) and <out>/learn_compare.png (tags per episode vs env-steps).
+
+    python experiments/learn_compare.py --config tag_chase --env-steps 30000000 \
+        --variant f32 --variant bf16 policies.tagger.dtype=bfloat16 obs_dtype=bfloat16 \
+        --out experiments/results/learn_compare_h100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from jaxwarp.train import load_config
+from jaxwarp.train.runner import read_metrics, train_run
+
+
+def moving_mean(values: list[float], window: int) -> list[float]:
+    out = []
+    for i in range(len(values)):
+        part = [v for v in values[max(0, i + 1 - window):i + 1] if not math.isnan(v)]
+        out.append(float(np.mean(part)) if part else math.nan)
+    return out
+
+
+def plot(res: dict, path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, v in res["variants"].items():
+        ax.plot(np.asarray(v["env_steps"]) / 1e6, v["tags_per_episode_smoothed"],
+                label=f"{name} ({v['env_steps_per_s'] / 1e3:,.0f}K env-steps/s)")
+    ax.axhline(res["random_tags_per_episode"], color="gray", ls="--", label="random taggers")
+    ax.set_xlabel("env-steps (millions)")
+    ax.set_ylabel(f"tags per episode (moving mean, {res['window']} updates)")
+    ax.set_title(f"{res['config']} {' '.join(res['overrides'])}", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="for every variant")
+    ap.add_argument("--config", default="tag_chase")
+    ap.add_argument("--variant", nargs="+", action="append", required=True,
+                    metavar=("NAME", "KEY=VALUE"), help="a name and its overrides (repeatable)")
+    ap.add_argument("--env-steps", type=int, default=30_000_000)
+    ap.add_argument("--baseline-updates", type=int, default=20)
+    ap.add_argument("--out", default="experiments/results/learn_compare")
+    args = ap.parse_args()
+    out = Path(args.out)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+
+    config = load_config(args.config, args.overrides)
+    batch = config.num_envs * config.num_steps
+    base_cfg = load_config(args.config, [
+        *args.overrides, "policies.tagger.model=uniform", "policies.tagger.train=false",
+        f"total_env_steps={args.baseline_updates * batch}",
+        f"chunk_updates={args.baseline_updates}", f"checkpoint_every={args.baseline_updates}"])
+    train_run(base_cfg, out / "random", progress=False)
+    base = float(np.nanmean([r["tags_per_episode"] for r in read_metrics(out / "random")]))
+    print(f"random taggers: {base:.2f} tags per episode", flush=True)
+
+    updates = max(1, args.env_steps // batch)
+    chunk = min(config.chunk_updates, updates)
+    window = max(5, updates // 20)
+    res = {"config": args.config, "overrides": args.overrides, "env_steps": updates * batch,
+           "random_tags_per_episode": base, "window": window, "variants": {}}
+    for name, *extra in args.variant:
+        cfg = load_config(args.config, [*args.overrides, *extra,
+                                        f"total_env_steps={updates * batch}",
+                                        f"chunk_updates={chunk}",
+                                        f"checkpoint_every={updates // chunk * chunk}"])
+        run = train_run(cfg, out / name, progress=False)
+        rows = sorted(read_metrics(out / name), key=lambda r: r["update"])
+        tags = [float(r["tags_per_episode"]) for r in rows]
+        smooth = moving_mean(tags, window)
+        res["variants"][name] = {
+            "overrides": extra, "env_steps_per_s": run.summary["env_steps_per_s"],
+            "final_tags_per_episode": smooth[-1], "ratio_to_random": smooth[-1] / base,
+            "env_steps": [r["env_steps"] for r in rows], "tags_per_episode": tags,
+            "tags_per_episode_smoothed": smooth,
+            "tagger_episode_return": [float(r["tagger/episode_return"]) for r in rows]}
+        print(f"{name}: {smooth[-1]:.2f} tags per episode after {updates * batch:,} env-steps "
+              f"({smooth[-1] / base:.2f}x random, {run.summary['env_steps_per_s']:,.0f} "
+              f"env-steps/s)", flush=True)
+        (out / "learn_compare.json").write_text(json.dumps(
+            res, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v)
+            else v))
+    plot(res, out / "learn_compare.png")
+    for name in res["variants"]:
+        shutil.rmtree(out / name / "checkpoints", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
