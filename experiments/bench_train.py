@@ -64,7 +64,9 @@ register_model("mlp_dense", lambda nvec, p: DenseActorCritic(
 # (shipped config, overrides, updates per timed call)
 BF16 = ["policies.tagger.dtype=bfloat16", "policies.runner.dtype=bfloat16"]
 OBS16 = ["obs_dtype=bfloat16"]
-SHARED = ["policies.tagger.shared_torso=true", "policies.runner.shared_torso=true"]
+F32_SEPARATE = ["policies.tagger.shared_torso=false", "policies.runner.shared_torso=false",
+                "policies.tagger.dtype=float32", "policies.runner.dtype=float32",
+                "obs_dtype=float32"]
 DENSE = ["policies.tagger.model=mlp_dense", "policies.runner.model=mlp_dense"]
 AT_2000 = ["num_envs=2000", "num_steps=50", "num_minibatches=10"]  # gradients over 10 env chunks
 GPU_CASES = [
@@ -72,23 +74,21 @@ GPU_CASES = [
     # both policy groups trained.
     ("tag_warpdrive_default", [], 5),
     ("tag_warpdrive_default", BF16, 5),
-    # 2-4: the same at 2000 envs (50 steps per update).
+    # 2-4: the same at 2000 envs (50 steps per update); 4: observations in bfloat16 too.
     ("tag_warpdrive_default", AT_2000, 3),
     ("tag_warpdrive_default", AT_2000 + BF16, 3),
-    ("tag_warpdrive_default", AT_2000[:2] + ["num_minibatches=4"] + BF16, 3),
+    ("tag_warpdrive_default", AT_2000 + BF16 + OBS16, 3),
     # 5: runners act but are not trained, as in WarpDrive's shipped Tag config.
     ("tag_warpdrive_default", AT_2000 + ["policies.runner.train=false"], 3),
-    # 6: PPO, 2 epochs x 4 minibatches, separate actor and critic.
+    # 6: PPO, 2 epochs x 4 minibatches, shared torso, bf16 (the shipped config);
+    # 7: the same in float32 with separate actor and critic torsos.
     ("tag_2000_envs", [], 3),
-    # 7-10: observations written and stored in bfloat16 for the bf16 policies; PPO in bf16.
-    ("tag_warpdrive_default", AT_2000 + BF16 + OBS16, 3),
-    ("tag_2000_envs", BF16, 3),
-    ("tag_2000_envs", BF16 + OBS16, 3),
-    ("tag_2000_envs", BF16 + OBS16 + SHARED, 3),
-    # 11-12: the model written with plain nn.Dense layers (before fused matmuls and
-    # the row-blocked float32 weight gradient), for the side-by-side.
+    ("tag_2000_envs", F32_SEPARATE, 3),
+    # 8-9 (run them with --backends cuda): cases 3 and 7 with the model written with
+    # plain nn.Dense layers (before fused heads and the row-blocked float32 weight
+    # gradient), for the side-by-side.
     ("tag_warpdrive_default", AT_2000 + BF16 + DENSE, 3),
-    ("tag_2000_envs", DENSE, 3),
+    ("tag_2000_envs", F32_SEPARATE + DENSE, 3),
 ]
 SMALL_CASES = [
     ("tag_warpdrive_default", ["num_envs=8", "num_steps=20"], 2),

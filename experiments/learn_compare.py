@@ -4,7 +4,8 @@ for several variants of one config, at the same number of env-steps.
 Each variant (a name and its key=value overrides on top of the shared
 overrides) trains through `jaxwarp.train.runner.train_run` (the code behind
 ``jaxwarp train``) for ``--env-steps``; a random-tagger baseline of the same
-config gives the reference level. Writes <out>/learn_compare.json (per
+config gives the reference level (the runs themselves go to --work, by
+default a temporary folder). Writes <out>/learn_compare.json (per
 variant: tags per episode and tagger return per update, the moving mean,
 throughput) and <out>/learn_compare.png (tags per episode vs env-steps).
 
@@ -19,6 +20,7 @@ import argparse
 import json
 import math
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -66,11 +68,14 @@ def main() -> None:
     ap.add_argument("--env-steps", type=int, default=30_000_000)
     ap.add_argument("--baseline-updates", type=int, default=20)
     ap.add_argument("--out", default="experiments/results/learn_compare")
+    ap.add_argument("--work", default=None,
+                    help="folder for the runs themselves (default: a temporary one)")
     args = ap.parse_args()
     out = Path(args.out)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work or tempfile.mkdtemp(prefix="learn_compare_"))
+    if args.work and work.exists() and any(work.iterdir()):
+        ap.error(f"--work {work} is not empty")
 
     config = load_config(args.config, args.overrides)
     batch = config.num_envs * config.num_steps
@@ -78,8 +83,8 @@ def main() -> None:
         *args.overrides, "policies.tagger.model=uniform", "policies.tagger.train=false",
         f"total_env_steps={args.baseline_updates * batch}",
         f"chunk_updates={args.baseline_updates}", f"checkpoint_every={args.baseline_updates}"])
-    train_run(base_cfg, out / "random", progress=False)
-    base = float(np.nanmean([r["tags_per_episode"] for r in read_metrics(out / "random")]))
+    train_run(base_cfg, work / "random", progress=False)
+    base = float(np.nanmean([r["tags_per_episode"] for r in read_metrics(work / "random")]))
     print(f"random taggers: {base:.2f} tags per episode", flush=True)
 
     updates = max(1, args.env_steps // batch)
@@ -92,8 +97,8 @@ def main() -> None:
                                         f"total_env_steps={updates * batch}",
                                         f"chunk_updates={chunk}",
                                         f"checkpoint_every={updates // chunk * chunk}"])
-        run = train_run(cfg, out / name, progress=False)
-        rows = sorted(read_metrics(out / name), key=lambda r: r["update"])
+        run = train_run(cfg, work / name, progress=False)
+        rows = sorted(read_metrics(work / name), key=lambda r: r["update"])
         tags = [float(r["tags_per_episode"]) for r in rows]
         smooth = moving_mean(tags, window)
         res["variants"][name] = {
@@ -109,8 +114,8 @@ def main() -> None:
             res, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v)
             else v))
     plot(res, out / "learn_compare.png")
-    for name in res["variants"]:
-        shutil.rmtree(out / name / "checkpoints", ignore_errors=True)
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ def test_mlp_matches_plain_dense_layers(shared, hidden):
     # (fused matmuls, folded bias, row-blocked weight gradient) in float32;
     # in bfloat16 close to the float32 gradient.
     nvec = (4, 3)
-    obs = jax.random.normal(jax.random.PRNGKey(0), (3, 8, 1024 // 8 * 3, 6))  # 3072 rows x 3
+    obs = jax.random.normal(jax.random.PRNGKey(0), (16, 8, 24, 6))  # [T, envs, agents, D]
     model = MLPActorCritic(nvec, hidden, "relu", shared)
     ref = _DenseMLP(nvec, hidden, shared)
     params = model.init(jax.random.PRNGKey(1), obs[0, 0])
@@ -119,8 +119,8 @@ def test_mlp_matches_plain_dense_layers(shared, hidden):
     params = jax.tree.map(lambda x: x + 0.05, params)  # nonzero biases, non-tiny heads
 
     def loss(m):
-        def f(p):
-            logits, value = m.apply(p, obs)
+        def f(p, x=obs):
+            logits, value = m.apply(p, x)
             return jnp.sum(jnp.tanh(logits)) + jnp.sum(value ** 2) / obs.shape[0]
         return f
 
@@ -128,22 +128,22 @@ def test_mlp_matches_plain_dense_layers(shared, hidden):
         assert a.shape == b.shape and a.dtype == jnp.float32
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     g, g_ref = jax.grad(loss(model))(params), jax.grad(loss(ref))(params)
-    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
+    flat = jax.grad(loss(model))(params, obs.reshape(-1, obs.shape[-1]))  # one matmul, no blocks
+    for a, b, c in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref), jax.tree.leaves(flat)):
         assert a.dtype == jnp.float32
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4 * float(jnp.abs(b).max()))
+        np.testing.assert_allclose(c, b, rtol=2e-4, atol=2e-4 * float(jnp.abs(b).max()))
     g16 = jax.grad(loss(MLPActorCritic(nvec, hidden, "relu", shared, jnp.bfloat16)))(params)
     for a, b in zip(jax.tree.leaves(g16), jax.tree.leaves(g_ref)):
         assert a.dtype == jnp.float32
         assert float(jnp.abs(a - b).max()) <= 0.05 * float(jnp.abs(b).max()) + 1e-6
 
 
-def test_weight_gradient_row_blocks():
-    from jaxwarp.train.models import _row_blocks
-    assert _row_blocks(1_000_000) == 125  # 8,000 rows per block
-    assert _row_blocks(2_500_000) == 125
-    assert _row_blocks(1024 * 96) == 96
-    assert _row_blocks(1031) == 1  # a prime: one block
-    assert _row_blocks(4096) == 1  # blocks would be smaller than 1024 rows
+def test_weight_gradient_blocks_over_the_time_axis():
+    from jaxwarp.train.models import _blocked
+    assert _blocked(jnp.zeros((50, 4, 3, 2)))  # [T, envs, agents, D]: T blocks
+    assert not _blocked(jnp.zeros((2000, 3, 2)))  # [envs, agents, D]: one matmul
+    assert not _blocked(jnp.zeros((4, 3, 2))) and not _blocked(jnp.zeros((64, 2)))
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c"])

@@ -33,11 +33,22 @@ def gae(rewards: jax.Array, values: jax.Array, dones: jax.Array, last_value: jax
     return adv, adv + values
 
 
-def _heads(logits: jax.Array, nvec: Sequence[int]) -> list[jax.Array]:
-    bounds = [0]
-    for n in nvec:
-        bounds.append(bounds[-1] + int(n))
-    return [logits[..., a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+def _head_log_probs(logits: jax.Array, nvec: Sequence[int]) -> list[tuple[int, jax.Array]]:
+    """(first head, log_softmax f32[..., k, n]) per run of k consecutive heads
+    of equal size n: Tag's two 21-way heads are one [..., 2, 21] array (one
+    fusion over the batch, not one per 21-wide slice)."""
+    groups: list[tuple[int, int]] = []  # (size, count)
+    for n in (int(v) for v in nvec):
+        if groups and groups[-1][0] == n:
+            groups[-1] = (n, groups[-1][1] + 1)
+        else:
+            groups.append((n, 1))
+    out, col, head = [], 0, 0
+    for n, k in groups:
+        block = logits[..., col:col + n * k].reshape(logits.shape[:-1] + (k, n))
+        out.append((head, jax.nn.log_softmax(block, axis=-1)))
+        col, head = col + n * k, head + k
+    return out
 
 
 def log_prob(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]) -> jax.Array:
@@ -46,23 +57,22 @@ def log_prob(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]) -> jax.
     logits: f32[..., sum(nvec)]; actions: i32[..., len(nvec)].
     """
     total = 0.0
-    for h, lg in enumerate(_heads(logits, nvec)):
-        lp = jax.nn.log_softmax(lg, axis=-1)
-        # A select against the action's one-hot mask, not take_along_axis:
+    for head, lp in _head_log_probs(logits, nvec):
+        # A select against the actions' one-hot mask, not take_along_axis:
         # the same value (one term, the rest exact zeros), but its gradient is
         # a select too, where take_along_axis's is a scatter-add (on the GPU
         # a slow fusion over every [T, envs, agents, n] logit of the batch).
-        hit = jnp.arange(lg.shape[-1], dtype=actions.dtype) == actions[..., h:h + 1]
-        total = total + jnp.sum(jnp.where(hit, lp, 0.0), axis=-1)
+        a = actions[..., head:head + lp.shape[-2], None]
+        hit = jnp.arange(lp.shape[-1], dtype=actions.dtype) == a
+        total = total + jnp.sum(jnp.where(hit, lp, 0.0), axis=(-2, -1))
     return total
 
 
 def entropy(logits: jax.Array, nvec: Sequence[int]) -> jax.Array:
     """f32[...]: sum over heads of the categorical entropy."""
     total = 0.0
-    for lg in _heads(logits, nvec):
-        lp = jax.nn.log_softmax(lg, axis=-1)
-        total = total - jnp.sum(jnp.exp(lp) * lp, axis=-1)
+    for _, lp in _head_log_probs(logits, nvec):
+        total = total - jnp.sum(jnp.exp(lp) * lp, axis=(-2, -1))
     return total
 
 

@@ -25,27 +25,25 @@ _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 
-def _row_blocks(rows: int) -> int:
-    """How many row blocks a weight gradient is summed over: the largest
-    divisor of `rows` in [8, 128] that leaves blocks of at least 1024 rows
-    (1 when there is none)."""
-    for s in range(128, 7, -1):
-        if rows % s == 0 and rows // s >= 1024:
-            return s
-    return 1
+def _blocked(x: jax.Array) -> bool:
+    """Whether a weight gradient over x [..., D] sums over x's leading axis
+    as a batch of blocks (a rollout's T steps: 8 to 256 of them) rather than
+    in one matmul over every row."""
+    return x.ndim >= 3 and 8 <= x.shape[0] <= 256
 
 
 def _matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     return jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _linear(x: jax.Array, kernel: jax.Array, bias: jax.Array, fold: bool) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _linear(x: jax.Array, kernel: jax.Array, bias: jax.Array, fold: bool,
+            blocks: bool) -> jax.Array:
     """x @ kernel + bias in x's dtype; gradients: `_linear_bwd`."""
-    return _linear_fwd(x, kernel, bias, fold)[0]
+    return _linear_fwd(x, kernel, bias, fold, blocks)[0]
 
 
-def _linear_fwd(x, kernel, bias, fold):
+def _linear_fwd(x, kernel, bias, fold, blocks):
     w, b = kernel.astype(x.dtype), bias.astype(x.dtype)
     if fold:
         # The bias as one more input row against a column of ones: the matmul
@@ -59,20 +57,24 @@ def _linear_fwd(x, kernel, bias, fold):
     return y, (x, w)
 
 
-def _linear_bwd(fold, res, dy):
+def _linear_bwd(fold, blocks, res, dy):
     x, w = res
     dx = jax.lax.dot_general(dy, w, (((dy.ndim - 1,), (1,)), ((), ())))
-    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
     # Weight gradient = x^T dy, a contraction over every row of the batch
     # (millions). As one matmul XLA:GPU splits that dimension itself and pads
     # the rows to a multiple of its split first (a copy of both operands);
-    # split here into blocks that divide it, as a batched matmul accumulated
-    # in float32, and summed.
-    s = _row_blocks(x2.shape[0])
-    dw = jax.lax.dot_general(
-        x2.reshape(s, -1, x2.shape[-1]), dy2.reshape(s, -1, dy2.shape[-1]),
-        (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32).sum(0)
-    db = jnp.sum(dy2, axis=0, dtype=jnp.float32)
+    # with a leading time axis, the matmul is batched over it instead (T
+    # blocks, accumulated in float32, then summed). Not with the envs split
+    # over devices (`blocks` False): XLA would all-reduce the T partial
+    # gradients before summing them (T times the traffic).
+    lead = tuple(range(x.ndim - 1))
+    if blocks and _blocked(x):
+        dw = jax.lax.dot_general(x, dy, ((lead[1:], lead[1:]), ((0,), (0,))),
+                                 preferred_element_type=jnp.float32).sum(0)
+    else:
+        dw = jax.lax.dot_general(x, dy, ((lead, lead), ((), ())),
+                                 preferred_element_type=jnp.float32)
+    db = jnp.sum(dy, axis=lead, dtype=jnp.float32)
     return dx, dw, db
 
 
@@ -95,19 +97,20 @@ class DenseParams(nn.Module):
 
 
 def fused_linear(x: jax.Array, layers: Sequence[tuple[jax.Array, jax.Array]],
-                 dtype: Any) -> list[jax.Array]:
+                 dtype: Any, time_blocks: bool = True) -> list[jax.Array]:
     """``[x @ kernel + bias for kernel, bias in layers]`` as one matmul of x
     (f32 or bf16 [..., D]) with the layers' kernels side by side, in `dtype`.
 
     Gradients (`_linear_bwd`): the weight and bias gradients accumulate in
-    float32 over row blocks that divide the batch (XLA:GPU would pad the
-    batch of rows to a multiple of its own split first: a copy of both
-    operands). Where the input is narrower than the output the bias is folded
+    float32, over a batch's leading (time) axis as blocks (XLA:GPU would
+    pad the rows to a multiple of its own split first: a copy of both
+    operands); time_blocks=False turns that off (for a batch split over
+    devices along a non-leading axis, as the trainer's). Where the input is narrower than the output the bias is folded
     into the matmul (no separate bias pass over the output).
     """
     kernel = jnp.concatenate([k for k, _ in layers], axis=1)
     bias = jnp.concatenate([b for _, b in layers])
-    y = _linear(x.astype(dtype), kernel, bias, x.shape[-1] < kernel.shape[1])
+    y = _linear(x.astype(dtype), kernel, bias, x.shape[-1] < kernel.shape[1], time_blocks)
     bounds = np.cumsum([0] + [b.shape[0] for _, b in layers])
     if len(layers) == 1:
         return [y]
@@ -133,6 +136,7 @@ class MLPActorCritic(nn.Module):
     activation: str = "tanh"
     shared_torso: bool = False
     dtype: Any = jnp.float32
+    time_blocks: bool = True  # see fused_linear; the trainer sets False over several devices
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -155,12 +159,13 @@ class MLPActorCritic(nn.Module):
         # one torso share theirs (the value head alone is a 1-column matmul).
         xs = [obs] * towers
         for i in range(len(widths)):
-            xs = [act(fused_linear(x, [t[i]], self.dtype)[0]) for x, t in zip(xs, torsos)]
+            xs = [act(fused_linear(x, [t[i]], self.dtype, self.time_blocks)[0])
+                  for x, t in zip(xs, torsos)]
         if towers == 1:
-            logits, v = fused_linear(xs[0], [policy, value], self.dtype)
+            logits, v = fused_linear(xs[0], [policy, value], self.dtype, self.time_blocks)
         else:
-            logits = fused_linear(xs[0], [policy], self.dtype)[0]
-            v = fused_linear(xs[1], [value], self.dtype)[0]
+            logits = fused_linear(xs[0], [policy], self.dtype, self.time_blocks)[0]
+            v = fused_linear(xs[1], [value], self.dtype, self.time_blocks)[0]
         return logits.astype(jnp.float32), jnp.squeeze(v, -1).astype(jnp.float32)
 
 

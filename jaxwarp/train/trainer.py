@@ -45,7 +45,7 @@ from jaxwarp.sampler import sample_actions
 from jaxwarp.train import core
 from jaxwarp.train.config import ConfigError, Derived, TrainConfig, derived
 from jaxwarp.train.distributed import data_mesh
-from jaxwarp.train.models import make_model
+from jaxwarp.train.models import MLPActorCritic, make_model
 
 
 @struct.dataclass
@@ -142,6 +142,9 @@ def build_trainer(config: TrainConfig, env: Any = None,
                               f"its groups are {sorted(groups)}")
     nets = {g: (models or {}).get(g) or make_model(c.policy(g).model, nvec, c.policy(g), g)
             for g in groups}
+    if mesh is not None:  # envs split over devices: no time blocks (see fused_linear)
+        nets = {g: m.clone(time_blocks=False) if isinstance(m, MLPActorCritic) else m
+                for g, m in nets.items()}
     order = np.concatenate(list(groups.values()))
     if sorted(order.tolist()) != list(range(env.num_agents)):
         raise ValueError("policy groups must partition the agent ids 0..num_agents-1")
