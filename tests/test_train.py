@@ -111,7 +111,7 @@ def test_mlp_matches_plain_dense_layers(shared, hidden):
     # (fused matmuls, folded bias, row-blocked weight gradient) in float32;
     # in bfloat16 close to the float32 gradient.
     nvec = (4, 3)
-    obs = jax.random.normal(jax.random.PRNGKey(0), (16, 8, 24, 6))  # [T, envs, agents, D]
+    obs = jax.random.normal(jax.random.PRNGKey(0), (16, 8, 64, 6))  # 8192 rows: 8 blocks
     model = MLPActorCritic(nvec, hidden, "relu", shared)
     ref = _DenseMLP(nvec, hidden, shared)
     params = model.init(jax.random.PRNGKey(1), obs[0, 0])
@@ -128,7 +128,8 @@ def test_mlp_matches_plain_dense_layers(shared, hidden):
         assert a.shape == b.shape and a.dtype == jnp.float32
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     g, g_ref = jax.grad(loss(model))(params), jax.grad(loss(ref))(params)
-    flat = jax.grad(loss(model))(params, obs.reshape(-1, obs.shape[-1]))  # one matmul, no blocks
+    flat = jax.grad(loss(MLPActorCritic(nvec, hidden, "relu", shared, row_blocks=False)))(
+        params)  # one matmul, no blocks
     for a, b, c in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref), jax.tree.leaves(flat)):
         assert a.dtype == jnp.float32
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4 * float(jnp.abs(b).max()))
@@ -139,11 +140,13 @@ def test_mlp_matches_plain_dense_layers(shared, hidden):
         assert float(jnp.abs(a - b).max()) <= 0.05 * float(jnp.abs(b).max()) + 1e-6
 
 
-def test_weight_gradient_blocks_over_the_time_axis():
-    from jaxwarp.train.models import _blocked
-    assert _blocked(jnp.zeros((50, 4, 3, 2)))  # [T, envs, agents, D]: T blocks
-    assert not _blocked(jnp.zeros((2000, 3, 2)))  # [envs, agents, D]: one matmul
-    assert not _blocked(jnp.zeros((4, 3, 2))) and not _blocked(jnp.zeros((64, 2)))
+def test_weight_gradient_row_blocks():
+    from jaxwarp.train.models import _row_blocks
+    assert _row_blocks(1_000_000) == 125  # 8,000 rows per block
+    assert _row_blocks(2_500_000) == 125
+    assert _row_blocks(1024 * 96) == 96
+    assert _row_blocks(1031) == 1  # a prime: one block
+    assert _row_blocks(4096) == 1  # blocks would be smaller than 1024 rows
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c"])
@@ -302,6 +305,34 @@ def test_shipped_configs_load_and_build():
     assert load_config("tag_2000_envs").num_envs == 2000
 
 
+def test_bf16_observations_train_as_f32_observations_rounded():
+    # obs_dtype=bfloat16: the env writes bf16 observations, the rollout stores
+    # them; a bf16 model rounds f32 observations the same way, so the run is
+    # the same run (observation statistics are accumulated in f32).
+    bf16 = {"policies": {g: {"hidden_sizes": [16], "dtype": "bfloat16"}
+                         for g in ("tagger", "runner")}}
+    runs = {}
+    for od in ("float32", "bfloat16"):
+        for norm in (False, True):
+            t = build_trainer(tiny_config(obs_dtype=od, normalize_obs=norm, **bf16))
+            rs = jax.jit(t.init)(jax.random.PRNGKey(0))
+            assert rs.obs.dtype == jnp.dtype(od)
+            rs, m = jax.jit(lambda r, t=t: t.run(r, 2))(rs)
+            runs[od, norm] = (m, rs)
+    for norm in (False, True):
+        (m32, rs32), (m16, rs16) = runs["float32", norm], runs["bfloat16", norm]
+        for k in ("tagger/loss", "runner/loss", "tagger/reward"):
+            np.testing.assert_allclose(m16[k], m32[k], rtol=1e-6 if not norm else 2e-2, err_msg=k)
+        if norm:
+            for g in ("tagger", "runner"):
+                assert rs16.obs_stats[g].mean.dtype == jnp.float32
+                np.testing.assert_allclose(rs16.obs_stats[g].mean, rs32.obs_stats[g].mean,
+                                           atol=1e-2)
+        else:
+            for a, b in zip(jax.tree.leaves(rs16.params), jax.tree.leaves(rs32.params)):
+                np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("d, match", [
     ({"num_env": 3}, r"num_env: unknown config key"),
     ({"num_envs": "many"}, r"num_envs: expected an integer"),
@@ -313,6 +344,8 @@ def test_shipped_configs_load_and_build():
     ({"policies": {"tagger": {"hidden_sizes": []}}}, r"hidden_sizes: expected a non-empty"),
     ({"gamma": 1.5}, r"gamma=1.5 is invalid"),
     ({"checkpoint_every": 15, "chunk_updates": 10}, r"checkpoint_every=15 is invalid"),
+    ({"obs_dtype": "float16"}, r"obs_dtype='float16' is invalid; expected one of "
+                               r"\('float32', 'bfloat16'\)"),
 ])
 def test_config_errors_name_the_key(d, match):
     with pytest.raises(ConfigError, match=match):

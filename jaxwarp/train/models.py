@@ -10,6 +10,7 @@ that call signature can be passed to the trainer instead of a name.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,11 +26,14 @@ _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 
-def _blocked(x: jax.Array) -> bool:
-    """Whether a weight gradient over x [..., D] sums over x's leading axis
-    as a batch of blocks (a rollout's T steps: 8 to 256 of them) rather than
-    in one matmul over every row."""
-    return x.ndim >= 3 and 8 <= x.shape[0] <= 256
+def _row_blocks(rows: int) -> int:
+    """How many row blocks a weight gradient over `rows` rows is summed
+    over: the largest divisor of `rows` in [8, 128] that leaves blocks of at
+    least 1024 rows (1 when there is none)."""
+    for s in range(128, 7, -1):
+        if rows % s == 0 and rows // s >= 1024:
+            return s
+    return 1
 
 
 def _matmul(x: jax.Array, w: jax.Array) -> jax.Array:
@@ -63,13 +67,16 @@ def _linear_bwd(fold, blocks, res, dy):
     # Weight gradient = x^T dy, a contraction over every row of the batch
     # (millions). As one matmul XLA:GPU splits that dimension itself and pads
     # the rows to a multiple of its split first (a copy of both operands);
-    # with a leading time axis, the matmul is batched over it instead (T
-    # blocks, accumulated in float32, then summed). Not with the envs split
-    # over devices (`blocks` False): XLA would all-reduce the T partial
-    # gradients before summing them (T times the traffic).
+    # here it is a batched matmul over row blocks that divide the rows
+    # (accumulated in float32, then summed). Not with the envs split over
+    # devices (`blocks` False): the reshape would cross the split axis, and
+    # XLA would all-reduce every block's partial gradient before the sum.
     lead = tuple(range(x.ndim - 1))
-    if blocks and _blocked(x):
-        dw = jax.lax.dot_general(x, dy, ((lead[1:], lead[1:]), ((0,), (0,))),
+    s = _row_blocks(math.prod(x.shape[:-1])) if blocks else 1
+    if s > 1:
+        xb = x.reshape(s, -1, x.shape[-1])
+        dyb = dy.reshape(s, -1, dy.shape[-1])
+        dw = jax.lax.dot_general(xb, dyb, (((1,), (1,)), ((0,), (0,))),
                                  preferred_element_type=jnp.float32).sum(0)
     else:
         dw = jax.lax.dot_general(x, dy, ((lead, lead), ((), ())),
@@ -97,20 +104,20 @@ class DenseParams(nn.Module):
 
 
 def fused_linear(x: jax.Array, layers: Sequence[tuple[jax.Array, jax.Array]],
-                 dtype: Any, time_blocks: bool = True) -> list[jax.Array]:
+                 dtype: Any, row_blocks: bool = True) -> list[jax.Array]:
     """``[x @ kernel + bias for kernel, bias in layers]`` as one matmul of x
     (f32 or bf16 [..., D]) with the layers' kernels side by side, in `dtype`.
 
     Gradients (`_linear_bwd`): the weight and bias gradients accumulate in
-    float32, over a batch's leading (time) axis as blocks (XLA:GPU would
-    pad the rows to a multiple of its own split first: a copy of both
-    operands); time_blocks=False turns that off (for a batch split over
+    float32, over blocks of rows that divide the batch (XLA:GPU would pad
+    the rows to a multiple of its own split first: a copy of both
+    operands); row_blocks=False turns that off (for a batch split over
     devices along a non-leading axis, as the trainer's). Where the input is narrower than the output the bias is folded
     into the matmul (no separate bias pass over the output).
     """
     kernel = jnp.concatenate([k for k, _ in layers], axis=1)
     bias = jnp.concatenate([b for _, b in layers])
-    y = _linear(x.astype(dtype), kernel, bias, x.shape[-1] < kernel.shape[1], time_blocks)
+    y = _linear(x.astype(dtype), kernel, bias, x.shape[-1] < kernel.shape[1], row_blocks)
     bounds = np.cumsum([0] + [b.shape[0] for _, b in layers])
     if len(layers) == 1:
         return [y]
@@ -136,7 +143,7 @@ class MLPActorCritic(nn.Module):
     activation: str = "tanh"
     shared_torso: bool = False
     dtype: Any = jnp.float32
-    time_blocks: bool = True  # see fused_linear; the trainer sets False over several devices
+    row_blocks: bool = True  # see fused_linear; the trainer sets False over several devices
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -159,13 +166,13 @@ class MLPActorCritic(nn.Module):
         # one torso share theirs (the value head alone is a 1-column matmul).
         xs = [obs] * towers
         for i in range(len(widths)):
-            xs = [act(fused_linear(x, [t[i]], self.dtype, self.time_blocks)[0])
+            xs = [act(fused_linear(x, [t[i]], self.dtype, self.row_blocks)[0])
                   for x, t in zip(xs, torsos)]
         if towers == 1:
-            logits, v = fused_linear(xs[0], [policy, value], self.dtype, self.time_blocks)
+            logits, v = fused_linear(xs[0], [policy, value], self.dtype, self.row_blocks)
         else:
-            logits = fused_linear(xs[0], [policy], self.dtype, self.time_blocks)[0]
-            v = fused_linear(xs[1], [value], self.dtype, self.time_blocks)[0]
+            logits = fused_linear(xs[0], [policy], self.dtype, self.row_blocks)[0]
+            v = fused_linear(xs[1], [value], self.dtype, self.row_blocks)[0]
         return logits.astype(jnp.float32), jnp.squeeze(v, -1).astype(jnp.float32)
 
 

@@ -143,7 +143,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
     nets = {g: (models or {}).get(g) or make_model(c.policy(g).model, nvec, c.policy(g), g)
             for g in groups}
     if mesh is not None:  # envs split over devices: no time blocks (see fused_linear)
-        nets = {g: m.clone(time_blocks=False) if isinstance(m, MLPActorCritic) else m
+        nets = {g: m.clone(row_blocks=False) if isinstance(m, MLPActorCritic) else m
                 for g, m in nets.items()}
     order = np.concatenate(list(groups.values()))
     if sorted(order.tolist()) != list(range(env.num_agents)):
