@@ -50,10 +50,10 @@ def _linear(x: jax.Array, kernel: jax.Array, bias: jax.Array, fold: bool,
 def _linear_fwd(x, kernel, bias, fold, blocks):
     w, b = kernel.astype(x.dtype), bias.astype(x.dtype)
     if fold:
-        # The bias as one more input row against a column of ones: the matmul
-        # writes the pre-activation itself (XLA:GPU adds a bias in a separate
-        # pass over the [rows, width] output) and the bias gradient comes out
-        # of the weight-gradient matmul.
+        # The bias as one more kernel row against a column of ones: the
+        # matmul writes the pre-activation itself (XLA:GPU adds a bias in a
+        # separate pass over the [rows, width] output). Worth it where the
+        # input is narrower than the output: the extra column is cheap.
         ones = jnp.ones(x.shape[:-1] + (1,), x.dtype)
         y = _matmul(jnp.concatenate([x, ones], -1), jnp.concatenate([w, b[None]], 0))
     else:
@@ -112,8 +112,9 @@ def fused_linear(x: jax.Array, layers: Sequence[tuple[jax.Array, jax.Array]],
     float32, over blocks of rows that divide the batch (XLA:GPU would pad
     the rows to a multiple of its own split first: a copy of both
     operands); row_blocks=False turns that off (for a batch split over
-    devices along a non-leading axis, as the trainer's). Where the input is narrower than the output the bias is folded
-    into the matmul (no separate bias pass over the output).
+    devices along a non-leading axis, as the trainer's). Where the input is
+    narrower than the output the bias is folded into the matmul (no
+    separate bias pass over the output).
     """
     kernel = jnp.concatenate([k for k, _ in layers], axis=1)
     bias = jnp.concatenate([b for _, b in layers])
