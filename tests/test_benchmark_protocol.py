@@ -1,4 +1,5 @@
-"""jaxwarp.benchmark: the actions of the benchmark protocol (experiments/)."""
+"""jaxwarp.benchmark: the actions of the benchmark protocol (experiments/) and the
+matmul FLOP counter behind the MFU figures."""
 
 import jax
 import jax.numpy as jnp
@@ -90,3 +91,33 @@ def test_protocol_keeps_every_unrolled_observation(protocol):
         assert hlo.count("TopK") == 4
     else:
         assert hlo.count("TopK") < 4
+
+
+def test_matmul_flops_count_forward_backward_scans_and_dtypes():
+    from jaxwarp.benchmark import matmul_flops, model_flops_utilization
+
+    a, w = jnp.ones((8, 16)), jnp.ones((16, 4))
+    assert matmul_flops(lambda a, w: a @ w, a, w) == {"float32": 2 * 8 * 16 * 4}
+
+    def scanned(a, b):  # a scan body counts `length` times
+        return jax.lax.scan(lambda c, _: (c @ b, None), a, None, length=5)[0]
+    assert matmul_flops(scanned, a, jnp.ones((16, 16))) == {"float32": 5 * 2 * 8 * 16 * 16}
+    # Gradient with respect to w only: forward and the weight gradient; the
+    # input's gradient is never formed.
+    g = jax.grad(lambda w, a: jnp.sum(jnp.tanh(a @ w)))
+    assert matmul_flops(g, w, a) == {"float32": 2 * (2 * 8 * 16 * 4)}
+    # A product nothing reads is dropped, as XLA drops it; dtypes are kept apart.
+    both = matmul_flops(lambda a, w: ((a @ w) * 0 + 1, a.astype(jnp.bfloat16) @ w.astype(
+        jnp.bfloat16))[1] + jnp.sum(a @ w), a, w)
+    assert both == {"float32": 2 * 8 * 16 * 4, "bfloat16": 2 * 8 * 16 * 4}
+    # cond: the costlier branch.
+    c = matmul_flops(lambda p, a, w: jax.lax.cond(p, lambda: (a @ w).sum(), lambda: a.sum()),
+                     True, a, w)
+    assert c == {"float32": 2 * 8 * 16 * 4}
+
+    kind = "NVIDIA H100 80GB HBM3"
+    assert model_flops_utilization({"bfloat16": 989.4e12}, 2.0, kind) == pytest.approx(0.5)
+    assert model_flops_utilization({"float32": 494.7e12, "bfloat16": 989.4e12}, 4.0,
+                                   kind) == pytest.approx(0.5)
+    assert model_flops_utilization({"bfloat16": 1e12}, 1.0, "some CPU") is None
+    assert model_flops_utilization({"int8": 1e12}, 1.0, kind) is None
