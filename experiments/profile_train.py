@@ -51,9 +51,9 @@ def main() -> None:
     args = ap.parse_args()
     trainer = build_trainer(load_config(args.config, args.overrides))
     state = jax.jit(trainer.init)(jax.random.PRNGKey(0))
-    run = jax.jit(lambda s: trainer.run(s, args.updates), donate_argnums=0)
+    run = jax.jit(lambda s: trainer.run(s, args.updates), donate_argnums=0).lower(state).compile()
     if args.hlo:
-        Path(args.hlo).write_text(run.lower(state).compile().as_text())
+        Path(args.hlo).write_text(run.as_text())
     state, m = run(state)
     jax.block_until_ready((state, m))
     out = Path(args.out)
@@ -64,13 +64,14 @@ def main() -> None:
     all_ms = sum(ms for _, ms, _ in summarise(out, 10**9))
     print(f"device time {all_ms:.1f} ms for {args.updates} updates")
     flops = matmul_flops(lambda s: trainer.run(s, 1), state)
-    sec = max(all_ms, 1e-9) / 1e3 / args.updates  # no GPU events on a CPU
-    mfu = model_flops_utilization(flops, sec,
-                                  jax.devices()[0].device_kind)
-    print(f"matmul FLOPs per update {sum(flops.values()) / 1e12:.2f} T "
-          f"({', '.join(sorted(flops))}); over the device time "
-          f"{sum(flops.values()) / sec / 1e12:.1f} TFLOP/s, "
-          f"MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'}")
+    total = sum(flops.values())
+    line = f"matmul FLOPs per update {total / 1e12:.2f} T ({', '.join(sorted(flops))})"
+    if all_ms > 0:  # a CPU-only trace has no device events
+        sec = all_ms / 1e3 / args.updates
+        mfu = model_flops_utilization(flops, sec, jax.devices()[0].device_kind)
+        line += (f"; over the device time {total / sec / 1e12:.1f} TFLOP/s, "
+                 f"MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'}")
+    print(line)
     for name, ms, n in rows:
         print(f"{ms:9.2f} ms {100 * ms / all_ms:5.1f}% {n:6d}x  {name[:110]}")
 

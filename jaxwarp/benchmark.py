@@ -104,13 +104,14 @@ def _jaxpr_matmul_flops(jaxpr) -> dict[str, float]:
             dtype = np.dtype(lhs.dtype).name if lhs.dtype == rhs.dtype else "mixed"
             add({dtype: 2.0 * float(np.prod(lhs.shape)) * float(np.prod(free))})
             continue
+        if name == "while":  # trip count unknown: the body once
+            add(_jaxpr_matmul_flops(eqn.params["body_jaxpr"].jaxpr))
+            continue
         subs = [_jaxpr_matmul_flops(j) for v in eqn.params.values() for j in _sub_jaxprs(v)]
         if not subs:
             continue
         if name == "cond":  # one branch runs: count the costliest
             add(max(subs, key=lambda d: sum(d.values())))
-        elif name == "while":  # trip count unknown: the body once
-            add(subs[-1])
         else:  # scan runs its body `length` times; pjit, remat, custom_vjp once
             times = float(eqn.params.get("length", 1)) if name == "scan" else 1.0
             for s in subs:

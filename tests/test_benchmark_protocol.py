@@ -114,6 +114,10 @@ def test_matmul_flops_count_forward_backward_scans_and_dtypes():
     c = matmul_flops(lambda p, a, w: jax.lax.cond(p, lambda: (a @ w).sum(), lambda: a.sum()),
                      True, a, w)
     assert c == {"float32": 2 * 8 * 16 * 4}
+    # while: trip count unknown, the body once (not the condition's).
+    wl = matmul_flops(lambda a, w: jax.lax.while_loop(
+        lambda x: jnp.sum(x @ jnp.ones((4, 2))) < 0, lambda x: x @ jnp.ones((4, 4)), a @ w), a, w)
+    assert wl == {"float32": 2 * 8 * 16 * 4 + 2 * 8 * 4 * 4}
 
     kind = "NVIDIA H100 80GB HBM3"
     assert model_flops_utilization({"bfloat16": 989.4e12}, 2.0, kind) == pytest.approx(0.5)

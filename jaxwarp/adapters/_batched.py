@@ -4,7 +4,8 @@ of the host-side adapters (Gymnasium, PettingZoo, PyTorch).
 `BatchedEnv` keeps the key and the env state on the env's device between
 calls; `reset` and `step` are each one jitted call (the key is split inside
 it, the state and key buffers are donated, so the kernels update them in
-place; with final observations only the key: two steps read the state). What crosses to the caller is what it asked for: observations,
+place; with final observations only the key: two steps read the state).
+What crosses to the caller is what it asked for: observations,
 rewards, terminated/truncated flags, the final return of the envs whose
 episode ended and (``final_obs=True``) their final observations.
 

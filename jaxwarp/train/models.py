@@ -119,9 +119,9 @@ def fused_linear(x: jax.Array, layers: Sequence[tuple[jax.Array, jax.Array]],
     kernel = jnp.concatenate([k for k, _ in layers], axis=1)
     bias = jnp.concatenate([b for _, b in layers])
     y = _linear(x.astype(dtype), kernel, bias, x.shape[-1] < kernel.shape[1], row_blocks)
-    bounds = np.cumsum([0] + [b.shape[0] for _, b in layers])
     if len(layers) == 1:
         return [y]
+    bounds = np.cumsum([0] + [b.shape[0] for _, b in layers])
     return [y[..., a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 

@@ -142,7 +142,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
                               f"its groups are {sorted(groups)}")
     nets = {g: (models or {}).get(g) or make_model(c.policy(g).model, nvec, c.policy(g), g)
             for g in groups}
-    if mesh is not None:  # envs split over devices: no time blocks (see fused_linear)
+    if mesh is not None:  # envs split over devices: no row blocks (see fused_linear)
         nets = {g: m.clone(row_blocks=False) if isinstance(m, MLPActorCritic) else m
                 for g, m in nets.items()}
     order = np.concatenate(list(groups.values()))
