@@ -364,8 +364,23 @@ JW_HD float sq_dist(float xi, float yi, float xj, float yj) {
   return fmaf(dx, dx, dy * dy);
 }
 
-// K nearest by rings of cells around (x, y): stops once the K-th distance is
-// inside the radius that every unvisited cell lies beyond.
+// Lower bound on the squared distance from a point to the points of a cell,
+// from the gaps (in cell widths) along each axis, less 0.001 cell width:
+// (x - lo) * g / length, which puts agents in cells, and the distances
+// themselves round, by far less than that margin, so a point in the cell is
+// never nearer than the bound. 0 for the point's own row or column.
+JW_HD float cell_bound2(float gap_x, float gap_y, float cs) {
+  gap_x = gap_x > 0.001f ? gap_x - 0.001f : 0.0f;
+  gap_y = gap_y > 0.001f ? gap_y - 0.001f : 0.0f;
+  const float gx = gap_x * cs, gy = gap_y * cs;
+  return gx * gx + gy * gy;
+}
+
+// K nearest by rings of cells around (x, y). A cell is scanned only if its
+// nearest possible point could still enter the list (its bound is not above
+// the current K-th distance), and the rings stop once every unvisited cell is
+// beyond it. The list is the same as a scan of every agent: what is skipped
+// is strictly farther than the K-th (d2, id) pair already held.
 template <int K>
 JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, float r2,
                         int32_t* out) {
@@ -378,12 +393,20 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
   const int c0 = gr.cell_of(x, y);
   const int cx = c0 % gr.g, cy = c0 / gr.g;
   const float cs = gr.cell_size();
+  // The point in cell widths, as cell_of() computes it (before clamping).
+  const float inv = static_cast<float>(gr.g) / gr.length;
+  const float fx = (x - gr.lo) * inv, fy = (y - gr.lo) * inv;
   for (int r = 0;; ++r) {
     for (int gy = cy - r; gy <= cy + r; ++gy) {
       if (gy < 0 || gy >= gr.g) continue;
+      const float gap_y = gy > cy ? static_cast<float>(gy) - fy
+                                  : (gy < cy ? fy - static_cast<float>(gy + 1) : 0.0f);
       const bool full_row = r == 0 || gy == cy - r || gy == cy + r;
       for (int gx = cx - r; gx <= cx + r; gx += full_row ? 1 : 2 * r) {
         if (gx < 0 || gx >= gr.g) continue;
+        const float gap_x = gx > cx ? static_cast<float>(gx) - fx
+                                    : (gx < cx ? fx - static_cast<float>(gx + 1) : 0.0f);
+        if (cell_bound2(gap_x, gap_y, cs) > bd[K - 1]) continue;
         const int c = gy * gr.g + gx;
         const int end = gr.start[c + 1];
         for (int q = gr.start[c]; q < end; ++q) {
@@ -394,11 +417,18 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
         }
       }
     }
-    // Every unvisited agent is at least r cells' width away (less a margin
-    // for rounding in the cell index).
-    const float reach = (static_cast<float>(r) - 0.001f) * cs;
-    if (r > 0 && reach > 0.0f && bd[K - 1] < reach * reach) break;
-    if (cx - r <= 0 && cy - r <= 0 && cx + r >= gr.g - 1 && cy + r >= gr.g - 1) break;
+    // Unvisited cells lie beyond the square of rings 0..r: the nearest of
+    // them is at least the gap to its nearest open side (a side at the
+    // grid's edge has nothing beyond it).
+    const bool open_l = cx - r > 0, open_r = cx + r < gr.g - 1;
+    const bool open_b = cy - r > 0, open_t = cy + r < gr.g - 1;
+    if (!(open_l || open_r || open_b || open_t)) break;
+    float gap = INFINITY;
+    if (open_l) gap = fminf(gap, fx - static_cast<float>(cx - r));
+    if (open_r) gap = fminf(gap, static_cast<float>(cx + r + 1) - fx);
+    if (open_b) gap = fminf(gap, fy - static_cast<float>(cy - r));
+    if (open_t) gap = fminf(gap, static_cast<float>(cy + r + 1) - fy);
+    if (cell_bound2(gap, 0.0f, cs) > bd[K - 1]) break;
   }
   for (int m = 0; m < K; ++m) out[m] = bi[m] == 0x7FFFFFFF ? kNoNeighbour : bi[m];
 }

@@ -359,3 +359,36 @@ def test_rows_and_elements_give_the_same_bits(kw, monkeypatch):
     for a, b in zip(rows, elements):
         np.testing.assert_array_equal(a, b)
     assert any(np.asarray(x).any() for x in rows[1::3])  # observations are not all zero
+
+
+@pytest.mark.parametrize("spacing", [0.5, 0.25])
+def test_grid_search_on_a_lattice_keeps_ties_and_cell_edges(spacing, monkeypatch):
+    """Agents on a lattice whose lines are cell edges (grid_length 12, 288
+    agents: 12 x 12 cells of width 1): every agent has neighbours at exactly
+    equal distances and on the edges of the cells the grid search prunes.
+    The grid search (CPU) gives the lists of the scan over all agents (CPU,
+    grid turned off) and of the pure-JAX reference, bit for bit."""
+    n_side = 24 if spacing == 0.5 else 48
+    xs, ys = np.meshgrid(np.arange(n_side, dtype=np.float32) * np.float32(spacing),
+                         np.arange(n_side, dtype=np.float32) * np.float32(spacing))
+    pick = np.random.default_rng(3).permutation(n_side * n_side)[:288]
+    x, y = xs.ravel()[pick], ys.ravel()[pick]
+    kw = dict(num_taggers=20, num_runners=268, grid_length=12.0, num_other_agents_observed=10,
+              tagging_distance=0.001)
+    assert tc._use_grid(tc.TagContinuousParams(**kw))
+    state = _state(x.tolist(), y.tolist(), t=1, left=268)
+    a = jnp.zeros((1, 288, 2), jnp.int32)  # no-op: nobody moves, nobody is tagged
+
+    def obs_of(backend):
+        env = jaxwarp.make("tag_continuous", backend=backend, **kw)
+        return np.asarray(env.step(jax.random.key(0), state, a)[0])
+
+    grid, ref = obs_of("cpu"), obs_of("jax")
+    monkeypatch.setenv("JAXWARP_TAG_GRID_MIN_AGENTS", "100000")
+    scan = obs_of("cpu")
+    np.testing.assert_array_equal(grid, ref)
+    np.testing.assert_array_equal(grid, scan)
+    # Ties are decided by id: many agents have their 4 nearest at one distance.
+    d = np.hypot(x[:, None] - x[None], y[:, None] - y[None])
+    np.fill_diagonal(d, np.inf)
+    assert np.mean(np.sort(d, axis=1)[:, 3] == np.sort(d, axis=1)[:, 4]) > 0.1

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
 import jax
@@ -545,9 +546,13 @@ class TagContinuousHandWritten:
 # The env through the authoring contract: cuda/envs/tag_continuous.h + SPEC.
 # ---------------------------------------------------------------------------
 def _use_grid(p: TagContinuousParams) -> bool:
-    """The k-nearest search uses the uniform grid (many agents, partial obs)."""
+    """The k-nearest search uses the uniform grid (many agents, partial obs).
+    Either search gives the same lists; the size from which the grid is used
+    is a speed choice (``JAXWARP_TAG_GRID_MIN_AGENTS`` overrides it for
+    experiments/bench_tag_paths.py)."""
+    min_agents = int(os.environ.get("JAXWARP_TAG_GRID_MIN_AGENTS", "256"))
     return (not p.use_full_observation and p.num_other_agents_observed <= 16
-            and p.num_agents >= 256)
+            and p.num_agents >= min_agents)
 
 
 def kernel_params(p: TagContinuousParams) -> dict[str, Any]:
