@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -43,6 +44,16 @@ def make_env(kind: str, config: str):
     params = tc.TagContinuousParams(**tc.CONFIGS[config])
     if kind == "handwritten":
         return tc.TagContinuousHandWritten(params, backend="cuda")
+    if kind == "contract_grid":  # the grid search at any size (same lists as the scan)
+        old = os.environ.get("JAXWARP_TAG_GRID_MIN_AGENTS")
+        os.environ["JAXWARP_TAG_GRID_MIN_AGENTS"] = "1"
+        try:
+            return tc.TagContinuous(params, backend="cuda")
+        finally:
+            if old is None:
+                del os.environ["JAXWARP_TAG_GRID_MIN_AGENTS"]
+            else:
+                os.environ["JAXWARP_TAG_GRID_MIN_AGENTS"] = old
     return tc.TagContinuous(params, backend="jax" if kind == "jax" else "cuda")
 
 
@@ -110,12 +121,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-jax", action="store_true", help="skip the pure-JAX twin")
     ap.add_argument("--out", default="experiments/results/bench_tag_paths.json")
+    ap.add_argument("--grid-variant", action="store_true",
+                    help="also time the contract env with the grid search where it would "
+                         "scan (kind contract_grid)")
+    ap.add_argument("--configs", default=",".join(c for c, _, _ in CASES))
     args = ap.parse_args()
     device = jax.devices()[0]
     bw = measure_bandwidth(device)
     print(f"device {device.device_kind}: copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
     rows, checks = [], []
     for config, envs, steps in CASES:
+        if config not in args.configs.split(","):
+            continue
         try:
             c = same_bits(config, 64 if config == "large" else 256, 120)
         except Exception as exc:  # keep timing the other cases
@@ -125,6 +142,8 @@ def main() -> None:
         print(f"{config}: hand-written == contract bit for bit over 120 steps: {c['equal']}",
               flush=True)
         kinds = ["handwritten", "contract"] + ([] if args.no_jax else ["jax"])
+        if args.grid_variant and not tc._use_grid(tc.TagContinuousParams(**tc.CONFIGS[config])):
+            kinds.insert(2, "contract_grid")
         for protocol in (True, False):
             for kind in kinds:
                 env = make_env(kind, config)

@@ -361,13 +361,15 @@ def test_rows_and_elements_give_the_same_bits(kw, monkeypatch):
     assert any(np.asarray(x).any() for x in rows[1::3])  # observations are not all zero
 
 
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("spacing", [0.5, 0.25])
-def test_grid_search_on_a_lattice_keeps_ties_and_cell_edges(spacing, monkeypatch):
+def test_grid_search_on_a_lattice_keeps_ties_and_cell_edges(spacing, backend, monkeypatch):
     """Agents on a lattice whose lines are cell edges (grid_length 12, 288
     agents: 12 x 12 cells of width 1): every agent has neighbours at exactly
     equal distances and on the edges of the cells the grid search prunes.
-    The grid search (CPU) gives the lists of the scan over all agents (CPU,
-    grid turned off) and of the pure-JAX reference, bit for bit."""
+    The grid search (CPU, or the CUDA kernel) gives the lists of the scan over
+    all agents (CPU, grid turned off) and of the pure-JAX reference, bit for
+    bit."""
     n_side = 24 if spacing == 0.5 else 48
     xs, ys = np.meshgrid(np.arange(n_side, dtype=np.float32) * np.float32(spacing),
                          np.arange(n_side, dtype=np.float32) * np.float32(spacing))
@@ -383,7 +385,7 @@ def test_grid_search_on_a_lattice_keeps_ties_and_cell_edges(spacing, monkeypatch
         env = jaxwarp.make("tag_continuous", backend=backend, **kw)
         return np.asarray(env.step(jax.random.key(0), state, a)[0])
 
-    grid, ref = obs_of("cpu"), obs_of("jax")
+    grid, ref = obs_of(backend), obs_of("jax")
     monkeypatch.setenv("JAXWARP_TAG_GRID_MIN_AGENTS", "100000")
     scan = obs_of("cpu")
     np.testing.assert_array_equal(grid, ref)
