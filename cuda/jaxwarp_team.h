@@ -33,6 +33,12 @@ constexpr int kBeforeObserve = -1;  // the phase argument of the pass before obs
 #ifndef JAXWARP_WARP_SCAN
 #define JAXWARP_WARP_SCAN 1
 #endif
+#ifndef JAXWARP_GRID_PRUNE
+#define JAXWARP_GRID_PRUNE 1
+#endif
+#ifndef JAXWARP_INSERT_ONCE
+#define JAXWARP_INSERT_ONCE 0
+#endif
 
 // Float -> uint32 with the same order (for packed atomic min); -0 is +0 and
 // NaN sorts last.
@@ -341,6 +347,24 @@ JW_HD bool before(float d2, int j, float d2b, int jb) {
 template <int K>
 JW_HD void insert(float d2, int j, float* bd, int* bi) {
   if (!before(d2, j, bd[K - 1], bi[K - 1])) return;
+#if JAXWARP_INSERT_ONCE
+  // One comparison per slot: the list is sorted, so lt[] is false up to the
+  // new pair's place and true from there on.
+  bool lt[K];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int m = 0; m < K; ++m) lt[m] = before(d2, j, bd[m], bi[m]);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int m = K - 1; m > 0; --m) {
+    bd[m] = lt[m - 1] ? bd[m - 1] : (lt[m] ? d2 : bd[m]);
+    bi[m] = lt[m - 1] ? bi[m - 1] : (lt[m] ? j : bi[m]);
+  }
+  bd[0] = lt[0] ? d2 : bd[0];
+  bi[0] = lt[0] ? j : bi[0];
+#else
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
@@ -357,6 +381,7 @@ JW_HD void insert(float d2, int j, float* bd, int* bi) {
     bd[0] = d2;
     bi[0] = j;
   }
+#endif
 }
 JW_HD float sq_dist(float xi, float yi, float xj, float yj) {
   const float dx = xj - xi;
@@ -406,7 +431,9 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
         if (gx < 0 || gx >= gr.g) continue;
         const float gap_x = gx > cx ? static_cast<float>(gx) - fx
                                     : (gx < cx ? fx - static_cast<float>(gx + 1) : 0.0f);
+#if JAXWARP_GRID_PRUNE
         if (cell_bound2(gap_x, gap_y, cs) > bd[K - 1]) continue;
+#endif
         const int c = gy * gr.g + gx;
         const int end = gr.start[c + 1];
         for (int q = gr.start[c]; q < end; ++q) {
@@ -423,6 +450,13 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
     const bool open_l = cx - r > 0, open_r = cx + r < gr.g - 1;
     const bool open_b = cy - r > 0, open_t = cy + r < gr.g - 1;
     if (!(open_l || open_r || open_b || open_t)) break;
+#if !JAXWARP_GRID_PRUNE
+    {  // the earlier rule: the point taken at its cell's edge
+      const float reach = (static_cast<float>(r) - 0.001f) * cs;
+      if (r > 0 && reach > 0.0f && bd[K - 1] < reach * reach) break;
+      continue;
+    }
+#endif
     float gap = INFINITY;
     if (open_l) gap = fminf(gap, fx - static_cast<float>(cx - r));
     if (open_r) gap = fminf(gap, static_cast<float>(cx + r + 1) - fx);

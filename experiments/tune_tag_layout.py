@@ -42,6 +42,13 @@ VARIANT_SETS = {
         "none of these": "-DJAXWARP_ELEMENT_COLUMNS=0 -DJAXWARP_EARLY_COPY_OUT=0 "
                          "-DJAXWARP_WARP_SCAN=0",
     },
+    # The grid's k-nearest search (cuda/jaxwarp_team.h), at 256+ agents.
+    "search": {
+        "pruned cells (default)": "",
+        "rings only": "-DJAXWARP_GRID_PRUNE=0",
+        "one compare per slot": "-DJAXWARP_INSERT_ONCE=1",
+        "one compare, rings only": "-DJAXWARP_INSERT_ONCE=1 -DJAXWARP_GRID_PRUNE=0",
+    },
 }
 
 

@@ -383,7 +383,12 @@ def test_grid_search_on_a_lattice_keeps_ties_and_cell_edges(spacing, backend, mo
 
     def obs_of(backend):
         env = jaxwarp.make("tag_continuous", backend=backend, **kw)
-        return np.asarray(env.step(jax.random.key(0), state, a)[0])
+        if backend != "cpu":
+            return np.asarray(env.step(jax.random.key(0), state, a)[0])
+        cpu = jax.devices("cpu")[0]  # the CPU handler, also where a GPU is the default
+        with jax.default_device(cpu):
+            s, acts = jax.device_put((state, a), cpu)
+            return np.asarray(env.step(jax.random.key(0), s, acts)[0])
 
     grid, ref = obs_of(backend), obs_of("jax")
     monkeypatch.setenv("JAXWARP_TAG_GRID_MIN_AGENTS", "100000")
