@@ -44,10 +44,11 @@ VARIANT_SETS = {
     },
     # The grid's k-nearest search (cuda/jaxwarp_team.h), at 256+ agents.
     "search": {
-        "pruned cells (default)": "",
+        "pruned cells, cells for the agents left (default)": "",
+        "pruned cells, cells for all agents": "-DJAXWARP_TAG_GRID_MEMBERS=0",
         "rings only": "-DJAXWARP_GRID_PRUNE=0",
         "one compare per slot": "-DJAXWARP_INSERT_ONCE=1",
-        "one compare, rings only": "-DJAXWARP_INSERT_ONCE=1 -DJAXWARP_GRID_PRUNE=0",
+        "rings only, cells for all agents": "-DJAXWARP_GRID_PRUNE=0 -DJAXWARP_TAG_GRID_MEMBERS=0",
     },
 }
 
