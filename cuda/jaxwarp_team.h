@@ -137,6 +137,88 @@ struct Team {
 #endif
   }
 
+  // a[0..count) becomes its inclusive prefix sum. Collective (ends with a
+  // barrier); a is the env's own array (shared memory when staged).
+  JW_HD void inclusive_scan(int32_t* a, int count) const {
+#if defined(__CUDA_ARCH__)
+#if JAXWARP_WARP_SCAN
+    if (stride % 32 == 0) {
+      // By the env's first warp, 32 elements at a time with shuffles (whole
+      // warps per env: the same for every env of a launch).
+      if (active && lane < 32) {
+        int carry = 0;
+        for (int b = 0; b < count; b += 32) {
+          const int c = b + lane;
+          int v = c < count ? a[c] : 0;
+#pragma unroll
+          for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += u;
+          }
+          if (c < count) a[c] = v + carry;
+          carry += __shfl_sync(0xffffffffu, v, 31);
+        }
+      }
+      __syncthreads();
+      return;
+    }
+#endif
+    // In W chunks: each of W lanes scans its chunk, the leader chains the
+    // chunk ends, then each chunk adds its offset.
+    const int W = stride < 64 ? stride : 64;
+    const int chunk = (count + W - 1) / W;
+    auto chunk_end = [&](int l) {  // exclusive
+      const int e = (l + 1) * chunk;
+      return e < count ? e : count;
+    };
+    if (active && lane < W)
+      for (int c = lane * chunk + 1; c < chunk_end(lane); ++c) a[c] += a[c - 1];
+    __syncthreads();
+    if (leader())
+      for (int l = 1; l < W && l * chunk < count; ++l) a[chunk_end(l) - 1] += a[l * chunk - 1];
+    __syncthreads();
+    if (active && lane > 0 && lane < W && lane * chunk < count) {
+      const int off = a[lane * chunk - 1];
+      for (int c = lane * chunk; c < chunk_end(lane) - 1; ++c) a[c] += off;
+    }
+    __syncthreads();
+#else
+    for (int c = 1; c < count; ++c) a[c] += a[c - 1];
+#endif
+  }
+
+  // The agents i with pred(i), in ascending order, into out[0..count);
+  // returns count to every thread. tmp: n words of the env's scratch.
+  // Collective. Each thread takes a contiguous run of agents, so that a
+  // prefix sum over the threads places them in order.
+  template <class F>
+  JW_HD int compact(F&& pred, int32_t* out, int32_t* tmp) const {
+#if defined(__CUDA_ARCH__)
+    const int per = (n + stride - 1) / stride;
+    const int lo = lane * per;
+    const int hi = lo + per < n ? lo + per : n;
+    int mine = 0;
+    if (active)
+      for (int i = lo; i < hi; ++i) mine += pred(i) ? 1 : 0;
+    if (active && lane < n) tmp[lane] = mine;
+    __syncthreads();
+    inclusive_scan(tmp, stride < n ? stride : n);
+    if (active && mine > 0) {
+      int q = tmp[lane] - mine;
+      for (int i = lo; i < hi; ++i)
+        if (pred(i)) out[q++] = i;
+    }
+    const int total = active ? tmp[(stride < n ? stride : n) - 1] : 0;
+    __syncthreads();
+    return total;
+#else
+    int m = 0;
+    for (int i = 0; i < n; ++i)
+      if (pred(i)) out[m++] = i;
+    return m;
+#endif
+  }
+
   // The agent i with the smallest f(i) among those with f(i) < +inf (ties to
   // the lower id; NaN never wins); -1 if there is none.
   template <class F>
@@ -261,51 +343,7 @@ struct NeighbourGrid {
         rank[i] = atomicAdd(&start[c + 1], 1);  // slot order within a cell is free
       }
     __syncthreads();
-#if JAXWARP_WARP_SCAN
-    if (t.stride % 32 == 0) {
-      // Inclusive scan of start[1..cells] by the env's first warp, 32 cells
-      // at a time with shuffles (whole warps per env: the same for every
-      // env of a launch).
-      if (t.active && t.lane < 32) {
-        int carry = 0;
-        for (int b = 1; b <= cells; b += 32) {
-          const int c = b + t.lane;
-          int v = c <= cells ? start[c] : 0;
-#pragma unroll
-          for (int o = 1; o < 32; o <<= 1) {
-            const int u = __shfl_up_sync(0xffffffffu, v, o);
-            if (t.lane >= o) v += u;
-          }
-          if (c <= cells) start[c] = v + carry;
-          carry += __shfl_sync(0xffffffffu, v, 31);
-        }
-      }
-      __syncthreads();
-    } else
-#endif
-    {
-      // Scan of start[1..cells] in W chunks: each of W lanes scans its chunk,
-      // the leader chains the chunk ends, then each chunk adds its offset.
-      const int W = t.stride < 64 ? t.stride : 64;
-      const int chunk = (cells + W - 1) / W;
-      auto chunk_end = [&](int l) {  // exclusive
-        const int e = 1 + (l + 1) * chunk;
-        return e < cells + 1 ? e : cells + 1;
-      };
-      if (t.active && t.lane < W)
-        for (int c = 2 + t.lane * chunk; c < chunk_end(t.lane); ++c) start[c] += start[c - 1];
-      __syncthreads();
-      if (t.leader())
-        for (int l = 1; l < W && 1 + l * chunk <= cells; ++l)
-          start[chunk_end(l) - 1] += start[l * chunk];
-      __syncthreads();
-      if (t.active && t.lane > 0 && t.lane < W && 1 + t.lane * chunk <= cells) {
-        const int b = 1 + t.lane * chunk;
-        const int off = start[b - 1];
-        for (int c = b; c < chunk_end(t.lane) - 1; ++c) start[c] += off;
-      }
-      __syncthreads();
-    }
+    t.inclusive_scan(start + 1, cells);
     if (t.active)
       for (int i = t.lane; i < t.n; i += t.stride) {
         if (!member(i)) continue;

@@ -175,20 +175,25 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
                            s.nbr + i * k);
       });
     } else {
-      // One scan over all agents; hidden ones sit at NaN, which no distance
-      // test accepts, so the scan needs no membership test.
+      // The agents still in the game, in id order, and their positions: one
+      // scan over them alone (ascending ids, as the search's ties need), and
+      // the searches go to consecutive threads. Late in an episode most
+      // runners have left, and a scan over all n would mostly skip.
+      int32_t* ids = s.vis_id;      // n
+      int32_t* tmp = s.vis_id + n;  // n
       float* vis_x = s.vis;
       float* vis_y = s.vis + n;
-      team.for_each([&](int i) {
-        vis_x[i] = visible(i) ? s.x[i] : NAN;
-        vis_y[i] = visible(i) ? s.y[i] : NAN;
+      const int m = team.compact(visible, ids, tmp);
+      team.for_range(m, [&](int q) {
+        vis_x[q] = s.x[ids[q]];
+        vis_y[q] = s.y[ids[q]];
       });
       team.sync();
-      team.for_each([&](int i) {
-        if (!visible(i)) return;
-        jaxwarp::k_nearest(static_cast<const jaxwarp::NeighbourGrid*>(nullptr), n, vis_x, vis_y,
-                           [](int) { return true; }, i, s.x[i], s.y[i], INFINITY, k,
-                           s.nbr + i * k);
+      team.for_range(m, [&](int q) {
+        int32_t* out = s.nbr + ids[q] * k;
+        jaxwarp::k_nearest(static_cast<const jaxwarp::NeighbourGrid*>(nullptr), m, vis_x, vis_y,
+                           [](int) { return true; }, q, vis_x[q], vis_y[q], INFINITY, k, out);
+        for (int slot = 0; slot < k; ++slot) out[slot] = out[slot] < 0 ? out[slot] : ids[out[slot]];
       });
     }
   }

@@ -603,6 +603,8 @@ SPEC = EnvSpec(
                           lambda p: 0 if p.use_full_observation else p.num_other_agents_observed),
              ScratchField("vis", "f32", "agent",
                           lambda p: 0 if p.use_full_observation or _use_grid(p) else 2),
+             ScratchField("vis_id", "i32", "agent",
+                          lambda p: 0 if p.use_full_observation or _use_grid(p) else 2),
              grid_scratch("grid", lambda p: p.num_agents, _use_grid)),
     num_agents=lambda p: p.num_agents,
     obs_dim=lambda p: p.obs_dim,
