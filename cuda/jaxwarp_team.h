@@ -36,9 +36,6 @@ constexpr int kBeforeObserve = -1;  // the phase argument of the pass before obs
 #ifndef JAXWARP_GRID_PRUNE
 #define JAXWARP_GRID_PRUNE 1
 #endif
-#ifndef JAXWARP_INSERT_ONCE
-#define JAXWARP_INSERT_ONCE 0
-#endif
 
 // Float -> uint32 with the same order (for packed atomic min); -0 is +0 and
 // NaN sorts last.
@@ -381,28 +378,11 @@ JW_HD bool before(float d2, int j, float d2b, int jb) {
 }
 // Inserts (d2, j) into the list (bd, bi)[0..K) kept in (d2, id) order.
 // (A branch-free version on 64-bit (d2 bits, id) keys measured 10% slower
-// at Tag's `large`: tune_kernel5_large_h100.json.)
+// at Tag's `large`: tune_kernel5_large_h100.json; one comparison per slot
+// and selects, 4% slower: tune_search_large_h100.json.)
 template <int K>
 JW_HD void insert(float d2, int j, float* bd, int* bi) {
   if (!before(d2, j, bd[K - 1], bi[K - 1])) return;
-#if JAXWARP_INSERT_ONCE
-  // One comparison per slot: the list is sorted, so lt[] is false up to the
-  // new pair's place and true from there on.
-  bool lt[K];
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int m = 0; m < K; ++m) lt[m] = before(d2, j, bd[m], bi[m]);
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int m = K - 1; m > 0; --m) {
-    bd[m] = lt[m - 1] ? bd[m - 1] : (lt[m] ? d2 : bd[m]);
-    bi[m] = lt[m - 1] ? bi[m - 1] : (lt[m] ? j : bi[m]);
-  }
-  bd[0] = lt[0] ? d2 : bd[0];
-  bi[0] = lt[0] ? j : bi[0];
-#else
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
@@ -419,7 +399,6 @@ JW_HD void insert(float d2, int j, float* bd, int* bi) {
     bd[0] = d2;
     bi[0] = j;
   }
-#endif
 }
 JW_HD float sq_dist(float xi, float yi, float xj, float yj) {
   const float dx = xj - xi;

@@ -4,7 +4,7 @@ from Python, then wait) versus fused in one XLA program (`lax.scan` over the
 FFI custom call, no host round trip). Same GPU, same configuration, same
 kernels, side by side in one process.
 
-Part 1 (tag_continuous, the hand-written Tag kernel): the per-step path
+Part 1 (tag_continuous): the per-step path
 dispatches the jitted step (the FFI custom call plus on-device action
 sampling) from Python and calls `block_until_ready` after each step.
 

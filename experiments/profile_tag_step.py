@@ -1,11 +1,9 @@
 """One jitted Tag step at 2000 envs for Nsight Compute, from a state reached by
 `--warm` protocol-action steps (taggers have caught runners: the state a
-benchmark loop spends its time in), for the contract or the hand-written kernel:
+benchmark loop spends its time in):
 
-    ncu --kernel-name regex:step_kernel --launch-skip 2 --launch-count 1 \\
-        python experiments/profile_tag_step.py --kind contract --warm 0
-    ncu --kernel-name regex:TagKernel --launch-skip 302 --launch-count 1 \\
-        python experiments/profile_tag_step.py --kind handwritten --warm 300
+    ncu --kernel-name regex:step_kernel --launch-skip 302 --launch-count 1 \\
+        python experiments/profile_tag_step.py --config large --warm 300
 
 (with --warm W, skip W + 2 launches: the rollout's W steps run first).
 """
@@ -17,7 +15,7 @@ import jax.numpy as jnp
 from bench_tag_paths import make_env, rollout_fn  # same folder
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--kind", default="contract", choices=["contract", "handwritten"])
+ap.add_argument("--kind", default="contract", choices=["contract", "contract_grid"])
 ap.add_argument("--config", default="warpdrive_default")
 ap.add_argument("--envs", type=int, default=2000)
 ap.add_argument("--warm", type=int, default=0)

@@ -2,7 +2,7 @@
 
 For each tool (memcheck, racecheck, initcheck, synccheck) and each target
 (every registered env's reset and step kernels, the tutorial's goal_reach,
-the hand-written Tag baseline, the action sampler), this script runs a child
+the action sampler), this script runs a child
 process under ``compute-sanitizer --tool TOOL`` that resets and steps the env
 eagerly on the GPU (episodes cut short so the auto-reset path runs, actions
 out of range every few steps so the clamps run), at small and many-agent
@@ -35,7 +35,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-HAND_WRITTEN = "tag_continuous_hand_written"
 SAMPLER = "sampler"
 GOAL_REACH = "goal_reach"
 # goal_reach with one out-of-bounds write planted: memcheck must report it
@@ -69,7 +68,7 @@ BACKEND = "cuda"  # --backend cpu checks the script itself on a machine without 
 def targets() -> list[str]:
     import jaxwarp
 
-    return [*jaxwarp.registered_envs(), GOAL_REACH, HAND_WRITTEN, SAMPLER]
+    return [*jaxwarp.registered_envs(), GOAL_REACH, SAMPLER]
 
 
 def _short_episodes(params_cls, params: dict) -> dict:
@@ -104,7 +103,6 @@ def child(target: str) -> None:
     import jax.numpy as jnp
 
     import jaxwarp
-    from jaxwarp.envs import tag_continuous as tc
 
     if target == SAMPLER:
         # Rows kernel (heads <= 64 choices: Tag's (11, 10), one head of 2, of
@@ -116,12 +114,6 @@ def child(target: str) -> None:
                 out = jaxwarp.sample_actions(jax.random.key(seed), logits, nvec, backend=BACKEND)
                 jax.block_until_ready(out)
             print("ran", target, nvec, rows, flush=True)
-        return
-    if target == HAND_WRITTEN:
-        for params, num_envs in TAG_CASES:
-            p = tc.TagContinuousParams(**_short_episodes(tc.TagContinuousParams, params))
-            run_env(tc.TagContinuousHandWritten(p, backend=BACKEND), num_envs)
-            print("ran", target, params, num_envs, flush=True)
         return
     if target in (GOAL_REACH, PLANTED):
         sys.path.insert(0, str(ROOT / "examples/goal_reach"))

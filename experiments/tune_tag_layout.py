@@ -1,6 +1,8 @@
-"""Tag (continuous) on the H100: contract-kernel layouts side by side with the
-hand-written kernel, in one process (the choice of observation path and of
-shared-memory budgets in cuda/jaxwarp_kernels.h rests on this).
+"""Tag (continuous) on the H100: kernel variants side by side in one process
+(the choice of observation path, of shared-memory budgets in
+cuda/jaxwarp_kernels.h and of the neighbour search in cuda/jaxwarp_team.h
+rests on this). Results before the hand-written Tag kernel was deleted list it
+as the first variant.
 
 Each variant builds the contract env with JAXWARP_NVCC_FLAGS set to its
 -D overrides of JAXWARP_OBS_BUDGET / JAXWARP_STAGING_BUDGET (the build cache
@@ -44,11 +46,10 @@ VARIANT_SETS = {
     },
     # The grid's k-nearest search (cuda/jaxwarp_team.h), at 256+ agents.
     "search": {
-        "pruned cells, cells for the agents left (default)": "",
-        "pruned cells, cells for all agents": "-DJAXWARP_TAG_GRID_MEMBERS=0",
+        # (tune_search_large_h100.json also has variants whose switches were
+        # removed after it: Tag's cells for all agents, a one-compare insert.)
+        "pruned cells (default)": "",
         "rings only": "-DJAXWARP_GRID_PRUNE=0",
-        "one compare per slot": "-DJAXWARP_INSERT_ONCE=1",
-        "rings only, cells for all agents": "-DJAXWARP_GRID_PRUNE=0 -DJAXWARP_TAG_GRID_MEMBERS=0",
     },
 }
 
@@ -71,16 +72,12 @@ def main() -> None:
         if unknown:
             ap.error(f"--only: unknown variants {unknown}; the set has {list(variants)}")
         variants = {k: variants[k] for k in wanted}
-    for name, flags in [("hand-written", None)] + list(variants.items()):
-        if flags is None:
-            env = make_env("handwritten", args.config)
-            layout = None
-        else:
-            os.environ["JAXWARP_NVCC_FLAGS"] = flags
-            env = make_env("contract", args.config)
-            lay = authoring.launch_layout(tc.SPEC, env.params, "cuda")
-            layout = {k: int(getattr(lay, k)) for k in ("tpe", "epb", "staged", "obs_staged",
-                                                        "words", "smem_bytes")}
+    for name, flags in variants.items():
+        os.environ["JAXWARP_NVCC_FLAGS"] = flags
+        env = make_env("contract", args.config)
+        lay = authoring.launch_layout(tc.SPEC, env.params, "cuda")
+        layout = {k: int(getattr(lay, k)) for k in ("tpe", "epb", "staged", "obs_staged",
+                                                    "words", "smem_bytes")}
         for protocol in (True, False):
             r = time_env(env, args.envs, args.steps, protocol, args.repeats)
             r.update(variant=name, flags=flags, layout=layout, config=args.config,

@@ -4,8 +4,6 @@
 
 #include "xla/ffi/api/c_api.h"
 
-extern "C" XLA_FFI_Error* JaxwarpTagResetCpu(XLA_FFI_CallFrame*);
-extern "C" XLA_FFI_Error* JaxwarpTagStepCpu(XLA_FFI_CallFrame*);
 extern "C" XLA_FFI_Error* JaxwarpSampleCategoricalCpu(XLA_FFI_CallFrame*);
 
 namespace nb = nanobind;
@@ -18,8 +16,6 @@ static nb::capsule Encapsulate(T* fn) {
 NB_MODULE(_jaxwarp_cpu, m) {
   m.def("registrations", []() {
     nb::dict d;
-    d["jaxwarp_tag_continuous_reset_cpu"] = Encapsulate(JaxwarpTagResetCpu);
-    d["jaxwarp_tag_continuous_step_cpu"] = Encapsulate(JaxwarpTagStepCpu);
     d["jaxwarp_sample_categorical_cpu"] = Encapsulate(JaxwarpSampleCategoricalCpu);
     return d;
   });

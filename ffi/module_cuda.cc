@@ -4,8 +4,6 @@
 
 #include "xla/ffi/api/c_api.h"
 
-extern "C" XLA_FFI_Error* JaxwarpTagResetCuda(XLA_FFI_CallFrame*);
-extern "C" XLA_FFI_Error* JaxwarpTagStepCuda(XLA_FFI_CallFrame*);
 extern "C" XLA_FFI_Error* JaxwarpSampleCategoricalCuda(XLA_FFI_CallFrame*);
 
 namespace nb = nanobind;
@@ -18,8 +16,6 @@ static nb::capsule Encapsulate(T* fn) {
 NB_MODULE(_jaxwarp_cuda, m) {
   m.def("registrations", []() {
     nb::dict d;
-    d["jaxwarp_tag_continuous_reset_cuda"] = Encapsulate(JaxwarpTagResetCuda);
-    d["jaxwarp_tag_continuous_step_cuda"] = Encapsulate(JaxwarpTagStepCuda);
     d["jaxwarp_sample_categorical_cuda"] = Encapsulate(JaxwarpSampleCategoricalCuda);
     return d;
   });

@@ -9,9 +9,9 @@ three neighbour-search paths) through resets, steps with auto-resets and
 out-of-range actions; the second shows the mode catches a planted
 out-of-bounds write and names the header line.
 
-The GPU kernels (and the sampler and the hand-written Tag baseline, built
-by CMake and not covered here) are checked with compute-sanitizer by
-experiments/sanitize_kernels.py, on a GPU machine.
+The GPU kernels (and the action sampler, built by CMake and not covered
+here) are checked with compute-sanitizer by experiments/sanitize_kernels.py,
+on a GPU machine.
 """
 
 from __future__ import annotations

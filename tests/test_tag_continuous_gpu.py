@@ -101,32 +101,3 @@ def test_cuda_scan_body_has_no_state_copy():
     for comp in body:
         copies = [ln for ln in comp.splitlines() if " copy(" in ln and "f32[16,110]" in ln]
         assert not copies, copies
-
-
-@pytest.mark.parametrize("config", ["warpdrive_default", "large"])
-def test_contract_kernel_matches_hand_written_kernel(config):
-    """The contract env (cuda/envs/tag_continuous.h) and the hand-written kernel it
-    replaces give the same bits over a rollout with resets."""
-    from jaxwarp.envs import tag_continuous as tc
-
-    p = tc.TagContinuousParams(**tc.CONFIGS[config], episode_length=40)
-    envs = [tc.TagContinuousHandWritten(p, backend="cuda"), tc.TagContinuous(p, backend="cuda")]
-
-    def rollout(env):
-        @jax.jit
-        def run(key):
-            obs, state = env.reset(key, 32)
-
-            def body(c, k):
-                state, _ = c
-                a = env.action_space.sample(k, (32, env.num_agents))
-                obs, state, reward, done, _ = env.step(k, state, a)
-                return (state, obs), (obs, reward, done)
-
-            return jax.lax.scan(body, (state, obs), jax.random.split(key, 90))
-
-        return jax.device_get(run(jax.random.key(5)))
-
-    a, b = rollout(envs[0]), rollout(envs[1])
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        np.testing.assert_array_equal(x, y)

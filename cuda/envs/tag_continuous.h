@@ -20,10 +20,6 @@
 // element by element otherwise (observe_element).
 #pragma once
 
-#ifndef JAXWARP_TAG_GRID_MEMBERS  // experiments/tune_tag_layout.py --set search
-#define JAXWARP_TAG_GRID_MEMBERS 1
-#endif
-
 constexpr int kStepPhases = 3;
 // The team pass runs only before observe(): phase 1 counts tags with
 // atomics itself and agent 0 advances the step counter in phase 0, which
@@ -158,14 +154,10 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
     auto visible = [&](int j) { return s.seen[j] != 0; };
     if (p.use_grid) {
       // Cells for the agents still in the game, not for all n: about two per
-      // cell whatever the number left (p.grid_side, for n, sizes the scratch).
-      // Later in an episode most runners have left; cells sized for n would
-      // be mostly empty and each search would visit several times as many.
-#if JAXWARP_TAG_GRID_MEMBERS
+      // cell whatever the number left (the scratch is sized for n). Later in
+      // an episode most runners have left; cells sized for n would be mostly
+      // empty and each search would visit several times as many.
       const int g = jaxwarp::grid_side(team.count(visible));
-#else
-      const int g = p.grid_side;
-#endif
       const auto grid = jaxwarp::NeighbourGrid::carve(s.grid, n, g, 0.0f, p.grid_length);
       grid.build(team, s.x, s.y, visible);
       // Agents in cell order: neighbouring threads search neighbouring cells.

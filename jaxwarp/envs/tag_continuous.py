@@ -10,10 +10,6 @@ rewards, named configurations). One header and one spec, like every env:
 * the pure-JAX reference below (`reference_reset`, `reference_step`), the
   oracle of the tests and the baseline of the benchmarks.
 
-`TagContinuousHandWritten` is the earlier hand-written kernel
-(`cuda/tag_continuous_kernels.cu`), kept only as the speed baseline of the
-contract kernel until that one matches it (README, *Results*).
-
 | observation (per agent, f32) | 7 features for each observed agent j, feature-major, then time |
 |---|---|
 | ``(x_j - x_i) / (sqrt(2) L)``, ``(y_j - y_i) / (sqrt(2) L)`` | relative position |
@@ -55,17 +51,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jax.experimental import checkify
 from jax.extend.random import threefry2x32_p
 
-from jaxwarp.core import auto_reset, key_data_of, reset_mask, resolve_backend, sincos_fixed
+from jaxwarp.core import auto_reset, reset_mask, sincos_fixed
 from jaxwarp.authoring import (API_DIR, ContractEnv, EnvSpec, ParamArray, ScratchField,
-                               check_params_id, grid_scratch, grid_side, params_id,
-                               state_field, tag_state)
-from jaxwarp.spaces import MultiDiscrete
+                               grid_scratch, state_field)
 
 NUM_FEATURES = 7
-MAX_LEVELS = 64  # cuda/tag_continuous.h: kMaxLevels
+MAX_LEVELS = 64  # size of the accel / turn tables in the kernel's Params
 MAX_AGENTS = 65535  # neighbour ids are uint16 in the kernels
 
 
@@ -184,15 +177,6 @@ class TagContinuousState:
     num_runners_left: jax.Array = state_field("i32", "env")
     episode_return: jax.Array = state_field("f32")
 
-    def fields(self) -> tuple[jax.Array, ...]:
-        # The arrays only (a state returned by an env also carries the static
-        # params_id, see jaxwarp.authoring.tagged_state_type).
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(TagContinuousState))
-
-
-_STATE_DTYPES = (jnp.float32,) * 5 + (jnp.int32,) * 3 + (jnp.float32,)
-_STATE_PER_AGENT = (True,) * 6 + (False, False, True)
-
 
 # ---------------------------------------------------------------------------
 # Float32 constants shared by every backend.
@@ -232,26 +216,6 @@ def _constants(p: TagContinuousParams) -> _Constants:
         turn=table(p.min_turn, p.max_turn, p.num_turn_levels),
         # Same derivation as jax.random.PRNGKey(seed) for a 32-bit seed.
         fixed_key=np.array([0, seed], dtype=np.uint32),
-    )
-
-
-def _ffi_attrs(p: TagContinuousParams, c: _Constants) -> dict[str, Any]:
-    """Attributes of the FFI calls (ffi/tag_continuous_ffi.h: TagAttrs)."""
-    i32, f32 = np.int32, np.float32
-    return dict(
-        num_agents=i32(p.num_agents), num_taggers=i32(p.num_taggers),
-        episode_length=i32(p.episode_length), full_obs=i32(p.use_full_observation),
-        k_observed=i32(p.num_other_agents_observed),
-        exit_after_tag=i32(p.runner_exits_game_after_tagged),
-        fixed_start=i32(p.fixed_start_seed is not None), fixed_key=c.fixed_key,
-        grid_length=f32(p.grid_length), vmax_tagger=c.vmax_tagger,
-        vmax_runner=c.vmax_runner, edge_penalty=f32(p.edge_hit_penalty),
-        step_reward_tagger=f32(p.step_penalty_for_tagger),
-        step_reward_runner=f32(p.step_reward_for_runner),
-        tag_reward=f32(p.tag_reward_for_tagger), tag_penalty=f32(p.tag_penalty_for_runner),
-        end_reward=f32(p.end_of_game_reward_for_runner), tag_dist2=c.tag_dist2,
-        pos_scale=c.pos_scale, speed_scale=c.speed_scale, dir_scale=c.dir_scale,
-        time_scale=c.time_scale, accel=c.accel, turn=c.turn,
     )
 
 
@@ -422,127 +386,6 @@ def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContin
 
 
 # ---------------------------------------------------------------------------
-# The environment object: configuration only; reset/step are pure functions.
-# ---------------------------------------------------------------------------
-class TagContinuousHandWritten:
-    """The earlier hand-written Tag kernel (cuda/tag_continuous_kernels.cu,
-    ffi/tag_continuous_*.cc): the speed baseline of the contract env in
-    experiments/bench_tag_paths.py and the GPU parity test; not registered.
-    To be deleted once the contract kernel is as fast (issue "One env path").
-
-    ``obs, state = env.reset(key, num_envs)`` and
-    ``obs, state, reward, done, info = env.step(key, state, actions)`` with
-    ``actions: i32[envs, agents, 2]``, ``obs: f32[envs, agents, obs_dim]``,
-    ``reward: f32[envs, agents]``, ``done: bool[envs]``. Finished envs restart
-    inside `step` from fresh starts drawn with its key; `info["episode_return"]`
-    (f32[envs, agents]) holds each finished episode's return where done.
-    """
-
-    name = "tag_continuous_handwritten"
-
-    def __init__(self, params: TagContinuousParams | None = None, backend: str = "auto",
-                 checks: bool = False):
-        self.params = params or TagContinuousParams()
-        self.backend = resolve_backend(backend)
-        self.checks = bool(checks)
-        self._consts = _constants(self.params)
-        self._attrs = _ffi_attrs(self.params, self._consts)
-
-    # Spaces and agents ----------------------------------------------------
-    @property
-    def num_agents(self) -> int:
-        return self.params.num_agents
-
-    @property
-    def action_space(self) -> MultiDiscrete:
-        p = self.params
-        return MultiDiscrete((p.num_acceleration_levels + 1, p.num_turn_levels + 1))
-
-    # Functional API -----------------------------------------------------------
-    def reset(self, key: jax.Array, num_envs: int) -> tuple[jax.Array, TagContinuousState]:
-        """obs: f32[num_envs, agents, obs_dim], state with [num_envs, ...] fields."""
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
-                or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
-        num_envs = int(num_envs)
-        key_data = key_data_of(key)
-        if self.backend == "jax":
-            obs, state = reference_reset(self.params, key_data, num_envs)
-            return obs, self._tag(state)
-        n, d = self.num_agents, self.params.obs_dim
-        out_types = [
-            jax.ShapeDtypeStruct((num_envs, n) if per_agent else (num_envs,), dt)
-            for dt, per_agent in zip(_STATE_DTYPES, _STATE_PER_AGENT)
-        ] + [jax.ShapeDtypeStruct((num_envs, n, d), jnp.float32)]
-        outs = jax.ffi.ffi_call(
-            f"jaxwarp_tag_continuous_reset_{self.backend}", out_types,
-            vmap_method="broadcast_all")(key_data, **self._attrs)
-        return outs[-1], self._tag(TagContinuousState(*outs[:-1]))
-
-    def step(self, key: jax.Array, state: TagContinuousState, actions: jax.Array):
-        """One step of every env, with auto-reset of finished envs.
-
-        Returns (obs f32[envs, agents, obs_dim], state, reward f32[envs, agents],
-        done bool[envs], info {"episode_return": f32[envs, agents]}).
-        """
-        key_data = key_data_of(key)
-        self._check_state(state)
-        state = tag_state(TagContinuousState, state, "")  # plain: what the reference builds
-        num_envs = state.x.shape[0]
-        expected = (num_envs, self.num_agents, 2)
-        if not hasattr(actions, "shape") or tuple(actions.shape) != expected:
-            raise ValueError(f"actions must have shape {expected} (envs, agents, 2); "
-                             f"got {getattr(actions, 'shape', type(actions).__name__)}")
-        if actions.dtype != jnp.int32:
-            raise TypeError(f"actions must have dtype int32; got {actions.dtype}")
-        if self.checks:
-            n0, n1 = self.action_space.nvec
-            checkify.check(
-                self.action_space.contains(actions),
-                f"tag_continuous: actions out of range: a[..., 0] must lie in [0, {n0}) "
-                f"and a[..., 1] in [0, {n1}) (the kernels clamp them)")
-        if self.backend == "jax":
-            obs, state, reward, done, _ = reference_step(self.params, key_data, state, actions)
-        else:
-            fields = state.fields()
-            out_types = [jax.ShapeDtypeStruct(f.shape, f.dtype) for f in fields] + [
-                jax.ShapeDtypeStruct((num_envs, self.num_agents, self.params.obs_dim),
-                                     jnp.float32),
-                jax.ShapeDtypeStruct((num_envs, self.num_agents), jnp.float32),
-                jax.ShapeDtypeStruct((num_envs,), jnp.bool_),
-            ]
-            outs = jax.ffi.ffi_call(
-                f"jaxwarp_tag_continuous_step_{self.backend}", out_types,
-                vmap_method="broadcast_all",
-                input_output_aliases={2 + i: i for i in range(len(fields))},
-            )(key_data, actions, *fields, **self._attrs)
-            state = TagContinuousState(*outs[:len(fields)])
-            obs, reward, done = outs[len(fields):]
-        return obs, self._tag(state), reward, done, {"episode_return": state.episode_return}
-
-    def _tag(self, state: TagContinuousState) -> TagContinuousState:
-        """The state with the contract env's params_id: the two envs' states
-        are interchangeable (same pytree structure) when their params are."""
-        return tag_state(TagContinuousState, state, params_id("tag_continuous", self.params))
-
-    def _check_state(self, state: TagContinuousState) -> None:
-        if not isinstance(state, TagContinuousState):
-            raise TypeError(f"state must be a TagContinuousState; got {type(state).__name__}")
-        check_params_id(state, params_id("tag_continuous", self.params))
-        num_envs = state.x.shape[0] if state.x.ndim >= 1 else None
-        for f, dt, per_agent in zip(dataclasses.fields(TagContinuousState), _STATE_DTYPES,
-                                    _STATE_PER_AGENT, strict=True):
-            v = getattr(state, f.name)
-            shape = (num_envs, self.num_agents) if per_agent else (num_envs,)
-            if tuple(v.shape) != shape or v.dtype != dt:
-                raise ValueError(f"state.{f.name} must be {jnp.dtype(dt).name}{list(shape)}; "
-                                 f"got {v.dtype}{list(v.shape)}")
-
-    def __repr__(self) -> str:
-        return f"TagContinuous(backend={self.backend!r}, params={self.params})"
-
-
-# ---------------------------------------------------------------------------
 # The env through the authoring contract: cuda/envs/tag_continuous.h + SPEC.
 # ---------------------------------------------------------------------------
 def _use_grid(p: TagContinuousParams) -> bool:
@@ -568,7 +411,7 @@ def kernel_params(p: TagContinuousParams) -> dict[str, Any]:
         exit_after_tag=i32(p.runner_exits_game_after_tagged),
         fixed_start=i32(p.fixed_start_seed is not None), fixed_key0=c.fixed_key[0],
         fixed_key1=c.fixed_key[1], use_grid=i32(_use_grid(p)),
-        grid_side=i32(grid_side(p.num_agents)), grid_length=f32(p.grid_length),
+        grid_length=f32(p.grid_length),
         vmax_tagger=c.vmax_tagger, vmax_runner=c.vmax_runner,
         edge_penalty=f32(p.edge_hit_penalty), step_reward_tagger=f32(p.step_penalty_for_tagger),
         step_reward_runner=f32(p.step_reward_for_runner), tag_reward=f32(p.tag_reward_for_tagger),
