@@ -139,9 +139,11 @@ struct Team {
   JW_HD void inclusive_scan(int32_t* a, int count) const {
 #if defined(__CUDA_ARCH__)
 #if JAXWARP_WARP_SCAN
-    if (stride % 32 == 0) {
-      // By the env's first warp, 32 elements at a time with shuffles (whole
-      // warps per env: the same for every env of a launch).
+    // The env's lanes 0..31 are one whole warp when its threads are whole
+    // warps, or when it has the block to itself (and 32+ threads): the same
+    // for every env of a launch.
+    if (stride % 32 == 0 || (stride >= 32 && static_cast<int>(blockDim.x) == stride)) {
+      // By the env's first warp, 32 elements at a time with shuffles.
       if (active && lane < 32) {
         int carry = 0;
         for (int b = 0; b < count; b += 32) {
