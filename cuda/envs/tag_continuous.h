@@ -191,22 +191,18 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
   }
 }
 
-// Features 0-4 are differences of one state field, scaled: the field and
-// the scale of feature f. (One code path for the five: in observe_element a
-// warp's lanes hold different features, and a switch would run them one
-// after another.)
-JW_HD const float* motion_field(const State& s, int f) {
-  return f == 0 ? s.x : f == 1 ? s.y : f == 2 ? s.speed : f == 3 ? s.acceleration : s.direction;
-}
-JW_HD float motion_scale(const Params& p, int f) {
-  return f < 2 ? p.pos_scale : (f < 4 ? p.speed_scale : p.dir_scale);
-}
-
 // Feature f (0..6) of agent j as seen by agent i (j a valid id).
 JW_HD float feature(const Params& p, const State& s, int f, int i, int j) {
   if (f < 5) {
-    const float* v = motion_field(s, f);
-    return (v[j] - v[i]) * motion_scale(p, f);
+    // Features 0-4 share one code path: in observe_element a warp's lanes
+    // hold different features, and a switch would run them one after another.
+    const float* v = f == 0 ? s.x
+                   : f == 1 ? s.y
+                   : f == 2 ? s.speed
+                   : f == 3 ? s.acceleration
+                            : s.direction;
+    const float scale = f < 2 ? p.pos_scale : (f < 4 ? p.speed_scale : p.dir_scale);
+    return (v[j] - v[i]) * scale;
   }
   return f == 5 ? (is_tagger(p, j) ? 1.0f : 0.0f) : static_cast<float>(s.seen[j]);
 }
@@ -222,10 +218,8 @@ JW_HD int observed_agent(const Params& p, const State& s, int i, int slot) {
 
 // Agent a's whole observation row (feature-major, then the time). The kernel
 // uses it where the block's rows fit in shared memory, observe_element()
-// otherwise: the agent's own values are read once per row and the
-// neighbour's id once per slot, not once per element (the row goes to
-// shared memory like the state, so the compiler would otherwise reload them
-// after every store).
+// otherwise: the neighbour id and the agent's own values are read once per
+// slot, not once per element.
 JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs) {
   const int i = a.agent;
   const int slots = observed_slots(p);
@@ -233,24 +227,12 @@ JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, flo
     for (int col = 0; col <= kFeatures * slots; ++col) obs[col] = 0.0f;
     return;
   }
-  float own[5];
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int f = 0; f < 5; ++f) own[f] = motion_field(s, f)[i];
   for (int slot = 0; slot < slots; ++slot) {
     const int j = observed_agent(p, s, i, slot);
-    if (j < 0) {
-      for (int f = 0; f < kFeatures; ++f) obs[f * slots + slot] = 0.0f;
-      continue;
-    }
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-    for (int f = 0; f < 5; ++f)
-      obs[f * slots + slot] = (motion_field(s, f)[j] - own[f]) * motion_scale(p, f);
-    obs[5 * slots + slot] = is_tagger(p, j) ? 1.0f : 0.0f;
-    obs[6 * slots + slot] = static_cast<float>(s.seen[j]);
+    for (int f = 0; f < kFeatures; ++f) obs[f * slots + slot] = j < 0 ? 0.0f : feature(p, s, f, i, j);
   }
   obs[kFeatures * slots] = static_cast<float>(s.timestep[0]) * p.time_scale;
 }
