@@ -134,8 +134,9 @@ struct Team {
 #endif
   }
 
-  // a[0..count) becomes its inclusive prefix sum. Collective (ends with a
-  // barrier); a is the env's own array (shared memory when staged).
+  // a[0..count) becomes its inclusive prefix sum. Collective: it ends with
+  // a barrier but does not start with one (call team.sync() after writing
+  // a from several threads); a is the env's own array.
   JW_HD void inclusive_scan(int32_t* a, int count) const {
 #if defined(__CUDA_ARCH__)
 #if JAXWARP_WARP_SCAN
@@ -430,9 +431,11 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
                         int32_t* out) {
   float bd[K];
   int bi[K];
+  // Empty slots hold (r2, -1): a candidate at exactly r2 does not come
+  // before them, so the radius is strict (d2 < r2), as in the scan.
   for (int m = 0; m < K; ++m) {
     bd[m] = r2;
-    bi[m] = 0x7FFFFFFF;
+    bi[m] = kNoNeighbour;
   }
   const int c0 = gr.cell_of(x, y);
   const int cx = c0 % gr.g, cy = c0 / gr.g;
@@ -483,7 +486,7 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
     if (open_t) gap = fminf(gap, static_cast<float>(cy + r + 1) - fy);
     if (cell_bound2(gap, 0.0f, cs) > bd[K - 1]) break;
   }
-  for (int m = 0; m < K; ++m) out[m] = bi[m] == 0x7FFFFFFF ? kNoNeighbour : bi[m];
+  for (int m = 0; m < K; ++m) out[m] = bi[m];
 }
 
 // K nearest by one pass over all n agents with member(j).

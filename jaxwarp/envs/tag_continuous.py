@@ -58,7 +58,7 @@ from jaxwarp.authoring import (API_DIR, ContractEnv, EnvSpec, ParamArray, Scratc
                                grid_scratch, state_field)
 
 NUM_FEATURES = 7
-MAX_LEVELS = 64  # size of the accel / turn tables in the kernel's Params
+MAX_LEVELS = 64  # most levels per head (the kernel's accel / turn tables hold MAX_LEVELS + 1)
 MAX_AGENTS = 65535  # neighbour ids are uint16 in the kernels
 
 
