@@ -33,9 +33,6 @@ constexpr int kBeforeObserve = -1;  // the phase argument of the pass before obs
 #ifndef JAXWARP_WARP_SCAN
 #define JAXWARP_WARP_SCAN 1
 #endif
-#ifndef JAXWARP_GRID_PRUNE
-#define JAXWARP_GRID_PRUNE 1
-#endif
 
 // Float -> uint32 with the same order (for packed atomic min); -0 is +0 and
 // NaN sorts last.
@@ -200,15 +197,16 @@ struct Team {
     int mine = 0;
     if (active)
       for (int i = lo; i < hi; ++i) mine += pred(i) ? 1 : 0;
-    if (active && lane < n) tmp[lane] = mine;
+    const int lanes = stride < n ? stride : n;  // tmp's entries
+    if (active && lane < lanes) tmp[lane] = mine;
     __syncthreads();
-    inclusive_scan(tmp, stride < n ? stride : n);
+    inclusive_scan(tmp, lanes);
     if (active && mine > 0) {
       int q = tmp[lane] - mine;
       for (int i = lo; i < hi; ++i)
         if (pred(i)) out[q++] = i;
     }
-    const int total = active ? tmp[(stride < n ? stride : n) - 1] : 0;
+    const int total = active ? tmp[lanes - 1] : 0;
     __syncthreads();
     return total;
 #else
@@ -453,9 +451,7 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
         if (gx < 0 || gx >= gr.g) continue;
         const float gap_x = gx > cx ? static_cast<float>(gx) - fx
                                     : (gx < cx ? fx - static_cast<float>(gx + 1) : 0.0f);
-#if JAXWARP_GRID_PRUNE
         if (cell_bound2(gap_x, gap_y, cs) > bd[K - 1]) continue;
-#endif
         const int c = gy * gr.g + gx;
         const int end = gr.start[c + 1];
         for (int q = gr.start[c]; q < end; ++q) {
@@ -472,13 +468,6 @@ JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, flo
     const bool open_l = cx - r > 0, open_r = cx + r < gr.g - 1;
     const bool open_b = cy - r > 0, open_t = cy + r < gr.g - 1;
     if (!(open_l || open_r || open_b || open_t)) break;
-#if !JAXWARP_GRID_PRUNE
-    {  // the earlier rule: the point taken at its cell's edge
-      const float reach = (static_cast<float>(r) - 0.001f) * cs;
-      if (r > 0 && reach > 0.0f && bd[K - 1] < reach * reach) break;
-      continue;
-    }
-#endif
     float gap = INFINITY;
     if (open_l) gap = fminf(gap, fx - static_cast<float>(cx - r));
     if (open_r) gap = fminf(gap, static_cast<float>(cx + r + 1) - fx);

@@ -105,6 +105,10 @@ def main() -> None:
                          "scan (kind contract_grid)")
     ap.add_argument("--configs", default=",".join(c for c, _, _ in CASES))
     args = ap.parse_args()
+    unknown = set(args.configs.split(",")) - {c for c, _, _ in CASES}
+    if unknown:
+        ap.error(f"--configs: unknown {sorted(unknown)}; expected some of "
+                 f"{[c for c, _, _ in CASES]}")
     device = jax.devices()[0]
     bw = measure_bandwidth(device)
     print(f"device {device.device_kind}: copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)

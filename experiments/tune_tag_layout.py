@@ -44,13 +44,9 @@ VARIANT_SETS = {
         "none of these": "-DJAXWARP_ELEMENT_COLUMNS=0 -DJAXWARP_EARLY_COPY_OUT=0 "
                          "-DJAXWARP_WARP_SCAN=0",
     },
-    # The grid's k-nearest search (cuda/jaxwarp_team.h), at 256+ agents.
-    "search": {
-        # (tune_search_large_h100.json also has variants whose switches were
-        # removed after it: Tag's cells for all agents, a one-compare insert.)
-        "pruned cells (default)": "",
-        "rings only": "-DJAXWARP_GRID_PRUNE=0",
-    },
+    # (tune_search_large_h100.json compared neighbour-search variants whose
+    # switches were removed once measured: pruned cells, Tag's cells for all
+    # agents, a one-compare insert.)
 }
 
 
