@@ -331,7 +331,10 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   }
 #if defined(__CUDACC__)
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (cudaError_t e = launch(kernels[l.staged ? 1 : 0], l, c.envs, s, &p, c); e != cudaSuccess)
+  // kernels: [state in global memory, staged, solo (one agent; null where
+  // solo_kernel<E>() is false)].
+  const void* kernel = l.staged ? kernels[1] : n == 1 && kernels[2] ? kernels[2] : kernels[0];
+  if (cudaError_t e = launch(kernel, l, c.envs, s, &p, c); e != cudaSuccess)
     return ffi::Error::Internal(cudaGetErrorString(e));
 #else
   (void)kernels;
@@ -398,7 +401,9 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
 #define JW_LAUNCH_BOUNDS __launch_bounds__(jaxwarp::kMaxThreads)
 #endif
 // Two kernels per pass: state and scratch in global memory (_kernel) or
-// staged in shared memory (_kernel_staged); the layout picks one.
+// staged in shared memory (_kernel_staged); the layout picks one. Step has a
+// third, _kernel_solo (solo_kernel<ENV>(): state in registers), which runs
+// wherever n == 1 and the layout does not stage (an empty kernel otherwise).
 #define JAXWARP_DEFINE_ENV(NAME, ENV)                                                        \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
       jaxwarp_##NAME##_reset_kernel(ENV::Params p, jaxwarp::Call c, jaxwarp::Layout l) {     \
@@ -418,13 +423,21 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
                                           jaxwarp::Layout l) {                               \
     jaxwarp::step_kernel_body<ENV, true>(p, c, l);                                           \
   }                                                                                          \
+  extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
+      jaxwarp_##NAME##_step_kernel_solo(ENV::Params p, jaxwarp::Call c,                      \
+                                        jaxwarp::Layout l) {                                 \
+    if constexpr (jaxwarp::solo_kernel<ENV>()) jaxwarp::solo_step_kernel_body<ENV>(p, c, l); \
+  }                                                                                          \
   JAXWARP_DEFINE_LAYOUT(NAME, ENV)                                                           \
   static const void* const jw_reset_kernels_##NAME[2] = {                                   \
       reinterpret_cast<const void*>(jaxwarp_##NAME##_reset_kernel),                          \
       reinterpret_cast<const void*>(jaxwarp_##NAME##_reset_kernel_staged)};                  \
-  static const void* const jw_step_kernels_##NAME[2] = {                                    \
+  static const void* const jw_step_kernels_##NAME[3] = {                                    \
       reinterpret_cast<const void*>(jaxwarp_##NAME##_step_kernel),                           \
-      reinterpret_cast<const void*>(jaxwarp_##NAME##_step_kernel_staged)};                   \
+      reinterpret_cast<const void*>(jaxwarp_##NAME##_step_kernel_staged),                    \
+      jaxwarp::solo_kernel<ENV>()                                                            \
+          ? reinterpret_cast<const void*>(jaxwarp_##NAME##_step_kernel_solo)                 \
+          : nullptr};                                                                        \
   static xla::ffi::Error jw_reset_##NAME(cudaStream_t stream, JAXWARP_HANDLER_ARGS_RESET) {  \
     return jaxwarp::ffi_impl::reset<ENV>(jw_reset_kernels_##NAME, stream, keys, rets, params, \
                                          per_env, n, obs_dim);                               \

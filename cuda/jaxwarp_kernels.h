@@ -83,18 +83,20 @@ constexpr int kStagingBudget = JAXWARP_STAGING_BUDGET;
 constexpr int kObsBudget = JAXWARP_OBS_BUDGET;
 
 // Threads per env: one per agent, at most kMaxThreads (more agents loop);
-// envs per block: about 128 threads. The kernels are compiled for blocks of
-// at most kMaxThreads (__launch_bounds__), which caps their registers.
+// envs per block: about kBlockThreads threads. The kernels are compiled for
+// blocks of at most kMaxThreads (__launch_bounds__), which caps their
+// registers.
 #ifndef JAXWARP_MAX_THREADS
 #define JAXWARP_MAX_THREADS 512
 #endif
 constexpr int kMaxThreads = JAXWARP_MAX_THREADS;
+constexpr int kBlockThreads = 128;  // threads per block where envs are smaller
 
 inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
                          int state_fields, bool row_observe) {
   Layout l{};
   l.tpe = n < kMaxThreads ? n : kMaxThreads;
-  l.epb = l.tpe >= 128 ? 1 : 128 / l.tpe;
+  l.epb = l.tpe >= kBlockThreads ? 1 : kBlockThreads / l.tpe;
   int64_t words = 0, scratch = 0;
   for (int f = 0; f < fields; ++f) {
     words += per_env[f];
@@ -642,6 +644,88 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
     c.done[w.e] = d;
     c.term[w.e] = any_term;
     c.trunc[w.e] = any_trunc;
+  }
+}
+
+// The step of an env with one agent, no scratch and no team pass (classic
+// control) when it runs with n == 1: one thread per env holding the env's
+// state in registers. All of its loads are issued at once, before step()
+// runs; through State pointers into global memory, the loads step() makes
+// after a store (the compiler must assume they may alias) each wait for a
+// trip to memory of their own. The agent index is the constant 0, so that
+// every field access resolves to a register. Same bits as step_kernel_body:
+// the same calls in the same order on the same values.
+#ifndef JAXWARP_SOLO
+#define JAXWARP_SOLO 1
+#endif
+template <class E>
+JW_HD constexpr bool solo_kernel() {
+  return JAXWARP_SOLO && E::kFields == E::kStateFields && !detail::has_team_pass<E>::value;
+}
+
+template <class E>
+__device__ inline void solo_step_kernel_body(const typename E::Params& p, const Call& c,
+                                             const Layout& l) {
+  extern __shared__ __align__(16) int32_t jw_smem[];
+  const Lane w = lane_of(l, c.envs);  // tpe == 1: thread threadIdx.x is env le
+  const int64_t e = w.active ? w.e : 0;
+  int32_t* g[E::kFields];
+  E::pointers(state_at<E>(c.base, c.stride, e, e), g);
+  int32_t word[E::kFields];
+  int32_t* r[E::kFields];
+  JW_UNROLL
+  for (int f = 0; f < E::kFields; ++f) {
+    word[f] = w.active ? g[f][0] : 0;
+    r[f] = &word[f];
+  }
+  const typename E::State s = E::bind(r);
+  uint32_t k0 = 0, k1 = 0, env = 0;
+  if (w.active) member_of(c, e, &k0, &k1, &env);
+  float reward = 0.0f;
+  bool any_term = false, any_trunc = false;
+  if (w.active) {
+    const Agent a{env, 0, 1, k0, k1, 1u};
+    for (int phase = 0; phase < E::kStepPhases; ++phase) {
+      StepResult res;
+      step(p, s, a, c.actions + e * c.heads, phase, res);
+      reward += res.reward;
+      any_term = any_term || res.terminated;
+      any_trunc = any_trunc || res.truncated;
+    }
+  }
+  const bool d = any_term || any_trunc;
+  const Agent a0{env, 0, 1, k0, k1, 0u};
+  // (Gathering the envs that reset onto the block's first threads, so that
+  // one warp runs reset() rather than every warp with a finished env, was
+  // no faster: tune note in cuda/README.md.)
+  if (d && c.autoreset) reset(p, s, a0);
+  if (w.active) {
+    JW_UNROLL
+    for (int f = 0; f < E::kFields; ++f) g[f][0] = word[f];
+    c.reward[e] = reward;
+    c.done[e] = d;
+    c.term[e] = any_term;
+    c.trunc[e] = any_trunc;
+  }
+  // Observations: the row path where the CPU takes it too (use_rows), the
+  // block's rows staged and stored as one run when the layout has room.
+  const int dim = c.obs_dim;
+  if (use_rows<E>(l)) {
+    if constexpr (row_observe<E>()) {
+      if (!l.obs_staged) {
+        if (w.active) observe(p, s, a0, c.obs + e * dim);
+        return;
+      }
+      const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
+      float* staged = obs_stage(c, l, jw_smem, first * dim);
+      if (w.active) observe(p, s, a0, staged + static_cast<int64_t>(w.le) * dim);
+      __syncthreads();
+      const int64_t rows = c.envs - first < l.epb ? c.envs - first : l.epb;
+      store_obs_rows(c, first * dim, staged, rows * dim);
+    }
+  } else if constexpr (element_observe<E>()) {
+    if (w.active)
+      for (int col = 0; col < dim; ++col) put_obs(c, e * dim + col, observe_element(p, s, a0, col));
   }
 }
 

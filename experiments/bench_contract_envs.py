@@ -1,17 +1,24 @@
-"""Env-only throughput of envs built through the authoring contract
-(cartpole, the tutorial's goal_reach): kernel vs pure-JAX reference, side by
-side in one process. One jitted lax.scan of T steps with random actions
-drawn on device, auto-reset on, state and observations carried and donated,
-compile excluded, median of 5 timed calls.
+"""Env-only throughput of envs built through the authoring contract: the
+generated kernel vs the pure-JAX reference (and the upstream implementation
+where importable), side by side in one process. Each is one jitted lax.scan
+of T steps with the benchmark protocol's actions (a hash of the previous
+step's observations), auto-reset on, state and observations carried and
+donated, compile excluded. The timed calls alternate between the
+implementations (ROUNDS rounds of one call each), so a change of clock or
+of the machine's load touches all of them alike; each reports its median
+call, and the ratio is the median of the per-round ratios.
 
     python experiments/bench_contract_envs.py --out experiments/results/bench_contract_envs_h100.json
     python experiments/bench_contract_envs.py --small
+    # kernel variants side by side (each a build with these JAXWARP_NVCC_FLAGS):
+    python experiments/bench_contract_envs.py --only cartpole --variant= --variant=-DJAXWARP_SOLO=0
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -38,22 +45,44 @@ SMALL_CASES = [("cartpole", {}, 256, 200), ("mpe_simple_spread", {}, 256, 50),
 UPSTREAM = {"cartpole": "gymnax", "mpe_simple_spread": "jaxmarl", "mpe_simple_tag": "jaxmarl"}
 
 
-def time_scan(run, carry) -> tuple[float, float, list[float]]:
-    """Compiles run(carry, key) (carry donated), warms up, times 5 calls:
-    (compile seconds, median seconds per call, all call times)."""
+ROUNDS = 11
+
+
+def compile_scan(run, carry):
+    """Compiles run(carry, key) (carry donated) and warms it up:
+    (callable(carry, i) -> carry after one timed call, seconds, carry)."""
     f = jax.jit(run, donate_argnums=0)
     t = time.perf_counter()
     compiled = f.lower(carry, jax.random.PRNGKey(1)).compile()
     compile_s = time.perf_counter() - t
     carry, out = compiled(carry, jax.random.PRNGKey(1))
     jax.block_until_ready(out)
-    times = []
-    for i in range(5):
+
+    def timed(carry, i: int):
         t = time.perf_counter()
         carry, out = compiled(carry, jax.random.PRNGKey(2 + i))
         jax.block_until_ready(out)
-        times.append(time.perf_counter() - t)
-    return compile_s, statistics.median(times), times
+        return carry, time.perf_counter() - t
+    return timed, compile_s, carry
+
+
+def time_rounds(entries: list[dict], rounds: int = ROUNDS) -> None:
+    """Times the entries' scans in alternation: `rounds` rounds of one call
+    each. Adds "times_s", "env_steps_per_s" (from the median call) to each."""
+    for e in entries:
+        e["times_s"] = []
+    for i in range(rounds):
+        for e in entries:
+            e["carry"], sec = e["timed"](e["carry"], i)
+            e["times_s"].append(sec)
+    for e in entries:
+        e["env_steps_per_s"] = e["num_envs"] * e["steps"] / statistics.median(e["times_s"])
+        del e["carry"], e["timed"]
+
+
+def ratio(a: dict, b: dict) -> float:
+    """Throughput of a over b: the median of the per-round ratios."""
+    return statistics.median(tb / ta for ta, tb in zip(a["times_s"], b["times_s"]))
 
 
 def bench_upstream(name: str, num_envs: int, steps: int) -> dict | None:
@@ -106,10 +135,10 @@ def bench_upstream(name: str, num_envs: int, steps: int) -> dict | None:
         return jax.lax.scan(body, carry, (jax.random.split(key, steps),
                                           jnp.arange(steps, dtype=jnp.int32)))
 
-    compile_s, sec, times = time_scan(run, (state, obs))
+    timed, compile_s, carry = compile_scan(run, (state, obs))
     return {"env": name, "backend": "gymnax" if name == "cartpole" else "jaxmarl",
             "num_envs": num_envs, "steps": steps, "compile_s": compile_s,
-            "env_steps_per_s": num_envs * steps / sec, "times_s": times}
+            "timed": timed, "carry": carry}
 
 
 def scan_of(env, num_envs: int, steps: int):
@@ -129,15 +158,28 @@ def scan_of(env, num_envs: int, steps: int):
     return run
 
 
-def bench(name: str, params: dict, backend: str, num_envs: int, steps: int) -> dict:
-    env = jaxwarp.make(name, backend=backend, **params)
+def prepare(name: str, params: dict, backend: str, num_envs: int, steps: int,
+            flags: str | None = None) -> dict:
+    """The env's scan, compiled and warmed up (time_rounds times it). flags:
+    JAXWARP_NVCC_FLAGS of the kernel's build (None: as the environment has it)."""
+    saved = os.environ.get("JAXWARP_NVCC_FLAGS")
+    if flags is not None:
+        os.environ["JAXWARP_NVCC_FLAGS"] = flags
+    try:  # the env is built (or found in the cache) when it is made
+        env = jaxwarp.make(name, backend=backend, **params)
+    finally:
+        if flags is not None:
+            os.environ.pop("JAXWARP_NVCC_FLAGS", None)
+            if saved is not None:
+                os.environ["JAXWARP_NVCC_FLAGS"] = saved
     nvec = env.action_space.nvec
     run = scan_of(env, num_envs, steps)
     obs, state = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), num_envs)
-    compile_s, sec, times = time_scan(run, (state, obs))
-    return {"env": name, "params": params, "backend": env.backend, "num_envs": num_envs,
+    timed, compile_s, carry = compile_scan(run, (state, obs))
+    label = env.backend if flags is None else f"{env.backend}[{flags}]"
+    return {"env": name, "params": params, "backend": label, "num_envs": num_envs,
             "num_agents": env.num_agents, "nvec": list(map(int, nvec)), "steps": steps,
-            "compile_s": compile_s, "env_steps_per_s": num_envs * steps / sec, "times_s": times}
+            "compile_s": compile_s, "timed": timed, "carry": carry}
 
 
 def main() -> None:
@@ -145,7 +187,12 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--only", nargs="+", default=None, help="only these envs")
     ap.add_argument("--out", default="experiments/results/bench_contract_envs.json")
+    ap.add_argument("--variant", action="append", metavar="FLAGS", dest="variants",
+                    help="a kernel build side by side with the others, built with these "
+                         "JAXWARP_NVCC_FLAGS (repeat; --variant= for the default build, "
+                         "--variant=-DNAME=0 for a flag)")
     args = ap.parse_args()
+    args.variants = args.variants or [None]
     import_env_module(str(ROOT / "examples" / "goal_reach" / "goal_reach.py"))
     gpu = jaxwarp.gpu_available()
     kernel = "cuda" if gpu else "cpu"
@@ -157,23 +204,26 @@ def main() -> None:
         if name not in jaxwarp.registered_envs():
             print(f"{name}: not registered here, skipped")
             continue
-        row = {}
-        for backend in (kernel, "jax"):
-            r = bench(name, params, backend, n, steps)
-            results.append(r)
-            row[backend] = r["env_steps_per_s"]
-            print(f"{name:10s} {n:8d} envs {backend:4s}: {r['env_steps_per_s'] / 1e6:9.1f} M "
-                  f"env-steps/s (compile {r['compile_s']:.1f} s)", flush=True)
-        print(f"{'':28s} {kernel}/jax = {row[kernel] / row['jax']:.2f}x", flush=True)
+        kernels = [prepare(name, params, kernel, n, steps, flags) for flags in args.variants]
+        entries = [*kernels, prepare(name, params, "jax", n, steps)]
         if name in UPSTREAM and not params:
             u = bench_upstream(name, n, steps)
             if u is not None:
-                results.append(u)
-                print(f"{name:10s} {n:8d} envs {u['backend']:4s}: "
-                      f"{u['env_steps_per_s'] / 1e6:9.1f} M env-steps/s "
-                      f"(compile {u['compile_s']:.1f} s) -> {kernel}/{u['backend']} = "
-                      f"{row[kernel] / u['env_steps_per_s']:.2f}x", flush=True)
-    meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
+                entries.append(u)
+        time_rounds(entries)
+        jax_entry = entries[len(kernels)]
+        for e in entries:
+            print(f"{name:10s} {n:8d} envs {e['backend']:4s}: {e['env_steps_per_s'] / 1e6:9.1f} M "
+                  f"env-steps/s (compile {e['compile_s']:.1f} s)", flush=True)
+        for k in kernels:
+            k["over_jax"] = ratio(k, jax_entry)
+            line = f"{'':28s} {k['backend']}/jax = {k['over_jax']:.2f}x"
+            for u in entries[len(kernels) + 1:]:
+                over = k[f"over_{u['backend']}"] = ratio(k, u)
+                line += f", /{u['backend']} = {over:.2f}x"
+            print(line, flush=True)
+        results.extend(entries)
+    meta = {"rounds": ROUNDS, "device": jax.devices()[0].device_kind, "jax": jax.__version__,
             "python": sys.version.split()[0], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))

@@ -21,23 +21,16 @@ JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
 JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const int32_t* action,
                 int /*phase*/, jaxwarp::StepResult& r) {
   const int i = a.agent;
-  // Constants folded in double, as the reference does in Python.
-  const double total_mass = static_cast<double>(p.masspole) + p.masscart;
-  const float inv_total_mass = static_cast<float>(1.0 / total_mass);
-  const float polemass_length = static_cast<float>(static_cast<double>(p.masspole) * p.length);
-  const float four_thirds_length = static_cast<float>(p.length * 4.0 / 3.0);
-  const float length_masspole = static_cast<float>(p.length * p.masspole / total_mass);
-  const float polemass_length_over_mass =
-      static_cast<float>(static_cast<double>(p.masspole) * p.length / total_mass);
-
+  // p.polemass_length, p.inv_total_mass, ...: constants of the dynamics,
+  // folded in float64 in Python (the spec's kernel_params), as the reference.
   const float force = action[0] >= 1 ? p.force_mag : -p.force_mag;
   float sintheta, costheta;
   jaxwarp::sincos_fixed(s.theta[i], &sintheta, &costheta);
   const float td = s.theta_dot[i];
-  const float temp = (force + polemass_length * (td * td) * sintheta) * inv_total_mass;
-  const float denom = four_thirds_length - length_masspole * (costheta * costheta);
+  const float temp = (force + p.polemass_length * (td * td) * sintheta) * p.inv_total_mass;
+  const float denom = p.four_thirds_length - p.length_masspole * (costheta * costheta);
   const float thetaacc = (p.gravity * sintheta - costheta * temp) / denom;
-  const float xacc = temp - polemass_length_over_mass * thetaacc * costheta;
+  const float xacc = temp - p.polemass_length_over_mass * thetaacc * costheta;
   // Euler integration, as Gymnasium's default.
   const float x = s.x[i] + p.tau * s.x_dot[i];
   const float x_dot = s.x_dot[i] + p.tau * xacc;

@@ -14,11 +14,30 @@ reference is `jaxwarp.envs.classic_control.cartpole_reset/step`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from jaxwarp.authoring import API_DIR, EnvSpec, env_class
 from jaxwarp.envs.classic_control import (CartPoleParams, CartPoleState, cartpole_reset,
                                           cartpole_step)
+
+def kernel_params(p: CartPoleParams) -> dict[str, Any]:
+    """The C++ Params of cuda/envs/cartpole.h: the constants of the dynamics
+    folded here in float64 and rounded to float32 once, exactly as the
+    reference folds them (`_cartpole_dynamics`), instead of in float64 by
+    every GPU thread on every step."""
+    f32 = np.float32
+    total_mass = p.masspole + p.masscart
+    return dict(
+        force_mag=f32(p.force_mag), gravity=f32(p.gravity), tau=f32(p.tau),
+        x_threshold=f32(p.x_threshold), theta_threshold_radians=f32(p.theta_threshold_radians),
+        max_steps=np.int32(p.max_steps),
+        polemass_length=f32(p.masspole * p.length), inv_total_mass=f32(1.0 / total_mass),
+        four_thirds_length=f32(p.length * 4.0 / 3.0),
+        length_masspole=f32(p.length * p.masspole / total_mass),
+        polemass_length_over_mass=f32(p.masspole * p.length / total_mass))
+
 
 SPEC = EnvSpec(
     name="cartpole",
@@ -29,6 +48,7 @@ SPEC = EnvSpec(
     num_agents=lambda p: 1,
     obs_dim=lambda p: 4,
     nvec=lambda p: (2,),
+    kernel_params=kernel_params,
     reference_reset=cartpole_reset,
     reference_step=cartpole_step,
     obs_bounds=lambda p: (
