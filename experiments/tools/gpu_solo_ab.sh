@@ -7,7 +7,7 @@ python3 -m pip install -q --no-build-isolation -e . 2>&1 | tail -2
 case "$1" in
 ab)
   python3 experiments/bench_contract_envs.py --only cartpole acrobot pendulum mountain_car \
-    --variant= --variant=-DJAXWARP_SOLO_GATHER=0 --variant=-DJAXWARP_SOLO=0 \
+    --variant= --variant=-DJAXWARP_SOLO=0 \
     --out $OUT/bench_contract_envs_solo_variants_h100.json 2>&1 | tee $OUT/bench_contract_envs_solo_variants_h100.log | grep -v "^  (" ;;
 table)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
