@@ -222,6 +222,9 @@ def main() -> None:
                 over = k[f"over_{u['backend']}"] = ratio(k, u)
                 line += f", /{u['backend']} = {over:.2f}x"
             print(line, flush=True)
+        for k in kernels[1:]:  # variants: the first one's throughput over each other's
+            over = kernels[0][f"over_{k['backend']}"] = ratio(kernels[0], k)
+            print(f"{'':28s} {kernels[0]['backend']}/{k['backend']} = {over:.2f}x", flush=True)
         results.extend(entries)
     meta = {"rounds": ROUNDS, "device": jax.devices()[0].device_kind, "jax": jax.__version__,
             "python": sys.version.split()[0], "date": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -172,7 +172,9 @@ def test_state_field_and_param_validation():
         table: tuple = (1.0, 2.0)
 
     with pytest.raises(EnvBuildError, match=r"param 'table' has type tuple"):
-        authoring.generate_source(dataclasses.replace(CARTPOLE, params_type=BadParams),
+        # kernel_params=None: the C++ Params are then the params' own fields.
+        authoring.generate_source(dataclasses.replace(CARTPOLE, params_type=BadParams,
+                                                      kernel_params=None),
                                   Path(CARTPOLE.header), "cpu")
 
 

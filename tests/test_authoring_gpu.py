@@ -65,3 +65,26 @@ def test_generated_kernel_with_many_agents_matches_cpu(num_agents):
                                           rtol=0, atol=0, num_agents=num_agents, max_steps=6)
     assert r.ok, r
     assert r.episodes_finished >= 3, r
+
+
+# One agent per env: an env without scratch or a team pass then steps with
+# the single-thread kernel (solo_step_kernel_body in cuda/jaxwarp_kernels.h),
+# multi-agent envs made with one agent too, whose loops over agents index
+# the env's state at run time (the kernel's register array then lives in
+# local memory). Same code as the XLA:CPU build, so the same bits where the
+# env has no expf (goal_reach); MPE within one step's rounding (resync).
+@pytest.mark.parametrize("name,params,tol", [
+    ("goal_reach", dict(num_agents=1, max_steps=40), dict(rtol=0, atol=0)),
+    ("mpe_simple_spread", dict(num_agents=1, num_landmarks=1),
+     dict(rtol=1e-5, atol=1e-6, resync=True)),
+])
+def test_one_agent_per_env_matches_cpu(name, params, tol):
+    from pathlib import Path
+
+    from jaxwarp.train.trainer import import_env_module
+
+    import_env_module(str(Path(__file__).resolve().parent.parent / "examples" / "goal_reach"
+                          / "goal_reach.py"))
+    r = jaxwarp.testing.check_consistency(name, ("cuda", "cpu"), num_envs=300, **tol, **params)
+    assert r.ok, r
+    assert r.episodes_finished >= 300, r
