@@ -4,9 +4,10 @@ where importable), side by side in one process. Each is one jitted lax.scan
 of T steps with the benchmark protocol's actions (a hash of the previous
 step's observations), auto-reset on, state and observations carried and
 donated, compile excluded. The timed calls alternate between the
-implementations (ROUNDS rounds of one call each), so a change of clock or
-of the machine's load touches all of them alike; each reports its median
-call, and the ratio is the median of the per-round ratios.
+implementations (ROUNDS rounds of one call each, in rotating order), so a
+change of clock or of the machine's load touches all of them alike; each
+reports its median call, and the ratio is the median of the per-round
+ratios.
 
     python experiments/bench_contract_envs.py --out experiments/results/bench_contract_envs_h100.json
     python experiments/bench_contract_envs.py --small
@@ -68,11 +69,14 @@ def compile_scan(run, carry):
 
 def time_rounds(entries: list[dict], rounds: int = ROUNDS) -> None:
     """Times the entries' scans in alternation: `rounds` rounds of one call
-    each. Adds "times_s", "env_steps_per_s" (from the median call) to each."""
+    each, each round starting one entry later than the last (so that none
+    always runs first). Adds "times_s", "env_steps_per_s" (from the median
+    call) to each."""
     for e in entries:
         e["times_s"] = []
     for i in range(rounds):
-        for e in entries:
+        for j in range(len(entries)):
+            e = entries[(i + j) % len(entries)]
             e["carry"], sec = e["timed"](e["carry"], i)
             e["times_s"].append(sec)
     for e in entries:
