@@ -62,8 +62,11 @@ ablation)
     --out "$OUT/ablation_pycuda_h100.json" 2>&1 | tee "$OUT/ablation_pycuda_h100.log"
   ;;
 envs-bench)
-  # gymnax and JaxMARL (installed with --no-deps into .device_pkgs, see README) as baselines.
-  PYTHONPATH=.device_pkgs python3 experiments/bench_contract_envs.py \
+  # gymnax and JaxMARL as baselines: their wheels travel in .whl (carry it;
+  # `pip download --no-deps` as the device README says) and install here.
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  PYTHONPATH=/tmp/site python3 experiments/bench_contract_envs.py \
     --out "$OUT/bench_contract_envs_h100.json" 2>&1 | grep -v "Submoduled\|Importing sub" \
     | tee "$OUT/bench_contract_envs_h100.log"
   for cfg in cartpole_ppo mpe_simple_spread_ppo; do
