@@ -1,6 +1,7 @@
 """Acrobot, Pendulum and MountainCar as built-in kernels through the authoring
 contract (cuda/envs/{acrobot,pendulum,mountain_car}.h), against their pure-JAX
-references (jaxwarp/envs/classic_control.py) on XLA:CPU."""
+references (jaxwarp/envs/classic_control.py) on XLA:CPU; CartPole's constants
+folded in Python (its spec's kernel_params)."""
 
 from __future__ import annotations
 
@@ -168,3 +169,27 @@ def test_checks_report_out_of_range_actions():
         assert err.get() is None
         err, _ = jax.jit(step)(jax.random.PRNGKey(1), s, jnp.full((2, 1, 1), n, jnp.int32))
         assert "actions out of range" in err.get()
+
+
+def test_cartpole_constants_are_folded_as_the_reference_folds_them():
+    """CartPole's kernel takes the constants of its dynamics from the spec's
+    kernel_params, folded in float64 from the Python params and rounded to
+    float32 once, as the reference (`_cartpole_dynamics`) folds them; with
+    params that float32 does not hold exactly, the kernel still tracks the
+    reference step by step."""
+    from jaxwarp import authoring
+    from jaxwarp.envs import cartpole
+
+    params = dict(masspole=0.37, masscart=1.3, length=0.71, force_mag=7.3)
+    vals = authoring.kernel_param_values(cartpole.SPEC, cc.CartPoleParams(**params))
+    total = 0.37 + 1.3
+    expected = {"inv_total_mass": 1.0 / total, "polemass_length": 0.37 * 0.71,
+                "four_thirds_length": 0.71 * 4.0 / 3.0,
+                "length_masspole": 0.71 * 0.37 / total,
+                "polemass_length_over_mass": 0.37 * 0.71 / total, "force_mag": 7.3}
+    for name, value in expected.items():
+        assert vals[name].dtype == np.float32 and vals[name] == np.float32(value), name
+    report = jaxwarp.testing.check_consistency("cartpole", ("cpu", "jax"), num_envs=16,
+                                               resync=True, rtol=1e-5, atol=1e-6, **params)
+    assert report.ok, report
+    assert report.episodes_finished >= 16
