@@ -19,24 +19,20 @@ from typing import Any
 import numpy as np
 
 from jaxwarp.authoring import API_DIR, EnvSpec, env_class
-from jaxwarp.envs.classic_control import (CartPoleParams, CartPoleState, cartpole_reset,
-                                          cartpole_step)
+from jaxwarp.envs.classic_control import (CartPoleParams, CartPoleState, cartpole_constants,
+                                          cartpole_reset, cartpole_step)
+
 
 def kernel_params(p: CartPoleParams) -> dict[str, Any]:
     """The C++ Params of cuda/envs/cartpole.h: the constants of the dynamics
-    folded here in float64 and rounded to float32 once, exactly as the
-    reference folds them (`_cartpole_dynamics`), instead of in float64 by
-    every GPU thread on every step."""
+    as the reference folds them (`cartpole_constants`, once here in Python,
+    not in float64 by every GPU thread on every step), and the plain params
+    the header reads."""
     f32 = np.float32
-    total_mass = p.masspole + p.masscart
     return dict(
         force_mag=f32(p.force_mag), gravity=f32(p.gravity), tau=f32(p.tau),
         x_threshold=f32(p.x_threshold), theta_threshold_radians=f32(p.theta_threshold_radians),
-        max_steps=np.int32(p.max_steps),
-        polemass_length=f32(p.masspole * p.length), inv_total_mass=f32(1.0 / total_mass),
-        four_thirds_length=f32(p.length * 4.0 / 3.0),
-        length_masspole=f32(p.length * p.masspole / total_mass),
-        polemass_length_over_mass=f32(p.masspole * p.length / total_mass))
+        max_steps=np.int32(p.max_steps), **cartpole_constants(p))
 
 
 SPEC = EnvSpec(

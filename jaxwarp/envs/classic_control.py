@@ -246,19 +246,29 @@ def _cartpole_start(p: CartPoleParams, key_data: jax.Array, num_envs: int):
             for d, (n, (lo, hi)) in enumerate(zip(names, CARTPOLE_RESET))}
 
 
-def _cartpole_dynamics(p: CartPoleParams, s: CartPoleState, a: jax.Array):
-    """Gymnasium's Euler step. a: i32[envs, 1] -> (fields, reward, terminated)."""
+def cartpole_constants(p: CartPoleParams) -> dict[str, np.float32]:
+    """The constants of CartPole's dynamics, folded in float64 from the
+    Python params and rounded to float32 once: the reference uses them, and
+    the kernel gets them as params (jaxwarp/envs/cartpole.py kernel_params)."""
     total_mass = p.masspole + p.masscart
     polemass_length = p.masspole * p.length
+    return dict(polemass_length=F32(polemass_length), inv_total_mass=F32(1.0 / total_mass),
+                four_thirds_length=F32(p.length * 4.0 / 3.0),
+                length_masspole=F32(p.length * p.masspole / total_mass),
+                polemass_length_over_mass=F32(polemass_length / total_mass))
+
+
+def _cartpole_dynamics(p: CartPoleParams, s: CartPoleState, a: jax.Array):
+    """Gymnasium's Euler step. a: i32[envs, 1] -> (fields, reward, terminated)."""
+    c = cartpole_constants(p)
     force = jnp.where(a == 1, F32(p.force_mag), F32(-p.force_mag))
     sintheta, costheta = sincos_fixed(s.theta)
-    temp = (force + F32(polemass_length) * (s.theta_dot * s.theta_dot) * sintheta) \
-        * F32(1.0 / total_mass)
+    temp = (force + c["polemass_length"] * (s.theta_dot * s.theta_dot) * sintheta) \
+        * c["inv_total_mass"]
     # length * (4/3 - masspole cos^2 / total_mass)
-    denom = F32(p.length * 4.0 / 3.0) - F32(p.length * p.masspole / total_mass) \
-        * (costheta * costheta)
+    denom = c["four_thirds_length"] - c["length_masspole"] * (costheta * costheta)
     thetaacc = (F32(p.gravity) * sintheta - costheta * temp) / denom
-    xacc = temp - F32(polemass_length / total_mass) * thetaacc * costheta
+    xacc = temp - c["polemass_length_over_mass"] * thetaacc * costheta
     tau = F32(p.tau)
     x = s.x + tau * s.x_dot
     x_dot = s.x_dot + tau * xacc
