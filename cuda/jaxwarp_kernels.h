@@ -79,6 +79,11 @@ constexpr int kTeamWords = 4;            // per env: term, trunc flags, 2 reduct
 #ifndef JAXWARP_OBS_BUDGET
 #define JAXWARP_OBS_BUDGET (16 * 1024)
 #endif
+// A pass of staged rows keeps at least 1/JAXWARP_OBS_BUSY of the env's
+// threads busy (else the rows are written as elements).
+#ifndef JAXWARP_OBS_BUSY
+#define JAXWARP_OBS_BUSY 2
+#endif
 constexpr int kStagingBudget = JAXWARP_STAGING_BUDGET;
 constexpr int kObsBudget = JAXWARP_OBS_BUDGET;
 
@@ -95,11 +100,14 @@ constexpr int kMaxThreads = JAXWARP_MAX_THREADS;
 // envs (bench_contract_envs_block_threads_h100.json).
 constexpr int kBlockThreads = 128;
 
-inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
-                         int state_fields, bool row_observe) {
+// The layout with `epb` envs per block (0: about kBlockThreads threads per
+// block); `cap` (optional) bounds staged and obs_staged by its own.
+inline Layout layout_with(int n, int obs_dim, int fields, const int32_t* per_env,
+                          int state_fields, bool row_observe, int epb, const Layout* cap) {
   Layout l{};
   l.tpe = n < kMaxThreads ? n : kMaxThreads;
   l.epb = l.tpe >= kBlockThreads ? 1 : kBlockThreads / l.tpe;
+  if (epb > 0 && epb < l.epb) l.epb = epb;
   int64_t words = 0, scratch = 0;
   for (int f = 0; f < fields; ++f) {
     words += per_env[f];
@@ -111,7 +119,7 @@ inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
   // A single agent shares nothing with other threads: nothing to stage
   // unless it has scratch.
   const bool want = n > 1 || scratch > 0;
-  l.staged = want && 4 * (team + words * l.epb) <= kStagingBudget;
+  l.staged = want && 4 * (team + words * l.epb) <= kStagingBudget && (!cap || cap->staged);
   const int64_t used = 4 * (team + (l.staged ? words * l.epb : 0));
   // Observation rows: staged in shared memory, R rows per pass, where a pass
   // keeps at least half of the env's threads busy and at least a warp's
@@ -124,12 +132,45 @@ inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
   const int64_t block_rows = static_cast<int64_t>(l.epb) * n;
   int64_t rows = obs_dim > 0 && room > 16 ? (room / 4 - 4) / obs_dim : 0;
   rows = rows < block_rows ? rows : block_rows;
-  const int64_t busy = (block_rows < l.tpe ? block_rows : l.tpe) / 2;
+  const int64_t busy = (block_rows < l.tpe ? block_rows : l.tpe) / JAXWARP_OBS_BUSY;
   const int64_t need = l.epb > 1 ? block_rows
                                  : (block_rows < 32 ? block_rows : (busy > 32 ? busy : 32));
-  l.obs_staged = row_observe && obs_dim > 0 && rows >= need;
+  l.obs_staged = row_observe && obs_dim > 0 && rows >= need && (!cap || cap->obs_staged);
   l.smem_bytes = static_cast<int32_t>(l.obs_staged ? obs_at + 4 * (rows * obs_dim + 4) : used);
   return l;
+}
+
+// The layout of every backend: Python sizes the scratch buffer from it, and
+// where an env has both observation hooks, obs_staged picks rows or elements
+// on the CPU as on the GPU.
+inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
+                         int state_fields, bool row_observe) {
+  return layout_with(n, obs_dim, fields, per_env, state_fields, row_observe, 0, nullptr);
+}
+
+// Blocks a GPU launch aims for at least (JAXWARP_MIN_GRID_BLOCKS=0: off):
+// with several envs per block, few envs fill few blocks (2,000 envs of 4
+// agents, 32 per block: 63 blocks on 132 SMs), so envs per block shrink
+// until there are this many blocks per SM, or one env per block.
+#ifndef JAXWARP_MIN_GRID_BLOCKS
+#define JAXWARP_MIN_GRID_BLOCKS 2
+#endif
+
+// The launch layout for `envs` envs on a GPU of `sms` SMs: layout_for's,
+// with fewer envs per block where its blocks would leave SMs idle, if staged
+// and obs_staged stay layout_for's (the scratch buffer and the CPU's choice
+// of rows or elements follow them; fewer envs per block only free room, so
+// they do).
+inline Layout launch_layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
+                                int state_fields, bool row_observe, int64_t envs, int sms) {
+  const Layout full = layout_for(n, obs_dim, fields, per_env, state_fields, row_observe);
+  const int64_t target = static_cast<int64_t>(JAXWARP_MIN_GRID_BLOCKS) * sms;
+  if (full.epb == 1 || target <= 0 || envs <= 0) return full;
+  const int64_t want = (envs + target - 1) / target;  // envs per block for `target` blocks
+  if (want >= full.epb) return full;
+  const Layout l = layout_with(n, obs_dim, fields, per_env, state_fields, row_observe,
+                               static_cast<int>(want), &full);
+  return l.staged == full.staged && l.obs_staged == full.obs_staged ? l : full;
 }
 
 // Word offset of the staged observation rows in a block's shared memory.

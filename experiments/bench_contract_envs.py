@@ -40,6 +40,10 @@ GPU_CASES = [("cartpole", {}, 4096, 500), ("cartpole", {}, 65536, 500),
              ("mpe_simple_spread", {}, 2000, 200), ("mpe_simple_spread", {}, 20000, 200),
              ("mpe_simple_tag", {}, 2000, 200), ("mpe_simple_tag", {}, 20000, 200),
              ("goal_reach", {"num_agents": 3}, 65536, 200)]
+# WarpDrive's Tag (--tag): the kernel against its pure-JAX twin at 2000 envs
+# (--no-jax for `large`, whose twin is about 100x slower).
+TAG_CASES = [("tag_continuous", {"config": "warpdrive_default"}, 2000, 200),
+             ("tag_continuous", {"config": "large"}, 2000, 40)]
 SMALL_CASES = [("cartpole", {}, 256, 200), ("mpe_simple_spread", {}, 256, 50),
                ("goal_reach", {"num_agents": 3}, 256, 100)]
 # Upstream implementations of the same envs, timed the same way where importable.
@@ -145,16 +149,17 @@ def bench_upstream(name: str, num_envs: int, steps: int) -> dict | None:
             "timed": timed, "carry": carry}
 
 
-def scan_of(env, num_envs: int, steps: int):
+def scan_of(env, num_envs: int, steps: int, hashed: bool = False):
     """run((state, obs), key): `steps` env steps, each step's actions a hash of
-    the previous step's observations (jaxwarp.benchmark), one lax.scan."""
+    the previous step's observations (jaxwarp.benchmark), one lax.scan.
+    hashed: actions from the step index alone (figures of the kernel alone)."""
     nvec = env.action_space.nvec
 
     def run(carry, key):
         def body(c, xs):
             s, obs = c
             k, t = xs
-            a = protocol_actions(t, obs, nvec)
+            a = protocol_actions(t, None if hashed else obs, nvec, (num_envs, env.num_agents))
             obs, s, r, d, _ = env.step(k, s, a)
             return (s, obs), r.mean() + d.mean()
         return jax.lax.scan(body, carry, (jax.random.split(key, steps),
@@ -163,7 +168,7 @@ def scan_of(env, num_envs: int, steps: int):
 
 
 def prepare(name: str, params: dict, backend: str, num_envs: int, steps: int,
-            flags: str | None = None) -> dict:
+            flags: str | None = None, hashed: bool = False) -> dict:
     """The env's scan, compiled and warmed up (time_rounds times it). flags:
     JAXWARP_NVCC_FLAGS of the kernel's build (None: as the environment has it)."""
     saved = os.environ.get("JAXWARP_NVCC_FLAGS")
@@ -177,11 +182,12 @@ def prepare(name: str, params: dict, backend: str, num_envs: int, steps: int,
             if saved is not None:
                 os.environ["JAXWARP_NVCC_FLAGS"] = saved
     nvec = env.action_space.nvec
-    run = scan_of(env, num_envs, steps)
+    run = scan_of(env, num_envs, steps, hashed)
     obs, state = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), num_envs)
     timed, compile_s, carry = compile_scan(run, (state, obs))
     label = env.backend if flags is None else f"{env.backend}[{flags}]"
-    return {"env": name, "params": params, "backend": label, "num_envs": num_envs,
+    return {"env": name, "params": params, "backend": label, "hashed": hashed,
+            "num_envs": num_envs,
             "num_agents": env.num_agents, "nvec": list(map(int, nvec)), "steps": steps,
             "compile_s": compile_s, "timed": timed, "carry": carry}
 
@@ -195,12 +201,22 @@ def main() -> None:
                     help="a kernel build side by side with the others, built with these "
                          "JAXWARP_NVCC_FLAGS (repeat; --variant= for the default build, "
                          "--variant=-DNAME=0 for a flag)")
+    ap.add_argument("--tag", action="store_true",
+                    help="WarpDrive's Tag at its two sizes instead of the table's envs")
+    ap.add_argument("--tag-configs", nargs="+", default=["warpdrive_default", "large"],
+                    help="with --tag: these configs")
+    ap.add_argument("--hashed", action="store_true",
+                    help="actions from the step index alone: the kernel alone (label it so)")
+    ap.add_argument("--no-jax", action="store_true",
+                    help="kernels only, no pure-JAX twin or upstream env")
     args = ap.parse_args()
     args.variants = args.variants or [None]
     import_env_module(str(ROOT / "examples" / "goal_reach" / "goal_reach.py"))
     gpu = jaxwarp.gpu_available()
     kernel = "cuda" if gpu else "cpu"
     cases = SMALL_CASES if args.small or not gpu else GPU_CASES
+    if args.tag:
+        cases = [c for c in TAG_CASES if c[1]["config"] in args.tag_configs]
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
     results = []
@@ -208,18 +224,23 @@ def main() -> None:
         if name not in jaxwarp.registered_envs():
             print(f"{name}: not registered here, skipped")
             continue
-        kernels = [prepare(name, params, kernel, n, steps, flags) for flags in args.variants]
-        entries = [*kernels, prepare(name, params, "jax", n, steps)]
-        if name in UPSTREAM and not params:
-            u = bench_upstream(name, n, steps)
-            if u is not None:
-                entries.append(u)
+        kernels = [prepare(name, params, kernel, n, steps, flags, args.hashed)
+                   for flags in args.variants]
+        entries = list(kernels)
+        if not args.no_jax:
+            entries.append(prepare(name, params, "jax", n, steps, hashed=args.hashed))
+            if name in UPSTREAM and not params and not args.hashed:
+                u = bench_upstream(name, n, steps)
+                if u is not None:
+                    entries.append(u)
         time_rounds(entries)
-        jax_entry = entries[len(kernels)]
+        label = f"{name}{'[' + params['config'] + ']' if 'config' in params else ''}"
         for e in entries:
-            print(f"{name:10s} {n:8d} envs {e['backend']:4s}: {e['env_steps_per_s'] / 1e6:9.1f} M "
-                  f"env-steps/s (compile {e['compile_s']:.1f} s)", flush=True)
-        for k in kernels:
+            print(f"{label:10s} {n:8d} envs {e['backend']:4s}: {e['env_steps_per_s'] / 1e6:9.2f} M "
+                  f"env-steps/s (compile {e['compile_s']:.1f} s){' hashed' if args.hashed else ''}",
+                  flush=True)
+        for k in kernels if not args.no_jax else []:
+            jax_entry = entries[len(kernels)]
             k["over_jax"] = ratio(k, jax_entry)
             line = f"{'':28s} {k['backend']}/jax = {k['over_jax']:.2f}x"
             for u in entries[len(kernels) + 1:]:

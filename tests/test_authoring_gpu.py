@@ -88,3 +88,42 @@ def test_one_agent_per_env_matches_cpu(name, params, tol):
     r = jaxwarp.testing.check_consistency(name, ("cuda", "cpu"), num_envs=300, **tol, **params)
     assert r.ok, r
     assert r.episodes_finished >= 300, r
+
+
+# Envs per block follow the number of envs on the GPU (launch_layout_for in
+# cuda/jaxwarp_kernels.h: few envs are spread over at least two blocks per
+# SM): an env's bits must not depend on how many envs run beside it. Each
+# env's randomness comes from its own index, so the first 300 of 40,000 envs
+# (32 envs per block for 4 agents) equal 300 envs alone (2 per block).
+@pytest.mark.parametrize("name,params", [
+    ("cartpole", {}), ("mpe_simple_tag", {}), ("tag_gridworld", dict(episode_length=15)),
+    ("tag_continuous", dict(num_taggers=2, num_runners=6, grid_length=4.0,
+                            num_other_agents_observed=3, episode_length=15)),
+])
+def test_envs_per_block_do_not_change_the_bits(name, params):
+    from jaxwarp.benchmark import protocol_actions
+
+    env = jaxwarp.make(name, backend="cuda", **params)
+    nvec = env.action_space.nvec
+
+    def run(num_envs):
+        def body(c, t):
+            state, obs = c
+            # From (step, index) alone: a float sum of obs may round
+            # differently at another batch size (XLA's reduction order).
+            a = protocol_actions(t, None, nvec, (num_envs, env.num_agents))
+            obs, state, reward, done, _ = env.step(jax.random.fold_in(key, t), state, a)
+            return (state, obs), (obs, reward, done)
+
+        key = jax.random.PRNGKey(7)
+        obs, state = env.reset(key, num_envs)
+        (state, _), outs = jax.lax.scan(body, (state, obs), jnp.arange(40, dtype=jnp.int32))
+        return jax.tree.leaves(state), outs
+
+    few = jax.jit(lambda: run(300))()
+    many = jax.jit(lambda: run(40_000))()
+    for a, b in zip(jax.tree.leaves(few[0]), jax.tree.leaves(many[0])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[:300])
+    for a, b in zip(few[1], many[1]):  # [steps, envs, ...]
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[:, :300])
+    assert float(np.asarray(few[1][2]).sum()) > 0  # episodes ended and reset
