@@ -151,27 +151,6 @@ inline ffi::Error bind_obs(Call* c, const ffi::AnyBuffer& obs) {
 }
 
 #if defined(__CUDACC__)
-// SMs of the current GPU (asked once per device).
-inline int gpu_sms() {
-  static std::atomic<int> count[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  int sms = count[dev].load(std::memory_order_relaxed);
-  if (sms == 0) {
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
-    count[dev].store(sms, std::memory_order_relaxed);
-  }
-  return sms;
-}
-
-// This call's launch layout (launch_layout_for: envs per block fitted to the
-// number of envs and of SMs).
-template <class E>
-Layout gpu_layout(const Call& c, int n, int obs_dim) {
-  return launch_layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>(),
-                           c.envs, gpu_sms());
-}
-
 // bf16 observations leave the GPU through shared memory (rows) or element
 // by element; an env with observe() only, whose rows do not fit in shared
 // memory, writes f32 rows straight to the output and cannot round them.
@@ -274,7 +253,7 @@ ffi::Error reset(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32>
   if (auto err = bind_obs(&c, **obs); err.failure()) return err;
   c.heads = 0;
 #if defined(__CUDACC__)
-  const Layout l = gpu_layout<E>(c, n, obs_dim);
+  const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>());
   if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
   if (auto err = check_obs_path<E>(c, l); err.failure()) return err;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -332,7 +311,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   c.term = static_cast<bool*>((*term)->untyped_data());
   c.trunc = static_cast<bool*>((*trunc)->untyped_data());
 #if defined(__CUDACC__)
-  const Layout l = gpu_layout<E>(c, n, obs_dim);
+  const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>());
   if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
   if (auto err = check_obs_path<E>(c, l); err.failure()) return err;
 #else

@@ -80,7 +80,11 @@ constexpr int kTeamWords = 4;            // per env: term, trunc flags, 2 reduct
 #define JAXWARP_OBS_BUDGET (16 * 1024)
 #endif
 // A pass of staged rows keeps at least 1/JAXWARP_OBS_BUSY of the env's
-// threads busy (else the rows are written as elements).
+// threads busy (else the rows are written as elements). Tag, 110 agents,
+// kernel alone: three passes of 37 rows in 10.5 KiB (JAXWARP_OBS_BUSY=4) 5%
+// slower than two of 57; with registers capped at 48 (spilling) so that 10
+// blocks fit an SM, 27% slower (experiments/tools/gpu_layout_ab.sh tag,
+// tune_tag_occupancy_h100.json).
 #ifndef JAXWARP_OBS_BUSY
 #define JAXWARP_OBS_BUSY 2
 #endif
@@ -97,17 +101,18 @@ constexpr int kObsBudget = JAXWARP_OBS_BUDGET;
 constexpr int kMaxThreads = JAXWARP_MAX_THREADS;
 // Threads per block where envs are smaller (several envs per block). 64 or
 // 32 measured no different for MPE and the gridworld at 2,000 and 20,000
-// envs (bench_contract_envs_block_threads_h100.json).
+// envs (bench_contract_envs_block_threads_h100.json); nor did fewer envs per
+// block where few envs leave SMs idle (2,000 envs of 4 agents: 63 blocks on
+// 132 SMs; at least two blocks per SM instead: -2% to +3%, within the
+// rounds' spread; bench_contract_envs_min_grid_h100.json): each warp's
+// chain of dependent steps, not the SMs in use, sets the time.
 constexpr int kBlockThreads = 128;
 
-// The layout with `epb` envs per block (0: about kBlockThreads threads per
-// block); `cap` (optional) bounds staged and obs_staged by its own.
-inline Layout layout_with(int n, int obs_dim, int fields, const int32_t* per_env,
-                          int state_fields, bool row_observe, int epb, const Layout* cap) {
+inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
+                         int state_fields, bool row_observe) {
   Layout l{};
   l.tpe = n < kMaxThreads ? n : kMaxThreads;
   l.epb = l.tpe >= kBlockThreads ? 1 : kBlockThreads / l.tpe;
-  if (epb > 0 && epb < l.epb) l.epb = epb;
   int64_t words = 0, scratch = 0;
   for (int f = 0; f < fields; ++f) {
     words += per_env[f];
@@ -119,7 +124,7 @@ inline Layout layout_with(int n, int obs_dim, int fields, const int32_t* per_env
   // A single agent shares nothing with other threads: nothing to stage
   // unless it has scratch.
   const bool want = n > 1 || scratch > 0;
-  l.staged = want && 4 * (team + words * l.epb) <= kStagingBudget && (!cap || cap->staged);
+  l.staged = want && 4 * (team + words * l.epb) <= kStagingBudget;
   const int64_t used = 4 * (team + (l.staged ? words * l.epb : 0));
   // Observation rows: staged in shared memory, R rows per pass, where a pass
   // keeps at least half of the env's threads busy and at least a warp's
@@ -135,42 +140,9 @@ inline Layout layout_with(int n, int obs_dim, int fields, const int32_t* per_env
   const int64_t busy = (block_rows < l.tpe ? block_rows : l.tpe) / JAXWARP_OBS_BUSY;
   const int64_t need = l.epb > 1 ? block_rows
                                  : (block_rows < 32 ? block_rows : (busy > 32 ? busy : 32));
-  l.obs_staged = row_observe && obs_dim > 0 && rows >= need && (!cap || cap->obs_staged);
+  l.obs_staged = row_observe && obs_dim > 0 && rows >= need;
   l.smem_bytes = static_cast<int32_t>(l.obs_staged ? obs_at + 4 * (rows * obs_dim + 4) : used);
   return l;
-}
-
-// The layout of every backend: Python sizes the scratch buffer from it, and
-// where an env has both observation hooks, obs_staged picks rows or elements
-// on the CPU as on the GPU.
-inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
-                         int state_fields, bool row_observe) {
-  return layout_with(n, obs_dim, fields, per_env, state_fields, row_observe, 0, nullptr);
-}
-
-// Blocks a GPU launch aims for at least (JAXWARP_MIN_GRID_BLOCKS=0: off):
-// with several envs per block, few envs fill few blocks (2,000 envs of 4
-// agents, 32 per block: 63 blocks on 132 SMs), so envs per block shrink
-// until there are this many blocks per SM, or one env per block.
-#ifndef JAXWARP_MIN_GRID_BLOCKS
-#define JAXWARP_MIN_GRID_BLOCKS 2
-#endif
-
-// The launch layout for `envs` envs on a GPU of `sms` SMs: layout_for's,
-// with fewer envs per block where its blocks would leave SMs idle, if staged
-// and obs_staged stay layout_for's (the scratch buffer and the CPU's choice
-// of rows or elements follow them; fewer envs per block only free room, so
-// they do).
-inline Layout launch_layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
-                                int state_fields, bool row_observe, int64_t envs, int sms) {
-  const Layout full = layout_for(n, obs_dim, fields, per_env, state_fields, row_observe);
-  const int64_t target = static_cast<int64_t>(JAXWARP_MIN_GRID_BLOCKS) * sms;
-  if (full.epb == 1 || target <= 0 || envs <= 0) return full;
-  const int64_t want = (envs + target - 1) / target;  // envs per block for `target` blocks
-  if (want >= full.epb) return full;
-  const Layout l = layout_with(n, obs_dim, fields, per_env, state_fields, row_observe,
-                               static_cast<int>(want), &full);
-  return l.staged == full.staged && l.obs_staged == full.obs_staged ? l : full;
 }
 
 // Word offset of the staged observation rows in a block's shared memory.

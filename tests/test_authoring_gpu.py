@@ -90,11 +90,10 @@ def test_one_agent_per_env_matches_cpu(name, params, tol):
     assert r.episodes_finished >= 300, r
 
 
-# Envs per block follow the number of envs on the GPU (launch_layout_for in
-# cuda/jaxwarp_kernels.h: few envs are spread over at least two blocks per
-# SM): an env's bits must not depend on how many envs run beside it. Each
-# env's randomness comes from its own index, so the first 300 of 40,000 envs
-# (32 envs per block for 4 agents) equal 300 envs alone (2 per block).
+# An env's bits must not depend on how many envs run beside it (block
+# count, a partial last block, envs sharing a block). Each env's randomness
+# comes from its own index, so the first 300 of 40,000 envs equal 300 envs
+# alone.
 @pytest.mark.parametrize("name,params", [
     ("cartpole", {}), ("mpe_simple_tag", {}), ("tag_gridworld", dict(episode_length=15)),
     ("tag_continuous", dict(num_taggers=2, num_runners=6, grid_length=4.0,

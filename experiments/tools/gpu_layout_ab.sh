@@ -1,6 +1,9 @@
 # Launch-layout experiments on the GPU, variants side by side in one process.
-#   bash experiments/tools/gpu_layout_ab.sh epb   # envs per block fitted to the env count: GPU tests, A/B
+#   bash experiments/tools/gpu_layout_ab.sh epb   # GPU tests; envs per block fitted to the env count
 #   bash experiments/tools/gpu_layout_ab.sh tag   # Tag warpdrive_default: registers, blocks per SM, obs passes
+# (epb measured a launch layout with at least JAXWARP_MIN_GRID_BLOCKS blocks
+# per SM, off with =0; no gain, removed since: the variant now builds the
+# same kernel, bench_contract_envs_min_grid_h100.json has the result.)
 set -o pipefail
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-build-isolation -e . 2>&1 | tail -2
