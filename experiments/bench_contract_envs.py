@@ -13,13 +13,15 @@ ratios.
     python experiments/bench_contract_envs.py --small
     # kernel variants side by side (each a build with these JAXWARP_NVCC_FLAGS):
     python experiments/bench_contract_envs.py --only cartpole --variant= --variant=-DJAXWARP_SOLO=0
+    # WarpDrive's Tag, the kernel alone (actions hashed from the step index), variants only:
+    python experiments/bench_contract_envs.py --tag --tag-configs warpdrive_default --hashed \
+        --no-jax --variant= --variant=-DJAXWARP_OBS_BUDGET=0
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -29,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxwarp
+from envvars import env_vars  # same folder
 from jaxwarp.benchmark import protocol_actions
 from jaxwarp.train.trainer import import_env_module
 
@@ -171,16 +174,8 @@ def prepare(name: str, params: dict, backend: str, num_envs: int, steps: int,
             flags: str | None = None, hashed: bool = False) -> dict:
     """The env's scan, compiled and warmed up (time_rounds times it). flags:
     JAXWARP_NVCC_FLAGS of the kernel's build (None: as the environment has it)."""
-    saved = os.environ.get("JAXWARP_NVCC_FLAGS")
-    if flags is not None:
-        os.environ["JAXWARP_NVCC_FLAGS"] = flags
-    try:  # the env is built (or found in the cache) when it is made
+    with env_vars(JAXWARP_NVCC_FLAGS=flags):  # the env is built (or found in the cache) when made
         env = jaxwarp.make(name, backend=backend, **params)
-    finally:
-        if flags is not None:
-            os.environ.pop("JAXWARP_NVCC_FLAGS", None)
-            if saved is not None:
-                os.environ["JAXWARP_NVCC_FLAGS"] = saved
     nvec = env.action_space.nvec
     run = scan_of(env, num_envs, steps, hashed)
     obs, state = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), num_envs)

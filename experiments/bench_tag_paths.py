@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from bench_env import bytes_per_env_step, measure_bandwidth  # same folder
+from envvars import env_vars  # same folder
 
 from jaxwarp.benchmark import protocol_actions
 from jaxwarp.envs import tag_continuous as tc
@@ -44,15 +44,8 @@ CASES = [("warpdrive_default", 2000, 200), ("large", 2000, 40)]
 def make_env(kind: str, config: str):
     params = tc.TagContinuousParams(**tc.CONFIGS[config])
     if kind == "contract_grid":  # the grid search at any size (same lists as the scan)
-        old = os.environ.get("JAXWARP_TAG_GRID_MIN_AGENTS")
-        os.environ["JAXWARP_TAG_GRID_MIN_AGENTS"] = "1"
-        try:
+        with env_vars(JAXWARP_TAG_GRID_MIN_AGENTS="1"):
             return tc.TagContinuous(params, backend="cuda")
-        finally:
-            if old is None:
-                del os.environ["JAXWARP_TAG_GRID_MIN_AGENTS"]
-            else:
-                os.environ["JAXWARP_TAG_GRID_MIN_AGENTS"] = old
     return tc.TagContinuous(params, backend="jax" if kind == "jax" else "cuda")
 
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import jax
 
 from bench_tag_paths import make_env, time_env  # same folder
+from envvars import env_vars  # same folder
 
 from jaxwarp import authoring
 from jaxwarp.envs import tag_continuous as tc
@@ -69,8 +69,8 @@ def main() -> None:
             ap.error(f"--only: unknown variants {unknown}; the set has {list(variants)}")
         variants = {k: variants[k] for k in wanted}
     for name, flags in variants.items():
-        os.environ["JAXWARP_NVCC_FLAGS"] = flags
-        env = make_env("contract", args.config)
+        with env_vars(JAXWARP_NVCC_FLAGS=flags):
+            env = make_env("contract", args.config)
         lay = authoring.launch_layout(tc.SPEC, env.params, "cuda")
         layout = {k: int(getattr(lay, k)) for k in ("tpe", "epb", "staged", "obs_staged",
                                                     "words", "smem_bytes")}
@@ -81,7 +81,6 @@ def main() -> None:
             rows.append(r)
             print(f"{args.config} {name:26s} {'protocol' if protocol else 'hashed  '} "
                   f"{r['env_steps_per_s'] / 1e6:7.2f} M env-steps/s  layout {layout}", flush=True)
-    os.environ.pop("JAXWARP_NVCC_FLAGS", None)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(device=jax.devices()[0].device_kind, results=rows), indent=1))
