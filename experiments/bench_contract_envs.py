@@ -173,8 +173,12 @@ def scan_of(env, num_envs: int, steps: int, hashed: bool = False):
 def prepare(name: str, params: dict, backend: str, num_envs: int, steps: int,
             flags: str | None = None, hashed: bool = False) -> dict:
     """The env's scan, compiled and warmed up (time_rounds times it). flags:
-    JAXWARP_NVCC_FLAGS of the kernel's build (None: as the environment has it)."""
-    with env_vars(JAXWARP_NVCC_FLAGS=flags):  # the env is built (or found in the cache) when made
+    JAXWARP_NVCC_FLAGS of the kernel's build (None: as the environment has
+    it), or NAME=VALUE: an environment variable read when the env is made
+    (e.g. JAXWARP_TAG_GRID_MIN_AGENTS=1)."""
+    var = ({"JAXWARP_NVCC_FLAGS": flags} if not flags or flags.startswith("-")
+           else dict([flags.split("=", 1)]))
+    with env_vars(**var):  # the env is built (or found in the cache) when made
         env = jaxwarp.make(name, backend=backend, **params)
     nvec = env.action_space.nvec
     run = scan_of(env, num_envs, steps, hashed)
@@ -195,7 +199,8 @@ def main() -> None:
     ap.add_argument("--variant", action="append", metavar="FLAGS", dest="variants",
                     help="a kernel build side by side with the others, built with these "
                          "JAXWARP_NVCC_FLAGS (repeat; --variant= for the default build, "
-                         "--variant=-DNAME=0 for a flag)")
+                         "--variant=-DNAME=0 for a flag), or with an environment variable "
+                         "set when the env is made (--variant=NAME=VALUE)")
     ap.add_argument("--tag", action="store_true",
                     help="WarpDrive's Tag at its two sizes instead of the table's envs")
     ap.add_argument("--tag-configs", nargs="+", default=["warpdrive_default", "large"],

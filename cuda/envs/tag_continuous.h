@@ -147,7 +147,15 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   }
 }
 
+// Ablations for experiments/tools/gpu_layout_ab.sh ablate (time breakdown
+// only; wrong observations): 1 writes every observation as zeros (the
+// features are not computed), 2 also skips the neighbour search.
+#ifndef JAXWARP_TAG_ABLATE
+#define JAXWARP_TAG_ABLATE 0
+#endif
+
 JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team, int phase) {
+  if (JAXWARP_TAG_ABLATE >= 2) return;
   if (phase == jaxwarp::kBeforeObserve && !p.full_obs) {
     // The k nearest others still in the game, for every agent still in it.
     const int n = p.num_agents, k = p.k_observed;
@@ -223,7 +231,7 @@ JW_HD int observed_agent(const Params& p, const State& s, int i, int slot) {
 JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs) {
   const int i = a.agent;
   const int slots = observed_slots(p);
-  if (!s.seen[i]) {
+  if (JAXWARP_TAG_ABLATE >= 1 || !s.seen[i]) {
     for (int col = 0; col <= kFeatures * slots; ++col) obs[col] = 0.0f;
     return;
   }
@@ -252,7 +260,7 @@ JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agen
   f += (f + 1) * slots <= col ? 1 : 0;
   const int slot = col - f * slots;
   const int i = a.agent;
-  if (!s.seen[i]) return 0.0f;
+  if (JAXWARP_TAG_ABLATE >= 1 || !s.seen[i]) return 0.0f;
   if (time_col) return static_cast<float>(s.timestep[0]) * p.time_scale;
   const int j = observed_agent(p, s, i, slot);
   return j < 0 ? 0.0f : feature(p, s, f, i, j);
