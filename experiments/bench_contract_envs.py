@@ -204,13 +204,16 @@ def main() -> None:
     ap.add_argument("--tag", action="store_true",
                     help="WarpDrive's Tag at its two sizes instead of the table's envs")
     ap.add_argument("--tag-configs", nargs="+", default=["warpdrive_default", "large"],
-                    help="with --tag: these configs")
+                    choices=[c[1]["config"] for c in TAG_CASES], help="with --tag: these configs")
     ap.add_argument("--hashed", action="store_true",
                     help="actions from the step index alone: the kernel alone (label it so)")
     ap.add_argument("--no-jax", action="store_true",
                     help="kernels only, no pure-JAX twin or upstream env")
     args = ap.parse_args()
     args.variants = args.variants or [None]
+    for v in args.variants:
+        if v and not v.startswith("-") and "=" not in v:
+            ap.error(f"--variant: expected JAXWARP_NVCC_FLAGS (-D...) or NAME=VALUE; got {v!r}")
     import_env_module(str(ROOT / "examples" / "goal_reach" / "goal_reach.py"))
     gpu = jaxwarp.gpu_available()
     kernel = "cuda" if gpu else "cpu"
@@ -252,6 +255,7 @@ def main() -> None:
             print(f"{'':28s} {kernels[0]['backend']}/{k['backend']} = {over:.2f}x", flush=True)
         results.extend(entries)
     meta = {"rounds": ROUNDS, "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+            "argv": sys.argv[1:],
             "python": sys.version.split()[0], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))

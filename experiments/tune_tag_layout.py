@@ -69,9 +69,9 @@ def main() -> None:
             ap.error(f"--only: unknown variants {unknown}; the set has {list(variants)}")
         variants = {k: variants[k] for k in wanted}
     for name, flags in variants.items():
-        with env_vars(JAXWARP_NVCC_FLAGS=flags):
+        with env_vars(JAXWARP_NVCC_FLAGS=flags):  # the build reads it, as does launch_layout's
             env = make_env("contract", args.config)
-        lay = authoring.launch_layout(tc.SPEC, env.params, "cuda")
+            lay = authoring.launch_layout(tc.SPEC, env.params, "cuda")
         layout = {k: int(getattr(lay, k)) for k in ("tpe", "epb", "staged", "obs_staged",
                                                     "words", "smem_bytes")}
         for protocol in (True, False):

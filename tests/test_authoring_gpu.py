@@ -90,16 +90,15 @@ def test_one_agent_per_env_matches_cpu(name, params, tol):
     assert r.episodes_finished >= 300, r
 
 
-# An env's bits must not depend on how many envs run beside it (block
-# count, a partial last block, envs sharing a block). Each env's randomness
-# comes from its own index, so the first 300 of 40,000 envs equal 300 envs
-# alone.
+# An env's bits must not depend on how many envs run beside it (the number
+# of blocks, a partial last block). Each env's randomness comes from its own
+# index, so the first 300 of 40,000 envs equal 300 envs alone.
 @pytest.mark.parametrize("name,params", [
     ("cartpole", {}), ("mpe_simple_tag", {}), ("tag_gridworld", dict(episode_length=15)),
     ("tag_continuous", dict(num_taggers=2, num_runners=6, grid_length=4.0,
                             num_other_agents_observed=3, episode_length=15)),
 ])
-def test_envs_per_block_do_not_change_the_bits(name, params):
+def test_env_bits_do_not_depend_on_batch_size(name, params):
     from jaxwarp.benchmark import protocol_actions
 
     env = jaxwarp.make(name, backend="cuda", **params)

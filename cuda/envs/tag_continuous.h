@@ -149,7 +149,9 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
 
 // Ablations for experiments/tools/gpu_layout_ab.sh ablate (time breakdown
 // only; wrong observations): 1 writes every observation as zeros (the
-// features are not computed), 2 also skips the neighbour search.
+// features are not computed), 2 also skips this team pass (the neighbour
+// search with the compaction or the grid build before it; the kernel's
+// barrier after the pass stays).
 #ifndef JAXWARP_TAG_ABLATE
 #define JAXWARP_TAG_ABLATE 0
 #endif

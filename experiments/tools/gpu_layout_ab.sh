@@ -1,21 +1,26 @@
-# Launch-layout experiments on the GPU, variants side by side in one process.
-#   bash experiments/tools/gpu_layout_ab.sh epb   # GPU tests; envs per block fitted to the env count
-#   bash experiments/tools/gpu_layout_ab.sh tag   # Tag warpdrive_default: registers, blocks per SM, obs passes
+# Tag and launch-layout experiments on the GPU (H100), variants side by side
+# in one process; results under $OUT.
+#   bash experiments/tools/gpu_layout_ab.sh tests   # the GPU tests these touch
+#   bash experiments/tools/gpu_layout_ab.sh tag     # Tag warpdrive_default: registers, blocks per SM, obs passes
 #   bash experiments/tools/gpu_layout_ab.sh ablate  # Tag: time without the features, without the search
-# (epb measured a launch layout with at least JAXWARP_MIN_GRID_BLOCKS blocks
-# per SM, off with =0; no gain, removed since: the variant now builds the
-# same kernel, bench_contract_envs_min_grid_h100.json has the result.)
+#   bash experiments/tools/gpu_layout_ab.sh search  # Tag: scan vs grid neighbour search at both sizes
+#   bash experiments/tools/gpu_layout_ab.sh ncu     # Tag warpdrive_default: Nsight Compute, one played-in step
+# (A launch layout with at least two blocks per SM where few envs run,
+# -DJAXWARP_MIN_GRID_BLOCKS, was measured against the shipped one and
+# removed: bench_contract_envs_min_grid_h100.json.)
 set -o pipefail
+: "${OUT:?set OUT to a results folder}"
 export PYTHONUNBUFFERED=1
+case "$1" in
+tests|tag|ablate|search|ncu) ;;
+*) echo "usage: $0 tests|tag|ablate|search|ncu" >&2; exit 2 ;;
+esac
 python3 -m pip install -q --no-build-isolation -e . 2>&1 | tail -2
 case "$1" in
-epb)
+tests)
   python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_authoring_gpu.py tests/test_mpe_gpu.py \
-    tests/test_tag_gridworld_gpu.py tests/test_classic_control_kernels_gpu.py 2>&1 \
-    | tee $OUT/pytest_layout_gpu_h100.log | tail -4
-  python3 experiments/bench_contract_envs.py --only mpe_simple_tag mpe_simple_spread tag_gridworld cartpole \
-    --variant= --variant=-DJAXWARP_MIN_GRID_BLOCKS=0 \
-    --out $OUT/bench_contract_envs_min_grid_h100.json 2>&1 | tee $OUT/bench_contract_envs_min_grid_h100.log ;;
+    tests/test_tag_gridworld_gpu.py tests/test_classic_control_kernels_gpu.py \
+    tests/test_tag_continuous_gpu.py 2>&1 | tee $OUT/pytest_layout_gpu_h100.log | tail -4 ;;
 tag)
   M48="-DJAXWARP_MAX_THREADS=128 -DJAXWARP_MIN_BLOCKS=10"
   M40="-DJAXWARP_MAX_THREADS=128 -DJAXWARP_MIN_BLOCKS=12"
@@ -38,4 +43,17 @@ PY
   python3 experiments/bench_contract_envs.py --tag --hashed --no-jax \
     --variant= --variant=-DJAXWARP_TAG_ABLATE=1 --variant=-DJAXWARP_TAG_ABLATE=2 \
     --out $OUT/tag_ablation_h100.json 2>&1 | tee $OUT/tag_ablation_h100.log ;;
+search)
+  python3 experiments/bench_contract_envs.py --tag --hashed --no-jax --variant= \
+    --variant=JAXWARP_TAG_GRID_MIN_AGENTS=1 --variant=JAXWARP_TAG_GRID_MIN_AGENTS=100000 \
+    --out $OUT/tag_search_kind_h100.json 2>&1 | tee $OUT/tag_search_kind_h100.log ;;
+ncu)
+  (cd experiments && JAXWARP_NVCC_FLAGS=-lineinfo ncu --kernel-name regex:step_kernel \
+    --launch-skip 302 --launch-count 1 --section SourceCounters --section WarpStateStats \
+    --section SpeedOfLight --section Occupancy --import-source yes -o /tmp/rep \
+    python3 profile_tag_step.py --config warpdrive_default --warm 300) > $OUT/ncu_tag_default_run.txt 2>&1
+  ncu -i /tmp/rep.ncu-rep --page source --csv --print-source cuda,sass > /tmp/src.csv
+  (grep "agents in game" $OUT/ncu_tag_default_run.txt; python3 experiments/tools/ncu_lines.py /tmp/src.csv --top 60) \
+    > $OUT/ncu_tag_default_lines_h100.txt
+  ncu -i /tmp/rep.ncu-rep --print-details all > $OUT/ncu_tag_default_details_h100.txt 2>&1 ;;
 esac
