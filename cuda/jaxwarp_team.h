@@ -381,8 +381,8 @@ JW_HD bool before(float d2, int j, float d2b, int jb) {
 // (A branch-free version on 64-bit (d2 bits, id) keys measured 10% slower
 // at Tag's `large`: tune_kernel5_large_h100.json; one comparison per slot
 // and selects, 4% slower: tune_search_large_h100.json; this insert on
-// 64-bit keys, one unsigned comparison per before(), 12% slower (ptxas
-// spilled 28 bytes; the shipped one 1.13x as fast, tag_key64_h100.log).)
+// 64-bit keys, one unsigned comparison per before(), 12% slower
+// (tag_key64_h100.log; ptxas spilled 28 bytes in that build).)
 template <int K>
 JW_HD void insert(float d2, int j, float* bd, int* bi) {
   if (!before(d2, j, bd[K - 1], bi[K - 1])) return;
