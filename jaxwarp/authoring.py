@@ -137,9 +137,10 @@ def grid_scratch(name: str, num_agents: Callable[[Any], int],
 
 
 def grid_side(n: int) -> int:
-    """`jaxwarp::grid_side(n)`: cells per side of the neighbour grid, in float32
-    arithmetic as the C++ computes it."""
-    g = int(np.ceil(np.sqrt(np.float32(0.5) * np.float32(n), dtype=np.float32)))
+    """`jaxwarp::grid_side(n)`: cells per side of the neighbour grid (about four
+    agents per cell, `kGridAgentsPerCell`), in float32 arithmetic as the C++
+    computes it."""
+    g = int(np.ceil(np.sqrt(np.float32(0.25) * np.float32(n), dtype=np.float32)))
     return min(64, max(1, g))
 
 

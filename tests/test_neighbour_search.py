@@ -79,3 +79,24 @@ def test_grid_search_equals_scan_with_and_without_radius(tmp_path):
     cases, bad = int(out[0]), int(out[1])
     assert cases > 10_000
     assert bad == 0, f"{bad} of {cases} queries differ between the grid search and the scan"
+
+
+def test_grid_side_is_the_same_in_cpp_and_python(tmp_path):
+    """Python sizes the grid's scratch with authoring.grid_side; the kernels
+    carve it with jaxwarp::grid_side: the two must agree for every n (a C++
+    grid with more cells would overrun the scratch)."""
+    try:
+        cxx = authoring._find_cxx()
+    except Exception as exc:  # pragma: no cover - CI has g++
+        pytest.skip(f"no C++ compiler: {exc}")
+    src = tmp_path / "sides.cc"
+    src.write_text('#include <stdio.h>\n#include "jaxwarp_team.h"\n'
+                   "int main() { for (int n = 0; n <= 20000; ++n) "
+                   'printf("%d\\n", jaxwarp::grid_side(n)); return 0; }\n')
+    exe = tmp_path / "sides"
+    subprocess.run([cxx, *authoring.CXX_FLAGS, "-I", str(authoring.API_DIR), str(src), "-o",
+                    str(exe)], check=True, capture_output=True, text=True)
+    cpp = [int(v) for v in subprocess.run([str(exe)], check=True, capture_output=True,
+                                          text=True).stdout.split()]
+    assert cpp == [authoring.grid_side(n) for n in range(20001)]
+    assert authoring.grid_side(1000) == 16 and authoring.grid_side(10000) == 50

@@ -163,7 +163,7 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
     const int n = p.num_agents, k = p.k_observed;
     auto visible = [&](int j) { return s.seen[j] != 0; };
     if (p.use_grid) {
-      // Cells for the agents still in the game, not for all n: about two per
+      // Cells for the agents still in the game, not for all n: about four per
       // cell whatever the number left (the scratch is sized for n). Later in
       // an episode most runners have left; cells sized for n would be mostly
       // empty and each search would visit several times as many.
