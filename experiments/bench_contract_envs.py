@@ -44,9 +44,14 @@ GPU_CASES = [("cartpole", {}, 4096, 500), ("cartpole", {}, 65536, 500),
              ("mpe_simple_tag", {}, 2000, 200), ("mpe_simple_tag", {}, 20000, 200),
              ("goal_reach", {"num_agents": 3}, 65536, 200)]
 # WarpDrive's Tag (--tag): the kernel against its pure-JAX twin at 2000 envs
-# (--no-jax for `large`, whose twin is about 100x slower).
-TAG_CASES = [("tag_continuous", {"config": "warpdrive_default"}, 2000, 200),
-             ("tag_continuous", {"config": "large"}, 2000, 40)]
+# (--no-jax for `large`, whose twin is about 100x slower), and 10,000 agents
+# per env (`large` scaled at its density; the twin cannot allocate it).
+TAG_CASES = {
+    "warpdrive_default": ("tag_continuous", {"config": "warpdrive_default"}, 2000, 200),
+    "large": ("tag_continuous", {"config": "large"}, 2000, 40),
+    "agents_10000": ("tag_continuous", {"config": "large", "num_taggers": 500,
+                                        "num_runners": 9500, "grid_length": 316.0}, 200, 20),
+}
 SMALL_CASES = [("cartpole", {}, 256, 200), ("mpe_simple_spread", {}, 256, 50),
                ("goal_reach", {"num_agents": 3}, 256, 100)]
 # Upstream implementations of the same envs, timed the same way where importable.
@@ -204,7 +209,7 @@ def main() -> None:
     ap.add_argument("--tag", action="store_true",
                     help="WarpDrive's Tag at its two sizes instead of the table's envs")
     ap.add_argument("--tag-configs", nargs="+", default=["warpdrive_default", "large"],
-                    choices=[c[1]["config"] for c in TAG_CASES], help="with --tag: these configs")
+                    choices=list(TAG_CASES), help="with --tag: these cases")
     ap.add_argument("--hashed", action="store_true",
                     help="actions from the step index alone: the kernel alone (label it so)")
     ap.add_argument("--no-jax", action="store_true",
@@ -219,7 +224,7 @@ def main() -> None:
     kernel = "cuda" if gpu else "cpu"
     cases = SMALL_CASES if args.small or not gpu else GPU_CASES
     if args.tag:
-        cases = [c for c in TAG_CASES if c[1]["config"] in args.tag_configs]
+        cases = [TAG_CASES[c] for c in args.tag_configs]
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
     results = []
@@ -237,7 +242,8 @@ def main() -> None:
                 if u is not None:
                     entries.append(u)
         time_rounds(entries)
-        label = f"{name}{'[' + params['config'] + ']' if 'config' in params else ''}"
+        label = name + "".join(f"[{k}={v}]" if k != "config" else f"[{v}]"
+                               for k, v in params.items())
         for e in entries:
             print(f"{label:10s} {n:8d} envs {e['backend']:4s}: {e['env_steps_per_s'] / 1e6:9.2f} M "
                   f"env-steps/s (compile {e['compile_s']:.1f} s){' hashed' if args.hashed else ''}",
