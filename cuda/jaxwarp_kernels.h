@@ -81,10 +81,10 @@ constexpr int kTeamWords = 4;            // per env: term, trunc flags, 2 reduct
 #endif
 // A pass of staged rows keeps at least 1/JAXWARP_OBS_BUSY of the env's
 // threads busy (else the rows are written as elements). Tag, 110 agents,
-// kernel alone: three passes of 37 rows in 10.5 KiB (JAXWARP_OBS_BUSY=4) 5%
-// slower than two of 57; with registers capped at 48 (spilling) so that 10
-// blocks fit an SM, 27% slower (experiments/tools/gpu_layout_ab.sh tag,
-// tune_tag_occupancy_h100.json).
+// kernel alone, per-round ratios: two passes of 57 rows 1.05x as fast as
+// three of 37 in 10.5 KiB (JAXWARP_OBS_BUSY=4), and 1.27x as fast as three
+// with registers capped at 48 (spilling) so that 10 blocks fit an SM
+// (experiments/tools/gpu_layout_ab.sh tag, tune_tag_occupancy_h100.json).
 #ifndef JAXWARP_OBS_BUSY
 #define JAXWARP_OBS_BUSY 2
 #endif
@@ -103,8 +103,9 @@ constexpr int kMaxThreads = JAXWARP_MAX_THREADS;
 // 32 measured no different for MPE and the gridworld at 2,000 and 20,000
 // envs (bench_contract_envs_block_threads_h100.json); nor did fewer envs per
 // block where few envs leave SMs idle (2,000 envs of 4 agents: 63 blocks on
-// 132 SMs; at least two blocks per SM instead: -2% to +3%, within the
-// rounds' spread; bench_contract_envs_min_grid_h100.json): each warp's
+// 132 SMs; at least two blocks per SM instead: -2% to +3%, comparable to
+// the up to 1.5% that unaffected cases moved between identical builds;
+// bench_contract_envs_min_grid_h100.json): each warp's
 // chain of dependent steps, not the SMs in use, sets the time.
 constexpr int kBlockThreads = 128;
 
