@@ -180,6 +180,20 @@ struct has_observe_element<E, std::void_t<decltype(observe_element(
                                   std::declval<const typename E::State&>(),
                                   std::declval<const Agent&>(), 0))>> : std::true_type {};
 
+// observe_part(p, s, a, part, put) with put(col, value): detected with this
+// stand-in for the kernel's writers.
+struct PutProbe {
+  JW_HD void operator()(int, float) const {}
+};
+template <class E, class = void>
+struct has_observe_part : std::false_type {};
+template <class E>
+struct has_observe_part<E, std::void_t<decltype(observe_part(
+                               std::declval<const typename E::Params&>(),
+                               std::declval<const typename E::State&>(),
+                               std::declval<const Agent&>(), 0, std::declval<PutProbe&>()))>>
+    : std::true_type {};
+
 template <class E>
 JW_HD void run_team_pass(const typename E::Params& p, const typename E::State& s, const Team& t,
                          int phase) {
@@ -191,28 +205,44 @@ JW_HD void run_team_pass(const typename E::Params& p, const typename E::State& s
 }  // namespace detail
 
 // An env may define observe() (a whole row per agent), observe_element()
-// (one element), or both. Rows are cheaper (per-agent work is done once per
-// row, not once per element) but need shared memory to leave as coalesced
-// stores; elements are written coalesced straight to global memory. With
-// both, rows are used where layout_for stages them (Layout::obs_staged: the
-// rows fit, in passes that keep half of the env's threads busy) and elements
-// otherwise, on the CPU as on the GPU, so both backends always run the same
-// code for the same sizes.
+// (one element), observe_part() (part of a row: e.g. the features of one
+// observed agent), or several. Rows are cheaper than elements (per-agent
+// work is done once per row, not once per element) but need shared memory to
+// leave as coalesced stores; elements and parts are written straight to
+// global memory (consecutive threads to neighbouring floats). Rows are used
+// where layout_for stages them (Layout::obs_staged: the rows fit, in passes
+// that keep half of the env's threads busy) and elements or parts otherwise,
+// on the CPU as on the GPU, so both backends always run the same code for
+// the same sizes. Where an env has observe_part() and no observe(), its rows
+// are its parts in order.
 template <class E>
 JW_HD constexpr bool row_observe() {
-  return detail::has_observe<E>::value;
+  return detail::has_observe<E>::value || detail::has_observe_part<E>::value;
 }
 template <class E>
 JW_HD constexpr bool element_observe() {
-  return detail::has_observe_element<E>::value;
+  return detail::has_observe_element<E>::value || detail::has_observe_part<E>::value;
 }
-// Rows for this call: always without observe_element(), never without
-// observe(), else where they are staged.
+// Rows for this call: always without observe_element() or observe_part(),
+// never without observe() or observe_part(), else where they are staged.
 template <class E>
 JW_HD bool use_rows(const Layout& l) {
   if constexpr (!element_observe<E>()) return true;
   else if constexpr (!row_observe<E>()) return false;
   else return l.obs_staged != 0;
+}
+
+// Agent a's whole row into row[0..obs_dim) (f32): observe(), else its parts
+// in order.
+template <class E>
+JW_HD void observe_row(const typename E::Params& p, const typename E::State& s, const Agent& a,
+                       float* row) {
+  if constexpr (detail::has_observe<E>::value) {
+    observe(p, s, a, row);
+  } else {
+    const int parts = observe_parts(p);
+    for (int q = 0; q < parts; ++q) observe_part(p, s, a, q, [row](int col, float v) { row[col] = v; });
+  }
 }
 
 // Pointers of env e's fields: base + e * stride (scratch: env `scratch_env`'s).
@@ -278,16 +308,23 @@ void observe_env(const typename E::Params& p, const typename E::State& s, const 
     const int64_t first = at + static_cast<int64_t>(i) * c.obs_dim;
     if constexpr (element_observe<E>()) {
       if (!rows) {
-        for (int col = 0; col < c.obs_dim; ++col) put_obs(c, first + col, observe_element(p, s, a, col));
+        if constexpr (detail::has_observe_part<E>::value) {
+          const int parts = observe_parts(p);
+          for (int q = 0; q < parts; ++q)
+            observe_part(p, s, a, q, [&](int col, float v) { put_obs(c, first + col, v); });
+        } else {
+          for (int col = 0; col < c.obs_dim; ++col)
+            put_obs(c, first + col, observe_element(p, s, a, col));
+        }
         continue;
       }
     }
     if constexpr (row_observe<E>()) {
       if (!c.obs_bf16) {
-        observe(p, s, a, c.obs + first);
+        observe_row<E>(p, s, a, c.obs + first);
         continue;
       }
-      observe(p, s, a, row.data());
+      observe_row<E>(p, s, a, row.data());
       for (int col = 0; col < c.obs_dim; ++col) put_obs(c, first + col, row[col]);
     }
   }
@@ -479,13 +516,58 @@ __device__ inline void store_obs_rows(const Call& c, int64_t at, const float* sr
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) dst[j] = bf16_bits(src[j]);
 }
 
+// This env's observations as (agent, part) pairs over its threads, parts of
+// a row on consecutive threads, each written straight to the output through
+// store(index from the env's first element, value): for Tag, a warp's lanes write the 7 features of ~3
+// agents' 10 slots, runs of 10 floats per store. Where a row's parts fit in
+// the env's threads, each thread keeps one part for every row it writes (what
+// observe_part() derives from the part alone is loop-invariant).
+template <class E, class Store>
+__device__ inline void observe_parts_block(const typename E::Params& p,
+                                           const typename E::State& s, const Call& c,
+                                           const Layout& l, const Lane& w, const Agent& proto,
+                                           Store&& store) {
+  const int n = c.n, dim = c.obs_dim;
+  const int parts = observe_parts(p);
+  Agent a = proto;
+  if (parts <= l.tpe) {
+    const int sweep = l.tpe / parts;
+    if (w.lane >= sweep * parts) return;
+    const int part = w.lane % parts;
+    for (int row = w.lane / parts; row < n; row += sweep) {
+      a.agent = row;
+      const int64_t first = static_cast<int64_t>(row) * dim;
+      observe_part(p, s, a, part, [&](int col, float v) { store(first + col, v); });
+    }
+    return;
+  }
+  // More parts than threads (full observations of many agents): the
+  // threads take each row's parts in turn.
+  for (int row = 0; row < n; ++row) {
+    a.agent = row;
+    const int64_t first = static_cast<int64_t>(row) * dim;
+    for (int part = w.lane; part < parts; part += l.tpe)
+      observe_part(p, s, a, part, [&](int col, float v) { store(first + col, v); });
+  }
+}
+
 template <class E, bool Staged>
 __device__ inline void observe_block(const typename E::Params& p, const typename E::State& s,
                                      const Call& c, const Layout& l, const Lane& w,
                                      int32_t* smem, const Agent& proto) {
   const int n = c.n, dim = c.obs_dim;
   if (!use_rows<E>(l)) {
-    if constexpr (element_observe<E>()) {
+    if constexpr (detail::has_observe_part<E>::value) {
+      if (!w.active) return;
+      if (c.obs_bf16) {
+        uint16_t* out = reinterpret_cast<uint16_t*>(c.obs) + w.e * n * dim;
+        observe_parts_block<E>(p, s, c, l, w, proto,
+                               [out](int64_t idx, float v) { out[idx] = bf16_bits(v); });
+      } else {
+        float* out = c.obs + w.e * n * dim;
+        observe_parts_block<E>(p, s, c, l, w, proto, [out](int64_t idx, float v) { out[idx] = v; });
+      }
+    } else if constexpr (element_observe<E>()) {
       // Consecutive threads write consecutive floats of this env's [n, dim]
       // block: coalesced stores, no staging.
       if (!w.active) return;
@@ -532,7 +614,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
         for (int i = w.lane; i < n; i += l.tpe) {
           Agent a = proto;
           a.agent = i;
-          observe(p, s, a, c.obs + (w.e * n + i) * dim);
+          observe_row<E>(p, s, a, c.obs + (w.e * n + i) * dim);
         }
       return;
     }
@@ -544,7 +626,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
         for (int i = w.lane; i < n; i += l.tpe) {
           Agent a = proto;
           a.agent = i;
-          observe(p, s, a, staged + (static_cast<int64_t>(w.le) * n + i) * dim);
+          observe_row<E>(p, s, a, staged + (static_cast<int64_t>(w.le) * n + i) * dim);
         }
       __syncthreads();
       const int64_t rows = (c.envs - first < l.epb ? c.envs - first : l.epb) * n;
@@ -563,7 +645,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
         for (int q = w.lane; q < rows; q += l.tpe) {
           Agent a = proto;
           a.agent = r0 + q;
-          observe(p, s, a, staged + static_cast<int64_t>(q) * dim);
+          observe_row<E>(p, s, a, staged + static_cast<int64_t>(q) * dim);
         }
       __syncthreads();
       if (w.active) store_obs_rows(c, at, staged, static_cast<int64_t>(rows) * dim);
@@ -730,15 +812,21 @@ __device__ inline void solo_step_kernel_body(const typename E::Params& p, const 
   if (use_rows<E>(l)) {
     if constexpr (row_observe<E>()) {
       if (!l.obs_staged) {
-        if (w.active) observe(p, s, a0, c.obs + e * dim);
+        if (w.active) observe_row<E>(p, s, a0, c.obs + e * dim);
         return;
       }
       const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
       float* staged = obs_stage(c, l, jw_smem, first * dim);
-      if (w.active) observe(p, s, a0, staged + static_cast<int64_t>(w.le) * dim);
+      if (w.active) observe_row<E>(p, s, a0, staged + static_cast<int64_t>(w.le) * dim);
       __syncthreads();
       const int64_t rows = c.envs - first < l.epb ? c.envs - first : l.epb;
       store_obs_rows(c, first * dim, staged, rows * dim);
+    }
+  } else if constexpr (detail::has_observe_part<E>::value) {
+    if (w.active) {
+      const int parts = observe_parts(p);
+      for (int q = 0; q < parts; ++q)
+        observe_part(p, s, a0, q, [&](int col, float v) { put_obs(c, e * dim + col, v); });
     }
   } else if constexpr (element_observe<E>()) {
     if (w.active)

@@ -226,6 +226,49 @@ JW_HD int observed_agent(const Params& p, const State& s, int i, int slot) {
   return p.full_obs ? (slot < i ? slot : slot + 1) : s.nbr[i * p.k_observed + slot];
 }
 
+// Experiment switch (experiments/tools/gpu_layout_ab.sh): 1 (default)
+// writes observations by parts, 0 by the former observe() rows and
+// observe_element() elements. The two give the same bits.
+#ifndef JAXWARP_TAG_PARTS
+#define JAXWARP_TAG_PARTS 1
+#endif
+
+#if JAXWARP_TAG_PARTS
+// The observation in parts: part q < slots is the 7 features of the agent in
+// slot q (columns f * slots + q, feature-major), part `slots` the time. The
+// kernel writes rows as their parts in order where the rows fit in shared
+// memory, and (agent, part) pairs straight to the output otherwise: the
+// neighbour id and agent i's own values are read once per 7 features, not
+// once per element.
+JW_HD int observe_parts(const Params& p) { return observed_slots(p) + 1; }
+
+template <class Put>
+JW_HD void observe_part(const Params& p, const State& s, const jaxwarp::Agent& a, int part,
+                        Put&& put) {
+  const int slots = observed_slots(p);
+  const int i = a.agent;
+  const bool shown = JAXWARP_TAG_ABLATE < 1 && s.seen[i] != 0;
+  if (part == slots) {
+    put(kFeatures * slots, shown ? static_cast<float>(s.timestep[0]) * p.time_scale : 0.0f);
+    return;
+  }
+  const int j = shown ? observed_agent(p, s, i, part) : -1;
+  if (j < 0) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int f = 0; f < kFeatures; ++f) put(f * slots + part, 0.0f);
+    return;
+  }
+  put(0 * slots + part, (s.x[j] - s.x[i]) * p.pos_scale);
+  put(1 * slots + part, (s.y[j] - s.y[i]) * p.pos_scale);
+  put(2 * slots + part, (s.speed[j] - s.speed[i]) * p.speed_scale);
+  put(3 * slots + part, (s.acceleration[j] - s.acceleration[i]) * p.speed_scale);
+  put(4 * slots + part, (s.direction[j] - s.direction[i]) * p.dir_scale);
+  put(5 * slots + part, is_tagger(p, j) ? 1.0f : 0.0f);
+  put(6 * slots + part, static_cast<float>(s.seen[j]));
+}
+#else
 // Agent a's whole observation row (feature-major, then the time). The kernel
 // uses it where the block's rows fit in shared memory, observe_element()
 // otherwise: the neighbour id and the agent's own values are read once per
@@ -267,3 +310,4 @@ JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agen
   const int j = observed_agent(p, s, i, slot);
   return j < 0 ? 0.0f : feature(p, s, f, i, j);
 }
+#endif  // JAXWARP_TAG_PARTS

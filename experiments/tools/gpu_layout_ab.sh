@@ -5,6 +5,7 @@
 #   bash experiments/tools/gpu_layout_ab.sh ablate  # Tag: time without the features, without the search
 #   bash experiments/tools/gpu_layout_ab.sh search  # Tag: scan vs grid neighbour search at both sizes
 #   bash experiments/tools/gpu_layout_ab.sh ncu     # Tag warpdrive_default: Nsight Compute, one played-in step
+#   bash experiments/tools/gpu_layout_ab.sh parts   # Tag: observations by parts vs rows/elements; ring-1 order
 # (A launch layout with at least two blocks per SM where few envs run,
 # -DJAXWARP_MIN_GRID_BLOCKS, was measured against the shipped one and
 # removed: bench_contract_envs_min_grid_h100.json.)
@@ -12,8 +13,15 @@ set -o pipefail
 : "${OUT:?set OUT to a results folder}"
 export PYTHONUNBUFFERED=1
 case "$1" in
-tests|tag|ablate|search|ncu) ;;
-*) echo "usage: $0 tests|tag|ablate|search|ncu" >&2; exit 2 ;;
+tests|tag|ablate|search|ncu|parts) ;;
+*) echo "usage: $0 tests|tag|ablate|search|ncu|parts" >&2; exit 2 ;;
+parts)
+  for mode in --hashed ""; do
+    name=tag_parts$([ -n "$mode" ] && echo _hashed)_h100
+    python3 experiments/bench_contract_envs.py --tag $mode --no-jax \
+      --variant= --variant=-DJAXWARP_TAG_PARTS=0 --variant=-DJAXWARP_RING1_FIRST=1 \
+      --out $OUT/$name.json 2>&1 | tee $OUT/$name.log
+  done ;;
 esac
 python3 -m pip install -q --no-build-isolation -e . 2>&1 | tail -2
 case "$1" in
@@ -56,4 +64,11 @@ ncu)
   (grep "agents in game" $OUT/ncu_tag_default_run.txt; python3 experiments/tools/ncu_lines.py /tmp/src.csv --top 60) \
     > $OUT/ncu_tag_default_lines_h100.txt
   ncu -i /tmp/rep.ncu-rep --print-details all > $OUT/ncu_tag_default_details_h100.txt 2>&1 ;;
+parts)
+  for mode in --hashed ""; do
+    name=tag_parts$([ -n "$mode" ] && echo _hashed)_h100
+    python3 experiments/bench_contract_envs.py --tag $mode --no-jax \
+      --variant= --variant=-DJAXWARP_TAG_PARTS=0 --variant=-DJAXWARP_RING1_FIRST=1 \
+      --out $OUT/$name.json 2>&1 | tee $OUT/$name.log
+  done ;;
 esac
