@@ -20,6 +20,7 @@
 //   JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a,
 //                   const int32_t* action, int phase, jaxwarp::StepResult& r);
 //   JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs);
+//   // (or observe_part() below)
 //
 // and optionally (found by name; see cuda/jaxwarp_team.h):
 //
@@ -30,10 +31,17 @@
 //   // Step phases after which team_pass runs (bit p: after phase p); without
 //   // it, after every phase. Always before observe().
 //   constexpr unsigned kTeamPassPhases = 0b10;
-//   // Instead of observe(): element `col` of agent a's observation. The
-//   // kernel then writes each env's observations as one contiguous run.
-//   JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agent& a,
-//                               int col);
+//   // Instead of observe(), or beside it: agent a's row in parts. Part
+//   // `part` (0 <= part < observe_parts(p)) writes its columns through
+//   // put(col, value); the parts together write every column once (Tag: one
+//   // part per observed agent, its 7 features). Where the rows do not fit
+//   // in shared memory, the kernel writes (agent, part) pairs straight to
+//   // the output, the parts of a row on consecutive threads; elsewhere rows
+//   // (observe(), or the parts in order).
+//   JW_HD int observe_parts(const Params& p);
+//   template <class Put>
+//   JW_HD void observe_part(const Params& p, const State& s, const jaxwarp::Agent& a,
+//                           int part, Put&& put);
 //
 // The state is declared once, in the spec. (A header may still restate it
 // with JAXWARP_STATE(f32, x, agent) lines; they are then checked against the

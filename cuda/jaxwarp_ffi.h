@@ -151,15 +151,15 @@ inline ffi::Error bind_obs(Call* c, const ffi::AnyBuffer& obs) {
 }
 
 #if defined(__CUDACC__)
-// bf16 observations leave the GPU through shared memory (rows) or element
-// by element; an env with observe() only, whose rows do not fit in shared
-// memory, writes f32 rows straight to the output and cannot round them.
+// bf16 observations leave the GPU through shared memory (rows) or by parts;
+// an env with observe() only, whose rows do not fit in shared memory, writes
+// f32 rows straight to the output and cannot round them.
 template <class E>
 ffi::Error check_obs_path(const Call& c, const Layout& l) {
   if (c.obs_bf16 && use_rows<E>(l) && !l.obs_staged)
     return ffi::Error::InvalidArgument(
         "jaxwarp: obs_dtype='bfloat16' on the GPU needs the env's observation rows to fit in "
-        "shared memory, or an observe_element() in its header (use obs_dtype='float32')");
+        "shared memory, or an observe_part() in its header (use obs_dtype='float32')");
   return ffi::Error::Success();
 }
 #endif
@@ -253,7 +253,7 @@ ffi::Error reset(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32>
   if (auto err = bind_obs(&c, **obs); err.failure()) return err;
   c.heads = 0;
 #if defined(__CUDACC__)
-  const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>());
+  const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields);
   if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
   if (auto err = check_obs_path<E>(c, l); err.failure()) return err;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -271,7 +271,7 @@ ffi::Error reset(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32>
     memset(c.base[f], 0, 4 * static_cast<size_t>(c.per_env[f]) * c.envs);
   const CpuPool* pool = static_cast<const CpuPool*>(stream);
   const bool rows = use_rows<E>(
-      layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>()));
+      layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields));
   for_envs(c.envs, cpu_workers<E>(c, rets, pool),
            [&](int n, auto&& task) { pool->run(n, task); },
            [&](int64_t e, int worker) { reset_env_cpu<E>(p, c, e, worker, rows); });
@@ -311,7 +311,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   c.term = static_cast<bool*>((*term)->untyped_data());
   c.trunc = static_cast<bool*>((*trunc)->untyped_data());
 #if defined(__CUDACC__)
-  const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>());
+  const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields);
   if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
   if (auto err = check_obs_path<E>(c, l); err.failure()) return err;
 #else
@@ -340,7 +340,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   (void)kernels;
   const CpuPool* pool = static_cast<const CpuPool*>(stream);
   const bool rows = use_rows<E>(
-      layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields, row_observe<E>()));
+      layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields));
   for_envs(c.envs, cpu_workers<E>(c, rets, pool),
            [&](int n, auto&& task) { pool->run(n, task); },
            [&](int64_t e, int worker) { step_env_cpu<E>(p, c, e, worker, rows); });
@@ -384,8 +384,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
 #define JAXWARP_DEFINE_LAYOUT(NAME, ENV)                                                    \
   extern "C" void jaxwarp_##NAME##_layout(int32_t n, int32_t obs_dim,                       \
                                           const int32_t* per_env, jaxwarp::Layout* out) {    \
-    *out = jaxwarp::layout_for(n, obs_dim, ENV::kFields, per_env, ENV::kStateFields,        \
-                               jaxwarp::row_observe<ENV>());                                \
+    *out = jaxwarp::layout_for(n, obs_dim, ENV::kFields, per_env, ENV::kStateFields);       \
   }
 
 #if defined(__CUDACC__)

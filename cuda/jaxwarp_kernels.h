@@ -15,8 +15,8 @@
 //     JW_HD static State bind(int32_t* const* field);  // State from field pointers
 //     JW_HD static void pointers(const State&, int32_t** field);  // and back
 //   };
-// and the env header's reset/step/observe (and optionally team_pass and
-// observe_element), found by argument-dependent lookup on Params.
+// and the env header's reset/step and observe or observe_part (and
+// optionally team_pass), found by argument-dependent lookup on Params.
 //
 // Fields are 4-byte words (f32, i32, u32). Field f of env e starts at word
 // e * per_env[f] of its buffer (per_env: n for per-agent fields, 1 for
@@ -110,7 +110,7 @@ constexpr int kMaxThreads = JAXWARP_MAX_THREADS;
 constexpr int kBlockThreads = 128;
 
 inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
-                         int state_fields, bool row_observe) {
+                         int state_fields) {
   Layout l{};
   l.tpe = n < kMaxThreads ? n : kMaxThreads;
   l.epb = l.tpe >= kBlockThreads ? 1 : kBlockThreads / l.tpe;
@@ -141,7 +141,7 @@ inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
   const int64_t busy = (block_rows < l.tpe ? block_rows : l.tpe) / JAXWARP_OBS_BUSY;
   const int64_t need = l.epb > 1 ? block_rows
                                  : (block_rows < 32 ? block_rows : (busy > 32 ? busy : 32));
-  l.obs_staged = row_observe && obs_dim > 0 && rows >= need;
+  l.obs_staged = obs_dim > 0 && rows >= need;
   l.smem_bytes = static_cast<int32_t>(l.obs_staged ? obs_at + 4 * (rows * obs_dim + 4) : used);
   return l;
 }
@@ -172,14 +172,6 @@ struct has_observe<E, std::void_t<decltype(observe(std::declval<const typename E
                                                    std::declval<const typename E::State&>(),
                                                    std::declval<const Agent&>(),
                                                    std::declval<float*>()))>> : std::true_type {};
-template <class E, class = void>
-struct has_observe_element : std::false_type {};
-template <class E>
-struct has_observe_element<E, std::void_t<decltype(observe_element(
-                                  std::declval<const typename E::Params&>(),
-                                  std::declval<const typename E::State&>(),
-                                  std::declval<const Agent&>(), 0))>> : std::true_type {};
-
 // observe_part(p, s, a, part, put) with put(col, value): detected with this
 // stand-in for the kernel's writers.
 struct PutProbe {
@@ -204,31 +196,24 @@ JW_HD void run_team_pass(const typename E::Params& p, const typename E::State& s
 }
 }  // namespace detail
 
-// An env may define observe() (a whole row per agent), observe_element()
-// (one element), observe_part() (part of a row: e.g. the features of one
-// observed agent), or several. Rows are cheaper than elements (per-agent
-// work is done once per row, not once per element) but need shared memory to
-// leave as coalesced stores; elements and parts are written straight to
-// global memory (consecutive threads to neighbouring floats). Rows are used
-// where layout_for stages them (Layout::obs_staged: the rows fit, in passes
-// that keep half of the env's threads busy) and elements or parts otherwise,
-// on the CPU as on the GPU, so both backends always run the same code for
-// the same sizes. Where an env has observe_part() and no observe(), its rows
-// are its parts in order.
+// An env defines observe() (a whole row per agent), observe_part() (part of
+// a row: Tag's parts are the 7 features of one observed agent), or both.
+// Rows need shared memory to leave the GPU as coalesced stores; parts are
+// written straight to global memory, the parts of a row on consecutive
+// threads. Rows are used where layout_for stages them (Layout::obs_staged:
+// the rows fit, in passes that keep half of the env's threads busy) and
+// parts otherwise, on the CPU as on the GPU, so both backends always run the
+// same code for the same sizes. An env with observe_part() alone has rows
+// too: its parts in order.
 template <class E>
-JW_HD constexpr bool row_observe() {
-  return detail::has_observe<E>::value || detail::has_observe_part<E>::value;
+JW_HD constexpr bool part_observe() {
+  return detail::has_observe_part<E>::value;
 }
-template <class E>
-JW_HD constexpr bool element_observe() {
-  return detail::has_observe_element<E>::value || detail::has_observe_part<E>::value;
-}
-// Rows for this call: always without observe_element() or observe_part(),
-// never without observe() or observe_part(), else where they are staged.
+// Rows for this call: always without observe_part(), else where they are
+// staged.
 template <class E>
 JW_HD bool use_rows(const Layout& l) {
-  if constexpr (!element_observe<E>()) return true;
-  else if constexpr (!row_observe<E>()) return false;
+  if constexpr (!part_observe<E>()) return true;
   else return l.obs_staged != 0;
 }
 
@@ -240,6 +225,8 @@ JW_HD void observe_row(const typename E::Params& p, const typename E::State& s, 
   if constexpr (detail::has_observe<E>::value) {
     observe(p, s, a, row);
   } else {
+    static_assert(part_observe<E>(),
+                  "jaxwarp: the env header defines neither observe() nor observe_part()");
     const int parts = observe_parts(p);
     for (int q = 0; q < parts; ++q) observe_part(p, s, a, q, [row](int col, float v) { row[col] = v; });
   }
@@ -301,32 +288,25 @@ void observe_env(const typename E::Params& p, const typename E::State& s, const 
   const int64_t at = e * c.n * c.obs_dim;
   // bf16 output: rows go through a float buffer, rounded as they are copied.
   thread_local std::vector<float> row;
-  if (c.obs_bf16 && row_observe<E>()) row.resize(c.obs_dim);
+  if (c.obs_bf16) row.resize(c.obs_dim);
   for (int i = 0; i < c.n; ++i) {
     Agent a = proto;
     a.agent = i;
     const int64_t first = at + static_cast<int64_t>(i) * c.obs_dim;
-    if constexpr (element_observe<E>()) {
+    if constexpr (part_observe<E>()) {
       if (!rows) {
-        if constexpr (detail::has_observe_part<E>::value) {
-          const int parts = observe_parts(p);
-          for (int q = 0; q < parts; ++q)
-            observe_part(p, s, a, q, [&](int col, float v) { put_obs(c, first + col, v); });
-        } else {
-          for (int col = 0; col < c.obs_dim; ++col)
-            put_obs(c, first + col, observe_element(p, s, a, col));
-        }
+        const int parts = observe_parts(p);
+        for (int q = 0; q < parts; ++q)
+          observe_part(p, s, a, q, [&](int col, float v) { put_obs(c, first + col, v); });
         continue;
       }
     }
-    if constexpr (row_observe<E>()) {
-      if (!c.obs_bf16) {
-        observe_row<E>(p, s, a, c.obs + first);
-        continue;
-      }
-      observe_row<E>(p, s, a, row.data());
-      for (int col = 0; col < c.obs_dim; ++col) put_obs(c, first + col, row[col]);
+    if (!c.obs_bf16) {
+      observe_row<E>(p, s, a, c.obs + first);
+      continue;
     }
+    observe_row<E>(p, s, a, row.data());
+    for (int col = 0; col < c.obs_dim; ++col) put_obs(c, first + col, row[col]);
   }
 }
 
@@ -444,8 +424,8 @@ __device__ inline typename E::State bind_env(const Call& c, const Layout& l, con
 #ifndef JAXWARP_EARLY_COPY_OUT
 #define JAXWARP_EARLY_COPY_OUT 1
 #endif
-#ifndef JAXWARP_ELEMENT_COLUMNS
-#define JAXWARP_ELEMENT_COLUMNS 1
+#ifndef JAXWARP_STATIONARY_PARTS
+#define JAXWARP_STATIONARY_PARTS 1
 #endif
 
 // Where a block stages observation rows bound for element `at` of the
@@ -530,7 +510,7 @@ __device__ inline void observe_parts_block(const typename E::Params& p,
   const int n = c.n, dim = c.obs_dim;
   const int parts = observe_parts(p);
   Agent a = proto;
-  if (parts <= l.tpe) {
+  if (JAXWARP_STATIONARY_PARTS && parts <= l.tpe) {
     const int sweep = l.tpe / parts;
     if (w.lane >= sweep * parts) return;
     const int part = w.lane % parts;
@@ -557,7 +537,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
                                      int32_t* smem, const Agent& proto) {
   const int n = c.n, dim = c.obs_dim;
   if (!use_rows<E>(l)) {
-    if constexpr (detail::has_observe_part<E>::value) {
+    if constexpr (part_observe<E>()) {
       if (!w.active) return;
       if (c.obs_bf16) {
         uint16_t* out = reinterpret_cast<uint16_t*>(c.obs) + w.e * n * dim;
@@ -567,45 +547,10 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
         float* out = c.obs + w.e * n * dim;
         observe_parts_block<E>(p, s, c, l, w, proto, [out](int64_t idx, float v) { out[idx] = v; });
       }
-    } else if constexpr (element_observe<E>()) {
-      // Consecutive threads write consecutive floats of this env's [n, dim]
-      // block: coalesced stores, no staging.
-      if (!w.active) return;
-      const int64_t at = w.e * n * dim;
-      Agent a = proto;
-#if JAXWARP_ELEMENT_COLUMNS
-      if (dim <= l.tpe) {
-        // Each thread keeps one column (the first tpe / dim * dim threads):
-        // what observe_element() derives from the column alone is loop-
-        // invariant, and a sweep of the threads still writes one contiguous
-        // run of tpe / dim rows.
-        const int sweep = l.tpe / dim;
-        if (w.lane >= sweep * dim) return;
-        const int col = w.lane % dim;
-        for (int row = w.lane / dim; row < n; row += sweep) {
-          a.agent = row;
-          put_obs(c, at + static_cast<int64_t>(row) * dim + col, observe_element(p, s, a, col));
-        }
-        return;
-      }
-#endif
-      const int total = n * dim;
-      int row = w.lane / dim, col = w.lane % dim;
-      const int drow = l.tpe / dim, dcol = l.tpe % dim;
-      for (int idx = w.lane; idx < total; idx += l.tpe) {
-        a.agent = row;
-        put_obs(c, at + idx, observe_element(p, s, a, col));
-        row += drow;
-        col += dcol;
-        if (col >= dim) {
-          col -= dim;
-          row += 1;
-        }
-      }
     }
     return;
   }
-  if constexpr (row_observe<E>()) {
+  {
     // The block's rows, one per agent, into shared memory (shifted so that
     // they line up with the output for 16-byte stores), then out as one
     // contiguous run; without room in shared memory, straight out.
@@ -810,27 +755,22 @@ __device__ inline void solo_step_kernel_body(const typename E::Params& p, const 
   // block's rows staged and stored as one run when the layout has room.
   const int dim = c.obs_dim;
   if (use_rows<E>(l)) {
-    if constexpr (row_observe<E>()) {
-      if (!l.obs_staged) {
-        if (w.active) observe_row<E>(p, s, a0, c.obs + e * dim);
-        return;
-      }
-      const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
-      float* staged = obs_stage(c, l, jw_smem, first * dim);
-      if (w.active) observe_row<E>(p, s, a0, staged + static_cast<int64_t>(w.le) * dim);
-      __syncthreads();
-      const int64_t rows = c.envs - first < l.epb ? c.envs - first : l.epb;
-      store_obs_rows(c, first * dim, staged, rows * dim);
+    if (!l.obs_staged) {
+      if (w.active) observe_row<E>(p, s, a0, c.obs + e * dim);
+      return;
     }
-  } else if constexpr (detail::has_observe_part<E>::value) {
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
+    float* staged = obs_stage(c, l, jw_smem, first * dim);
+    if (w.active) observe_row<E>(p, s, a0, staged + static_cast<int64_t>(w.le) * dim);
+    __syncthreads();
+    const int64_t rows = c.envs - first < l.epb ? c.envs - first : l.epb;
+    store_obs_rows(c, first * dim, staged, rows * dim);
+  } else if constexpr (part_observe<E>()) {
     if (w.active) {
       const int parts = observe_parts(p);
       for (int q = 0; q < parts; ++q)
         observe_part(p, s, a0, q, [&](int col, float v) { put_obs(c, e * dim + col, v); });
     }
-  } else if constexpr (element_observe<E>()) {
-    if (w.active)
-      for (int col = 0; col < dim; ++col) put_obs(c, e * dim + col, observe_element(p, s, a0, col));
   }
 }
 

@@ -33,15 +33,15 @@ VARIANT_SETS = {
         "rows, one pass (48 KiB)": "-DJAXWARP_OBS_BUDGET=49152",
         "rows, 2 passes (16 KiB, default)": "",
         "rows, 4 passes (9 KiB)": "-DJAXWARP_OBS_BUDGET=9216",
-        "elements": "-DJAXWARP_OBS_BUDGET=0",
+        "parts (no rows)": "-DJAXWARP_OBS_BUDGET=0",
     },
     "kernel": {
         "default": "",
-        "no column-stationary elements": "-DJAXWARP_ELEMENT_COLUMNS=0",
+        "no stationary parts": "-DJAXWARP_STATIONARY_PARTS=0",
         "no early copy-out": "-DJAXWARP_EARLY_COPY_OUT=0",
         "no warp scan in the grid build": "-DJAXWARP_WARP_SCAN=0",
         "up to 1024 threads per env": "-DJAXWARP_MAX_THREADS=1024",
-        "none of these": "-DJAXWARP_ELEMENT_COLUMNS=0 -DJAXWARP_EARLY_COPY_OUT=0 "
+        "none of these": "-DJAXWARP_STATIONARY_PARTS=0 -DJAXWARP_EARLY_COPY_OUT=0 "
                          "-DJAXWARP_WARP_SCAN=0",
     },
     # (tune_search_large_h100.json compared neighbour-search variants whose

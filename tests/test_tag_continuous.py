@@ -34,8 +34,9 @@ CONSISTENCY_CASES = {
                                           step_reward_for_runner=0.5), 4, None),
     "warpdrive_default": (dict(config="warpdrive_default"), 2, None),
     "agents_1000": (dict(config="large", episode_length=12), 1, 26),
-    # 10,000 agents (the density of `large`): grid capped at 64 x 64 cells,
-    # element-wise observations; an episode of 3 steps, so a reset is included.
+    # 10,000 agents (the density of `large`): a grid of 50 x 50 cells,
+    # observations by (agent, part) pairs; an episode of 3 steps, so a reset
+    # is included.
     "agents_10000": (dict(config="large", num_taggers=500, num_runners=9500, grid_length=316.0,
                           episode_length=3), 1, 4),
 }
@@ -293,8 +294,9 @@ def test_out_of_range_actions_clamped_and_reported_by_checkify(backend):
 
 
 # ---------------------------------------------------------------------------
-# Tag defines observe() (rows) and observe_element(): which one the layout
-# picks, and that both give the same bits at the same sizes.
+# Tag defines observe_part(): rows (its parts in order, staged) or (agent,
+# part) pairs straight to the output; which one the layout picks, and that
+# both give the same bits at the same sizes.
 # ---------------------------------------------------------------------------
 def _layout(**kw):
     from jaxwarp import authoring
@@ -314,15 +316,15 @@ def test_observation_path_follows_the_layout():
     rows = (lay["smem_bytes"] // 4 - stage_word - 4) // p.obs_dim
     assert rows == 57
     assert lay["smem_bytes"] <= 110 * 1024
-    # 1000 agents: the staged state leaves no room: elements.
+    # 1000 agents: the staged state leaves no room: parts.
     _, lay = _layout(**tc.CONFIGS["large"])
     assert (lay["staged"], lay["obs_staged"]) == (1, 0)
     # 10,000 agents, state in global memory: 57 rows per pass would keep 57
-    # of 512 threads busy (fewer than half): elements.
+    # of 512 threads busy (fewer than half): parts.
     _, lay = _layout(**dict(tc.CONFIGS["large"], num_taggers=500, num_runners=9500))
     assert (lay["tpe"], lay["staged"], lay["obs_staged"]) == (512, 0, 0)
     # Full observation at 110 agents: 764 floats per row, fewer than a warp's
-    # worth of rows fit: elements.
+    # worth of rows fit: parts.
     _, lay = _layout(**dict(tc.CONFIGS["warpdrive_default"], use_full_observation=True))
     assert lay["obs_staged"] == 0
     # 7 agents, 18 envs per block: all 126 rows at once or none. 29 floats
@@ -335,9 +337,9 @@ def test_observation_path_follows_the_layout():
 
 @pytest.mark.parametrize("kw", [dict(config="warpdrive_default", episode_length=30),
                                 dict(SMALL, num_other_agents_observed=4)])
-def test_rows_and_elements_give_the_same_bits(kw, monkeypatch):
+def test_rows_and_parts_give_the_same_bits(kw, monkeypatch):
     """The same sizes built twice on the CPU: observe() rows (the default
-    layout) and observe_element() (-DJAXWARP_OBS_BUDGET=0: no row staging)."""
+    layout) and (agent, part) pairs (-DJAXWARP_OBS_BUDGET=0: no row staging)."""
     from jaxwarp import authoring
 
     def rollout(staged):
@@ -354,9 +356,9 @@ def test_rows_and_elements_give_the_same_bits(kw, monkeypatch):
     monkeypatch.delenv("JAXWARP_CXX_FLAGS", raising=False)
     rows = rollout(staged=1)
     monkeypatch.setenv("JAXWARP_CXX_FLAGS", "-DJAXWARP_OBS_BUDGET=0")
-    elements = rollout(staged=0)
-    assert len(rows) == len(elements)
-    for a, b in zip(rows, elements):
+    parts = rollout(staged=0)
+    assert len(rows) == len(parts)
+    for a, b in zip(rows, parts):
         np.testing.assert_array_equal(a, b)
     assert any(np.asarray(x).any() for x in rows[1::3])  # observations are not all zero
 

@@ -23,7 +23,11 @@ CASES = {
     "k20_selection_fallback": dict(config="warpdrive_default", num_other_agents_observed=20,
                                    episode_length=40),
     "agents_1000": dict(config="large", episode_length=20),
-    # State in global memory (too large for shared memory), grid of 64 x 64 cells.
+    # Full observations of 600 agents: more parts per row (600) than threads
+    # per env (512), the kernel's other (agent, part) loop.
+    "full_600": dict(num_taggers=20, num_runners=580, grid_length=30.0,
+                     use_full_observation=True, episode_length=6),
+    # State in global memory (too large for shared memory), grid of 50 x 50 cells.
     "agents_10000": dict(config="large", num_taggers=500, num_runners=9500, grid_length=316.0,
                          episode_length=4),
     # >= 256 agents: the kernel's k-nearest search goes through its cell grid.
@@ -101,3 +105,34 @@ def test_cuda_scan_body_has_no_state_copy():
     for comp in body:
         copies = [ln for ln in comp.splitlines() if " copy(" in ln and "f32[16,110]" in ln]
         assert not copies, copies
+
+
+@pytest.mark.parametrize("kw", [dict(config="large", episode_length=5),
+                                dict(SMALL, use_full_observation=True, num_runners=590,
+                                     grid_length=30.0, episode_length=5)])
+def test_cuda_bfloat16_parts_are_float32_rounded(kw):
+    """Where rows are not staged (1000 agents; full observations of 600),
+    observations leave as (agent, part) pairs: in bf16 they equal the f32
+    ones rounded to nearest even, bit for bit, through a reset."""
+    from jaxwarp import authoring
+    from jaxwarp.envs import tag_continuous as tc
+
+    e32 = jaxwarp.make("tag_continuous", backend="cuda", **kw)
+    e16 = jaxwarp.make("tag_continuous", backend="cuda", obs_dtype="bfloat16", **kw)
+    assert authoring.launch_layout(tc.SPEC, e32.params, "cuda").obs_staged == 0
+    o32, s32 = jax.jit(e32.reset, static_argnums=1)(jax.random.key(5), 3)
+    o16, s16 = jax.jit(e16.reset, static_argnums=1)(jax.random.key(5), 3)
+    assert o16.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(o16), np.asarray(o32.astype(jnp.bfloat16)))
+    step32, step16 = jax.jit(e32.step), jax.jit(e16.step)
+    ended = np.zeros(3, bool)
+    for t in range(7):  # the episode ends at step 5: a reset inside
+        k = jax.random.key(100 + t)
+        a = e32.action_space.sample(jax.random.fold_in(k, 1), (3, e32.num_agents))
+        o32, s32, r32, d32, _ = step32(k, s32, a)
+        o16, s16, r16, d16, _ = step16(k, s16, a)
+        np.testing.assert_array_equal(np.asarray(o16), np.asarray(o32.astype(jnp.bfloat16)))
+        np.testing.assert_array_equal(np.asarray(r16), np.asarray(r32))
+        np.testing.assert_array_equal(np.asarray(d16), np.asarray(d32))
+        ended |= np.asarray(d32)
+    assert ended.all()

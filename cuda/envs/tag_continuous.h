@@ -16,8 +16,8 @@
 // (scratch `seen`: still_in_game before tagging, 1 after a reset).
 // Before observe(), a team pass finds every agent's k nearest visible others
 // (uniform grid when there are many agents, one scan otherwise); observations
-// are written a row per agent (observe) where the rows fit in shared memory,
-// element by element otherwise (observe_element).
+// are written by parts (observe_part: one observed agent's 7 features, or the
+// time), row by row where the rows fit in shared memory.
 #pragma once
 
 constexpr int kStepPhases = 3;
@@ -201,22 +201,6 @@ JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team,
   }
 }
 
-// Feature f (0..6) of agent j as seen by agent i (j a valid id).
-JW_HD float feature(const Params& p, const State& s, int f, int i, int j) {
-  if (f < 5) {
-    // Features 0-4 share one code path: in observe_element a warp's lanes
-    // hold different features, and a switch would run them one after another.
-    const float* v = f == 0 ? s.x
-                   : f == 1 ? s.y
-                   : f == 2 ? s.speed
-                   : f == 3 ? s.acceleration
-                            : s.direction;
-    const float scale = f < 2 ? p.pos_scale : (f < 4 ? p.speed_scale : p.dir_scale);
-    return (v[j] - v[i]) * scale;
-  }
-  return f == 5 ? (is_tagger(p, j) ? 1.0f : 0.0f) : static_cast<float>(s.seen[j]);
-}
-
 JW_HD int observed_slots(const Params& p) {
   return p.full_obs ? p.num_agents - 1 : p.k_observed;
 }
@@ -226,20 +210,14 @@ JW_HD int observed_agent(const Params& p, const State& s, int i, int slot) {
   return p.full_obs ? (slot < i ? slot : slot + 1) : s.nbr[i * p.k_observed + slot];
 }
 
-// Experiment switch (experiments/tools/gpu_layout_ab.sh): 1 (default)
-// writes observations by parts, 0 by the former observe() rows and
-// observe_element() elements. The two give the same bits.
-#ifndef JAXWARP_TAG_PARTS
-#define JAXWARP_TAG_PARTS 1
-#endif
-
-#if JAXWARP_TAG_PARTS
 // The observation in parts: part q < slots is the 7 features of the agent in
 // slot q (columns f * slots + q, feature-major), part `slots` the time. The
 // kernel writes rows as their parts in order where the rows fit in shared
-// memory, and (agent, part) pairs straight to the output otherwise: the
-// neighbour id and agent i's own values are read once per 7 features, not
-// once per element.
+// memory (110 agents), and (agent, part) pairs straight to the output
+// otherwise (1000 agents): the neighbour id and agent i's own values are read
+// once per 7 features. (At `large` the kernel alone ran 1.16x as fast as
+// with the former element-by-element observe_element(), 1.12x with the
+// protocol: tag_parts*_h100.json.)
 JW_HD int observe_parts(const Params& p) { return observed_slots(p) + 1; }
 
 template <class Put>
@@ -268,46 +246,3 @@ JW_HD void observe_part(const Params& p, const State& s, const jaxwarp::Agent& a
   put(5 * slots + part, is_tagger(p, j) ? 1.0f : 0.0f);
   put(6 * slots + part, static_cast<float>(s.seen[j]));
 }
-#else
-// Agent a's whole observation row (feature-major, then the time). The kernel
-// uses it where the block's rows fit in shared memory, observe_element()
-// otherwise: the neighbour id and the agent's own values are read once per
-// slot, not once per element.
-JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs) {
-  const int i = a.agent;
-  const int slots = observed_slots(p);
-  if (JAXWARP_TAG_ABLATE >= 1 || !s.seen[i]) {
-    for (int col = 0; col <= kFeatures * slots; ++col) obs[col] = 0.0f;
-    return;
-  }
-  for (int slot = 0; slot < slots; ++slot) {
-    const int j = observed_agent(p, s, i, slot);
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int f = 0; f < kFeatures; ++f) obs[f * slots + slot] = j < 0 ? 0.0f : feature(p, s, f, i, j);
-  }
-  obs[kFeatures * slots] = static_cast<float>(s.timestep[0]) * p.time_scale;
-}
-
-// Column `col` of agent a's observation: feature f of the agent in slot
-// `slot` (feature-major), then the time. Consecutive threads write
-// consecutive columns: coalesced stores without shared memory.
-JW_HD float observe_element(const Params& p, const State& s, const jaxwarp::Agent& a, int col) {
-  // What depends on the column alone comes first: the kernel keeps a thread
-  // on one column where it can, and then computes it once.
-  const int slots = observed_slots(p);
-  const bool time_col = col == kFeatures * slots;
-  // col / slots through a float reciprocal, corrected (an integer division
-  // costs a few dozen instructions).
-  int f = static_cast<int>(static_cast<float>(col) * p.inv_slots);
-  f -= f * slots > col ? 1 : 0;
-  f += (f + 1) * slots <= col ? 1 : 0;
-  const int slot = col - f * slots;
-  const int i = a.agent;
-  if (JAXWARP_TAG_ABLATE >= 1 || !s.seen[i]) return 0.0f;
-  if (time_col) return static_cast<float>(s.timestep[0]) * p.time_scale;
-  const int j = observed_agent(p, s, i, slot);
-  return j < 0 ? 0.0f : feature(p, s, f, i, j);
-}
-#endif  // JAXWARP_TAG_PARTS

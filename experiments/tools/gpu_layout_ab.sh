@@ -4,8 +4,12 @@
 #   bash experiments/tools/gpu_layout_ab.sh tag     # Tag warpdrive_default: registers, blocks per SM, obs passes
 #   bash experiments/tools/gpu_layout_ab.sh ablate  # Tag: time without the features, without the search
 #   bash experiments/tools/gpu_layout_ab.sh search  # Tag: scan vs grid neighbour search at both sizes
-#   bash experiments/tools/gpu_layout_ab.sh ncu     # Tag warpdrive_default: Nsight Compute, one played-in step
-#   bash experiments/tools/gpu_layout_ab.sh parts   # Tag: observations by parts vs rows/elements; ring-1 order
+#   bash experiments/tools/gpu_layout_ab.sh ncu     # Tag (NCU_CONFIG, default warpdrive_default): Nsight Compute, one played-in step
+#   bash experiments/tools/gpu_layout_ab.sh final   # Tag at three sizes, with the protocol and kernel alone
+# ABLATE_NAME (default tag_ablation) names the ablation's results.
+# (Observations by parts against the former elements, and the grid search's
+# ring 1 nearest cell first, were measured at commit 6f86fad with switches
+# removed once measured: tag_parts*_h100.json.)
 # (A launch layout with at least two blocks per SM where few envs run,
 # -DJAXWARP_MIN_GRID_BLOCKS, was measured against the shipped one and
 # removed: bench_contract_envs_min_grid_h100.json.)
@@ -13,15 +17,8 @@ set -o pipefail
 : "${OUT:?set OUT to a results folder}"
 export PYTHONUNBUFFERED=1
 case "$1" in
-tests|tag|ablate|search|ncu|parts) ;;
-*) echo "usage: $0 tests|tag|ablate|search|ncu|parts" >&2; exit 2 ;;
-parts)
-  for mode in --hashed ""; do
-    name=tag_parts$([ -n "$mode" ] && echo _hashed)_h100
-    python3 experiments/bench_contract_envs.py --tag $mode --no-jax \
-      --variant= --variant=-DJAXWARP_TAG_PARTS=0 --variant=-DJAXWARP_RING1_FIRST=1 \
-      --out $OUT/$name.json 2>&1 | tee $OUT/$name.log
-  done ;;
+tests|tag|ablate|search|ncu|final) ;;
+*) echo "usage: $0 tests|tag|ablate|search|ncu|final" >&2; exit 2 ;;
 esac
 python3 -m pip install -q --no-build-isolation -e . 2>&1 | tail -2
 case "$1" in
@@ -38,7 +35,7 @@ tag)
     "--variant=$M48 -DJAXWARP_OBS_BUDGET=0" "--variant=$M40 -DJAXWARP_OBS_BUDGET=0" \
     --out $OUT/tune_tag_occupancy_h100.json 2>&1 | tee $OUT/tune_tag_occupancy_h100.log ;;
 ablate)
-  python3 - <<'PY' | tee $OUT/tag_roofline_h100.txt
+  python3 - <<'PY' | tee $OUT/${ABLATE_NAME:-tag_ablation}_roofline_h100.txt
 import sys; sys.path.insert(0, "experiments")
 import jax
 from bench_env import bytes_per_env_step, measure_bandwidth
@@ -50,25 +47,28 @@ for name, n in (("warpdrive_default", 110), ("large", 1000)):
 PY
   python3 experiments/bench_contract_envs.py --tag --hashed --no-jax \
     --variant= --variant=-DJAXWARP_TAG_ABLATE=1 --variant=-DJAXWARP_TAG_ABLATE=2 \
-    --out $OUT/tag_ablation_h100.json 2>&1 | tee $OUT/tag_ablation_h100.log ;;
+    --out $OUT/${ABLATE_NAME:-tag_ablation}_h100.json 2>&1 | tee $OUT/${ABLATE_NAME:-tag_ablation}_h100.log ;;
 search)
   python3 experiments/bench_contract_envs.py --tag --hashed --no-jax --variant= \
     --variant=JAXWARP_TAG_GRID_MIN_AGENTS=1 --variant=JAXWARP_TAG_GRID_MIN_AGENTS=100000 \
     --out $OUT/tag_search_kind_h100.json 2>&1 | tee $OUT/tag_search_kind_h100.log ;;
 ncu)
+  cfg=${NCU_CONFIG:-warpdrive_default}; name=${cfg#warpdrive_}
   (cd experiments && JAXWARP_NVCC_FLAGS=-lineinfo ncu --kernel-name regex:step_kernel \
     --launch-skip 302 --launch-count 1 --section SourceCounters --section WarpStateStats \
     --section SpeedOfLight --section Occupancy --import-source yes -o /tmp/rep \
-    python3 profile_tag_step.py --config warpdrive_default --warm 300) > $OUT/ncu_tag_default_run.txt 2>&1
+    python3 profile_tag_step.py --config $cfg --warm 300) > $OUT/ncu_tag_${name}_run.txt 2>&1
   ncu -i /tmp/rep.ncu-rep --page source --csv --print-source cuda,sass > /tmp/src.csv
-  (grep "agents in game" $OUT/ncu_tag_default_run.txt; python3 experiments/tools/ncu_lines.py /tmp/src.csv --top 60) \
-    > $OUT/ncu_tag_default_lines_h100.txt
-  ncu -i /tmp/rep.ncu-rep --print-details all > $OUT/ncu_tag_default_details_h100.txt 2>&1 ;;
-parts)
-  for mode in --hashed ""; do
-    name=tag_parts$([ -n "$mode" ] && echo _hashed)_h100
-    python3 experiments/bench_contract_envs.py --tag $mode --no-jax \
-      --variant= --variant=-DJAXWARP_TAG_PARTS=0 --variant=-DJAXWARP_RING1_FIRST=1 \
-      --out $OUT/$name.json 2>&1 | tee $OUT/$name.log
+  (grep "agents in game" $OUT/ncu_tag_${name}_run.txt; python3 experiments/tools/ncu_lines.py /tmp/src.csv --top 60) \
+    > $OUT/ncu_tag_${name}_lines_h100.txt
+  ncu -i /tmp/rep.ncu-rep --print-details all > $OUT/ncu_tag_${name}_details_h100.txt 2>&1 ;;
+final)
+  python3 experiments/bench_contract_envs.py --tag --tag-configs warpdrive_default large \
+    --out $OUT/tag_final_h100.json 2>&1 | tee $OUT/tag_final_h100.log
+  python3 experiments/bench_contract_envs.py --tag --hashed --no-jax --variant= \
+    --variant=-DJAXWARP_OBS_BUDGET=0 --out $OUT/tag_final_hashed_h100.json 2>&1 | tee -a $OUT/tag_final_h100.log
+  for mode in "" --hashed; do
+    python3 experiments/bench_contract_envs.py --tag --tag-configs agents_10000 --no-jax $mode \
+      --out $OUT/tag_final_10000${mode:+_hashed}_h100.json 2>&1 | tee -a $OUT/tag_final_h100.log
   done ;;
 esac

@@ -418,7 +418,6 @@ def kernel_params(p: TagContinuousParams) -> dict[str, Any]:
         tag_penalty=f32(p.tag_penalty_for_runner), end_reward=f32(p.end_of_game_reward_for_runner),
         tag_dist2=c.tag_dist2, pos_scale=c.pos_scale, speed_scale=c.speed_scale,
         dir_scale=c.dir_scale, time_scale=c.time_scale,
-        inv_slots=f32(1.0 / ((p.obs_dim - 1) // NUM_FEATURES)),
         accel=ParamArray(c.accel, MAX_LEVELS + 1), turn=ParamArray(c.turn, MAX_LEVELS + 1))
 
 
