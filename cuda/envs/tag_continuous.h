@@ -217,7 +217,10 @@ JW_HD int observed_agent(const Params& p, const State& s, int i, int slot) {
 // otherwise (1000 agents): the neighbour id and agent i's own values are read
 // once per 7 features. (At `large` the kernel alone ran 1.16x as fast as
 // with the former element-by-element observe_element(), 1.12x with the
-// protocol: tag_parts*_h100.json.)
+// protocol: tag_parts*_h100.json. Measured alike and not kept, within 2%
+// either way at both sizes: empty slots through selects instead of a
+// branch, the time written by part 0 instead of a part of its own;
+// together 3-6% slower at `large`: tag_parts_select*_h100.json.)
 JW_HD int observe_parts(const Params& p) { return observed_slots(p) + 1; }
 
 template <class Put>
