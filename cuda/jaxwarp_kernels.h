@@ -579,7 +579,10 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
       return;
     }
     // One env per block: its rows in passes of R (any thread may write any
-    // agent's row: observe() only reads the state).
+    // agent's row: observe() only reads the state). (Staged rows as (row,
+    // part) pairs, so that all 110 threads of Tag's env work on a pass of 57
+    // rows instead of 57, measured no faster: 1.00-1.01x,
+    // tag_rows_by_parts*_h100.json.)
     const int R = obs_rows_per_pass(l, dim);
     for (int r0 = 0; r0 < n; r0 += R) {
       const int rows = n - r0 < R ? n - r0 : R;
