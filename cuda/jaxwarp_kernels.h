@@ -234,7 +234,8 @@ JW_HD void observe_row(const typename E::Params& p, const typename E::State& s, 
     static_assert(part_observe<E>(),
                   "jaxwarp: the env header defines neither observe() nor observe_part()");
     const int parts = observe_parts(p);
-    for (int q = 0; q < parts; ++q) observe_part(p, s, a, q, [row](int col, float v) { row[col] = v; });
+    for (int q = 0; q < parts; ++q)
+      observe_part(p, s, a, q, [row](int col, float v) { row[col] = v; });
   }
 }
 
@@ -504,10 +505,11 @@ __device__ inline void store_obs_rows(const Call& c, int64_t at, const float* sr
 
 // This env's observations as (agent, part) pairs over its threads, parts of
 // a row on consecutive threads, each written straight to the output through
-// store(index from the env's first element, value): for Tag, a warp's lanes write the 7 features of ~3
-// agents' 10 slots, runs of 10 floats per store. Where a row's parts fit in
-// the env's threads, each thread keeps one part for every row it writes (what
-// observe_part() derives from the part alone is loop-invariant).
+// store(index from the env's first element, value): for Tag, a warp's lanes
+// write the 7 features of ~3 agents' 10 slots, runs of 10 floats per store.
+// Where a row's parts fit in the env's threads, each thread keeps one part
+// for every row it writes (what observe_part() derives from the part alone
+// is loop-invariant).
 template <class E, class Store>
 __device__ inline void observe_parts_block(const typename E::Params& p,
                                            const typename E::State& s, const Call& c,
