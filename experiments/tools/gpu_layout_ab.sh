@@ -1,5 +1,5 @@
 # Tag and launch-layout experiments on the GPU (H100), variants side by side
-# in one process; results under $OUT.
+# in one process; results under $OUT, named after the GPU (_h100, _h200).
 #   bash experiments/tools/gpu_layout_ab.sh tests   # the GPU tests these touch
 #   bash experiments/tools/gpu_layout_ab.sh tag     # Tag warpdrive_default: registers, blocks per SM, obs passes
 #   bash experiments/tools/gpu_layout_ab.sh ablate  # Tag: time without the features, without the search
@@ -21,11 +21,14 @@ tests|tag|ablate|search|ncu|final) ;;
 *) echo "usage: $0 tests|tag|ablate|search|ncu|final" >&2; exit 2 ;;
 esac
 python3 -m pip install -q --no-build-isolation -e . 2>&1 | tail -2
+# Result names end in the GPU's model (_h100, _h200; _gpu if nvidia-smi does not say).
+SUF=_$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o 'H[0-9]\+' | tr 'H' 'h')
+[ "$SUF" = "_" ] && SUF=_gpu
 case "$1" in
 tests)
   python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_authoring_gpu.py tests/test_mpe_gpu.py \
     tests/test_tag_gridworld_gpu.py tests/test_classic_control_kernels_gpu.py \
-    tests/test_tag_continuous_gpu.py 2>&1 | tee $OUT/pytest_layout_gpu_h100.log | tail -4 ;;
+    tests/test_tag_continuous_gpu.py 2>&1 | tee $OUT/pytest_layout_gpu${SUF}.log | tail -4 ;;
 tag)
   M48="-DJAXWARP_MAX_THREADS=128 -DJAXWARP_MIN_BLOCKS=10"
   M40="-DJAXWARP_MAX_THREADS=128 -DJAXWARP_MIN_BLOCKS=12"
@@ -33,9 +36,9 @@ tag)
   python3 experiments/bench_contract_envs.py --tag --tag-configs warpdrive_default --hashed --no-jax \
     --variant= "--variant=$M48" "--variant=$M48 $O3" "--variant=$O3" \
     "--variant=$M48 -DJAXWARP_OBS_BUDGET=0" "--variant=$M40 -DJAXWARP_OBS_BUDGET=0" \
-    --out $OUT/tune_tag_occupancy_h100.json 2>&1 | tee $OUT/tune_tag_occupancy_h100.log ;;
+    --out $OUT/tune_tag_occupancy${SUF}.json 2>&1 | tee $OUT/tune_tag_occupancy${SUF}.log ;;
 ablate)
-  python3 - <<'PY' | tee $OUT/${ABLATE_NAME:-tag_ablation}_roofline_h100.txt
+  python3 - <<'PY' | tee $OUT/${ABLATE_NAME:-tag_ablation}_roofline${SUF}.txt
 import sys; sys.path.insert(0, "experiments")
 import jax
 from bench_env import bytes_per_env_step, measure_bandwidth
@@ -47,11 +50,11 @@ for name, n in (("warpdrive_default", 110), ("large", 1000)):
 PY
   python3 experiments/bench_contract_envs.py --tag --hashed --no-jax \
     --variant= --variant=-DJAXWARP_TAG_ABLATE=1 --variant=-DJAXWARP_TAG_ABLATE=2 \
-    --out $OUT/${ABLATE_NAME:-tag_ablation}_h100.json 2>&1 | tee $OUT/${ABLATE_NAME:-tag_ablation}_h100.log ;;
+    --out $OUT/${ABLATE_NAME:-tag_ablation}${SUF}.json 2>&1 | tee $OUT/${ABLATE_NAME:-tag_ablation}${SUF}.log ;;
 search)
   python3 experiments/bench_contract_envs.py --tag --hashed --no-jax --variant= \
     --variant=JAXWARP_TAG_GRID_MIN_AGENTS=1 --variant=JAXWARP_TAG_GRID_MIN_AGENTS=100000 \
-    --out $OUT/tag_search_kind_h100.json 2>&1 | tee $OUT/tag_search_kind_h100.log ;;
+    --out $OUT/tag_search_kind${SUF}.json 2>&1 | tee $OUT/tag_search_kind${SUF}.log ;;
 ncu)
   cfg=${NCU_CONFIG:-warpdrive_default}; name=${cfg#warpdrive_}
   (cd experiments && JAXWARP_NVCC_FLAGS=-lineinfo ncu --kernel-name regex:step_kernel \
@@ -60,15 +63,15 @@ ncu)
     python3 profile_tag_step.py --config $cfg --warm 300) > $OUT/ncu_tag_${name}_run.txt 2>&1
   ncu -i /tmp/rep.ncu-rep --page source --csv --print-source cuda,sass > /tmp/src.csv
   (grep "agents in game" $OUT/ncu_tag_${name}_run.txt; python3 experiments/tools/ncu_lines.py /tmp/src.csv --top 60) \
-    > $OUT/ncu_tag_${name}_lines_h100.txt
-  ncu -i /tmp/rep.ncu-rep --print-details all > $OUT/ncu_tag_${name}_details_h100.txt 2>&1 ;;
+    > $OUT/ncu_tag_${name}_lines${SUF}.txt
+  ncu -i /tmp/rep.ncu-rep --print-details all > $OUT/ncu_tag_${name}_details${SUF}.txt 2>&1 ;;
 final)
   python3 experiments/bench_contract_envs.py --tag --tag-configs warpdrive_default large \
-    --out $OUT/tag_final_h100.json 2>&1 | tee $OUT/tag_final_h100.log
+    --out $OUT/tag_final${SUF}.json 2>&1 | tee $OUT/tag_final${SUF}.log
   python3 experiments/bench_contract_envs.py --tag --hashed --no-jax --variant= \
-    --variant=-DJAXWARP_OBS_BUDGET=0 --out $OUT/tag_final_hashed_h100.json 2>&1 | tee -a $OUT/tag_final_h100.log
+    --variant=-DJAXWARP_OBS_BUDGET=0 --out $OUT/tag_final_hashed${SUF}.json 2>&1 | tee -a $OUT/tag_final${SUF}.log
   for mode in "" --hashed; do
     python3 experiments/bench_contract_envs.py --tag --tag-configs agents_10000 --no-jax $mode \
-      --out $OUT/tag_final_10000${mode:+_hashed}_h100.json 2>&1 | tee -a $OUT/tag_final_h100.log
+      --out $OUT/tag_final_10000${mode:+_hashed}${SUF}.json 2>&1 | tee -a $OUT/tag_final${SUF}.log
   done ;;
 esac
