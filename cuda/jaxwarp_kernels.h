@@ -223,6 +223,14 @@ JW_HD bool use_rows(const Layout& l) {
   else return l.obs_staged != 0;
 }
 
+// Agent a's parts in order, every column through put(col, value).
+template <class E, class Put>
+JW_HD void observe_all_parts(const typename E::Params& p, const typename E::State& s,
+                             const Agent& a, Put&& put) {
+  const int parts = observe_parts(p);
+  for (int q = 0; q < parts; ++q) observe_part(p, s, a, q, put);
+}
+
 // Agent a's whole row into row[0..obs_dim) (f32): observe(), else its parts
 // in order.
 template <class E>
@@ -233,9 +241,7 @@ JW_HD void observe_row(const typename E::Params& p, const typename E::State& s, 
   } else {
     static_assert(part_observe<E>(),
                   "jaxwarp: the env header defines neither observe() nor observe_part()");
-    const int parts = observe_parts(p);
-    for (int q = 0; q < parts; ++q)
-      observe_part(p, s, a, q, [row](int col, float v) { row[col] = v; });
+    observe_all_parts<E>(p, s, a, [row](int col, float v) { row[col] = v; });
   }
 }
 
@@ -302,9 +308,7 @@ void observe_env(const typename E::Params& p, const typename E::State& s, const 
     const int64_t first = at + static_cast<int64_t>(i) * c.obs_dim;
     if constexpr (part_observe<E>()) {
       if (!rows) {
-        const int parts = observe_parts(p);
-        for (int q = 0; q < parts; ++q)
-          observe_part(p, s, a, q, [&](int col, float v) { put_obs(c, first + col, v); });
+        observe_all_parts<E>(p, s, a, [&](int col, float v) { put_obs(c, first + col, v); });
         continue;
       }
     }
@@ -558,54 +562,52 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
     }
     return;
   }
-  {
-    // The block's rows, one per agent, into shared memory (shifted so that
-    // they line up with the output for 16-byte stores), then out as one
-    // contiguous run; without room in shared memory, straight out.
-    if (!l.obs_staged) {
-      if (w.active)
-        for (int i = w.lane; i < n; i += l.tpe) {
-          Agent a = proto;
-          a.agent = i;
-          observe_row<E>(p, s, a, c.obs + (w.e * n + i) * dim);
-        }
-      return;
-    }
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
-    if (l.epb > 1) {  // all of the block's rows in one pass
-      const int64_t at = first * n * dim;
-      float* staged = obs_stage(c, l, smem, at);
-      if (w.active)
-        for (int i = w.lane; i < n; i += l.tpe) {
-          Agent a = proto;
-          a.agent = i;
-          observe_row<E>(p, s, a, staged + (static_cast<int64_t>(w.le) * n + i) * dim);
-        }
-      __syncthreads();
-      const int64_t rows = (c.envs - first < l.epb ? c.envs - first : l.epb) * n;
-      store_obs_rows(c, at, staged, rows * dim);
-      return;
-    }
-    // One env per block: its rows in passes of R (any thread may write any
-    // agent's row: observe() only reads the state). (Staged rows as (row,
-    // part) pairs, so that all 110 threads of Tag's env work on a pass of 57
-    // rows instead of 57, measured no faster: 1.00-1.01x,
-    // tag_rows_by_parts*_h100.json.)
-    const int R = obs_rows_per_pass(l, dim);
-    for (int r0 = 0; r0 < n; r0 += R) {
-      const int rows = n - r0 < R ? n - r0 : R;
-      const int64_t at = (first * n + r0) * dim;
-      float* staged = obs_stage(c, l, smem, at);
-      if (r0 > 0) __syncthreads();  // the last pass's rows are out
-      if (w.active)
-        for (int q = w.lane; q < rows; q += l.tpe) {
-          Agent a = proto;
-          a.agent = r0 + q;
-          observe_row<E>(p, s, a, staged + static_cast<int64_t>(q) * dim);
-        }
-      __syncthreads();
-      if (w.active) store_obs_rows(c, at, staged, static_cast<int64_t>(rows) * dim);
-    }
+  // The block's rows, one per agent, into shared memory (shifted so that
+  // they line up with the output for 16-byte stores), then out as one
+  // contiguous run; without room in shared memory, straight out.
+  if (!l.obs_staged) {
+    if (w.active)
+      for (int i = w.lane; i < n; i += l.tpe) {
+        Agent a = proto;
+        a.agent = i;
+        observe_row<E>(p, s, a, c.obs + (w.e * n + i) * dim);
+      }
+    return;
+  }
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
+  if (l.epb > 1) {  // all of the block's rows in one pass
+    const int64_t at = first * n * dim;
+    float* staged = obs_stage(c, l, smem, at);
+    if (w.active)
+      for (int i = w.lane; i < n; i += l.tpe) {
+        Agent a = proto;
+        a.agent = i;
+        observe_row<E>(p, s, a, staged + (static_cast<int64_t>(w.le) * n + i) * dim);
+      }
+    __syncthreads();
+    const int64_t rows = (c.envs - first < l.epb ? c.envs - first : l.epb) * n;
+    store_obs_rows(c, at, staged, rows * dim);
+    return;
+  }
+  // One env per block: its rows in passes of R (any thread may write any
+  // agent's row: observe() only reads the state). (Building the staged
+  // rows from (row, part) pairs, so that all 110 of Tag's threads work on
+  // a pass of 57 rows rather than 57 of them, measured no faster:
+  // 1.00-1.01x, tag_rows_by_parts*_h100.json.)
+  const int R = obs_rows_per_pass(l, dim);
+  for (int r0 = 0; r0 < n; r0 += R) {
+    const int rows = n - r0 < R ? n - r0 : R;
+    const int64_t at = (first * n + r0) * dim;
+    float* staged = obs_stage(c, l, smem, at);
+    if (r0 > 0) __syncthreads();  // the last pass's rows are out
+    if (w.active)
+      for (int q = w.lane; q < rows; q += l.tpe) {
+        Agent a = proto;
+        a.agent = r0 + q;
+        observe_row<E>(p, s, a, staged + static_cast<int64_t>(q) * dim);
+      }
+    __syncthreads();
+    if (w.active) store_obs_rows(c, at, staged, static_cast<int64_t>(rows) * dim);
   }
 }
 
@@ -777,11 +779,8 @@ __device__ inline void solo_step_kernel_body(const typename E::Params& p, const 
     const int64_t rows = c.envs - first < l.epb ? c.envs - first : l.epb;
     store_obs_rows(c, first * dim, staged, rows * dim);
   } else if constexpr (part_observe<E>()) {
-    if (w.active) {
-      const int parts = observe_parts(p);
-      for (int q = 0; q < parts; ++q)
-        observe_part(p, s, a0, q, [&](int col, float v) { put_obs(c, e * dim + col, v); });
-    }
+    if (w.active)
+      observe_all_parts<E>(p, s, a0, [&](int col, float v) { put_obs(c, e * dim + col, v); });
   }
 }
 
