@@ -30,6 +30,7 @@ from pathlib import Path
 import jax
 
 import jaxwarp
+from jaxwarp.benchmark import run_meta
 
 CASES = [("warpdrive_default", 100), ("warpdrive_default", 2000), ("large", 500)]
 PYCUDA_CASES = [("tag_gridworld", "warpdrive_default", 100), ("tag_gridworld", "warpdrive_default", 2000),
@@ -173,6 +174,7 @@ def main() -> None:
               f"{r['fused_us_per_step']:8.1f} us/step -> {r['fused_over_loop']:.1f}x", flush=True)
     meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    meta.update(run_meta())  # commit, command, device
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     print(f"wrote {args.out}")

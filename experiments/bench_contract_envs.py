@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 import jaxwarp
 from envvars import env_vars  # same folder
-from jaxwarp.benchmark import protocol_actions
+from jaxwarp.benchmark import protocol_actions, run_meta
 from jaxwarp.train.trainer import import_env_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -263,6 +263,7 @@ def main() -> None:
     meta = {"rounds": ROUNDS, "device": jax.devices()[0].device_kind, "jax": jax.__version__,
             "argv": sys.argv[1:],
             "python": sys.version.split()[0], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    meta.update(run_meta())  # commit, command, device
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     print(f"wrote {args.out}")

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxwarp
-from jaxwarp.benchmark import protocol_actions
+from jaxwarp.benchmark import protocol_actions, run_meta
 
 # 10,000 agents per env: `large` with 500 taggers and 9,500 runners in an arena
 # scaled to keep its density (tests/test_tag_continuous*.py, case agents_10000).
@@ -223,7 +223,7 @@ def main() -> None:
     out.write_text(json.dumps(dict(
         device=device.device_kind, platform=device.platform, jax=jax.__version__,
         python=platform.python_version(), measured_bandwidth_bytes_per_s=bandwidth,
-        results=results, kernel_over_jax=ratios, variants=variants), indent=2))
+        results=results, kernel_over_jax=ratios, variants=variants, meta=run_meta()), indent=2))
     print(f"\nwrote {out}")
 
 

@@ -44,6 +44,7 @@ import numpy as np
 
 import jaxwarp
 from jaxwarp.adapters.gymnasium import JaxwarpVectorEnv
+from jaxwarp.benchmark import run_meta
 
 SIZES = (64, 1024, 8192)
 STEPS = {64: 2000, 1024: 1000, 8192: 200}  # per timed run
@@ -223,6 +224,7 @@ def main() -> None:
             "protocol": f"same Python loop, {acts} (random, 16 batches cycled), "
                         "one step call per batch, 50 warm-up steps, median of 5 runs interleaved "
                         "across implementations"}
+    meta.update(run_meta())  # commit, command, device
     out = {"env": args.env, "meta": meta, "results": results}
     print(markdown_table(results, args.env))
     if args.out:

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxwarp
+from jaxwarp.benchmark import run_meta
 from jaxwarp.sampler import sample_actions
 
 # (rows, nvec, draws per timed call). 220000 rows of (21, 21): Tag at 2000
@@ -114,7 +115,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(
         device=device.device_kind, platform=device.platform, jax=jax.__version__,
-        python=platform.python_version(), results=results, kernel_over_jax=ratios),
+        python=platform.python_version(), results=results, kernel_over_jax=ratios,
+        meta=run_meta()),
         indent=2))
     print(f"\nwrote {out}")
 

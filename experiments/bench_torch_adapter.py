@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxwarp
+from jaxwarp.benchmark import run_meta
 
 DEFAULT_ENVS = ("cartpole:4096", "mpe_simple_spread:2048")
 POOL = 16  # distinct action batches for the torch loop, cycled
@@ -218,7 +219,7 @@ def main() -> None:
               f"({row['jitted_scan']['us_per_step']:.1f} us/step, compile "
               f"{row['jitted_scan']['compile_s']:.1f} s), scan / torch "
               f"{row['scan_over_torch']:.2f}x", flush=True)
-    out = {"meta": {**device_meta(args.backend),
+    out = {"meta": {**device_meta(args.backend), **run_meta(),  # commit, command
                     "protocol": f"{args.steps} steps per run, {args.warmup} warm-up adapter "
                                 f"steps + one warm-up scan call (compile_s), median of "
                                 f"{args.runs} interleaved runs; torch loop: int32 torch "

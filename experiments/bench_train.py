@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxwarp
-from jaxwarp.benchmark import matmul_flops, model_flops_utilization
+from jaxwarp.benchmark import matmul_flops, model_flops_utilization, run_meta
 from jaxwarp.train import build_trainer, load_config, register_model
 
 class DenseActorCritic(nn.Module):
@@ -179,6 +179,7 @@ def main() -> None:
     meta = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
             "jax": jax.__version__, "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    meta.update(run_meta())  # commit, command, device
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for name, overrides, updates in cases:
         row = {}

@@ -289,6 +289,9 @@ def main() -> None:
     import jax
 
     summary["device"] = jax.devices()[0].device_kind
+    from jaxwarp.benchmark import run_meta  # jax is imported late here (see above)
+
+    summary["meta"] = run_meta()  # commit, command, device
     out.write_text(json.dumps(summary, indent=1))
     if summary["planted"] is not None:
         print("planted out-of-bounds write reported by memcheck:", summary["planted_write_caught"])

@@ -17,7 +17,13 @@ observation row (its sum); ``protocol_actions(t, None, nvec, shape)`` hashes
 
 from __future__ import annotations
 
-from typing import Sequence
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -150,3 +156,57 @@ def model_flops_utilization(flops: dict[str, float], seconds: float,
             return None
         need += f / (peaks.get(dtype, 1.0) * 1e12)
     return need / seconds
+
+
+def git_commit(cwd: str | os.PathLike | None = None) -> str:
+    """``git rev-parse HEAD`` of the repository holding ``cwd`` (default: this
+    package's folder), with ``+dirty`` appended when tracked files differ from
+    it; ``"unknown"`` where git or a repository is missing (an installed wheel,
+    a GPU machine given a copy of the tree without ``.git``). A copy without
+    ``.git`` can be told its commit through ``JAXWARP_COMMIT``, which wins."""
+    if os.environ.get("JAXWARP_COMMIT"):
+        return os.environ["JAXWARP_COMMIT"]
+    where = os.fspath(cwd) if cwd is not None else os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0 or not head.stdout.strip():
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=where, capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run_meta(argv: Sequence[str] | None = None, **extra: Any) -> dict[str, Any]:
+    """What every result file's ``meta`` records, so that a figure can be traced
+    to the code and the machine that produced it (DESIGN.md, "Benchmark protocol").
+
+    Args:
+      argv: the command line (default ``sys.argv``); recorded as one
+        shell-quoted string, ``python <script> <args>``.
+      extra: more keys for the same dict (they win over the defaults).
+
+    Returns:
+      dict with ``commit`` (``git_commit()``), ``command`` (str), ``device``
+      (the first JAX device's kind, e.g. "NVIDIA H100 80GB HBM3", or the CPU's
+      name), ``jax``, ``python`` and ``date`` (UTC, "%Y-%m-%d %H:%M:%S").
+    """
+    argv = list(sys.argv if argv is None else argv)
+    if argv and argv[0].endswith(".py"):  # a script path relative to the repository root
+        argv[0] = os.path.relpath(argv[0]) if os.path.isabs(argv[0]) else argv[0]
+    device = jax.devices()[0]
+    kind = device.device_kind
+    if device.platform == "cpu":
+        kind = f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+    meta: dict[str, Any] = {
+        "commit": git_commit(),
+        "command": shlex.join(["python", *argv]) if argv else "unknown",
+        "device": kind,
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }
+    meta.update(extra)
+    return meta
