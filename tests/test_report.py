@@ -3,9 +3,18 @@ experiments/report.py makes of the committed result files."""
 
 from __future__ import annotations
 
+import csv
+import importlib.util
+import json
+import math
 import re
 import shlex
+import shutil
 import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from jaxwarp import benchmark
 
@@ -43,3 +52,108 @@ def test_git_commit_can_be_told(monkeypatch):
     assert benchmark.git_commit() == "0123abc"
     assert benchmark.run_meta([])["commit"] == "0123abc"
     assert benchmark.run_meta([])["command"] == "unknown"
+
+
+# --- experiments/report.py and docs/benchmarks.md ---------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("jaxwarp_report", ROOT / "experiments" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_benchmarks_page_is_the_reports_output():
+    text, _ = _report().render(ROOT)
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert page == text, ("docs/benchmarks.md differs from what experiments/report.py makes of "
+                          "experiments/results/: run python experiments/report.py")
+
+
+def test_every_cited_file_exists_and_every_result_file_is_cited():
+    _, cited = _report().render(ROOT)
+    assert cited and all((ROOT / p).is_file() for p in cited), [
+        str(p) for p in cited if not (ROOT / p).is_file()]
+    results = ROOT / "experiments" / "results"
+    files = sorted(p.relative_to(ROOT) for p in results.rglob("*") if p.is_file())
+    orphans = [str(p) for p in files if p not in set(cited)]
+    assert not orphans, (f"result files no table cites (cite them in experiments/report.py, or "
+                         f"git rm them: git keeps history): {orphans}")
+    assert len(files) <= 40, f"experiments/results/ holds {len(files)} files; keep it to 40"
+
+
+def test_every_table_on_the_page_names_its_file():
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    sections = re.split(r"^#{2,3} ", page, flags=re.M)[1:]
+    tables = 0
+    for sec in sections:
+        if "|---" not in sec:
+            continue
+        tables += 1
+        title = sec.splitlines()[0]
+        assert "Source: `experiments/results/" in sec or "experiments/results/" in sec.split(
+            "|---", 1)[1] or "| file |" in sec, f"the table under '{title}' cites no result file"
+    assert tables >= 12, tables
+    # Files without a recorded commit say so; none is left blank.
+    for line in page.splitlines():
+        if line.startswith("Source: "):
+            assert re.search(r" · commit: (not recorded|[0-9a-f]{7,40}(\+dirty)?|unknown) · ", line), line
+            assert " · command: " in line, line
+
+
+def test_report_refuses_a_missing_file(tmp_path):
+    report = _report()
+    shutil.copytree(ROOT / "experiments" / "results", tmp_path / "experiments" / "results")
+    _, cited = report.render(tmp_path)  # the copy renders
+    (tmp_path / cited[0]).unlink()
+    with pytest.raises(FileNotFoundError):
+        report.render(tmp_path)
+
+
+def test_cite_uses_what_the_file_records(tmp_path):
+    report = _report()
+    (tmp_path / "experiments" / "results").mkdir(parents=True)
+    meta = benchmark.run_meta(["experiments/bench_train.py", "--cases", "3"])
+    meta["commit"] = "0123456789abcdef0123456789abcdef01234567"
+    (tmp_path / "experiments" / "results" / "new.json").write_text(json.dumps({"meta": meta}))
+    (tmp_path / "experiments" / "results" / "old.json").write_text(json.dumps({"device": "GPU X"}))
+    line = report.cite(tmp_path, report.Source("new.json", "python experiments/bench_train.py"))
+    assert f"commit: {meta['commit']}" in line
+    assert "command: `python experiments/bench_train.py --cases 3`" in line
+    assert meta["device"] in line
+    old = report.cite(tmp_path, report.Source("old.json", "python experiments/bench_env.py"))
+    assert "GPU X" in old and "commit: not recorded" in old
+    assert "command: not recorded; made by `python experiments/bench_env.py`" in old
+
+
+def test_curves_to_csv_keeps_every_value(tmp_path):
+    report = _report()
+    tag = {"config": "c", "trained": {"final_tags_per_episode": 9.5, "wall_s": [1.0, 2.5],
+                                      "env_steps": [10.0, 20.0], "tags_per_episode": [math.nan, 3.0],
+                                      "tags_per_episode_smoothed": [math.nan, 3.0],
+                                      "tagger_episode_return": [math.nan, 30.0]}}
+    path = tmp_path / "learn_tag.json"
+    path.write_text(json.dumps(tag))
+    out = report.curves_to_csv(path)
+    rows = list(csv.DictReader(out.open()))
+    assert [r["update"] for r in rows] == ["1", "2"]
+    assert [float(r["wall_s"]) for r in rows] == [1.0, 2.5]
+    assert rows[0]["tags_per_episode"] == "" and float(rows[1]["tagger_episode_return"]) == 30.0
+    summary = json.loads(path.read_text())
+    assert summary["trained"] == {"final_tags_per_episode": 9.5, "curve": "learn_tag.csv"}
+
+    cmp = {"config": "c", "variants": {name: {"final_tags_per_episode": 1.0, "env_steps": [5.0],
+                                              "tags_per_episode": [v],
+                                              "tags_per_episode_smoothed": [v],
+                                              "tagger_episode_return": [v]}
+                                       for name, v in (("a", 1.5), ("b", 2.5))}}
+    path = tmp_path / "learn_compare.json"
+    path.write_text(json.dumps(cmp))
+    rows = list(csv.DictReader(report.curves_to_csv(path).open()))
+    assert [(r["variant"], float(r["tags_per_episode"])) for r in rows] == [("a", 1.5), ("b", 2.5)]
+    assert json.loads(path.read_text())["variants"]["b"] == {"final_tags_per_episode": 1.0,
+                                                            "curve": "learn_compare.csv"}

@@ -1,0 +1,730 @@
+"""docs/benchmarks.md from the result files behind the README's tables.
+
+Every figure on the page is read from a file under experiments/results/, and
+every table names its file(s) with the device, commit and command that the
+file records (``commit: not recorded`` for files written before
+``jaxwarp.benchmark.run_meta`` existed; the command is then the one that
+makes such a file, marked so). Nothing here runs a benchmark.
+
+    python experiments/report.py                 # write docs/benchmarks.md
+    python experiments/report.py --check         # exit 1 if it is not up to date
+    python experiments/report.py --curve-csv experiments/results/learn_tag_h100/learn_tag.json
+
+``--curve-csv`` moves the per-update curves of a ``learn_tag.py`` or
+``learn_compare.py`` result into a CSV beside it (the JSON keeps the summary),
+the form in which curves are committed. tests/test_report.py checks that the
+committed page equals this script's output and that every cited file exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import shlex
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path("experiments/results")
+PAGE = Path("docs/benchmarks.md")
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+# ---------------------------------------------------------------------------
+# Sources: a result file and what it records about itself.
+
+@dataclass(frozen=True)
+class Source:
+    """One cited result file.
+
+    path: relative to experiments/results/.
+    makes: the command that makes such a file, shown where the file does not
+      record its own.
+    device: for files that do not record it (logs, CSV, images).
+    """
+    path: str
+    makes: str
+    device: str | None = None
+
+
+def _read_json(root: Path, src: Source) -> dict:
+    return json.loads((root / RESULTS / src.path).read_text())
+
+
+def _meta(root: Path, src: Source) -> dict:
+    if not src.path.endswith(".json"):
+        return {}
+    data = _read_json(root, src)
+    meta = dict(data.get("meta") or {})
+    for key in ("device", "date"):  # older files keep these at the top level
+        if key not in meta and isinstance(data.get(key), str):
+            meta[key] = data[key]
+    return meta
+
+
+def cite(root: Path, src: Source) -> str:
+    """`file` · device · commit · command, as recorded in the file."""
+    meta = _meta(root, src)
+    device = (meta.get("device_kind") if str(meta.get("device", "")).startswith(("cuda:", "gpu:"))
+              else meta.get("device")) or src.device
+    if device is None and isinstance(_read_json(root, src).get("machine"), str):
+        device = _read_json(root, src)["machine"]
+    if device is None and "cpu" in meta:
+        device = f"{meta['cpu']}, {meta.get('cores', '?')} cores"
+    commit = meta.get("commit") or "not recorded"
+    if meta.get("command"):
+        command = f"`{meta['command']}`"
+    elif meta.get("argv") is not None:
+        script = shlex.split(src.makes)[1]
+        command = f"`{shlex.join(['python', script, *meta['argv']])}` (from the file's argv)"
+    else:
+        command = f"not recorded; made by `{src.makes}`"
+    date = f" · {meta['date']}" if meta.get("date") else ""
+    return (f"`{RESULTS / src.path}` · {device or 'device not recorded'}{date} · "
+            f"commit: {commit} · command: {command}")
+
+
+def sources_block(root: Path, sources: Iterable[Source]) -> list[str]:
+    return ["", *(f"Source: {cite(root, s)}" + "  " for s in sources), ""]
+
+
+# ---------------------------------------------------------------------------
+# Number formats.
+
+def sig(x: float, digits: int = 3) -> str:
+    """x with `digits` significant digits, thousands separated (12,345)."""
+    if x == 0 or not math.isfinite(x):
+        return str(x)
+    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(x)))))
+    return f"{x:,.{decimals}f}"
+
+
+def mega(x: float) -> str:
+    return sig(x / 1e6)
+
+
+def ratio(x: float) -> str:
+    return f"{x:.2f}×" if x < 10 else f"{sig(x)}×"
+
+
+def kilo_or_mega(x: float) -> str:
+    return f"{sig(x / 1e6)}M" if x >= 1e6 else f"{sig(x / 1e3)}K"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Sections. Each returns (markdown lines, cited sources).
+
+Section = Callable[[Path], tuple[list[str], list[Source]]]
+
+TAG = Source("tag_final_h100.json",
+             "python experiments/bench_contract_envs.py --tag --tag-configs warpdrive_default large")
+TAG_HASHED = Source("tag_final_hashed_h100.json",
+                    "python experiments/bench_contract_envs.py --tag --hashed --no-jax")
+TAG_10K = Source("tag_final_10000_h100.json",
+                 "python experiments/bench_contract_envs.py --tag --tag-configs agents_10000 --no-jax")
+TAG_10K_HASHED = Source("tag_final_10000_hashed_h100.json",
+                        "python experiments/bench_contract_envs.py --tag --tag-configs agents_10000 "
+                        "--no-jax --hashed")
+
+
+def _shipped(rows: list[dict]) -> list[dict]:
+    """The shipped build's rows of a file that may hold kernel variants
+    (backend "cuda" or "cuda[]" is the build without extra flags)."""
+    return [r for r in rows if r["backend"] in ("cuda", "cuda[]", "jax")]
+
+
+def section_tag(root: Path) -> tuple[list[str], list[Source]]:
+    proto = _shipped(_read_json(root, TAG)["results"])
+    hashed = _shipped(_read_json(root, TAG_HASHED)["results"])
+    big = _read_json(root, TAG_10K)["results"][0]
+    big_hashed = _read_json(root, TAG_10K_HASHED)["results"][0]
+    rows = []
+    for config in ("warpdrive_default", "large"):
+        k = next(r for r in proto if r["params"]["config"] == config and r["backend"] == "cuda")
+        j = next(r for r in proto if r["params"]["config"] == config and r["backend"] == "jax")
+        h = next(r for r in hashed if r["params"]["config"] == config)
+        rows.append([f"`{config}`", f"{k['num_envs']:,} × {k['num_agents']:,}",
+                     mega(k["env_steps_per_s"]), mega(j["env_steps_per_s"]),
+                     ratio(k["over_jax"]), mega(h["env_steps_per_s"])])
+    rows.append([f"`large` scaled to 10,000 agents ({big['params']['num_taggers']:,} + "
+                 f"{big['params']['num_runners']:,}, L = {big['params']['grid_length']:g})",
+                 f"{big['num_envs']:,} × {big['num_agents']:,}", mega(big["env_steps_per_s"]),
+                 "does not fit (N × N arrays)", "—", mega(big_hashed["env_steps_per_s"])])
+    lines = [
+        "## Tag (`tag_continuous`): kernel vs its pure-JAX twin",
+        "",
+        "`experiments/bench_contract_envs.py --tag`: the `cuda` kernel and the pure-JAX reference "
+        "of the same env side by side in one process, their timed calls alternating (11 rounds; "
+        "each figure the median call, each ratio the median of the per-round ratios). "
+        "*Protocol*: each step's actions are a hash of the previous step's observations, so "
+        "neither side can skip work a policy would need; *kernel alone*: actions hashed from the "
+        "step index on the device. M env-steps/s (one env-step = all agents of one env):",
+        "",
+        *table(["config", "envs × agents", "kernel, protocol", "pure JAX, protocol",
+                "kernel / pure JAX", "kernel alone"], rows),
+        "",
+        "WarpDrive's paper reports 2.9 M env-steps/s at `large`'s size (kernel alone, on a GPU it "
+        "does not name; arXiv:2108.13976), so the two are not side by side. The pure-JAX twin's "
+        "k-nearest search builds N × N distance arrays, which at 10,000 agents per env do not fit "
+        "in the GPU's memory.",
+    ]
+    srcs = [TAG, TAG_HASHED, TAG_10K, TAG_10K_HASHED]
+    return lines + sources_block(root, srcs), srcs
+
+
+PYCUDA = Source("ablation_pycuda_h100.json", "python experiments/ablation_launch.py --pycuda")
+
+
+def section_launch(root: Path) -> tuple[list[str], list[Source]]:
+    rows = [[f"`{r['env']}`", f"{r['num_envs']:,}", sig(r["pycuda_loop_us_per_step"]),
+             sig(r["jax_loop_us_per_step"]), sig(r["fused_us_per_step"]),
+             ratio(r["fused_over_pycuda"]), "yes" if r["final_state_identical"] else "no"]
+            for r in _read_json(root, PYCUDA)["results"]]
+    lines = [
+        "## WarpDrive's launch model vs one fused program",
+        "",
+        "`experiments/ablation_launch.py --pycuda`: the same generated kernel launched once per "
+        "step through PyCUDA with a context sync (WarpDrive's execution model, on JAX-owned "
+        "buffers), the jitted step called from a Python loop, and the steps fused in one "
+        "`lax.scan`, from the same reset and the same pre-drawn actions. µs per step:",
+        "",
+        *table(["env", "envs", "PyCUDA loop + sync", "jax loop + sync", "fused `lax.scan`",
+                "fused vs PyCUDA", "same final state"], rows),
+    ]
+    return lines + sources_block(root, [PYCUDA]), [PYCUDA]
+
+
+CONTRACT = Source("bench_contract_envs_h100.json", "python experiments/bench_contract_envs.py")
+
+
+def _contract_rows(root: Path, envs: tuple[str, ...], upstream: str | None) -> list[list[str]]:
+    res = _read_json(root, CONTRACT)["results"]
+    rows = []
+    for k in res:
+        if k["env"] not in envs or k["backend"] != "cuda":
+            continue
+        same = [r for r in res if r["env"] == k["env"] and r["num_envs"] == k["num_envs"]]
+        j = next(r for r in same if r["backend"] == "jax")
+        row = [f"`{k['env']}`", f"{k['num_envs']:,}", str(k["num_agents"]),
+               mega(k["env_steps_per_s"]), mega(j["env_steps_per_s"]), ratio(k["over_jax"])]
+        if upstream is not None:
+            u = next(r for r in same if r["backend"] == upstream)
+            row += [mega(u["env_steps_per_s"]), ratio(k[f"over_{upstream}"])]
+        rows.append(row)
+    return rows
+
+
+_CONTRACT_INTRO = (
+    "`experiments/bench_contract_envs.py`: the kernel (`cuda`), the env's pure-JAX reference "
+    "(`jax`) and the upstream JAX implementation under `vmap`, each stepped by the benchmark "
+    "protocol in one jitted `lax.scan`, timed calls alternating in one process (11 rounds; "
+    "medians of calls and of per-round ratios). M env-steps/s:")
+
+
+def section_mpe(root: Path) -> tuple[list[str], list[Source]]:
+    rows = _contract_rows(root, ("mpe_simple_spread", "mpe_simple_tag"), "jaxmarl")
+    return ["## MPE: kernel vs JaxMARL 0.2.0", "", _CONTRACT_INTRO, "",
+            *table(["env", "envs", "agents", "kernel", "pure-JAX twin", "kernel / twin",
+                    "JaxMARL", "kernel / JaxMARL"], rows), *sources_block(root, [CONTRACT])], [CONTRACT]
+
+
+def section_cartpole(root: Path) -> tuple[list[str], list[Source]]:
+    rows = _contract_rows(root, ("cartpole",), "gymnax")
+    return ["## CartPole: kernel vs gymnax 1.0.1", "", _CONTRACT_INTRO, "",
+            *table(["env", "envs", "agents", "kernel", "pure-JAX twin", "kernel / twin",
+                    "gymnax", "kernel / gymnax"], rows), *sources_block(root, [CONTRACT])], [CONTRACT]
+
+
+def section_other_envs(root: Path) -> tuple[list[str], list[Source]]:
+    rows = _contract_rows(root, ("acrobot", "pendulum", "mountain_car", "tag_gridworld",
+                                 "goal_reach"), None)
+    return ["## Other envs: kernel vs pure-JAX twin", "",
+            "Same run as the two tables above (`goal_reach` is the custom-env tutorial's "
+            "example). M env-steps/s:", "",
+            *table(["env", "envs", "agents", "kernel", "pure-JAX twin", "kernel / twin"],
+                   rows), *sources_block(root, [CONTRACT])], [CONTRACT]
+
+
+ENVPOOL = Source("bench_envpool_cpu.json", "python experiments/bench_envpool.py")
+ENVPOOL_PENDULUM = Source("bench_envpool_pendulum_cpu.json",
+                          "python experiments/bench_envpool.py --env Pendulum-v1")
+_ENVPOOL_ROWS = [
+    ("envpool_threads0", "EnvPool 1.2.5, default threads (one per core)"),
+    ("envpool_threads1", "EnvPool 1.2.5, 1 thread"),
+    ("jaxwarp_gym", "jaxwarp Gymnasium adapter (`infos[\"final_obs\"]`)"),
+    ("jaxwarp_gym_nocopy", "the same, `copy=False`"),
+    ("jaxwarp_gym_no_final_obs", "the same, `final_obs=False`"),
+    ("jaxwarp_jitted_step", "the adapter's jitted step alone (no NumPy, no per-step sync)"),
+]
+
+
+def _envpool_table(root: Path, src: Source) -> list[str]:
+    res = _read_json(root, src)["results"]
+    header = ["M env-steps/s", *(f"{r['num_envs']:,} envs" for r in res)]
+    rows = [[label, *(mega(r[key]["env_steps_per_s"]) for r in res)] for key, label in _ENVPOOL_ROWS]
+    best = [max(r["envpool_threads0"]["env_steps_per_s"], r["envpool_threads1"]["env_steps_per_s"])
+            for r in res]
+    rows.append(["adapter (`final_obs`) / EnvPool's best",
+                 *(ratio(r["jaxwarp_gym"]["env_steps_per_s"] / b) for r, b in zip(res, best))])
+    return table(header, rows)
+
+
+def section_envpool(root: Path) -> tuple[list[str], list[Source]]:
+    pend = _read_json(root, ENVPOOL_PENDULUM)["meta"].get("note", "")
+    lines = [
+        "## CPU: Gymnasium adapter vs EnvPool",
+        "",
+        "`experiments/bench_envpool.py`: EnvPool (sync mode, `batch_size == num_envs`) and the "
+        "jaxwarp Gymnasium adapter (`cpu` backend) stepped from the same Python loop with NumPy "
+        "actions drawn before timing; 50 warm-up steps, median of 5 runs interleaved across "
+        "implementations. The machine (2 cores) was shared with other jobs, so the figures are "
+        "noisy.",
+        "",
+        "CartPole-v1:",
+        "",
+        *_envpool_table(root, ENVPOOL),
+        "",
+        f"Pendulum-v1 ({pend}):",
+        "",
+        *_envpool_table(root, ENVPOOL_PENDULUM),
+    ]
+    srcs = [ENVPOOL, ENVPOOL_PENDULUM]
+    return lines + sources_block(root, srcs), srcs
+
+
+TORCH = Source("bench_torch_adapter_h100.json", "python experiments/bench_torch_adapter.py")
+THREADS = Source("bench_cpu_threads.json", "python experiments/bench_cpu_threads.py --all")
+
+
+def section_host(root: Path) -> tuple[list[str], list[Source]]:
+    trows = [[f"`{r['env']}`", f"{r['num_envs']:,}", sig(r["torch_loop"]["us_per_step"]),
+              sig(r["jitted_scan"]["us_per_step"]), ratio(r["scan_over_torch"])]
+             for r in _read_json(root, TORCH)["results"]]
+    res = _read_json(root, THREADS)["results"]
+    crows = []
+    for one in (r for r in res if r["cores"] == 1):
+        two = next(r for r in res if r["env"] == one["env"] and r["cores"] > 1)
+        crows.append([f"`{one['env']}`", f"{one['num_envs']:,}", mega(one["env_steps_per_s"]),
+                      mega(two["env_steps_per_s"]),
+                      ratio(two["env_steps_per_s"] / one["env_steps_per_s"])])
+    lines = [
+        "## Host round trips: the torch adapter on the GPU",
+        "",
+        "`experiments/bench_torch_adapter.py`: the torch adapter (DLPack, no copies) stepped from "
+        "a Python loop with torch actions on the GPU, against the same env stepped inside one "
+        "jitted `lax.scan`. µs per step:",
+        "",
+        *table(["env", "envs", "torch loop", "jitted scan", "scan vs torch loop"], trows),
+        *sources_block(root, [TORCH]),
+        "## CPU backend: cores",
+        "",
+        "`experiments/bench_cpu_threads.py --all`: a jitted rollout on the `cpu` backend pinned "
+        "to one core, then on both; the handlers split envs over XLA:CPU's own thread pool "
+        "(same bits for any thread count). M env-steps/s:",
+        "",
+        *table(["env", "envs", "1 core", "2 cores", "speed-up"], crows),
+    ]
+    return lines + sources_block(root, [THREADS]), [TORCH, THREADS]
+
+
+TRAIN = Source("bench_train_h100.json", "python experiments/bench_train.py")
+TRAIN_PARTS = Source("bench_train_parts_h100.json",
+                     "python experiments/bench_train.py --backends cuda --cases 3,6")
+SAMPLER = Source("bench_sampler_h100.json", "python experiments/bench_sampler.py")
+
+
+def _dtype(r: dict) -> str:
+    return "/".join(sorted(r["matmul_flops_per_update"]))
+
+
+def _train_rows(results: list[dict], backends: tuple[str, ...]) -> list[list[str]]:
+    rows = []
+    for k in (r for r in results if r["backend"] == backends[0]):
+        row = [f"`{k['config']}`", " ".join(f"`{o}`" for o in k["overrides"]) or "—",
+               k["algorithm"], f"{k['num_envs']:,} × {k['num_agents']}",
+               f"{k['batch_env_steps']:,}", _dtype(k)]
+        share = k["rollout_seconds_per_update"] / k["seconds_per_update"]
+        row.append(f"{kilo_or_mega(k['env_steps_per_s'])} ({share:.0%})")
+        if len(backends) > 1:
+            j = next(r for r in results if r["backend"] == backends[1]
+                     and r["config"] == k["config"] and r["overrides"] == k["overrides"])
+            jshare = j["rollout_seconds_per_update"] / j["seconds_per_update"]
+            row += [f"{kilo_or_mega(j['env_steps_per_s'])} ({jshare:.0%})",
+                    ratio(k["env_steps_per_s"] / j["env_steps_per_s"])]
+        row += [f"{k['mfu']:.1%}" if k.get("mfu") is not None else "—", f"{k['compile_s']:.0f}"]
+        rows.append(row)
+    return rows
+
+
+def section_training(root: Path) -> tuple[list[str], list[Source]]:
+    head = ["config", "overrides", "algorithm", "envs × agents", "env-steps per update",
+            "matmuls"]
+    lines = [
+        "## Training throughput",
+        "",
+        "`experiments/bench_train.py`: whole updates (rollout: policy forward per group, sampler "
+        "custom call, env-step custom call; GAE; Optax steps) in one jitted `lax.scan`, compile "
+        "excluded, median of timed calls after a warm-up; the same trainer with the kernel env "
+        "and sampler (`cuda`) and with the pure-JAX env and `jax.random.categorical` (`jax`) in "
+        "one process. env-steps/s (in brackets: the rollout's share of an update); MFU: the "
+        "update's matmul FLOPs (counted from its jaxpr) at the H100's dense peak (bf16 989 "
+        "TFLOP/s, f32 at the TF32 peak 495) over the measured time; compile in seconds (`cuda`):",
+        "",
+        *table([*head, "cuda", "jax", "cuda / jax", "MFU (cuda)", "compile s"],
+               _train_rows(_read_json(root, TRAIN)["results"], ("cuda", "jax"))),
+        *sources_block(root, [TRAIN]),
+        "Two of the rows again with the current Tag kernel (observations by parts), `cuda` only:",
+        "",
+        *table([*head, "cuda", "MFU (cuda)", "compile s"],
+               _train_rows(_read_json(root, TRAIN_PARTS)["results"], ("cuda",))),
+        *sources_block(root, [TRAIN_PARTS]),
+    ]
+    data = _read_json(root, SAMPLER)
+    rows = []
+    for k in (r for r in data["results"] if r["backend"] == "cuda"):
+        j = next(r for r in data["results"] if r["backend"] == "jax"
+                 and r["rows"] == k["rows"] and r["nvec"] == k["nvec"])
+        rows.append([f"{k['rows']:,}", str(tuple(k["nvec"])), sig(k["us_per_draw"]),
+                     sig(j["us_per_draw"]), ratio(j["us_per_draw"] / k["us_per_draw"])])
+    lines += [
+        "### The action sampler",
+        "",
+        "`experiments/bench_sampler.py`: `jaxwarp.sample_actions` (one custom call for every "
+        "head of a MultiDiscrete action, the same random bits as `jax.random.categorical`) "
+        "against `jax.random.categorical` per head. µs per draw:",
+        "",
+        *table(["rows", "nvec", "kernel", "`jax.random.categorical`", "speed-up"], rows),
+    ]
+    return lines + sources_block(root, [SAMPLER]), [TRAIN, TRAIN_PARTS, SAMPLER]
+
+
+DUEL_LOG = Source("duel_h100/train.log",
+                  "time jaxwarp train --config tag_duel_cpu --out runs/duel", device=H100)
+DUEL_EVAL = Source("duel_h100/eval.json", "jaxwarp eval --run runs/duel", device=H100)
+CARTPOLE_LOG = Source("train_cartpole_ppo_h100.log", "jaxwarp train --config cartpole_ppo",
+                      device=H100)
+CARTPOLE_CSV = Source("train_cartpole_ppo_h100_metrics.csv", "jaxwarp train --config cartpole_ppo",
+                      device=H100)
+SPREAD_LOG = Source("train_mpe_simple_spread_ppo_h100.log",
+                    "jaxwarp train --config mpe_simple_spread_ppo", device=H100)
+SPREAD_CSV = Source("train_mpe_simple_spread_ppo_h100_metrics.csv",
+                    "jaxwarp train --config mpe_simple_spread_ppo", device=H100)
+LEARN_TAG = Source("learn_tag_h100/learn_tag.json",
+                   "python experiments/learn_tag.py --config tag_chase --minutes 5", device=H100)
+LEARN_TAG_CSV = Source("learn_tag_h100/learn_tag.csv",
+                       "python experiments/learn_tag.py --config tag_chase --minutes 5", device=H100)
+LEARN_A2C = Source("learn_compare_a2c_h100/learn_compare.json",
+                   "python experiments/learn_compare.py", device=H100)
+LEARN_PPO = Source("learn_compare_ppo_h100/learn_compare.json",
+                   "python experiments/learn_compare.py", device=H100)
+
+
+def _text(root: Path, src: Source) -> str:
+    return (root / RESULTS / src.path).read_text()
+
+
+def _csv(root: Path, src: Source) -> list[dict]:
+    with open(root / RESULTS / src.path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _process_wall_s(log: str) -> float:
+    m = re.search(r"^real\s+(\d+)m([\d.]+)s", log, re.M)
+    if m:
+        return int(m.group(1)) * 60 + float(m.group(2))
+    return float(re.search(r"wall (\d+(?:\.\d+)?) s", log).group(1))
+
+
+def _run_line(log: str) -> dict:
+    m = re.search(r"(\d+)/\d+ updates, ([\d,]+) env-steps per seed.*?; ([\d,]+) env-steps/s "
+                  r"\(compile ([\d.]+) s\)", log)
+    return dict(updates=int(m.group(1)), env_steps=int(m.group(2).replace(",", "")),
+                env_steps_per_s=float(m.group(3).replace(",", "")), compile_s=float(m.group(4)))
+
+
+def section_time_to_policy(root: Path) -> tuple[list[str], list[Source]]:
+    rows = []
+    duel_log = _text(root, DUEL_LOG)
+    duel = _run_line(duel_log)
+    gain = _read_json(root, DUEL_EVAL)["gain"]
+    episodes = _read_json(root, DUEL_EVAL)["episodes"]
+    rows.append([
+        "`jaxwarp train --config tag_duel_cpu` (2 taggers vs 5 runners, both trained, PPO)",
+        f"{duel['env_steps']:,}", f"{_process_wall_s(duel_log):.0f} s (compile "
+        f"{duel['compile_s']:.0f} s)", kilo_or_mega(duel["env_steps_per_s"]),
+        f"return over random, each against the other group playing at random "
+        f"({episodes} episodes, 95% interval): taggers +{gain['tagger']['delta']:.1f} ± "
+        f"{gain['tagger']['ci95']:.1f}, runners +{gain['runner']['delta']:.1f} ± "
+        f"{gain['runner']['ci95']:.1f}"])
+    log, metrics = _text(root, CARTPOLE_LOG), _csv(root, CARTPOLE_CSV)
+    run = _run_line(log)
+    first = next(r for r in metrics if float(r["agent/episode_return"]) >= 500)
+    last50 = statistics.mean(float(r["agent/episode_return"]) for r in metrics[-50:])
+    rows.append([
+        "`jaxwarp train --config cartpole_ppo` (32 envs, PPO)", f"{run['env_steps']:,}",
+        f"{_process_wall_s(log):.0f} s (compile {run['compile_s']:.0f} s)",
+        kilo_or_mega(run["env_steps_per_s"]),
+        f"return 500 (the maximum) first at {int(float(first['env_steps'])):,} env-steps, "
+        f"{float(first['wall_s']):.1f} s into the run; mean of the last 50 updates {last50:.0f}"])
+    log, metrics = _text(root, SPREAD_LOG), _csv(root, SPREAD_CSV)
+    run = _run_line(log)
+    rows.append([
+        "`jaxwarp train --config mpe_simple_spread_ppo` (PPO)", f"{run['env_steps']:,}",
+        f"{_process_wall_s(log):.0f} s (compile {run['compile_s']:.0f} s)",
+        kilo_or_mega(run["env_steps_per_s"]),
+        f"return {float(metrics[0]['agent/episode_return']):.1f} at the first update, "
+        f"{float(metrics[-1]['agent/episode_return']):.1f} at the last"])
+    learn = _read_json(root, LEARN_TAG)
+    curve = _csv(root, LEARN_TAG_CSV)
+    t = learn["trained"]
+    rows.append([
+        "`experiments/learn_tag.py --config tag_chase --minutes 5` (10 taggers vs 100 random "
+        "runners, A2C, 100 envs)", f"{learn['summary']['env_steps_per_seed']:,}",
+        f"{float(curve[-1]['wall_s']):.0f} s (compile {learn['summary']['compile_s']:.0f} s)",
+        kilo_or_mega(learn["summary"]["env_steps_per_s"]),
+        f"random taggers {learn['random']['tags_per_episode']:.1f} tags per episode; trained "
+        f"pass 3× that {t['first_wall_s_at_3x_random']:.0f} s into the run (compile included), "
+        f"end at {t['final_tags_per_episode']:.1f} ({ratio(t['ratio_to_random'])})"])
+    lines = [
+        "## Time to a trained policy",
+        "",
+        "One seed each, on the H100; wall clock of the whole process where the log has it "
+        "(start-up and compile included), else of the run:",
+        "",
+        *table(["run", "env-steps", "wall clock", "env-steps/s", "result"], rows),
+        *sources_block(root, [DUEL_LOG, DUEL_EVAL, CARTPOLE_LOG, CARTPOLE_CSV, SPREAD_LOG,
+                              SPREAD_CSV, LEARN_TAG, LEARN_TAG_CSV]),
+    ]
+    crow = []
+    for src in (LEARN_A2C, LEARN_PPO):
+        d = _read_json(root, src)
+        for name, v in d["variants"].items():
+            crow.append([f"`{d['config']}` {' '.join(f'`{o}`' for o in d['overrides'])}",
+                         f"`{name}`: {' '.join(f'`{o}`' for o in v['overrides']) or 'as shipped'}",
+                         f"{d['env_steps']:,}", kilo_or_mega(v["env_steps_per_s"]),
+                         f"{v['final_tags_per_episode']:.1f}",
+                         f"{d['random_tags_per_episode']:.1f}", ratio(v["ratio_to_random"])])
+    lines += [
+        "### Do the speed options still learn?",
+        "",
+        "`experiments/learn_compare.py`: variants of one config trained for the same env-steps, "
+        "taggers chasing runners that move at random, one seed each; tags per episode at the "
+        "end (moving mean over the last 5% of updates) against random taggers:",
+        "",
+        *table(["config", "variant", "env-steps", "env-steps/s", "tags per episode",
+                "random taggers", "trained / random"], crow),
+    ]
+    return lines + sources_block(root, [LEARN_A2C, LEARN_PPO]), [
+        DUEL_LOG, DUEL_EVAL, CARTPOLE_LOG, CARTPOLE_CSV, SPREAD_LOG, SPREAD_CSV, LEARN_TAG,
+        LEARN_TAG_CSV, LEARN_A2C, LEARN_PPO]
+
+
+SANITIZE = [
+    Source("sanitize_kernels_rows_h100.json", "python experiments/sanitize_kernels.py"),
+    Source("sanitize_kernels_tag_h100.json",
+           "python experiments/sanitize_kernels.py --envs tag_continuous"),
+    Source("sanitize_kernels_single_agent_h100.json",
+           "python experiments/sanitize_kernels.py --envs cartpole,acrobot,pendulum,mountain_car"),
+]
+
+
+def section_sanitizers(root: Path) -> tuple[list[str], list[Source]]:
+    rows = []
+    for src in SANITIZE:
+        d = _read_json(root, src)
+        res = d["results"]
+        targets = sorted({r["target"] for r in res})
+        tools = sorted({r["tool"] for r in res})
+        ours = sum(r["reports_in_our_kernels"] for r in res)
+        rows.append([", ".join(f"`{t}`" for t in targets), ", ".join(tools),
+                     str(sum(r["cases_run"] for r in res)), str(ours),
+                     "clean" if d["clean"] else "reports", f"`{src.path}`"])
+    lines = [
+        "## GPU kernels under compute-sanitizer",
+        "",
+        "`experiments/sanitize_kernels.py`: each env's reset and step kernels (small and "
+        "many-agent sizes, both launch layouts, auto-resets, out-of-range actions) and the "
+        "sampler under compute-sanitizer's memcheck, racecheck, initcheck and synccheck:",
+        "",
+        *table(["envs", "tools", "cases (all tools)", "reports in jaxwarp kernels", "result",
+                "file"], rows),
+    ]
+    return lines + sources_block(root, SANITIZE), SANITIZE
+
+
+PYTEST = [
+    (Source("pytest_review_gpu_h100.log",
+            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py tests/test_authoring_gpu.py",
+            device=H100), "Tag and authoring GPU tests"),
+    (Source("pytest_parts_all_gpu_h100.log",
+            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py tests/test_authoring_gpu.py "
+            "tests/test_mpe_gpu.py tests/test_tag_gridworld_gpu.py "
+            "tests/test_classic_control_kernels_gpu.py", device=H100),
+     "Tag, authoring, MPE, gridworld and classic-control GPU tests"),
+    (Source("pytest_conformance_gpu_h100.log", "python -m pytest -q -m gpu tests/test_conformance.py",
+            device=H100), "conformance suite on the `cuda` backend"),
+    (Source("pytest_gpu_tag_adapters_train_h100.log",
+            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py tests/test_adapters_gpu.py "
+            "tests/test_train_gpu.py", device=H100),
+     "Tag, adapter and trainer GPU tests"),
+]
+
+
+def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:
+    rows = []
+    for src, what in PYTEST:
+        last = _text(root, src).strip().splitlines()[-1]
+        counts = re.sub(r"\s+in [\d.]+s.*$", "", last).strip()
+        rows.append([what, counts, f"`{src.path}`"])
+    return ["## GPU test runs", "",
+            "The `gpu`-marked tests run where a GPU is present (one device call is limited to "
+            "10 minutes, so the suite runs in parts):", "",
+            *table(["tests", "result", "file"], rows),
+            *sources_block(root, [s for s, _ in PYTEST])], [s for s, _ in PYTEST]
+
+
+CURVES = [
+    ("`jaxwarp train --config tag_duel_cpu`: both groups' returns per update; the run's "
+     "trained-vs-random GIF", None,
+     [Source("duel_h100/learning_curve.png", DUEL_LOG.makes, device=H100),
+      Source("duel_h100/trained_vs_random.gif", DUEL_LOG.makes, device=H100)]),
+    ("`experiments/learn_tag.py --config tag_chase`: tags per episode against wall clock",
+     LEARN_TAG_CSV, [Source("learn_tag_h100/learn_tag.png", LEARN_TAG.makes, device=H100)]),
+    ("`experiments/learn_compare.py`, A2C at 2,000 envs: f32 against bf16",
+     Source("learn_compare_a2c_h100/learn_compare.csv", LEARN_A2C.makes, device=H100),
+     [Source("learn_compare_a2c_h100/learn_compare.png", LEARN_A2C.makes, device=H100)]),
+    ("`experiments/learn_compare.py`, `tag_2000_envs`'s PPO: f32 separate torsos against bf16 "
+     "shared torso", Source("learn_compare_ppo_h100/learn_compare.csv", LEARN_PPO.makes,
+                            device=H100),
+     [Source("learn_compare_ppo_h100/learn_compare.png", LEARN_PPO.makes, device=H100)]),
+    ("`jaxwarp train --config cartpole_ppo`", CARTPOLE_CSV, []),
+    ("`jaxwarp train --config mpe_simple_spread_ppo`", SPREAD_CSV, []),
+]
+
+
+def section_curves(root: Path) -> tuple[list[str], list[Source]]:
+    rows, srcs = [], []
+    for what, data, images in CURVES:
+        rows.append([what, f"`{RESULTS / data.path}`" if data else "—",
+                     ", ".join(f"[`{Path(i.path).name}`](../{RESULTS / i.path})" for i in images)
+                     or "—"])
+        srcs += ([data] if data else []) + images
+    lines = ["## Learning curves", "",
+             "Per-update curves of the runs above (CSV: one row per update) and their plots "
+             "(H100, one seed each):", "",
+             *table(["run", "curve", "plots"], rows)]
+    return lines, srcs
+
+
+SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
+                           section_other_envs, section_envpool, section_host, section_training,
+                           section_time_to_policy, section_curves, section_sanitizers,
+                           section_gpu_tests]
+
+
+def render(root: Path = ROOT) -> tuple[str, list[Path]]:
+    """The page, and every result file it cites (paths relative to root)."""
+    out = [
+        "<!-- Generated by experiments/report.py from experiments/results/; do not edit by "
+        "hand. Regenerate: python experiments/report.py -->",
+        "# Benchmarks",
+        "",
+        "Every figure below is read from a result file under `experiments/results/` by "
+        "`experiments/report.py`; each table names its files with the device, commit and "
+        "command they record (files written before result files recorded their commit say "
+        "`commit: not recorded`, and the command that makes such a file is given instead). "
+        "M = 10⁶, K = 10³. Why the code is as it is, with the measurements that decided it: "
+        "[`decisions.md`](decisions.md).",
+        "",
+    ]
+    cited: list[Path] = []
+    for section in SECTIONS:
+        lines, sources = section(root)
+        out += [*lines, ""]
+        cited += [RESULTS / s.path for s in sources]
+    text = "\n".join(out).rstrip() + "\n"
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text, sorted(set(cited))
+
+
+# ---------------------------------------------------------------------------
+# Curves to CSV.
+
+def curves_to_csv(path: Path) -> Path:
+    """Move the per-update curves of a learn_tag.py / learn_compare.py JSON into
+    a CSV beside it (same stem); the JSON keeps its summary and names the CSV."""
+    data = json.loads(path.read_text())
+    out = path.with_suffix(".csv")
+
+    def cell(v: Any) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return ""
+        return repr(float(v)) if isinstance(v, float) else str(v)
+
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f)
+        if "trained" in data:  # learn_tag.py
+            t = data["trained"]
+            cols = [c for c in ("wall_s", "env_steps", "tags_per_episode",
+                                "tags_per_episode_smoothed", "tagger_episode_return") if c in t]
+            w.writerow(["update", *cols])
+            for i in range(len(t[cols[0]])):
+                w.writerow([i + 1, *(cell(t[c][i]) for c in cols)])
+            for c in cols:
+                del t[c]
+            t["curve"] = out.name
+        else:  # learn_compare.py
+            cols = ["env_steps", "tags_per_episode", "tags_per_episode_smoothed",
+                    "tagger_episode_return"]
+            w.writerow(["variant", "update", *cols])
+            for name, v in data["variants"].items():
+                for i in range(len(v["env_steps"])):
+                    w.writerow([name, i + 1, *(cell(v[c][i]) for c in cols)])
+                for c in cols:
+                    del v[c]
+                v["curve"] = out.name
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if docs/benchmarks.md is stale")
+    ap.add_argument("--curve-csv", type=Path, metavar="JSON",
+                    help="move a learn_tag/learn_compare JSON's curves into a CSV")
+    args = ap.parse_args(argv)
+    if args.curve_csv:
+        print(f"wrote {curves_to_csv(args.curve_csv)}")
+        return 0
+    text, cited = render(ROOT)
+    missing = [str(p) for p in cited if not (ROOT / p).is_file()]
+    if missing:
+        print(f"report: error: cited files missing: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    page = ROOT / PAGE
+    if args.check:
+        if not page.is_file() or page.read_text() != text:
+            print(f"report: {PAGE} is not up to date; run python experiments/report.py",
+                  file=sys.stderr)
+            return 1
+        return 0
+    page.write_text(text)
+    print(f"wrote {PAGE} ({len(cited)} result files cited)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
