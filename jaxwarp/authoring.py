@@ -815,17 +815,32 @@ class ContractEnv:
             _require_zero_offset(env_offset)
             obs, state = self.spec.reference_reset(self.params, keys[:2], num_envs)
             return obs.astype(self.obs_dtype), self._tag(state)
-        n = self.num_agents
+        # One launch per device over its own envs under jit with env-sharded
+        # outputs (jaxwarp._ffi.env_partitioned_call: the partitioning rule).
+        outs = _ffi.env_partitioned_call(self._reset_call, (keys,), (False,), num_envs,
+                                         f"{self._prefix}_reset")
+        k = len(self.spec.fields)
+        return outs[k], self._tag(self.spec.state_type(*outs[:k]))
+
+    def _reset_call(self, offset: Any, num_envs: int, keys: jax.Array) -> tuple:
+        """The reset FFI call of num_envs envs: keys u32[..., 3] (leading vmap
+        axes); offset: None or u32[], added to the keys' env offset word.
+        Returns the state fields and obs (the scratch output is dropped)."""
+        if offset is not None:
+            keys = keys.at[..., 2].add(offset)
+        n, batch = self.num_agents, tuple(keys.shape[:-1])
+        scratch = self._scratch(num_envs)
         outs = jax.ffi.ffi_call(
             f"{self._prefix}_reset_{self.backend}",
-            [jax.ShapeDtypeStruct((num_envs, n) if f.scope == "agent" else (num_envs,),
-                                  _DTYPES[f.dtype][1]) for f in self.spec.fields]
-            + [self._scratch(num_envs),
-               jax.ShapeDtypeStruct((num_envs, n, self.obs_dim), self.obs_dtype)],
+            [jax.ShapeDtypeStruct(batch + ((num_envs, n) if f.scope == "agent" else
+                                           (num_envs,)), _DTYPES[f.dtype][1])
+             for f in self.spec.fields]
+            + [jax.ShapeDtypeStruct(batch + scratch.shape, scratch.dtype),
+               jax.ShapeDtypeStruct(batch + (num_envs, n, self.obs_dim), self.obs_dtype)],
             vmap_method="broadcast_all",
         )(keys, **self._attrs)
         k = len(self.spec.fields)
-        return outs[k + 1], self._tag(self.spec.state_type(*outs[:k]))
+        return tuple(outs[:k]) + (outs[k + 1],)
 
     def _tag(self, state: Any) -> Any:
         """The state as `tagged_state_type`, carrying this env's params_id."""
@@ -930,27 +945,45 @@ class ContractEnv:
             info = dict(out[4]) if len(out) > 4 else {}
         else:
             fields = [getattr(state, f.name) for f in self.spec.fields]
-            n, k = self.num_agents, len(fields)
-            heads = len(self.spec.nvec(self.params))
-            outs = jax.ffi.ffi_call(
-                f"{self._prefix}_step_{self.backend}",
-                [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in fields]
-                + [self._scratch(num_envs),
-                   jax.ShapeDtypeStruct((num_envs, n, self.obs_dim), self.obs_dtype),
-                   jax.ShapeDtypeStruct((num_envs, n), jnp.float32)]
-                + [jax.ShapeDtypeStruct((num_envs,), jnp.bool_)] * 3,
-                vmap_method="broadcast_all",
-                # in_place=False: outputs of their own (the handler copies the state).
-                input_output_aliases={2 + i: i for i in range(k)} if in_place else {},
-            )(keys, actions, *fields, jw_heads=np.int32(heads),
-              jw_autoreset=np.int32(bool(autoreset)), **self._attrs)
+            k = len(fields)
+            # One launch per device over its own envs under jit with
+            # env-sharded inputs (jaxwarp._ffi.env_partitioned_call).
+            outs = _ffi.env_partitioned_call(
+                functools.partial(self._step_call, bool(autoreset), bool(in_place)),
+                (keys, actions, *fields), (False,) + (True,) * (k + 1), num_envs,
+                f"{self._prefix}_step")
             state = self.spec.state_type(*outs[:k])
-            obs, reward, done, term, trunc = outs[k + 1:]
+            obs, reward, done, term, trunc = outs[k:]
             info = {"terminated": term, "truncated": trunc}
         state = self._tag(state)
         if hasattr(state, "episode_return"):
             info["episode_return"] = state.episode_return
         return obs, state, reward, done, info
+
+    def _step_call(self, autoreset: bool, in_place: bool, offset: Any, num_envs: int,
+                   keys: jax.Array, actions: jax.Array, *fields: jax.Array) -> tuple:
+        """The step FFI call of num_envs envs (leading vmap axes on every
+        arg); offset: None or u32[], added to the keys' env offset word.
+        Returns state fields, obs, reward, done, terminated, truncated (the
+        scratch output is dropped)."""
+        if offset is not None:
+            keys = keys.at[..., 2].add(offset)
+        n, k, batch = self.num_agents, len(fields), tuple(keys.shape[:-1])
+        heads = len(self.spec.nvec(self.params))
+        scratch = self._scratch(num_envs)
+        outs = jax.ffi.ffi_call(
+            f"{self._prefix}_step_{self.backend}",
+            [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in fields]
+            + [jax.ShapeDtypeStruct(batch + scratch.shape, scratch.dtype),
+               jax.ShapeDtypeStruct(batch + (num_envs, n, self.obs_dim), self.obs_dtype),
+               jax.ShapeDtypeStruct(batch + (num_envs, n), jnp.float32)]
+            + [jax.ShapeDtypeStruct(batch + (num_envs,), jnp.bool_)] * 3,
+            vmap_method="broadcast_all",
+            # in_place=False: outputs of their own (the handler copies the state).
+            input_output_aliases={2 + i: i for i in range(k)} if in_place else {},
+        )(keys, actions, *fields, jw_heads=np.int32(heads),
+          jw_autoreset=np.int32(bool(autoreset)), **self._attrs)
+        return tuple(outs[:k]) + tuple(outs[k + 1:])
 
     def __repr__(self) -> str:
         return f"ContractEnv({self.name!r}, backend={self.backend!r}, params={self.params})"

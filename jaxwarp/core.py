@@ -109,10 +109,30 @@ def reset_mask(done: jax.Array, autoreset: bool) -> jax.Array:
 
 
 def episode_length(env: Any) -> int:
-    """Steps after which an episode of `env` is truncated: its params'
-    ``episode_length`` (multi-agent envs) or ``max_steps`` (classic control)."""
+    """The number of steps an episode of `env` lasts at most: the step that
+    returns ``done`` for a time limit is the `episode_length(env)`-th step of
+    its episode (episodes that terminate end sooner). The one definition that
+    eval, render, the tests and `jaxwarp.testing` use.
+
+    It is the params' ``max_episode_steps`` where they define it (every
+    built-in env does; MPE's is ``max_steps + 1`` with JaxMARL's counting),
+    else their ``episode_length`` or ``max_steps`` field read as that count
+    (user envs: define ``max_episode_steps`` where the field counts otherwise).
+
+    Raises:
+        ValueError: naming the env when its params give no length, or one
+            that is not an int >= 1.
+    """
     p = env.params
-    n = getattr(p, "episode_length", None) or getattr(p, "max_steps", None)
-    if not n:
-        raise ValueError(f"{type(env).__name__}: params have no episode_length or max_steps")
+    name = getattr(env, "name", None) or type(env).__name__
+    for attr in ("max_episode_steps", "episode_length", "max_steps"):
+        n = getattr(p, attr, None)
+        if n is not None:
+            break
+    else:
+        raise ValueError(f"{name}: params define none of max_episode_steps, episode_length, "
+                         "max_steps; cannot tell how long an episode lasts")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"{name}: params.{attr}={n!r}; expected an int >= 1 (steps per "
+                         "episode)")
     return int(n)

@@ -107,8 +107,7 @@ def _jitted(name, backend):
 
 
 def _episode_length(env):
-    p = env.params
-    return getattr(p, "episode_length", None) or p.max_steps
+    return jaxwarp.core.episode_length(env)  # the one definition (eval, render, tests)
 
 
 def _actions(env, key, num_envs):
@@ -685,3 +684,56 @@ def test_bfloat16_observations_are_the_float32_ones_rounded(name, backend):
 def test_bad_obs_dtype(bad):
     with pytest.raises(ValueError, match=r"obs_dtype must be 'float32' or 'bfloat16'; got"):
         jaxwarp.make("cartpole", backend="jax", obs_dtype=bad)
+
+
+# ---------------------------------------------------------------------------
+# Episode length: the one definition (jaxwarp.core.episode_length) is what the
+# env really does (eval rolls out exactly that many steps and needs every
+# episode finished; MPE once lasted 26 steps where it said 25).
+# ---------------------------------------------------------------------------
+def _episode_lengths(done, terminated, truncated):
+    """Per env, from bool[T, envs] flags of a rollout from reset: the finished
+    episodes as (steps, terminated, truncated), and the steps of the unfinished
+    last one."""
+    done, terminated, truncated = (np.asarray(a) for a in (done, terminated, truncated))
+    ended, running = [], []
+    for e in range(done.shape[1]):
+        since, mine = 0, []
+        for t in range(done.shape[0]):
+            since += 1
+            if done[t, e]:
+                mine.append((since, bool(terminated[t, e]), bool(truncated[t, e])))
+                since = 0
+        ended.append(mine)
+        running.append(since)
+    return ended, running
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ENVS)
+def test_random_episodes_end_within_the_episode_length(name, backend):
+    """Under uniform random actions every episode ends within
+    `jaxwarp.core.episode_length(env)` steps (so eval's rollout of that many
+    steps finishes every env's first episode), and every episode that is not
+    terminated ends exactly there: the time limit is that length, not one
+    step more or less."""
+    env = _env(name, backend)
+    length = jaxwarp.core.episode_length(env)
+    num_envs = 16
+    num_steps = 2 * length + 2  # a second episode too: the limit holds after auto-reset
+    with _device(backend):
+        _, (_, _, done, info, _) = jax.device_get(_scan_rollout(env, num_envs, num_steps,
+                                                               seed=11))
+    ended, running = _episode_lengths(done, info["terminated"], info["truncated"])
+    for e, (mine, left) in enumerate(zip(ended, running)):
+        assert mine, f"{name}: env {e} finished no episode in {num_steps} steps"
+        assert mine[0][0] <= length, f"{name}: env {e}'s first episode lasted {mine[0][0]}"
+        for steps, terminated, truncated in mine:
+            assert 1 <= steps <= length, (name, e, mine)
+            if not terminated:  # ended by the time limit: exactly at it
+                assert steps == length and truncated, (name, e, mine)
+            if truncated:
+                assert steps == length, (name, e, mine)
+        assert left < length, f"{name}: env {e} ran {left} steps past its last reset"
+    if not np.asarray(info["terminated"]).any():  # no early end seen: a fixed length
+        assert all(s == length for mine in ended for s, _, _ in mine), (name, ended)

@@ -137,3 +137,71 @@ def test_tag_cpu_matches_reference_and_groups():
     np.testing.assert_array_equal(env.policy_groups["agent"], [3])
     with pytest.raises(ValueError, match="num_obs"):
         mpe.MPESimpleTagParams(num_good_agents=1, num_adversaries=1, num_obs=3)
+
+
+# ---------------------------------------------------------------------------
+# Episode length: JaxMARL's max_steps + 1 steps (default) or mpe2's max_steps.
+# ---------------------------------------------------------------------------
+def _done_steps(env, num_envs, num_steps):
+    """The 1-based steps at which env 0 .. num_envs-1 report done, per env."""
+    step = jax.jit(env.step)
+    cpu = jax.devices("cpu")[0]  # the cpu backend's targets exist on XLA:CPU only
+    with jax.default_device(cpu):
+        _, s = jax.jit(env.reset, static_argnums=1)(jax.random.PRNGKey(0), num_envs)
+        out = []
+        for t in range(num_steps):
+            k = jax.random.PRNGKey(t + 1)
+            a = env.action_space.sample(k, (num_envs, env.num_agents))
+            _, s, _, done, info = step(k, s, a)
+            assert not bool(info["terminated"].any())
+            out.append(np.asarray(done))
+    done = np.stack(out)
+    return [list(np.flatnonzero(done[:, e]) + 1) for e in range(num_envs)]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+@pytest.mark.parametrize("name", ["mpe_simple_spread", "mpe_simple_tag"])
+@pytest.mark.parametrize("truncation, max_steps, length", [
+    ("jaxmarl", 25, 26), ("mpe2", 25, 25), ("jaxmarl", 6, 7), ("mpe2", 6, 6), ("mpe2", 1, 1)])
+def test_episode_length_conventions(name, backend, truncation, max_steps, length):
+    env = jaxwarp.make(name, backend=backend, max_steps=max_steps, truncation=truncation)
+    assert env.params.max_episode_steps == length
+    assert jaxwarp.core.episode_length(env) == length
+    # Every env is truncated on steps length, 2 length, ... and on no other.
+    num_steps = 2 * length + 1
+    want = [t for t in range(1, num_steps + 1) if t % length == 0]
+    assert _done_steps(env, 3, num_steps) == [want] * 3
+
+
+def test_default_episode_is_jaxmarl_s_26_steps():
+    for p in (mpe.MPESimpleSpreadParams(), mpe.MPESimpleTagParams()):
+        assert p.truncation == "jaxmarl" and p.max_steps == 25 and p.max_episode_steps == 26
+
+
+@pytest.mark.parametrize("name", ["mpe_simple_spread", "mpe_simple_tag"])
+def test_mpe2_truncation_matches_mpe2_max_cycles(name):
+    """truncation="mpe2", max_steps=T: done on the step where mpe2's
+    parallel_env(max_cycles=T) truncates every agent."""
+    mod = pytest.importorskip(f"mpe2.{name[4:]}_v3")
+    for cycles in (3, 25):
+        ref = mod.parallel_env(max_cycles=cycles)
+        ref.reset(seed=0)
+        steps = 0
+        while ref.agents:
+            _, _, term, trunc, _ = ref.step({a: 0 for a in ref.agents})
+            steps += 1
+            assert not any(term.values())
+            if all(trunc.values()):
+                break
+        env = jaxwarp.make(name, backend="jax", max_steps=cycles, truncation="mpe2")
+        assert steps == cycles == jaxwarp.core.episode_length(env)
+        assert _done_steps(env, 2, steps) == [[steps]] * 2
+
+
+@pytest.mark.parametrize("cls", [mpe.MPESimpleSpreadParams, mpe.MPESimpleTagParams])
+def test_truncation_validation(cls):
+    with pytest.raises(ValueError, match=r"truncation='gym'; expected one of \('jaxmarl', 'mpe2'\)"):
+        cls(truncation="gym")
+    with pytest.raises(ValueError, match=r"max_steps=0; expected an int >= 1"):
+        cls(max_steps=0, truncation="mpe2")
+    assert cls(max_steps=0).max_episode_steps == 1  # JaxMARL: one step per episode

@@ -226,6 +226,12 @@ class CartPoleParams:
     def nvec(self) -> tuple[int, ...]:
         return (self.num_actions,)
 
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode at most (the TimeLimit; terminated episodes end sooner;
+        ``jaxwarp.core.episode_length``)."""
+        return self.max_steps
+
 
 @struct.dataclass
 class CartPoleState:
@@ -338,6 +344,12 @@ class AcrobotParams:
     @property
     def nvec(self) -> tuple[int, ...]:
         return (self.num_actions,)
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode at most (the TimeLimit; terminated episodes end sooner;
+        ``jaxwarp.core.episode_length``)."""
+        return self.max_steps
 
 
 ACROBOT_TORQUES = np.array([-1.0, 0.0, 1.0], np.float32)  # AVAIL_TORQUE
@@ -497,6 +509,12 @@ class PendulumParams:
         return (self.num_torque_levels,)
 
     @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode at most (the TimeLimit; Pendulum never terminates;
+        ``jaxwarp.core.episode_length``)."""
+        return self.max_steps
+
+    @property
     def torques(self) -> np.ndarray:
         """f32[num_torque_levels]: the torque of each action."""
         return np.linspace(-self.max_torque, self.max_torque,
@@ -593,6 +611,12 @@ class MountainCarParams:
     @property
     def nvec(self) -> tuple[int, ...]:
         return (self.num_actions,)
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode at most (the TimeLimit; terminated episodes end sooner;
+        ``jaxwarp.core.episode_length``)."""
+        return self.max_steps
 
 
 @struct.dataclass

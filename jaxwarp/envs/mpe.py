@@ -21,9 +21,19 @@ Physics (JaxMARL's ``SimpleMPE._world_step``), per step of ``dt = 0.1``:
 * ``pos += vel dt``; ``vel = vel (1 - damping) + force / mass dt``; speed
   capped at ``max_speed`` where the env has one (simple_tag).
 
-Episodes end (``truncated``) when the step count *before* the step is
-``>= max_steps`` (JaxMARL's ``done = state.step >= max_steps``), i.e. after
-``max_steps + 1`` steps; there is no termination. Finished envs restart inside
+Episode length (param ``truncation``; there is no termination):
+
+* ``"jaxmarl"`` (default): truncated when the step count *before* the step is
+  ``>= max_steps`` (JaxMARL's ``done = state.step >= max_steps``), i.e. an
+  episode lasts ``max_steps + 1`` steps (26 by default);
+* ``"mpe2"``: truncated on the ``max_steps``-th step, as mpe2 / PettingZoo MPE
+  with ``max_cycles=max_steps`` (25 by default). Random play over 25 steps
+  instead of 26 changes returns too (simple_spread, uniform random actions:
+  -26.3 instead of -27.5 per agent over 1000 episodes), so compare with the
+  library whose counting you chose.
+
+``params.max_episode_steps`` (and ``jaxwarp.core.episode_length(env)``) is that
+number of steps under either convention. Finished envs restart inside
 ``step`` (positions uniform in ``[-1, 1)``, velocities 0) and the returned obs
 is the new episode's first.
 
@@ -38,14 +48,14 @@ counter-based ones, not ``jax.random``'s.
 | observation (f32[envs, N, 4 + 2 L + 4 (N - 1)]) | vel, pos, landmark - pos (L), other agent - pos (N - 1, by index), comm (2 (N - 1) zeros) |
 | action (i32[envs, N, 1]) | 0 no-op, 1 left, 2 right, 3 down, 4 up |
 | reward | ``local_ratio * -(agents collided with) + (1 - local_ratio) * -sum_l min_i dist(agent i, landmark l)`` |
-| end | truncated after max_steps + 1 = 26 steps |
+| end | truncated after max_steps + 1 = 26 steps (``truncation="mpe2"``: max_steps = 25) |
 
 | simple_tag (agents 0..A-1 adversaries, A..N-1 good) | |
 |---|---|
 | observation (f32[envs, N, 4 + 2 L + 2 (N - 1) + 2]) | vel, pos, obstacle - pos, other agent - pos, then adversaries: velocity of agent N-1; good agents: 2 zeros (JaxMARL's are 2 shorter) |
 | action (i32[envs, N, 1]) | as simple_spread; accel 3 (adversary) / 4 (good), max speed 1.0 / 1.3 |
 | reward | adversary: +10 per adversary/good contact (any); good: -10 per contact of the *last* good agent (JaxMARL's clamped index; its own when there is one) minus the boundary penalty |
-| end | truncated after max_steps + 1 = 26 steps |
+| end | truncated after max_steps + 1 = 26 steps (``truncation="mpe2"``: max_steps = 25) |
 """
 
 from __future__ import annotations
@@ -77,6 +87,31 @@ def _check_positive(env: str, name: str, v) -> None:
         raise ValueError(f"{env}: {name}={v!r}; expected a number > 0")
 
 
+TRUNCATIONS = ("jaxmarl", "mpe2")  # MPE episode-length conventions (module docstring)
+
+
+def _check_episode(env: str, p) -> None:
+    if p.truncation not in TRUNCATIONS:
+        raise ValueError(f"{env}: truncation={p.truncation!r}; expected one of {TRUNCATIONS} "
+                         "(episodes of max_steps + 1 or max_steps steps)")
+    _check_int(env, "max_steps", p.max_steps, 0 if p.truncation == "jaxmarl" else 1)
+
+
+def _episode_steps(p) -> int:
+    """Steps per episode: max_steps + 1 (JaxMARL) or max_steps (mpe2)."""
+    return p.max_steps + 1 if p.truncation == "jaxmarl" else p.max_steps
+
+
+def _kernel_params(p) -> dict:
+    """The C++ Params: every field but ``truncation`` (a string). The headers
+    truncate when the step count before the step reaches ``max_steps``
+    (JaxMARL's test), so they get ``max_episode_steps - 1`` for either
+    convention (``max_steps`` itself with JaxMARL's)."""
+    out = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "truncation"}
+    out["max_steps"] = _episode_steps(p) - 1
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class MPESimpleSpreadParams:
     """JaxMARL ``SimpleSpreadMPE`` defaults (and ``default_params.py``)."""
@@ -84,7 +119,9 @@ class MPESimpleSpreadParams:
     num_agents: int = 3
     num_landmarks: int = 3  # <= num_agents (landmarks live in per-agent slots)
     local_ratio: float = 0.5  # weight of the local collision penalty
-    max_steps: int = 25  # an episode has max_steps + 1 steps, as in JaxMARL
+    max_steps: int = 25  # an episode has max_steps + 1 steps, as in JaxMARL (see truncation)
+    # "jaxmarl": max_steps + 1 steps per episode; "mpe2": max_steps (max_cycles)
+    truncation: str = "jaxmarl"
     dt: float = 0.1
     damping: float = 0.25
     contact_force: float = 100.0
@@ -101,7 +138,7 @@ class MPESimpleSpreadParams:
             raise ValueError(f"{env}: num_landmarks={self.num_landmarks} > num_agents="
                              f"{self.num_agents}; jaxwarp stores landmark l in agent slot l, "
                              "so at most num_agents landmarks are supported")
-        _check_int(env, "max_steps", self.max_steps, 0)
+        _check_episode(env, self)
         if not 0.0 <= self.local_ratio <= 1.0:
             raise ValueError(f"{env}: local_ratio={self.local_ratio!r}; expected 0 <= "
                              "local_ratio <= 1")
@@ -109,6 +146,12 @@ class MPESimpleSpreadParams:
             _check_positive(env, name, getattr(self, name))
         if not 0.0 <= self.damping <= 1.0:
             raise ValueError(f"{env}: damping={self.damping!r}; expected 0 <= damping <= 1")
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode (``jaxwarp.core.episode_length``): max_steps + 1
+        with JaxMARL's truncation, max_steps with mpe2's."""
+        return _episode_steps(self)
 
 
 @struct.dataclass
@@ -212,7 +255,7 @@ def _finish(p, key_data, s: MPEState, moved: dict, reward: jax.Array, observe, n
     """Episode bookkeeping and masked auto-reset, as the generated kernels do."""
     t = s.timestep + 1
     episode_return = jnp.where((t == 1)[:, None], F32(0), s.episode_return) + reward
-    truncated = s.timestep >= p.max_steps
+    truncated = t >= _episode_steps(p)  # JaxMARL: s.timestep >= max_steps
     terminated = jnp.zeros_like(truncated)
     done = truncated
     fresh = _fresh(num_landmarks, key_data, s.x.shape[0], s.x.shape[1])
@@ -285,6 +328,7 @@ SPREAD_SPEC = EnvSpec(
     nvec=lambda p: (5,),
     reference_reset=spread_reset,
     reference_step=spread_step,
+    kernel_params=_kernel_params,
 )
 
 
@@ -303,7 +347,9 @@ class MPESimpleTagParams:
     num_good_agents: int = 1
     num_adversaries: int = 3
     num_obs: int = 2  # obstacles (landmarks); <= num_good_agents + num_adversaries
-    max_steps: int = 25  # an episode has max_steps + 1 steps, as in JaxMARL
+    max_steps: int = 25  # an episode has max_steps + 1 steps, as in JaxMARL (see truncation)
+    # "jaxmarl": max_steps + 1 steps per episode; "mpe2": max_steps (max_cycles)
+    truncation: str = "jaxmarl"
     dt: float = 0.1
     damping: float = 0.25
     contact_force: float = 100.0
@@ -327,12 +373,18 @@ class MPESimpleTagParams:
                              f"num_adversaries={self.num_good_agents + self.num_adversaries}; "
                              "jaxwarp stores obstacle l in agent slot l, so at most "
                              "num_agents obstacles are supported")
-        _check_int(env, "max_steps", self.max_steps, 0)
+        _check_episode(env, self)
         for name in ("dt", "contact_margin", "adversary_size", "good_size", "obs_size", "mass",
                      "adversary_max_speed", "good_max_speed"):
             _check_positive(env, name, getattr(self, name))
         if not 0.0 <= self.damping <= 1.0:
             raise ValueError(f"{env}: damping={self.damping!r}; expected 0 <= damping <= 1")
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode (``jaxwarp.core.episode_length``): max_steps + 1
+        with JaxMARL's truncation, max_steps with mpe2's."""
+        return _episode_steps(self)
 
     @property
     def num_agents(self) -> int:
@@ -415,6 +467,7 @@ TAG_SPEC = EnvSpec(
     nvec=lambda p: (5,),
     reference_reset=tag_reset,
     reference_step=tag_step,
+    kernel_params=_kernel_params,
     policy_groups=lambda p: {"adversary": np.arange(p.num_adversaries),
                              "agent": np.arange(p.num_adversaries, p.num_agents)},
 )

@@ -147,6 +147,12 @@ class TagContinuousParams:
             self.num_other_agents_observed)
         return NUM_FEATURES * slots + 1
 
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode at most (episode_length; sooner when every runner is tagged;
+        ``jaxwarp.core.episode_length``)."""
+        return self.episode_length
+
 
 # Named configurations of the spec ("configurations used for comparison").
 CONFIGS: dict[str, dict[str, Any]] = {

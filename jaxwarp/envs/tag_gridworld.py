@@ -96,6 +96,12 @@ class TagGridworldParams:
     def obs_dim(self) -> int:
         return 4 * self.num_agents + 1 if self.use_full_observation else 6
 
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode at most (episode_length; sooner when the runner is tagged;
+        ``jaxwarp.core.episode_length``)."""
+        return self.episode_length
+
 
 # Named configurations: WarpDrive's training run (the defaults) and the
 # defaults of its TagGridWorld constructor.
