@@ -4,7 +4,9 @@
 // One head of one row is `jax.random.categorical(key_h, logits_h)` with jax's
 // default ("low") Gumbel mode, reproduced draw for draw:
 //   bits_j   = 32 random bits of flat element j of the head's draw over the
-//              whole member, [rows_per_member, n] (see `categorical_bits`)
+//              whole member, [draw_rows, n] (see `categorical_bits`); a call
+//              over a block of those rows (one device's shard) starts at the
+//              block's global first row, so it draws the same bits
 //   u_j      = jax.random.uniform(minval=FLT_MIN): the mantissa trick
 //   g_j      = -log(-log(u_j))
 //   action   = argmax_j (logits_j + g_j), first maximum (NaN counts as the
@@ -123,7 +125,7 @@ struct HeadSample {
 
 // One head of one row, sequentially (the XLA:CPU path). x: f32[n], this row's
 // logits of the head; `first` = flat index of x[0] in the head's draw
-// (local_row * n), `size` = rows_per_member * n.
+// (global_row * n), `size` = draw_rows * n.
 JW_HD HeadSample sample_head(const float* x, int32_t n, uint32_t k0, uint32_t k1,
                              uint64_t first, uint64_t size, bool partitionable) {
   HeadAcc acc = head_acc_init();

@@ -18,8 +18,9 @@
 // Heads of more than 64 choices (`SampleWarpKernel`): a warp per (row, head)
 // reading global memory directly (already coalesced), merging with shuffles.
 //
-// Random bits depend only on (member key, head, local row, element), never on
-// the launch configuration.
+// Random bits depend only on (member key, head, global row, element), never on
+// the launch configuration: the global row is the call's row within its member
+// plus the member's row offset (a device's block of a sharded batch).
 #include <cuda_runtime.h>
 
 #include "sampler_kernels.h"
@@ -148,11 +149,12 @@ __global__ void __launch_bounds__(kThreads, 8)
     const int n = p.nvec[h];
     const int64_t row = row0 + r;
     const int64_t member = member_of(row, b);
-    const uint64_t local = static_cast<uint64_t>(row - member * b.rows_per_member);
+    const uint64_t local = static_cast<uint64_t>(row - member * b.rows_per_member) +
+                           __ldg(b.row_offsets + member);
     const uint32_t k0 = __ldg(b.keys + 2 * (member * num_heads + h));
     const uint32_t k1 = __ldg(b.keys + 2 * (member * num_heads + h) + 1);
     const uint64_t first = local * static_cast<uint64_t>(n);
-    const uint64_t size = static_cast<uint64_t>(b.rows_per_member) * static_cast<uint64_t>(n);
+    const uint64_t size = static_cast<uint64_t>(b.draw_rows) * static_cast<uint64_t>(n);
     float lp;
     acts[r * num_heads + h] = sample_pair<G>(tile + r * stride + p.offset[h], n, k0, k1, first,
                                              size, partitionable, &lp);
@@ -190,11 +192,12 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = row0 + r;
     const float* x = b.logits + row * p.row_len + p.offset[h];
     const int64_t member = member_of(row, b);
-    const uint64_t local = static_cast<uint64_t>(row - member * b.rows_per_member);
+    const uint64_t local = static_cast<uint64_t>(row - member * b.rows_per_member) +
+                           __ldg(b.row_offsets + member);
     const uint32_t k0 = __ldg(b.keys + 2 * (member * num_heads + h));
     const uint32_t k1 = __ldg(b.keys + 2 * (member * num_heads + h) + 1);
     const uint64_t first = local * static_cast<uint64_t>(n);
-    const uint64_t size = static_cast<uint64_t>(b.rows_per_member) * static_cast<uint64_t>(n);
+    const uint64_t size = static_cast<uint64_t>(b.draw_rows) * static_cast<uint64_t>(n);
 
     HeadAcc acc = head_acc_init();
     for (int j = lane; j < n; j += 32) {

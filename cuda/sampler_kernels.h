@@ -12,12 +12,14 @@ namespace sampler {
 
 // Device pointers and sizes of one call (see ffi/sampler_ffi.h: Layout).
 struct SamplerBuffers {
-  const uint32_t* keys;    // [members, H, 2]
-  const float* logits;     // [rows, sum(nvec)]
-  int32_t* actions;        // [rows, H]
-  float* log_prob;         // [rows]
+  const uint32_t* keys;         // [members, H, 2]
+  const float* logits;          // [rows, sum(nvec)]
+  const uint32_t* row_offsets;  // [members]: global index of the member's first row
+  int32_t* actions;             // [rows, H]
+  float* log_prob;              // [rows]
   int64_t rows;
   int64_t rows_per_member;
+  int64_t draw_rows;            // rows of a member's whole draw (counter layout)
 };
 
 // Enqueues one sampling of every row on `stream`. Asynchronous: never

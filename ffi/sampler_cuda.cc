@@ -13,18 +13,21 @@ namespace {
 
 ffi::Error SampleCategoricalCuda(cudaStream_t stream, ffi::Buffer<ffi::U32> keys,
                                  ffi::Buffer<ffi::F32> logits,
+                                 ffi::Buffer<ffi::U32> row_offsets,
                                  ffi::ResultBuffer<ffi::S32> actions,
                                  ffi::ResultBuffer<ffi::F32> log_prob,
-                                 ffi::Span<const int32_t> nvec, int32_t partitionable) {
+                                 ffi::Span<const int32_t> nvec, int32_t partitionable,
+                                 int64_t draw_rows) {
   SamplerParams p;
   Layout lay;
-  if (auto err = MakeSampler(nvec, partitionable, keys.element_count(),
-                             logits.element_count(), actions->element_count(),
-                             log_prob->element_count(), &p, &lay);
+  if (auto err = MakeSampler(nvec, partitionable, draw_rows, keys.element_count(),
+                             logits.element_count(), row_offsets.element_count(),
+                             actions->element_count(), log_prob->element_count(), &p, &lay);
       !err.success())
     return err;
-  SamplerBuffers b{keys.typed_data(), logits.typed_data(), actions->typed_data(),
-                   log_prob->typed_data(), lay.rows, lay.rows_per_member};
+  SamplerBuffers b{keys.typed_data(),    logits.typed_data(), row_offsets.typed_data(),
+                   actions->typed_data(), log_prob->typed_data(), lay.rows,
+                   lay.rows_per_member,  lay.draw_rows};
   const cudaError_t err = LaunchSampler(p, b, stream);
   if (err == cudaSuccess) return ffi::Error::Success();
   return ffi::Error::Internal(std::string("jaxwarp sample_categorical kernel: ") +
@@ -43,8 +46,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxwarpSampleCategoricalCuda,
                                   .Ctx<xffi::PlatformStream<cudaStream_t>>()
                                   .Arg<xffi::Buffer<xffi::U32>>()
                                   .Arg<xffi::Buffer<xffi::F32>>()
+                                  .Arg<xffi::Buffer<xffi::U32>>()
                                   .Ret<xffi::Buffer<xffi::S32>>()
                                   .Ret<xffi::Buffer<xffi::F32>>()
                                   .Attr<xffi::Span<const int32_t>>("nvec")
-                                  .Attr<int32_t>("partitionable"),
+                                  .Attr<int32_t>("partitionable")
+                                  .Attr<int64_t>("draw_rows"),
                               {xffi::Traits::kCmdBufferCompatible});

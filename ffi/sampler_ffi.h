@@ -14,18 +14,25 @@ namespace ffi = xla::ffi;
 
 // How the flat buffers split into vmap batch members and rows. Under
 // `vmap_method="broadcast_all"` every batch axis is folded into the leading
-// axes of the logits and the keys arrive as u32[members, H, 2]; member `m`
-// owns rows [m * rows_per_member, (m + 1) * rows_per_member) and counts its
-// random draws from its own first row, as a Python loop over members would.
+// axes of the logits, the keys arrive as u32[members, H, 2] and the row
+// offsets as u32[members]; member `m` owns rows
+// [m * rows_per_member, (m + 1) * rows_per_member) of this call, which are
+// rows [row_offset[m], row_offset[m] + rows_per_member) of the member's whole
+// draw of `draw_rows` rows: a call over one device's block of a sharded batch
+// counts its random draws from the block's global first row, so it draws the
+// numbers of the unsharded call.
 struct Layout {
   int64_t rows;
   int64_t rows_per_member;
+  int64_t draw_rows;  // rows of the member's whole draw (>= rows_per_member)
 };
 
 // Attributes exactly as `jaxwarp/sampler.py::_sample_ffi` passes them. Python
 // validates first; these checks guard against a call that bypassed it.
+// draw_rows: the `draw_rows` attribute (0: this call's own rows per member).
 inline ffi::Error MakeSampler(ffi::Span<const int32_t> nvec, int32_t partitionable,
-                              int64_t key_elements, int64_t logit_elements,
+                              int64_t draw_rows, int64_t key_elements,
+                              int64_t logit_elements, int64_t offset_elements,
                               int64_t action_elements, int64_t log_prob_elements,
                               SamplerParams* p, Layout* lay) {
   const int64_t h = static_cast<int64_t>(nvec.size());
@@ -53,6 +60,11 @@ inline ffi::Error MakeSampler(ffi::Span<const int32_t> nvec, int32_t partitionab
   if (lay->rows % members != 0)
     return ffi::Error::InvalidArgument("row count is not a multiple of the key count");
   lay->rows_per_member = lay->rows / members;
+  if (offset_elements != members)
+    return ffi::Error::InvalidArgument("row offsets must be u32[members] (one per key)");
+  if (draw_rows < 0 || (draw_rows > 0 && draw_rows < lay->rows_per_member))
+    return ffi::Error::InvalidArgument("draw_rows must be 0 or >= the rows per member");
+  lay->draw_rows = draw_rows > 0 ? draw_rows : lay->rows_per_member;
   if (action_elements != lay->rows * h || log_prob_elements != lay->rows)
     return ffi::Error::InvalidArgument("output buffers do not match the logits");
   return ffi::Error::Success();

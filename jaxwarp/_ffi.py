@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 
 def _load(name: str):
@@ -51,3 +54,148 @@ def gpu_available() -> bool:
         return any(d.platform == "gpu" for d in jax.devices("gpu"))
     except RuntimeError:
         return False
+
+
+# ---------------------------------------------------------------------------
+# Partitioning rule of the env-indexed FFI calls (env reset/step, sampler).
+# ---------------------------------------------------------------------------
+def env_partitioned_call(fn: Callable[..., Sequence[jax.Array]], args: Sequence[jax.Array],
+                         env_args: Sequence[bool], num_envs: int, name: str,
+                         batch_dims: int = 0) -> tuple[jax.Array, ...]:
+    """Runs ``fn(None, num_envs, *args)`` as one op that ``jax.jit`` partitions
+    along the env axis without moving data between devices.
+
+    ``fn(env_offset, local_envs, *args) -> tuple of arrays`` makes the FFI
+    call of ``local_envs`` envs: ``env_offset`` is None (unpartitioned) or a
+    u32 scalar, the global index of this call's first env, which fn adds to
+    the offset it passes to the kernel (so random streams stay keyed by the
+    global env index). Every output has the env axis at ``batch_dims`` (after
+    the leading vmap axes); ``env_args[i]`` says whether ``args[i]`` has it
+    too (state, actions, logits) or not (keys). fn must accept any number of
+    leading batch (vmap) axes on every arg, the same on all args, as an
+    ``ffi_call(..., vmap_method="broadcast_all")`` does.
+
+    The rule (a ``custom_partitioning`` with a Shardy ``sharding_rule``):
+
+    * env axis split over mesh axes (``P(..., "envs", ...)``), ``num_envs``
+      divisible by their size: each device runs fn over its own
+      ``num_envs / D`` envs with env_offset = its shard index times that, and
+      the outputs keep the split. No collective; results bit for bit those of
+      one device.
+    * env axis replicated (no sharding on it, e.g. a reset whose outputs
+      nothing constrains): every device runs all envs (replicated outputs,
+      identical on every device), no collective.
+    * the other axes (agents, features, key words) are replicated first
+      (``need_replication``): an input sharded on one of them is all-gathered
+      before the call, the only case that moves data; num_envs not divisible
+      by the shards likewise gives a replicated call.
+    * leading vmap axes pass through: their split is kept (each vmap member
+      carries its own key and offset word).
+
+    On one device, inside ``shard_map`` (all axes manual) and in eager calls
+    it is fn itself. Under ``jax.vmap`` the batched call is this op again with
+    one more batch axis (unbatched args are broadcast, as broadcast_all does).
+    """
+    args = tuple(args)
+    env_args = tuple(bool(b) for b in env_args)
+    return _batched_call(fn, env_args, int(num_envs), name, int(batch_dims))(*args)
+
+
+def _batched_call(fn, env_args, num_envs, name, nb):
+    from jax.custom_batching import custom_vmap
+
+    @custom_vmap
+    def call(*args):
+        return tuple(_partitioned(fn, env_args, num_envs, name, nb)(*args))
+
+    @call.def_vmap
+    def rule(axis_size, in_batched, *args):
+        # Batched args arrive with the vmap axis first; broadcast the others.
+        args = [a if b else jnp.broadcast_to(a, (axis_size,) + a.shape)
+                for a, b in zip(args, in_batched)]
+        outs = _batched_call(fn, env_args, num_envs, name, nb + 1)(*args)
+        return outs, tuple(True for _ in outs)
+
+    return call
+
+
+def _partitioned(fn, env_args, num_envs, name, nb):
+    from jax.experimental.custom_partitioning import custom_partitioning
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    def whole(*args):
+        return tuple(fn(None, num_envs, *args))
+
+    op = custom_partitioning(whole)
+
+    def specs(shapes):
+        """(batch entries, env entry) read off the shardings jit chose."""
+        for s in shapes:
+            sh = getattr(s, "sharding", None)
+            if isinstance(sh, NamedSharding) and s.ndim > nb:
+                spec = tuple(sh.spec) + (None,) * (s.ndim - len(sh.spec))
+                return sh.mesh, spec[:nb], spec[nb]
+        return None, (None,) * nb, None
+
+    def env_shape_args(arg_shapes, result_shape):
+        # Results first: they carry the sharding the user asked for (a reset
+        # has no env-indexed operand).
+        outs = [s for s in jax.tree.leaves(result_shape)]
+        ins = [s for s, e in zip(arg_shapes, env_args) if e]
+        return outs + ins
+
+    def partition(mesh, arg_shapes, result_shape):
+        found_mesh, batch, env = specs(env_shape_args(arg_shapes, result_shape))
+        names = () if env is None else ((env,) if isinstance(env, str) else tuple(env))
+        shards = 1
+        for a in names:
+            shards *= mesh.shape[a]
+        if found_mesh is None or num_envs % shards != 0:
+            names, env, shards = (), None, 1
+
+        def spec_of(ndim, has_env):
+            rest = ndim - nb - (1 if has_env else 0)
+            return NamedSharding(mesh, P(*batch, *((env,) if has_env else ()), *(None,) * rest))
+
+        arg_sh = tuple(spec_of(s.ndim, e) for s, e in zip(arg_shapes, env_args))
+        out_sh = jax.tree.map(lambda s: spec_of(s.ndim, True), result_shape)
+        local = num_envs // shards
+
+        def lower(*args):
+            if not names:
+                return tuple(fn(None, num_envs, *args))
+            index = jax.lax.axis_index(names if len(names) > 1 else names[0])
+            offset = index.astype(jnp.uint32) * np.uint32(local)
+            return tuple(fn(offset, local, *args))
+
+        return mesh, lower, out_sh, arg_sh
+
+    def infer(mesh, arg_shapes, result_shape):
+        # GSPMD (jax_use_shardy_partitioner=False): outputs follow the
+        # env-indexed operands.
+        _, batch, env = specs([s for s, e in zip(arg_shapes, env_args) if e])
+        return jax.tree.map(
+            lambda s: NamedSharding(mesh, P(*batch, env, *(None,) * (s.ndim - nb - 1))),
+            result_shape)
+
+    def sharding_rule(mesh, operand_types, result_types):
+        batch = [f"b{i}" for i in range(nb)]
+        other: list[str] = []
+
+        def dims(tag, rank, has_env):
+            rest = [f"{tag}_{j}" for j in range(rank - nb - (1 if has_env else 0))]
+            other.extend(rest)
+            return " ".join(batch + (["e"] if has_env else []) + rest)
+
+        rank = lambda t: len(t.shape)  # noqa: E731 (ir.RankedTensorType)
+        ins = [dims(f"i{i}", rank(t), e) for i, (t, e) in
+               enumerate(zip(operand_types, env_args))]
+        outs = [dims(f"o{i}", rank(t), True) for i, t in enumerate(result_types)]
+        rule = ", ".join(ins) + " -> " + ", ".join(outs)
+        return rule, {"need_replication_factors": tuple(other)}
+
+    op.def_partition(partition, infer_sharding_from_operands=infer,
+                     propagate_user_sharding=None, sharding_rule=sharding_rule)
+    op.__name__ = name
+    return op

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp import _ffi
 from jaxwarp.core import key_data_of, resolve_backend
 
 MAX_HEADS = 32  # cuda/sampler.h: kMaxHeads
@@ -104,22 +105,58 @@ def _head_keys(key: jax.Array, key_data: jax.Array, num_heads: int) -> jax.Array
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
 def _sample_ffi(nvec: tuple[int, ...], backend: str, partitionable: bool,
                 head_keys: jax.Array, logits: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """FFI call. head_keys: u32[H, 2]; logits: f32[..., sum(nvec)]."""
-    batch = tuple(logits.shape[:-1])
-    out_types = (jax.ShapeDtypeStruct(batch + (len(nvec),), jnp.int32),
-                 jax.ShapeDtypeStruct(batch, jnp.float32))
-    # broadcast_all folds vmap's batch into the rows and the keys into
-    # u32[members, H, 2]; the kernels count each member's draws from its own
-    # first row (ffi/sampler_ffi.h: Layout).
-    actions, log_prob = jax.ffi.ffi_call(
-        f"jaxwarp_sample_categorical_{backend}", out_types, vmap_method="broadcast_all",
-    )(head_keys, logits, nvec=np.asarray(nvec, np.int32), partitionable=np.int32(partitionable))
+    """FFI call. head_keys: u32[H, 2]; logits: f32[..., sum(nvec)].
+
+    With a leading (env) axis, the call carries the partitioning rule of
+    `jaxwarp._ffi.env_partitioned_call`: under jit with logits split along
+    axis 0, each device samples its own rows in one launch, from their
+    global row index (the row offset), so the draws are the unsharded ones.
+    """
+    call = functools.partial(_sample_call, nvec, backend, partitionable, logits.shape[0]
+                             if logits.ndim >= 2 else 1)
+    if logits.ndim < 2:
+        actions, log_prob = call(None, 1, head_keys, logits)
+    else:
+        actions, log_prob = _ffi.env_partitioned_call(
+            call, (head_keys, logits), (False, True), logits.shape[0],
+            "jaxwarp_sample_categorical")
     # In a scan that stacks log_prob (a rollout), XLA:GPU's dynamic-slice
     # fusion would otherwise clone the call to write log_prob straight into
     # the stacked buffer, and run the sampler twice per step (measured on the
     # H100: 100 launches for 50 steps). Consumers cannot fuse into a custom
     # call anyway, so the barrier costs nothing.
     return jax.lax.optimization_barrier((actions, log_prob))
+
+
+def _sample_call(nvec: tuple[int, ...], backend: str, partitionable: bool, num_envs: int,
+                 offset: jax.Array | None, local_envs: int, head_keys: jax.Array,
+                 logits: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The FFI call over ``local_envs`` of the ``num_envs`` entries of the
+    logits' first row axis. head_keys: u32[..., H, 2] and logits
+    f32[..., local_envs, ..., sum(nvec)] with the same leading vmap axes (0
+    or more); offset: None or u32[], the global index of this call's first
+    entry of that axis."""
+    batch = tuple(head_keys.shape[:-2])
+    rows_shape = tuple(logits.shape[len(batch):-1])
+    per_env = int(np.prod(rows_shape[1:], dtype=np.int64))
+    draw_rows = num_envs * per_env  # rows per member of the whole draw
+    if offset is None:
+        row_offset = jnp.zeros(batch, jnp.uint32)
+    else:
+        if draw_rows > 2**32:
+            raise ValueError(f"sample_actions: a sharded draw takes at most 2**32 rows per key; "
+                             f"got {draw_rows}")
+        row_offset = jnp.broadcast_to(offset * np.uint32(per_env), batch)
+    out_types = (jax.ShapeDtypeStruct(tuple(logits.shape[:-1]) + (len(nvec),), jnp.int32),
+                 jax.ShapeDtypeStruct(tuple(logits.shape[:-1]), jnp.float32))
+    # broadcast_all folds vmap's batch into the rows, the keys into
+    # u32[members, H, 2] and the row offsets into u32[members]; the kernels
+    # count each member's draws from its own first row plus its row offset,
+    # in a draw of draw_rows rows (ffi/sampler_ffi.h: Layout).
+    return tuple(jax.ffi.ffi_call(
+        f"jaxwarp_sample_categorical_{backend}", out_types, vmap_method="broadcast_all",
+    )(head_keys, logits, row_offset, nvec=np.asarray(nvec, np.int32),
+      partitionable=np.int32(partitionable), draw_rows=np.int64(draw_rows)))
 
 
 @_sample_ffi.defjvp
