@@ -1,10 +1,13 @@
-// MPE simple_tag (JaxMARL's simple_tag_v3, discrete actions): agents
-// 0 .. A-1 are adversaries (slower, larger) that chase good agents A .. N-1
-// among L obstacles; +10 to every adversary per adversary/good contact, -10
-// to the good agent touched, and a penalty for good agents leaving [-1, 1].
+// MPE simple_tag (mpe2's simple_tag_v3, discrete actions; JaxMARL's
+// simple_tag_v3 where it agrees): agents 0 .. A-1 are adversaries (slower,
+// larger) that chase good agents A .. N-1 among L obstacles; +10 to every
+// adversary per adversary/good contact, -10 to a good agent per adversary
+// touching it, and a penalty for good agents leaving [-1, 1].
 // Written against jaxwarp's authoring API (cuda/jaxwarp_env.h) like any user
 // env; spec and pure-JAX reference: jaxwarp/envs/mpe.py (same expressions as
-// JaxMARL's jaxmarl/environments/mpe/simple.py and simple_tag.py).
+// JaxMARL's jaxmarl/environments/mpe/simple.py and simple_tag.py for the
+// physics; rewards and observations as mpe2's simple_tag.py, which JaxMARL
+// reproduces only with one good agent: see docs/envs/mpe_simple_tag.md).
 //
 // Obstacle l lives in slot l of the per-agent fields lm_x / lm_y, so
 // num_obs <= num_agents (slots >= num_obs stay 0).
@@ -91,12 +94,11 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
     s.vx[i] = vx;
     s.vy[i] = vy;
   } else if (phase == 2) {
-    // c[g][b]: good agent g touches adversary b.
+    // hit(g, b): good agent g touches adversary b. A good agent counts its
+    // own row (mpe2; JaxMARL's clamped index gives every good agent the last
+    // good agent's row), an adversary every contact.
     const int good = n - p.num_adversaries;
-    // JaxMARL indexes its [good, adversary] table with g + num_adversaries,
-    // which jit clamps to the last row: every good agent gets the last good
-    // agent's collisions (the right row when there is one good agent).
-    const int row = adversary ? -1 : (i < good - 1 ? i : good - 1);
+    const int row = adversary ? -1 : i - p.num_adversaries;
     int total = 0, mine = 0;
     for (int g = 0; g < good; ++g) {
       const int gi = p.num_adversaries + g;
@@ -124,8 +126,9 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
 }
 
 // [vel (2), pos (2), obstacle - pos (2 L), other agent - pos (2 (N-1), by
-// index), then for adversaries the velocity of agent N-1 (2), for good
-// agents 2 zeros (JaxMARL's good agents see 2 fewer values)].
+// index), velocity of every other good agent (2 each, by index)], as mpe2:
+// 4 + 2 L + 2 (N-1) + 2 G entries for adversaries, 2 fewer for good agents
+// (who do not see their own velocity twice); their last 2 entries are 0.
 JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs) {
   const int i = a.agent;
   const int n = a.num_agents;
@@ -143,7 +146,13 @@ JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, flo
     obs[k++] = s.x[j] - s.x[i];
     obs[k++] = s.y[j] - s.y[i];
   }
-  const bool adversary = i < p.num_adversaries;
-  obs[k++] = adversary ? s.vx[n - 1] : 0.0f;
-  obs[k++] = adversary ? s.vy[n - 1] : 0.0f;
+  for (int j = p.num_adversaries; j < n; ++j) {
+    if (j == i) continue;
+    obs[k++] = s.vx[j];
+    obs[k++] = s.vy[j];
+  }
+  if (i >= p.num_adversaries) {  // padding to the adversaries' width
+    obs[k++] = 0.0f;
+    obs[k++] = 0.0f;
+  }
 }

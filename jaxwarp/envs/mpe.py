@@ -50,12 +50,17 @@ counter-based ones, not ``jax.random``'s.
 | reward | ``local_ratio * -(agents collided with) + (1 - local_ratio) * -sum_l min_i dist(agent i, landmark l)`` |
 | end | truncated after max_steps + 1 = 26 steps (``truncation="mpe2"``: max_steps = 25) |
 
-| simple_tag (agents 0..A-1 adversaries, A..N-1 good) | |
+| simple_tag (agents 0..A-1 adversaries, A..N-1 good; G = N - A) | |
 |---|---|
-| observation (f32[envs, N, 4 + 2 L + 2 (N - 1) + 2]) | vel, pos, obstacle - pos, other agent - pos, then adversaries: velocity of agent N-1; good agents: 2 zeros (JaxMARL's are 2 shorter) |
+| observation (f32[envs, N, 4 + 2 L + 2 (N - 1) + 2 G]) | vel, pos, obstacle - pos, other agent - pos, velocity of every other good agent (by index); good agents' rows end in 2 zeros (mpe2's are 2 shorter: `MPESimpleTag.agent_obs_dims`) |
 | action (i32[envs, N, 1]) | as simple_spread; accel 3 (adversary) / 4 (good), max speed 1.0 / 1.3 |
-| reward | adversary: +10 per adversary/good contact (any); good: -10 per contact of the *last* good agent (JaxMARL's clamped index; its own when there is one) minus the boundary penalty |
+| reward | adversary: +10 per adversary/good contact (any); good: -10 per adversary touching it, minus the boundary penalty |
 | end | truncated after max_steps + 1 = 26 steps (``truncation="mpe2"``: max_steps = 25) |
+
+simple_tag's rewards and observations follow mpe2 (``simple_tag.py``); JaxMARL
+agrees with one good agent (the default) and differs with more (each good
+agent gets the last good agent's contacts, adversaries see only the last good
+agent's velocity, good agents see no velocities): docs/envs/mpe_simple_tag.md.
 """
 
 from __future__ import annotations
@@ -392,20 +397,37 @@ class MPESimpleTagParams:
 
 
 def tag_obs_dim(p: MPESimpleTagParams) -> int:
-    return 4 + 2 * p.num_obs + 2 * (p.num_agents - 1) + 2
+    """An adversary's observation width (mpe2's); good agents' rows end in 2 zeros."""
+    return 4 + 2 * p.num_obs + 2 * (p.num_agents - 1) + 2 * p.num_good_agents
+
+
+def tag_agent_obs_dims(p: MPESimpleTagParams) -> tuple[int, ...]:
+    """Each agent's own observation width, as mpe2's spaces: `tag_obs_dim` for
+    adversaries, 2 fewer for good agents (the rest of their row is 0)."""
+    d = tag_obs_dim(p)
+    return tuple(d if i < p.num_adversaries else d - 2 for i in range(p.num_agents))
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def tag_observe(p: MPESimpleTagParams, s: MPEState) -> jax.Array:
-    """obs: f32[envs, agents, tag_obs_dim(p)]; good agents' last 2 are 0."""
+    """obs: f32[envs, agents, tag_obs_dim(p)]; good agents' last 2 are 0.
+
+    Row i: vel, pos, obstacle - pos, other agent - pos (by index), then the
+    velocity of every good agent other than i (by index), as mpe2.
+    """
+    n, na = p.num_agents, p.num_adversaries
     own = jnp.stack([s.vx, s.vy, s.x, s.y], axis=-1)
     rel = _interleave((_landmarks_rel(s.x, s.lm_x, p.num_obs),
                        _landmarks_rel(s.y, s.lm_y, p.num_obs)),
                       (_others(s.x), _others(s.y)))
-    adversary = (jnp.arange(p.num_agents) < p.num_adversaries)[None, :, None]
-    last_vel = jnp.stack([s.vx[:, -1], s.vy[:, -1]], -1)[:, None, :]
-    tail = jnp.where(adversary, last_vel, F32(0))
-    return jnp.concatenate([own, rel, tail], axis=-1)
+    # seen[i]: the good agents agent i sees the velocity of, padded with -1
+    # (a good agent does not list itself).
+    seen = np.array([[j for j in range(na, n) if j != i] + [-1] * (i >= na)
+                     for i in range(n)], np.int32).reshape(n, p.num_good_agents)
+    pad = seen < 0
+    vel = _interleave((jnp.where(pad, F32(0), s.vx[:, seen]),
+                       jnp.where(pad, F32(0), s.vy[:, seen])))
+    return jnp.concatenate([own, rel, vel], axis=-1)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2))
@@ -445,9 +467,9 @@ def tag_step(p: MPESimpleTagParams, key_data: jax.Array, s: MPEState, actions: j
     dy = y[:, na:, None] - y[:, None, :na]
     hit = jnp.sqrt(dx * dx + dy * dy) < F32(p.good_size) + F32(p.adversary_size)
     total = hit.sum((1, 2)).astype(jnp.int32)
-    # JaxMARL indexes hit with g + num_adversaries, clamped by jit to the last row.
-    rows = np.minimum(np.arange(na, n), p.num_good_agents - 1)
-    mine = hit[:, rows].sum(-1).astype(jnp.int32)  # [envs, good]
+    # A good agent's own contacts (mpe2; JaxMARL's clamped index gives every
+    # good agent the last good agent's).
+    mine = hit.sum(-1).astype(jnp.int32)  # [envs, good]
     good_rew = (-10 * mine).astype(jnp.float32) - (_bound(jnp.abs(x[:, na:]))
                                                     + _bound(jnp.abs(y[:, na:])))
     adv_rew = jnp.broadcast_to((10 * total).astype(jnp.float32)[:, None], (x.shape[0], na))
@@ -473,4 +495,19 @@ TAG_SPEC = EnvSpec(
 )
 
 
-MPESimpleTag = env_class(TAG_SPEC)  # JaxMARL simple_tag_v3 (discrete)
+class MPESimpleTag(env_class(TAG_SPEC)):  # type: ignore[misc]
+    """Batched mpe_simple_tag (mpe2's simple_tag_v3, discrete actions); see
+    the module docstring and docs/envs/mpe_simple_tag.md."""
+
+    @property
+    def agent_names(self) -> tuple[str, ...]:
+        """mpe2's names: ``adversary_0 .. adversary_{A-1}``, ``agent_0 .. agent_{G-1}``."""
+        p = self.params
+        return tuple([f"adversary_{i}" for i in range(p.num_adversaries)]
+                     + [f"agent_{i}" for i in range(p.num_good_agents)])
+
+    @property
+    def agent_obs_dims(self) -> tuple[int, ...]:
+        """Each agent's own observation width (`tag_agent_obs_dims`): the
+        leading entries of its row of ``obs``; the rest are 0."""
+        return tag_agent_obs_dims(self.params)
