@@ -388,17 +388,9 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   }
 
 #if defined(__CUDACC__)
-// Experiments only (JAXWARP_NVCC_FLAGS=-DJAXWARP_MIN_BLOCKS=4): blocks of
-// kMaxThreads the compiler keeps room for on one SM, which caps registers at
-// 64K / (kMaxThreads x JAXWARP_MIN_BLOCKS). Measured on the H100 for the
-// single-agent envs (64 registers at the default): 3 or 4 (40 or 32
-// registers, a little spilled) made no env faster, CartPole at 1M envs 21%
-// slower (experiments/results/bench_contract_envs_min_blocks_h100.json).
-#ifdef JAXWARP_MIN_BLOCKS
-#define JW_LAUNCH_BOUNDS __launch_bounds__(jaxwarp::kMaxThreads, JAXWARP_MIN_BLOCKS)
-#else
+// Blocks of at most kMaxThreads, and no minimum of blocks per SM: a tighter
+// register cap spills and makes no env faster.
 #define JW_LAUNCH_BOUNDS __launch_bounds__(jaxwarp::kMaxThreads)
-#endif
 // Two kernels per pass: state and scratch in global memory (_kernel) or
 // staged in shared memory (_kernel_staged); the layout picks one. Step has a
 // third, _kernel_solo (solo_kernel<ENV>(): state in registers), which runs

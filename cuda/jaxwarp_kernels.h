@@ -65,48 +65,27 @@ struct Layout {
 };
 
 constexpr int kTeamWords = 4;            // per env: term, trunc flags, 2 reduction words
-// Shared memory per block, in bytes (both may be set at build time, e.g.
-// JAXWARP_NVCC_FLAGS=-DJAXWARP_OBS_BUDGET=0, to compare layouts):
-// state + scratch staging, and all of shared memory: 2 blocks per H100 SM;
-#ifndef JAXWARP_STAGING_BUDGET
-#define JAXWARP_STAGING_BUDGET (110 * 1024)
-#endif
-// observation rows staged per pass: small enough that shared memory does not
-// cut the blocks an SM holds (Tag, 110 agents, H100: 16 KiB, rows in two
-// passes, 8 blocks per SM: 20.5 M env-steps/s; 48 KiB, one pass, 5 blocks:
-// 19.1 M; 9 KiB, four passes: 19.0 M; elements: 16.7 M;
-// experiments/tune_tag_layout.py).
-#ifndef JAXWARP_OBS_BUDGET
-#define JAXWARP_OBS_BUDGET (16 * 1024)
-#endif
-// A pass of staged rows keeps at least 1/JAXWARP_OBS_BUSY of the env's
-// threads busy (else the rows are written as elements). Tag, 110 agents,
-// kernel alone, per-round ratios: two passes of 57 rows 1.05x as fast as
-// three of 37 in 10.5 KiB (JAXWARP_OBS_BUSY=4), and 1.27x as fast as three
-// with registers capped at 48 (spilling) so that 10 blocks fit an SM
-// (experiments/tools/gpu_layout_ab.sh tag, tune_tag_occupancy_h100.json).
-#ifndef JAXWARP_OBS_BUSY
-#define JAXWARP_OBS_BUSY 2
-#endif
-constexpr int kStagingBudget = JAXWARP_STAGING_BUDGET;
-constexpr int kObsBudget = JAXWARP_OBS_BUDGET;
+// Shared memory per block, in bytes: state + scratch staging, and all of
+// shared memory: 2 blocks per H100 SM.
+constexpr int kStagingBudget = 110 * 1024;
+// Observation rows staged per pass: small enough that shared memory does not
+// cut the blocks an SM holds (Tag, 110 agents: rows in two passes keep 8
+// blocks per SM; all rows at once would cut them to 5).
+constexpr int kObsBudget = 16 * 1024;
+// A pass of staged rows keeps at least 1/kObsBusy of the env's threads busy
+// (else the rows are written as parts): fewer, fuller passes beat more
+// blocks per SM.
+constexpr int kObsBusy = 2;
 
 // Threads per env: one per agent, at most kMaxThreads (more agents loop);
 // envs per block: about kBlockThreads threads. The kernels are compiled for
 // blocks of at most kMaxThreads (__launch_bounds__), which caps their
 // registers.
-#ifndef JAXWARP_MAX_THREADS
-#define JAXWARP_MAX_THREADS 512
-#endif
-constexpr int kMaxThreads = JAXWARP_MAX_THREADS;
-// Threads per block where envs are smaller (several envs per block). 64 or
-// 32 measured no different for MPE and the gridworld at 2,000 and 20,000
-// envs (bench_contract_envs_block_threads_h100.json); nor did fewer envs per
-// block where few envs leave SMs idle (2,000 envs of 4 agents: 63 blocks on
-// 132 SMs; at least two blocks per SM instead: -2% to +3%, comparable to
-// the up to 1.5% that unaffected cases moved between identical builds;
-// bench_contract_envs_min_grid_h100.json): each warp's
-// chain of dependent steps, not the SMs in use, sets the time.
+constexpr int kMaxThreads = 512;
+// Threads per block where envs are smaller (several envs per block): each
+// warp's chain of dependent steps, not the SMs in use, sets the time, so
+// neither smaller blocks nor more of them where few envs leave SMs idle
+// help.
 constexpr int kBlockThreads = 128;
 
 inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
@@ -132,19 +111,16 @@ inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
   // worth of rows fit (all of the block's rows at once with several envs
   // per block); they start on a 16-byte boundary, with 4 words of slack so
   // that the copy out can shift them into line with the output (float4).
-  // (Tag at 1000 agents has no room beside its staged state. Staging its
-  // rows in the scratch that observe_part() does not read, 116 rows per
-  // pass built by (row, part) pairs, was correct (GPU = CPU bit for bit)
-  // but 3% slower kernel alone and 2% with the protocol than parts stored
-  // straight to the output: nine passes of two barriers cost more than the
-  // coalesced stores save; tag_obs_reuse*_h100.json.)
+  // (Tag at 1000 agents has no room beside its staged state; its parts go
+  // straight to the output: passes through scratch cost more barriers than
+  // the coalesced stores save.)
   const int64_t obs_at = (used + 15) / 16 * 16;
   int64_t room = kStagingBudget - obs_at;
   room = room < kObsBudget ? room : kObsBudget;
   const int64_t block_rows = static_cast<int64_t>(l.epb) * n;
   int64_t rows = obs_dim > 0 && room > 16 ? (room / 4 - 4) / obs_dim : 0;
   rows = rows < block_rows ? rows : block_rows;
-  const int64_t busy = (block_rows < l.tpe ? block_rows : l.tpe) / JAXWARP_OBS_BUSY;
+  const int64_t busy = (block_rows < l.tpe ? block_rows : l.tpe) / kObsBusy;
   const int64_t need = l.epb > 1 ? block_rows
                                  : (block_rows < 32 ? block_rows : (busy > 32 ? busy : 32));
   l.obs_staged = obs_dim > 0 && rows >= need;
@@ -430,15 +406,6 @@ __device__ inline typename E::State bind_env(const Call& c, const Layout& l, con
   return E::bind(ptr);
 }
 
-// Switches kept for experiments/tune_tag_layout.py --set kernel (build with
-// JAXWARP_NVCC_FLAGS=-DJAXWARP_EARLY_COPY_OUT=0 etc. to measure without).
-#ifndef JAXWARP_EARLY_COPY_OUT
-#define JAXWARP_EARLY_COPY_OUT 1
-#endif
-#ifndef JAXWARP_STATIONARY_PARTS
-#define JAXWARP_STATIONARY_PARTS 1
-#endif
-
 // Where a block stages observation rows bound for element `at` of the
 // output: f32 rows start `shift` words in, so that they line up with the
 // output for 16-byte stores (store_rows); bf16 rows at the start.
@@ -456,8 +423,7 @@ __device__ inline void store_obs_rows(const Call& c, int64_t at, const float* sr
 // Copies the env's state fields (not scratch) from src to dst: global to
 // shared memory with asynchronous copies (Async: cp.async, every word in
 // flight at once and none through a register; the caller's __syncthreads()
-// makes them visible), shared to global memory with plain stores. (16-byte
-// copies where rows line up measured no faster: tune_kernel_large_h100.json.)
+// makes them visible), shared to global memory with plain stores.
 template <class E, bool Async>
 __device__ inline void copy_fields(const Call& c, const Lane& w, int tpe,
                                    const typename E::State& dst, const typename E::State& src) {
@@ -522,7 +488,7 @@ __device__ inline void observe_parts_block(const typename E::Params& p,
   const int n = c.n, dim = c.obs_dim;
   const int parts = observe_parts(p);
   Agent a = proto;
-  if (JAXWARP_STATIONARY_PARTS && parts <= l.tpe) {
+  if (parts <= l.tpe) {
     const int sweep = l.tpe / parts;
     if (w.lane >= sweep * parts) return;
     const int part = w.lane % parts;
@@ -590,10 +556,7 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
     return;
   }
   // One env per block: its rows in passes of R (any thread may write any
-  // agent's row: observe() only reads the state). (Building the staged
-  // rows from (row, part) pairs, so that all 110 of Tag's threads work on
-  // a pass of 57 rows rather than 57 of them, measured no faster:
-  // 1.00-1.01x, tag_rows_by_parts*_h100.json.)
+  // agent's row: observe() only reads the state).
   const int R = obs_rows_per_pass(l, dim);
   for (int r0 = 0; r0 < n; r0 += R) {
     const int rows = n - r0 < R ? n - r0 : R;
@@ -621,13 +584,9 @@ __device__ inline void finish_env(const typename E::Params& p, const typename E:
                                   const typename E::State& g, const Call& c, const Layout& l,
                                   const Lane& w, const Team& t, int32_t* smem,
                                   const Agent& proto) {
-  if (Staged && JAXWARP_EARLY_COPY_OUT) copy_fields<E, false>(c, w, l.tpe, g, s);
+  if (Staged) copy_fields<E, false>(c, w, l.tpe, g, s);
   detail::run_team_pass<E>(p, s, t, kBeforeObserve);
   observe_block<E, Staged>(p, s, c, l, w, smem, proto);
-  if (Staged && !JAXWARP_EARLY_COPY_OUT) {
-    __syncthreads();
-    copy_fields<E, false>(c, w, l.tpe, g, s);
-  }
 }
 
 template <class E, bool Staged>
@@ -712,12 +671,9 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
 // trip to memory of their own. The agent index is the constant 0, so that
 // every field access resolves to a register. Same bits as step_kernel_body:
 // the same calls in the same order on the same values.
-#ifndef JAXWARP_SOLO
-#define JAXWARP_SOLO 1
-#endif
 template <class E>
 JW_HD constexpr bool solo_kernel() {
-  return JAXWARP_SOLO && E::kFields == E::kStateFields && !detail::has_team_pass<E>::value;
+  return E::kFields == E::kStateFields && !detail::has_team_pass<E>::value;
 }
 
 template <class E>
@@ -752,9 +708,6 @@ __device__ inline void solo_step_kernel_body(const typename E::Params& p, const 
   }
   const bool d = any_term || any_trunc;
   const Agent a0{env, 0, 1, k0, k1, 0u};
-  // (Gathering the envs that reset onto the block's first threads, so that
-  // one warp runs reset() rather than every warp with a finished env,
-  // measured no faster: bench_contract_envs_solo_variants_h100.json.)
   if (d && c.autoreset) reset(p, s, a0);
   if (w.active) {
     JW_UNROLL

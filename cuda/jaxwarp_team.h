@@ -29,11 +29,6 @@ namespace jaxwarp {
 
 constexpr int kBeforeObserve = -1;  // the phase argument of the pass before observe()
 
-// Switches kept for experiments/tune_tag_layout.py --set kernel.
-#ifndef JAXWARP_WARP_SCAN
-#define JAXWARP_WARP_SCAN 1
-#endif
-
 // Float -> uint32 with the same order (for packed atomic min); -0 is +0 and
 // NaN sorts last.
 JW_HD uint32_t ordered_bits(float v) {
@@ -136,7 +131,6 @@ struct Team {
   // a from several threads); a is the env's own array.
   JW_HD void inclusive_scan(int32_t* a, int count) const {
 #if defined(__CUDA_ARCH__)
-#if JAXWARP_WARP_SCAN
     // The env's lanes 0..31 are one whole warp when its threads are whole
     // warps, or when it has the block to itself (and 32+ threads): the same
     // for every env of a launch.
@@ -159,7 +153,6 @@ struct Team {
       __syncthreads();
       return;
     }
-#endif
     // In W chunks: each of W lanes scans its chunk, the leader chains the
     // chunk ends, then each chunk adds its offset.
     const int W = stride < 64 ? stride : 64;
@@ -276,10 +269,8 @@ constexpr int kNoNeighbour = -1;
 
 // Cells per side for n agents in an arena of side `length` (about four agents
 // per cell, at most 64 x 64): the same on every backend and in Python
-// (jaxwarp.authoring.grid_side sizes the scratch with it). Four per cell
-// measured 1.04x as fast as two at Tag's `large` (kernel alone; 1.03x with
-// the protocol), six and eight 1.03-1.04x (tag_grid_density*_h100.json):
-// fewer, fuller cells, fewer ring steps per search.
+// (jaxwarp.authoring.grid_side sizes the scratch with it). Fewer, fuller
+// cells than two per agent mean fewer ring steps per search.
 constexpr float kGridAgentsPerCell = 4.0f;
 JW_HD int grid_side(int n) {
   int g = static_cast<int>(ceilf(sqrtf((1.0f / kGridAgentsPerCell) * static_cast<float>(n))));
@@ -382,12 +373,9 @@ namespace detail {
 JW_HD bool before(float d2, int j, float d2b, int jb) {
   return d2 < d2b || (d2 == d2b && j < jb);
 }
-// Inserts (d2, j) into the list (bd, bi)[0..K) kept in (d2, id) order.
-// (A branch-free version on 64-bit (d2 bits, id) keys measured 10% slower
-// at Tag's `large`: tune_kernel5_large_h100.json; one comparison per slot
-// and selects, 4% slower: tune_search_large_h100.json; this insert on
-// 64-bit keys, one unsigned comparison per before(), 12% slower
-// (tag_key64_h100.log; ptxas spilled 28 bytes in that build).)
+// Inserts (d2, j) into the list (bd, bi)[0..K) kept in (d2, id) order
+// (branches on float comparisons: the branch-free and 64-bit-key forms were
+// slower).
 template <int K>
 JW_HD void insert(float d2, int j, float* bd, int* bi) {
   if (!before(d2, j, bd[K - 1], bi[K - 1])) return;
@@ -430,10 +418,8 @@ JW_HD float cell_bound2(float gap_x, float gap_y, float cs) {
 // nearest possible point could still enter the list (its bound is not above
 // the current K-th distance), and the rings stop once every unvisited cell is
 // beyond it. The list is the same as a scan of every agent: what is skipped
-// is strictly farther than the K-th (d2, id) pair already held. (Rings 0
-// and 1 visited nearest cell first, the quadrant toward the point before the
-// rest, gave the same lists and measured 4% slower at Tag's `large`, kernel
-// alone and with the protocol: tag_parts*_h100.json, -DJAXWARP_RING1_FIRST.)
+// is strictly farther than the K-th (d2, id) pair already held. Cells are
+// visited in plain row order (nearest-first orders were slower).
 template <int K>
 JW_HD void grid_nearest(const NeighbourGrid& gr, int self, float x, float y, float r2,
                         int32_t* out) {

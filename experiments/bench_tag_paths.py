@@ -33,7 +33,6 @@ import jax
 import jax.numpy as jnp
 
 from bench_env import bytes_per_env_step, measure_bandwidth  # same folder
-from envvars import env_vars  # same folder
 
 from jaxwarp.benchmark import protocol_actions
 from jaxwarp.envs import tag_continuous as tc
@@ -44,8 +43,11 @@ CASES = [("warpdrive_default", 2000, 200), ("large", 2000, 40)]
 def make_env(kind: str, config: str):
     params = tc.TagContinuousParams(**tc.CONFIGS[config])
     if kind == "contract_grid":  # the grid search at any size (same lists as the scan)
-        with env_vars(JAXWARP_TAG_GRID_MIN_AGENTS="1"):
+        saved, tc.GRID_MIN_AGENTS = tc.GRID_MIN_AGENTS, 1  # read when the env is made
+        try:
             return tc.TagContinuous(params, backend="cuda")
+        finally:
+            tc.GRID_MIN_AGENTS = saved
     return tc.TagContinuous(params, backend="jax" if kind == "jax" else "cuda")
 
 

@@ -335,32 +335,18 @@ def test_observation_path_follows_the_layout():
     assert (lay["epb"], lay["obs_staged"]) == (18, 0)
 
 
-@pytest.mark.parametrize("kw", [dict(config="warpdrive_default", episode_length=30),
-                                dict(SMALL, num_other_agents_observed=4)])
-def test_rows_and_parts_give_the_same_bits(kw, monkeypatch):
-    """The same sizes built twice on the CPU: observe() rows (the default
-    layout) and (agent, part) pairs (-DJAXWARP_OBS_BUDGET=0: no row staging)."""
-    from jaxwarp import authoring
-
-    def rollout(staged):
-        env = jaxwarp.make("tag_continuous", backend="cpu", **kw)
-        assert authoring.launch_layout(tc.SPEC, env.params, "cpu").obs_staged == staged
-        obs, state = env.reset(jax.random.key(3), 4)
-        out = [obs]
-        for t in range(40):
-            a = env.action_space.sample(jax.random.key(100 + t), (4, env.num_agents))
-            obs, state, reward, done, _ = env.step(jax.random.key(t), state, a)
-            out += [obs, reward, done]
-        return [np.asarray(x) for x in out]
-
-    monkeypatch.delenv("JAXWARP_CXX_FLAGS", raising=False)
-    rows = rollout(staged=1)
-    monkeypatch.setenv("JAXWARP_CXX_FLAGS", "-DJAXWARP_OBS_BUDGET=0")
-    parts = rollout(staged=0)
-    assert len(rows) == len(parts)
-    for a, b in zip(rows, parts):
-        np.testing.assert_array_equal(a, b)
-    assert any(np.asarray(x).any() for x in rows[1::3])  # observations are not all zero
+def test_search_kind_follows_the_agent_count(monkeypatch):
+    """The scan below GRID_MIN_AGENTS agents, the grid from there (partial
+    observations, k <= 16); the environment does not move the threshold
+    (JAXWARP_TAG_GRID_MIN_AGENTS was an experiment switch, deleted)."""
+    monkeypatch.setenv("JAXWARP_TAG_GRID_MIN_AGENTS", "1")
+    assert tc.GRID_MIN_AGENTS == 256
+    assert not tc._use_grid(tc.TagContinuousParams())  # 110 agents
+    assert tc._use_grid(tc.TagContinuousParams(**tc.CONFIGS["large"]))  # 1000 agents
+    assert not tc._use_grid(tc.TagContinuousParams(**tc.CONFIGS["large"],
+                                                   use_full_observation=True))
+    assert not tc._use_grid(tc.TagContinuousParams(**tc.CONFIGS["large"],
+                                                   num_other_agents_observed=17))
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -393,7 +379,8 @@ def test_grid_search_on_a_lattice_keeps_ties_and_cell_edges(spacing, backend, mo
             return np.asarray(env.step(jax.random.key(0), s, acts)[0])
 
     grid, ref = obs_of(backend), obs_of("jax")
-    monkeypatch.setenv("JAXWARP_TAG_GRID_MIN_AGENTS", "100000")
+    monkeypatch.setattr(tc, "GRID_MIN_AGENTS", 100000)  # the scan at this size
+    assert not tc._use_grid(tc.TagContinuousParams(**kw))
     scan = obs_of("cpu")
     np.testing.assert_array_equal(grid, ref)
     np.testing.assert_array_equal(grid, scan)

@@ -147,17 +147,7 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   }
 }
 
-// Ablations for experiments/tools/gpu_layout_ab.sh ablate (time breakdown
-// only; wrong observations): 1 writes every observation as zeros (the
-// features are not computed), 2 also skips this team pass (the neighbour
-// search with the compaction or the grid build before it; the kernel's
-// barrier after the pass stays).
-#ifndef JAXWARP_TAG_ABLATE
-#define JAXWARP_TAG_ABLATE 0
-#endif
-
 JW_HD void team_pass(const Params& p, const State& s, const jaxwarp::Team& team, int phase) {
-  if (JAXWARP_TAG_ABLATE >= 2) return;
   if (phase == jaxwarp::kBeforeObserve && !p.full_obs) {
     // The k nearest others still in the game, for every agent still in it.
     const int n = p.num_agents, k = p.k_observed;
@@ -215,12 +205,7 @@ JW_HD int observed_agent(const Params& p, const State& s, int i, int slot) {
 // kernel writes rows as their parts in order where the rows fit in shared
 // memory (110 agents), and (agent, part) pairs straight to the output
 // otherwise (1000 agents): the neighbour id and agent i's own values are read
-// once per 7 features. (At `large` the kernel alone ran 1.16x as fast as
-// with the former element-by-element observe_element(), 1.12x with the
-// protocol: tag_parts*_h100.json. Measured alike and not kept, within 2%
-// either way at both sizes: empty slots through selects instead of a
-// branch, the time written by part 0 instead of a part of its own;
-// together 3-6% slower at `large`: tag_parts_select*_h100.json.)
+// once per 7 features, not once per element.
 JW_HD int observe_parts(const Params& p) { return observed_slots(p) + 1; }
 
 template <class Put>
@@ -228,7 +213,7 @@ JW_HD void observe_part(const Params& p, const State& s, const jaxwarp::Agent& a
                         Put&& put) {
   const int slots = observed_slots(p);
   const int i = a.agent;
-  const bool shown = JAXWARP_TAG_ABLATE < 1 && s.seen[i] != 0;
+  const bool shown = s.seen[i] != 0;
   if (part == slots) {
     put(kFeatures * slots, shown ? static_cast<float>(s.timestep[0]) * p.time_scale : 0.0f);
     return;

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Any
 
 import jax
@@ -394,14 +393,17 @@ def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContin
 # ---------------------------------------------------------------------------
 # The env through the authoring contract: cuda/envs/tag_continuous.h + SPEC.
 # ---------------------------------------------------------------------------
+# Agents from which the k-nearest search uses the uniform grid instead of one
+# scan over the agents in the game. Both give the same lists: a speed choice
+# (on the H100 the scan wins at 110 agents, the grid at 1000;
+# docs/decisions.md, "Kernels").
+GRID_MIN_AGENTS = 256
+
+
 def _use_grid(p: TagContinuousParams) -> bool:
-    """The k-nearest search uses the uniform grid (many agents, partial obs).
-    Either search gives the same lists; the size from which the grid is used
-    is a speed choice (``JAXWARP_TAG_GRID_MIN_AGENTS`` overrides it for
-    experiments/bench_tag_paths.py)."""
-    min_agents = int(os.environ.get("JAXWARP_TAG_GRID_MIN_AGENTS", "256"))
+    """The k-nearest search uses the uniform grid (many agents, partial obs)."""
     return (not p.use_full_observation and p.num_other_agents_observed <= 16
-            and p.num_agents >= min_agents)
+            and p.num_agents >= GRID_MIN_AGENTS)
 
 
 def kernel_params(p: TagContinuousParams) -> dict[str, Any]:

@@ -1,0 +1,57 @@
+"""Kernel variants for experiments, kept out of the product: each is a patch
+here, applied to the source tree while an env is built and reverted after.
+
+The build cache keys on the text of every header a build reads, so a
+variant's library sits beside the shipped one and both can be timed side by
+side in one process (experiments/bench_contract_envs.py --variant=NAME.patch).
+Make the env inside the block: it is built, and its launch layout computed,
+when it is made. A run killed inside the block leaves the patch applied;
+`patch -p1 -R -i experiments/patches/NAME.patch` reverts it.
+
+| patch | what it changes |
+|---|---|
+| obs_parts_only.patch | no observation rows staged in shared memory (kObsBudget = 0): parts straight to the output wherever an env has observe_part() |
+| tag_ablate_features.patch | Tag writes every observation as zeros (time breakdown only: wrong observations) |
+| tag_ablate_search.patch | as above, and Tag's team pass (the neighbour search with its compaction or grid build) is skipped |
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+PATCHES = Path(__file__).resolve().parent
+ROOT = PATCHES.parent.parent
+
+
+def available() -> list[str]:
+    """The patch names this folder holds."""
+    return sorted(p.name for p in PATCHES.glob("*.patch"))
+
+
+def _patch(path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch", "-d", str(ROOT),
+                           "-i", str(path), *extra], capture_output=True, text=True)
+
+
+@contextlib.contextmanager
+def applied(name: str | None) -> Iterator[None]:
+    """The tree with experiments/patches/`name` applied inside the block
+    (None or "": the tree as it is)."""
+    if not name:
+        yield
+        return
+    path = PATCHES / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no patch {name!r} in {PATCHES}; have {available()}")
+    check = _patch(path, "-N", "--dry-run")
+    if check.returncode != 0:
+        raise RuntimeError(f"{name} does not apply to this tree (already applied, or the "
+                           f"code moved): {check.stdout}{check.stderr}")
+    _patch(path, "-N").check_returncode()
+    try:
+        yield
+    finally:
+        _patch(path, "-R").check_returncode()
