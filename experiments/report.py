@@ -533,11 +533,12 @@ def section_time_to_policy(root: Path) -> tuple[list[str], list[Source]]:
 
 
 SANITIZE = [
-    Source("sanitize_kernels_rows_h100.json", "python experiments/sanitize_kernels.py"),
+    Source("sanitize_kernels_rows_h100.json", "python experiments/sanitize_kernels.py --targets "
+           "goal_reach,mpe_simple_spread,tag_continuous,tag_gridworld"),
     Source("sanitize_kernels_tag_h100.json",
-           "python experiments/sanitize_kernels.py --envs tag_continuous"),
+           "python experiments/sanitize_kernels.py --targets tag_continuous"),
     Source("sanitize_kernels_single_agent_h100.json",
-           "python experiments/sanitize_kernels.py --envs cartpole,acrobot,pendulum,mountain_car"),
+           "python experiments/sanitize_kernels.py --targets cartpole,acrobot,pendulum,mountain_car"),
 ]
 
 
