@@ -345,7 +345,7 @@ def test_failed_run_in_an_existing_folder_writes_no_config(tmp_path, capsys):
     out.mkdir()
     code, _, _ = cli(capsys, "--out", str(out), *TINY, "env_params.foo=1")
     assert code == 2
-    assert sorted(p.name for p in out.iterdir()) == [".lock"]  # no config.yaml
+    assert sorted(p.name for p in out.iterdir()) == []  # no config.yaml, no stale .lock
 
 
 @pytest.mark.parametrize("text, match", [
@@ -383,3 +383,91 @@ def test_default_config_builds_for_every_env(env):
     c = load_config(None, [f"env={env}", "backend=jax"])
     assert c.env_config is None
     assert build_trainer(c).env.num_agents >= 1
+
+
+# ---------------------------------------------------------------------------
+# 5. Issue 30: Ctrl-C keeps the chunks done; a resume without a checkpoint
+#    says so; a finished run leaves no .lock.
+# ---------------------------------------------------------------------------
+def test_finished_run_leaves_no_lock_file(runs):
+    full, part = runs
+    assert not (full / ".lock").exists() and not (part / ".lock").exists()
+    _RunLock(full).release()  # the folder can be locked again
+
+
+def test_lock_released_by_its_holder_is_taken_by_the_next(tmp_path):
+    first = _RunLock(tmp_path)
+    assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
+    first.release()
+    assert not (tmp_path / ".lock").exists()
+    second = _RunLock(tmp_path)  # a new file, locked
+    with pytest.raises(RunLockedError):
+        _RunLock(tmp_path)
+    second.release()
+
+
+def _interrupt_after(monkeypatch, chunks: int, how: str) -> None:
+    """Ctrl-C after `chunks` chunks of a run: a real SIGINT to this process
+    (how="signal"), or KeyboardInterrupt raised by the progress bar's update
+    (how="raise", as where no SIGINT handler of ours is installed)."""
+    from jaxwarp.train import runner
+
+    calls = []
+    advance = runner._Progress.advance
+
+    def hooked(self, *args):
+        advance(self, *args)
+        calls.append(1)
+        if len(calls) == chunks:
+            if how == "signal":
+                os.kill(os.getpid(), signal.SIGINT)
+            else:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner._Progress, "advance", hooked)
+
+
+def test_ctrl_c_checkpoints_the_last_chunk_and_resume_continues(runs, tmp_path, capsys,
+                                                              monkeypatch):
+    full, _ = runs
+    out = tmp_path / "run"
+    _interrupt_after(monkeypatch, 1, "signal")
+    # Checkpoints every 6 updates: none was due when Ctrl-C came after update 2.
+    with pytest.raises(KeyboardInterrupt):
+        train_run(tiny_config("checkpoint_every=6"), out, progress=False)
+    monkeypatch.undo()
+    assert "saving a checkpoint at update 2" in capsys.readouterr().err
+    assert ckpt_steps(out) == [2]
+    assert [r["update"] for r in strict_rows(out)] == [1, 2]
+    assert not (out / ".lock").exists()
+    code, stdout, err = cli(capsys, "--resume", str(out))
+    assert code == 0, err
+    assert "8/8 updates" in stdout and "warning" not in err
+    assert metric_table(out) == metric_table(full)  # as if never interrupted
+
+
+def test_keyboard_interrupt_in_host_code_checkpoints_the_chunks_done(tmp_path, capsys,
+                                                                    monkeypatch):
+    out = tmp_path / "run"
+    _interrupt_after(monkeypatch, 2, "raise")
+    code, _, err = cli(capsys, "--out", str(out), *TINY, "checkpoint_every=6")
+    assert code == 130, err
+    assert ckpt_steps(out) == [4]
+    assert err.strip().splitlines()[-1] == (
+        f"jaxwarp train: interrupted; last checkpoint: update 4 in {out / 'checkpoints'}; "
+        f"continue with: jaxwarp train --resume {out}")
+    assert [r["update"] for r in strict_rows(out)] == [1, 2, 3, 4]
+
+
+def test_resume_without_a_checkpoint_says_it_starts_from_update_1(tmp_path, capsys):
+    out = tmp_path / "run"
+    part = train_run(tiny_config("checkpoint_every=6"), out, progress=False,
+                     stop_after_updates=4)
+    assert part.summary["updates"] == 4 and ckpt_steps(out) == []
+    code, stdout, err = cli(capsys, "--resume", str(out))
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("jaxwarp train:")]
+    assert lines == [f"jaxwarp train: warning: --resume {out}: no checkpoint was written "
+                     "before the run stopped; it starts from update 1 of 8"], err
+    assert "8/8 updates" in stdout
+    assert [r["update"] for r in strict_rows(out)] == list(range(1, 9))  # no duplicates

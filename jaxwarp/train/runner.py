@@ -27,7 +27,9 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Mapping
@@ -190,8 +192,12 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     JAX_COORDINATOR_ADDRESS asks for it); see the module docstring.
 
     Reliability: the run holds an exclusive lock on out_dir/.lock (released
-    on exit, also when killed), so a second run on the same folder fails
-    with RunLockedError. config.yaml is written once training starts; a
+    on exit, also when killed; the file is removed when the run ends), so a
+    second run on the same folder fails with RunLockedError. A first Ctrl-C
+    stops the run at the end of the current chunk and checkpoints it (a
+    second stops at once); KeyboardInterrupt is raised after the checkpoint
+    is written. A resume that finds no checkpoint starts from update 1 with
+    a CheckpointWarning saying so. config.yaml is written once training starts; a
     folder this call created is removed again if the run fails before. A
     resumed run falls back past unreadable checkpoints (CheckpointWarning
     naming each; moved to checkpoints_corrupt/) and raises CheckpointError
@@ -281,6 +287,10 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
                       f"(checkpoint {out / 'checkpoints' / str(done_updates)})",
                       file=sys.stderr)
         else:
+            if resume and primary:  # not silently: the updates logged before are redone
+                warnings.warn(f"--resume {out}: no checkpoint was written before the run "
+                              f"stopped; it starts from update 1 of {num_updates}",
+                              CheckpointWarning, stacklevel=2)
             rs = init(keys)
         compiled = run_chunk.lower(rs).compile()
         compile_s = time.perf_counter() - t0
@@ -305,11 +315,22 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     run_s = 0.0
     stopped_early = False
     failure: NonFiniteError | None = None
+    # Ctrl-C: the update the newest checkpoint holds, and whether `rs` is the
+    # state after exactly `done_updates` updates (not while a chunk is in flight:
+    # its input was donated and its rows are not logged yet).
+    saved_at = done_updates if restored is not None else None
+    settled = True
+    ctrl_c = _CtrlC()
     try:
+        ctrl_c.install()
         while done_updates < num_updates:
             stop = (stop_after_updates is not None and len(rows) // seeds >= stop_after_updates) \
                 or (time_limit_s is not None and time.perf_counter() - t0 >= time_limit_s)
-            if distributed.same_on_all(stop):  # process 0's clock decides for all
+            # Process 0's clock and Ctrl-C decide for all: 1 stop, 2 interrupted.
+            decision = distributed.same_on_all(2 if ctrl_c.pressed else 1 if stop else 0)
+            if decision == 2:
+                raise KeyboardInterrupt
+            if decision:
                 stopped_early = True
                 break
             n = min(chunk, num_updates - done_updates)
@@ -319,6 +340,7 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
                                    donate_argnums=0).lower(rs).compile()
                 compile_s += time.perf_counter() - tc
             t = time.perf_counter()
+            settled = False
             rs, metrics = compiled(rs)
             metrics = jax.device_get(metrics)
             finite = np.asarray(metrics.pop("finite")) > 0  # [seeds, n]: one check per chunk
@@ -343,10 +365,24 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
             writer.write(new)
             rows.extend(new)
             done_updates += n
+            settled = True
             if done_updates % config.checkpoint_every == 0 or done_updates == num_updates:
                 mngr.save(done_updates, args=ocp.args.StandardSave(rs))
+                saved_at = done_updates
             bar.advance(n, rate, new)
+    except KeyboardInterrupt:
+        # Keep the last completed chunk: a checkpoint as any other (Orbax
+        # writes it to a temporary folder and renames it when complete; the
+        # wait in `finally` lets it finish), so that --resume goes on from it.
+        if settled and done_updates > 0 and saved_at != done_updates:
+            bar.close()
+            if primary:
+                print(f"jaxwarp train: interrupted; saving a checkpoint at update "
+                      f"{done_updates}", file=sys.stderr)
+            mngr.save(done_updates, args=ocp.args.StandardSave(rs), force=True)
+        raise
     finally:
+        ctrl_c.uninstall()
         try:
             bar.close()
             mngr.wait_until_finished()
@@ -411,6 +447,36 @@ def _abstract_state(trainer: Any, init: Any, keys: Any) -> Any:
                         abstract, shardings)
 
 
+class _CtrlC:
+    """A first Ctrl-C (SIGINT) during the training loop only sets `pressed`:
+    the loop reads it at the next chunk boundary, checkpoints the chunks done
+    and raises KeyboardInterrupt there. A second Ctrl-C interrupts at once
+    (the previous handler is back). Installed only in the main thread over
+    Python's default handler; elsewhere KeyboardInterrupt arrives as usual
+    (train_run then checkpoints the last completed chunk if no chunk is in
+    flight)."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous: Any = None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.pressed = True
+        signal.signal(signal.SIGINT, self._previous)
+        print("jaxwarp train: interrupt: stopping after the current chunk to save a "
+              "checkpoint (Ctrl-C again stops at once, without it)", file=sys.stderr)
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+
 class _NoLock:
     """Processes other than 0 hold no lock (process 0's covers the run)."""
 
@@ -450,26 +516,43 @@ class CheckpointWarning(UserWarning):
 
 class _RunLock:
     """Exclusive `flock` on out_dir/.lock: held for the run, released on exit and
-    by the kernel when the process dies (a killed run leaves no stale lock)."""
+    by the kernel when the process dies (a killed run leaves no stale lock).
+
+    A run that ends removes the file (a killed one leaves it, unlocked, and
+    the next run takes it). The file is unlinked while still locked, so a
+    process that opened it just before may lock the unlinked file: it checks
+    after locking that the path still names the file it holds, else tries
+    again."""
 
     def __init__(self, out: Path):
         import fcntl
 
-        self.fd: int | None = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(self.fd, 32).decode(errors="replace").strip()
-            os.close(self.fd)
-            self.fd = None
-            who = f"process {holder}" if holder.isdigit() else "another process"
-            raise RunLockedError(f"{out} is in use by a jaxwarp run ({who}); wait for it to "
-                                 "end or choose another --out") from None
+        self.path = out / LOCK_FILE
+        while True:
+            self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(self.fd, 32).decode(errors="replace").strip()
+                os.close(self.fd)
+                self.fd = None
+                who = f"process {holder}" if holder.isdigit() else "another process"
+                raise RunLockedError(f"{out} is in use by a jaxwarp run ({who}); wait for it "
+                                     "to end or choose another --out") from None
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(self.fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(self.fd)  # locked a file its holder had just removed: again
         os.ftruncate(self.fd, 0)
         os.write(self.fd, f"{os.getpid()}\n".encode())
 
     def release(self) -> None:
         if self.fd is not None:
+            with contextlib.suppress(OSError):  # still locked here: no one else's file
+                os.unlink(self.path)
             os.close(self.fd)  # closing the only descriptor drops the flock
             self.fd = None
 
