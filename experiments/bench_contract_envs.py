@@ -11,11 +11,11 @@ ratios.
 
     python experiments/bench_contract_envs.py --out experiments/results/bench_contract_envs_h100.json
     python experiments/bench_contract_envs.py --small
-    # kernel variants side by side (each a build with these JAXWARP_NVCC_FLAGS):
-    python experiments/bench_contract_envs.py --only cartpole --variant= --variant=-DJAXWARP_SOLO=0
+    # kernel variants side by side (experiments/patches/apply.py: variant):
+    python experiments/bench_contract_envs.py --only cartpole --variant= --variant=-maxrregcount=32
     # WarpDrive's Tag, the kernel alone (actions hashed from the step index), variants only:
     python experiments/bench_contract_envs.py --tag --tag-configs warpdrive_default --hashed \
-        --no-jax --variant= --variant=-DJAXWARP_OBS_BUDGET=0
+        --no-jax --variant= --variant=obs_parts_only.patch
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxwarp
-from envvars import env_vars  # same folder
+from patches.apply import variant  # experiments/patches
 from jaxwarp.benchmark import protocol_actions, run_meta
 from jaxwarp.train.trainer import import_env_module
 
@@ -178,12 +178,9 @@ def scan_of(env, num_envs: int, steps: int, hashed: bool = False):
 def prepare(name: str, params: dict, backend: str, num_envs: int, steps: int,
             flags: str | None = None, hashed: bool = False) -> dict:
     """The env's scan, compiled and warmed up (time_rounds times it). flags:
-    JAXWARP_NVCC_FLAGS of the kernel's build (None: as the environment has
-    it), or NAME=VALUE: an environment variable read when the env is made
-    (e.g. JAXWARP_TAG_GRID_MIN_AGENTS=1)."""
-    var = ({"JAXWARP_NVCC_FLAGS": flags} if not flags or flags.startswith("-")
-           else dict([flags.split("=", 1)]))
-    with env_vars(**var):  # the env is built (or found in the cache) when made
+    the kernel's build variant (experiments/patches/apply.py: a patch,
+    nvcc flags or MODULE.NAME=VALUE; None or "": the tree as it is)."""
+    with variant(flags):  # the env is built (or found in the cache) when made
         env = jaxwarp.make(name, backend=backend, **params)
     nvec = env.action_space.nvec
     run = scan_of(env, num_envs, steps, hashed)
@@ -202,10 +199,10 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", default=None, help="only these envs")
     ap.add_argument("--out", default="experiments/results/bench_contract_envs.json")
     ap.add_argument("--variant", action="append", metavar="FLAGS", dest="variants",
-                    help="a kernel build side by side with the others, built with these "
-                         "JAXWARP_NVCC_FLAGS (repeat; --variant= for the default build, "
-                         "--variant=-DNAME=0 for a flag), or with an environment variable "
-                         "set when the env is made (--variant=NAME=VALUE)")
+                    help="a kernel build side by side with the others (repeat; --variant= "
+                         "for the shipped build): NAME.patch from experiments/patches/, "
+                         "nvcc flags (-...), or MODULE.NAME=VALUE, a constant of "
+                         "jaxwarp.envs.MODULE set while the env is made")
     ap.add_argument("--tag", action="store_true",
                     help="WarpDrive's Tag at its two sizes instead of the table's envs")
     ap.add_argument("--tag-configs", nargs="+", default=["warpdrive_default", "large"],
@@ -217,8 +214,9 @@ def main() -> None:
     args = ap.parse_args()
     args.variants = args.variants or [None]
     for v in args.variants:
-        if v and not v.startswith("-") and "=" not in v:
-            ap.error(f"--variant: expected JAXWARP_NVCC_FLAGS (-D...) or NAME=VALUE; got {v!r}")
+        if v and not v.startswith("-") and not v.endswith(".patch") and "=" not in v:
+            ap.error(f"--variant: expected NAME.patch, nvcc flags (-...) or MODULE.NAME=VALUE; "
+                     f"got {v!r}")
     import_env_module(str(ROOT / "examples" / "goal_reach" / "goal_reach.py"))
     gpu = jaxwarp.gpu_available()
     kernel = "cuda" if gpu else "cpu"

@@ -18,6 +18,8 @@ when it is made. A run killed inside the block leaves the patch applied;
 from __future__ import annotations
 
 import contextlib
+import importlib
+import os
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -55,3 +57,48 @@ def applied(name: str | None) -> Iterator[None]:
         yield
     finally:
         _patch(path, "-R").check_returncode()
+
+
+@contextlib.contextmanager
+def variant(spec: str | None) -> Iterator[None]:
+    """One build variant of an experiment, in force inside the block (make
+    the env there):
+
+    * None or "": the tree as it is;
+    * ``NAME.patch``: experiments/patches/NAME.patch applied (``applied``);
+    * ``-...``: nvcc flags of the CUDA build (JAXWARP_NVCC_FLAGS, e.g.
+      ``-lineinfo`` or ``-maxrregcount=48``);
+    * ``MODULE.NAME=VALUE``: a constant of jaxwarp.envs.MODULE read when an
+      env is made, e.g. ``tag_continuous.GRID_MIN_AGENTS=1`` (the grid search
+      at every size).
+    """
+    if not spec:
+        yield
+    elif spec.endswith(".patch"):
+        with applied(spec):
+            yield
+    elif spec.startswith("-"):
+        saved = os.environ.get("JAXWARP_NVCC_FLAGS")
+        os.environ["JAXWARP_NVCC_FLAGS"] = spec
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("JAXWARP_NVCC_FLAGS", None)
+            else:
+                os.environ["JAXWARP_NVCC_FLAGS"] = saved
+    else:
+        target, sep, value = spec.partition("=")
+        module_name, _, name = target.rpartition(".")
+        if not sep or not module_name:
+            raise ValueError(f"variant {spec!r}: expected NAME.patch, -FLAGS or "
+                             "MODULE.NAME=VALUE")
+        module = importlib.import_module(f"jaxwarp.envs.{module_name}")
+        if not hasattr(module, name):
+            raise ValueError(f"variant {spec!r}: jaxwarp.envs.{module_name} has no {name}")
+        saved = getattr(module, name)
+        setattr(module, name, type(saved)(value))
+        try:
+            yield
+        finally:
+            setattr(module, name, saved)

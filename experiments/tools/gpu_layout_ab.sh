@@ -1,24 +1,19 @@
 # Tag and launch-layout experiments on the GPU (H100), variants side by side
 # in one process; results under $OUT, named after the GPU (_h100, _h200).
 #   bash experiments/tools/gpu_layout_ab.sh tests   # the GPU tests these touch
-#   bash experiments/tools/gpu_layout_ab.sh tag     # Tag warpdrive_default: registers, blocks per SM, obs passes
 #   bash experiments/tools/gpu_layout_ab.sh ablate  # Tag: time without the features, without the search
 #   bash experiments/tools/gpu_layout_ab.sh search  # Tag: scan vs grid neighbour search at both sizes
 #   bash experiments/tools/gpu_layout_ab.sh ncu     # Tag (NCU_CONFIG, default warpdrive_default): Nsight Compute, one played-in step
 #   bash experiments/tools/gpu_layout_ab.sh final   # Tag at three sizes, with the protocol and kernel alone
-# ABLATE_NAME (default tag_ablation) names the ablation's results.
-# (Observations by parts against the former elements, and the grid search's
-# ring 1 nearest cell first, were measured at commit 6f86fad with switches
-# removed once measured: tag_parts*_h100.json.)
-# (A launch layout with at least two blocks per SM where few envs run,
-# -DJAXWARP_MIN_GRID_BLOCKS, was measured against the shipped one and
-# removed: bench_contract_envs_min_grid_h100.json.)
+# ABLATE_NAME (default tag_ablation) names the ablation's results. Variants
+# are patches under experiments/patches/ (experiments/patches/apply.py);
+# what was measured and decided: docs/decisions.md, "Kernels".
 set -o pipefail
 : "${OUT:?set OUT to a results folder}"
 export PYTHONUNBUFFERED=1
 case "$1" in
-tests|tag|ablate|search|ncu|final) ;;
-*) echo "usage: $0 tests|tag|ablate|search|ncu|final" >&2; exit 2 ;;
+tests|ablate|search|ncu|final) ;;
+*) echo "usage: $0 tests|ablate|search|ncu|final" >&2; exit 2 ;;
 esac
 python3 -m pip install -q --no-build-isolation -e . 2>&1 | tail -2
 # Result names end in the GPU's model (_h100, _h200; _gpu if nvidia-smi does not say).
@@ -29,14 +24,6 @@ tests)
   python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_authoring_gpu.py tests/test_mpe_gpu.py \
     tests/test_tag_gridworld_gpu.py tests/test_classic_control_kernels_gpu.py \
     tests/test_tag_continuous_gpu.py 2>&1 | tee $OUT/pytest_layout_gpu${SUF}.log | tail -4 ;;
-tag)
-  M48="-DJAXWARP_MAX_THREADS=128 -DJAXWARP_MIN_BLOCKS=10"
-  M40="-DJAXWARP_MAX_THREADS=128 -DJAXWARP_MIN_BLOCKS=12"
-  O3="-DJAXWARP_OBS_BUDGET=10752 -DJAXWARP_OBS_BUSY=4"
-  python3 experiments/bench_contract_envs.py --tag --tag-configs warpdrive_default --hashed --no-jax \
-    --variant= "--variant=$M48" "--variant=$M48 $O3" "--variant=$O3" \
-    "--variant=$M48 -DJAXWARP_OBS_BUDGET=0" "--variant=$M40 -DJAXWARP_OBS_BUDGET=0" \
-    --out $OUT/tune_tag_occupancy${SUF}.json 2>&1 | tee $OUT/tune_tag_occupancy${SUF}.log ;;
 ablate)
   python3 - <<'PY' | tee $OUT/${ABLATE_NAME:-tag_ablation}_roofline${SUF}.txt
 import sys; sys.path.insert(0, "experiments")
@@ -49,11 +36,11 @@ for name, n in (("warpdrive_default", 110), ("large", 1000)):
     print(f"{name}: {b} B per env-step at least; roofline {bw / b / 1e6:.1f} M env-steps/s")
 PY
   python3 experiments/bench_contract_envs.py --tag --hashed --no-jax \
-    --variant= --variant=-DJAXWARP_TAG_ABLATE=1 --variant=-DJAXWARP_TAG_ABLATE=2 \
+    --variant= --variant=tag_ablate_features.patch --variant=tag_ablate_search.patch \
     --out $OUT/${ABLATE_NAME:-tag_ablation}${SUF}.json 2>&1 | tee $OUT/${ABLATE_NAME:-tag_ablation}${SUF}.log ;;
 search)
   python3 experiments/bench_contract_envs.py --tag --hashed --no-jax --variant= \
-    --variant=JAXWARP_TAG_GRID_MIN_AGENTS=1 --variant=JAXWARP_TAG_GRID_MIN_AGENTS=100000 \
+    --variant=tag_continuous.GRID_MIN_AGENTS=1 --variant=tag_continuous.GRID_MIN_AGENTS=100000 \
     --out $OUT/tag_search_kind${SUF}.json 2>&1 | tee $OUT/tag_search_kind${SUF}.log ;;
 ncu)
   cfg=${NCU_CONFIG:-warpdrive_default}; name=${cfg#warpdrive_}
@@ -69,7 +56,7 @@ final)
   python3 experiments/bench_contract_envs.py --tag --tag-configs warpdrive_default large \
     --out $OUT/tag_final${SUF}.json 2>&1 | tee $OUT/tag_final${SUF}.log
   python3 experiments/bench_contract_envs.py --tag --hashed --no-jax --variant= \
-    --variant=-DJAXWARP_OBS_BUDGET=0 --out $OUT/tag_final_hashed${SUF}.json 2>&1 | tee -a $OUT/tag_final${SUF}.log
+    --variant=obs_parts_only.patch --out $OUT/tag_final_hashed${SUF}.json 2>&1 | tee -a $OUT/tag_final${SUF}.log
   for mode in "" --hashed; do
     python3 experiments/bench_contract_envs.py --tag --tag-configs agents_10000 --no-jax $mode \
       --out $OUT/tag_final_10000${mode:+_hashed}${SUF}.json 2>&1 | tee -a $OUT/tag_final${SUF}.log

@@ -1,14 +1,11 @@
-# Single-agent step kernel (solo_step_kernel_body): its compile-time switches
-# side by side, then the contract-env table with upstream baselines.
-#   bash experiments/tools/gpu_solo_ab.sh ab|table|tag-tests   (carry .whl for table)
+# The contract-env table with upstream baselines, and Tag's GPU tests. (The
+# single-agent kernel's A/B against the generic kernel was a build switch,
+# deleted once measured: docs/decisions.md, "Kernels".)
+#   bash experiments/tools/gpu_solo_ab.sh table|tag-tests   (carry .whl for table)
 set -o pipefail
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-build-isolation -e . 2>&1 | tail -2
 case "$1" in
-ab)
-  python3 experiments/bench_contract_envs.py --only cartpole acrobot pendulum mountain_car \
-    --variant= --variant=-DJAXWARP_SOLO=0 \
-    --out $OUT/bench_contract_envs_solo_variants_h100.json 2>&1 | tee $OUT/bench_contract_envs_solo_variants_h100.log | grep -v "^  (" ;;
 table)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   PYTHONPATH=/tmp/site python3 experiments/bench_contract_envs.py --out $OUT/bench_contract_envs_h100.json 2>&1 \
