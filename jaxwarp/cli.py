@@ -22,12 +22,40 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from jaxwarp.train.config import ConfigError, default_config_for, load_config, shipped_configs
+from jaxwarp.train.config import (ConfigError, config_description, default_config_for, load_config,
+                                  shipped_configs)
+
+
+DESCRIPTION = ("jaxwarp command line: train policies on jaxwarp envs, evaluate and render "
+               "them, list the shipped configs, build envs.")
+
+
+class _IntermixedParser(argparse.ArgumentParser):
+    """A subcommand's parser whose positionals (``key=value`` overrides, env
+    names) may come before, between and after its flags, as Hydra-style
+    overrides do: ``train --env cartpole num_envs=8 --no-progress seed=3``.
+
+    argparse fills a ``nargs="*"`` positional from one run of consecutive
+    strings only; `parse_known_intermixed_args` collects them all. The top
+    parser cannot use it (subparsers are a positional), so each subcommand's
+    parser does, once: the guard lets the intermixed parse call the plain one.
+    """
+
+    _intermixed = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._intermixed:
+            return super().parse_known_args(args, namespace)
+        self._intermixed = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixed = False
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jaxwarp", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="jaxwarp", description=DESCRIPTION)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
     t = sub.add_parser("train", help="train policies on an env (PPO or A2C, one jitted program)")
     t.add_argument("overrides", nargs="*", metavar="key=value",
                    help="config overrides, e.g. num_envs=64 policies.tagger.lr=1e-3")
@@ -45,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="after a finished run: episodes per matchup of `jaxwarp eval` (trained "
                    "vs random, printed and saved as eval.json) and a GIF of the trained "
                    "policies beside random ones; 0 skips both")
-    sub.add_parser("configs", help="list the shipped training configs")
+    sub.add_parser("configs", help="list the shipped training configs, one line each")
     b = sub.add_parser("build", help="build envs written through the authoring contract "
                        "(default: all built-ins) into the cache, so first use is instant")
     b.add_argument("envs", nargs="*", metavar="ENV")
@@ -70,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="Loads the newest intact checkpoint of a run and plays "
                        "whole episodes with each policy group trained or uniformly random (all "
                        "trained, all random, and each group trained against random others); "
-                       "prints one line per group (trained vs random, gain with 95%% CI) and "
+                       "prints one line per group (trained vs random, gain with 95% CI) and "
                        "writes the figures as JSON (default DIR/eval.json).")
     e.add_argument("--run", metavar="DIR", required=True, help="a training run folder")
     e.add_argument("--episodes", type=int, default=256, help="episodes per matchup")
@@ -185,8 +213,10 @@ def _build(names: list[str], backend: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "configs":
-        for name in shipped_configs():
-            print(name)
+        names = shipped_configs()
+        width = max(map(len, names), default=0)
+        for name in names:
+            print(f"{name:{width}}  {config_description(name)}".rstrip())
         return 0
     if args.command == "build":
         return _build(list(args.envs), args.backend)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -352,6 +353,34 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 def shipped_configs() -> list[str]:
     """Names of the YAML configs shipped in `jaxwarp/train/configs`."""
     return sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
+
+
+def config_description(name: str | Path, limit: int = 100) -> str:
+    """One line about a config: the first sentence of the comment block that
+    opens its YAML file (a shipped config's name or a path), cut to `limit`
+    characters; "" when the file opens with no comment or cannot be read.
+
+    Shipped configs open with a one-sentence summary line for `jaxwarp
+    configs`; the paragraph after it says more. Comments are not part of
+    the config, so the file loads as before.
+    """
+    p = Path(name)
+    if not p.exists():
+        p = CONFIG_DIR / f"{name}.yaml"
+    try:
+        lines = p.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    words: list[str] = []
+    for line in lines:
+        text = line.strip()
+        if not text.startswith("#") or (words and not text.lstrip("#").strip()):
+            break  # the opening comment's first paragraph ends here
+        words += text.lstrip("#").split()
+    paragraph = " ".join(words)
+    end = re.search(r"[.!?](\s|$)", paragraph)
+    first = paragraph[:end.start() + 1] if end else paragraph
+    return first if len(first) <= limit else first[:limit - 3].rstrip() + "..."
 
 
 

@@ -1,0 +1,163 @@
+"""The ``jaxwarp`` command line through `jaxwarp.cli.main` (issue 30): overrides
+on both sides of a flag, help texts as users read them, `jaxwarp configs` with
+one line per config, and where runs go by default. Training itself is
+replaced by a stub here (the runs are tested in test_train and
+test_reliability); these tests are about what the CLI hands over and prints."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from jaxwarp.cli import main
+from jaxwarp.train import runner
+from jaxwarp.train.config import config_description, load_config, shipped_configs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def captured_train(monkeypatch, tmp_path):
+    """Replaces train_run: records what `jaxwarp train` passed and returns an
+    unfinished run's summary (so no evaluation follows)."""
+    calls = []
+
+    def fake_train_run(config, out, **kwargs):
+        calls.append(SimpleNamespace(config=config, out=out, **kwargs))
+        summary = {"updates": 0, "num_updates": 1, "env_steps_per_seed": 0, "seeds": 1,
+                   "env_steps_per_s": 0.0, "compile_s": 0.0, "final": {}, "finished": False}
+        return SimpleNamespace(summary=summary, out_dir=tmp_path)
+
+    monkeypatch.setattr(runner, "train_run", fake_train_run)
+    return calls
+
+
+# ---------------------------------------------------------------------------
+# Overrides anywhere among the flags (Hydra style).
+# ---------------------------------------------------------------------------
+def test_train_overrides_on_both_sides_of_a_flag(captured_train, tmp_path, capsys):
+    code = main(["train", "--env", "cartpole", "total_env_steps=8192", "--no-progress",
+                 "num_envs=8", "--out", str(tmp_path / "run"), "seed=3"])
+    assert code == 0, capsys.readouterr().err
+    (call,) = captured_train
+    c = call.config
+    assert (c.env, c.total_env_steps, c.num_envs, c.seed) == ("cartpole", 8192, 8, 3)
+    assert call.progress is False and call.out == str(tmp_path / "run")
+    # The shipped config for --env is the base; the overrides win over it.
+    base = load_config("cartpole_ppo")
+    assert c.num_steps == base.num_steps and c.policy("agent") == base.policy("agent")
+
+
+def test_train_overrides_between_every_kind_of_flag(captured_train, tmp_path, capsys):
+    code = main(["train", "num_steps=16", "--seeds", "2", "policies.agent.lr=1e-3",
+                 "--env", "cartpole", "num_minibatches=2", "--config", "cartpole_ppo",
+                 "num_envs=4", "--out", str(tmp_path / "run"), "--eval-episodes", "0",
+                 "total_env_steps=128", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    (call,) = captured_train
+    c = call.config
+    assert (c.num_steps, c.num_minibatches, c.num_envs, c.total_env_steps) == (16, 2, 4, 128)
+    assert c.policy("agent").lr == 1e-3 and call.seeds == 2
+
+
+def test_train_unknown_flag_is_still_an_error(captured_train, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--env", "cartpole", "num_envs=8", "--no-such-flag", "seed=1"])
+    assert e.value.code == 2
+    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    assert not captured_train
+
+
+def test_resume_refuses_overrides_given_after_a_flag(captured_train, tmp_path, capsys):
+    code = main(["train", "--resume", str(tmp_path), "--no-progress", "num_envs=8"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("jaxwarp train: error: --resume DIR takes the run's "
+                                        "saved config"), err
+    assert not captured_train
+
+
+def test_build_env_names_on_both_sides_of_a_flag(monkeypatch, capsys):
+    from jaxwarp import authoring
+
+    built = []
+    monkeypatch.setattr(authoring, "_compile",
+                        lambda spec, header, platform, params=None:
+                        built.append((spec.name, platform)) or Path("/cache/lib.so"))
+    assert main(["build", "cartpole", "--backend", "cpu", "acrobot"]) == 0, \
+        capsys.readouterr().err
+    assert sorted(built) == [("acrobot", "cpu"), ("cartpole", "cpu")]
+
+
+# ---------------------------------------------------------------------------
+# Help texts and the config list.
+# ---------------------------------------------------------------------------
+def _help(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--help"])
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["", "train", "eval", "render", "configs", "build"])
+def test_help_shows_plain_text(command, capsys):
+    text = _help(capsys, *([command] if command else []))
+    assert "``" not in text and "%%" not in text, text  # no RST markup, no escaped percent
+    assert text.startswith("usage: jaxwarp")
+
+
+def test_top_help_describes_the_command_line(capsys):
+    text = _help(capsys)
+    assert "jaxwarp command line: train policies" in text
+    for command in ("train", "eval", "render", "configs", "build"):
+        assert command in text
+
+
+def test_eval_help_shows_a_plain_percent(capsys):
+    text = " ".join(_help(capsys, "eval").split())
+    assert "gain with 95% CI" in text
+
+
+def test_configs_lists_each_name_with_one_line(capsys):
+    assert main(["configs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = shipped_configs()
+    assert [line.split()[0] for line in lines] == names
+    for name, line in zip(names, lines):
+        description = config_description(name)
+        assert description and line.endswith("  " + description), line
+        assert len(description) <= 100 and description.endswith(".")
+
+
+def test_config_description_of_a_user_file(tmp_path):
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("env: cartpole\n# not at the top\n")
+    assert config_description(plain) == ""
+    commented = tmp_path / "commented.yaml"
+    commented.write_text("# Cartpole, small. More words\n# that follow.\n#\n# Details.\n"
+                         "env: cartpole\nnum_envs: 4\n")
+    assert config_description(commented) == "Cartpole, small."
+    long = tmp_path / "long.yaml"
+    long.write_text("# " + "word " * 40 + "\nenv: cartpole\n")
+    assert config_description(long).endswith("...") and len(config_description(long)) == 100
+    assert load_config(commented).num_envs == 4  # comments do not change the config
+    assert config_description(tmp_path / "missing.yaml") == ""
+
+
+# ---------------------------------------------------------------------------
+# Where runs go.
+# ---------------------------------------------------------------------------
+def test_default_out_dir_is_under_runs_and_git_ignored(captured_train, monkeypatch, tmp_path,
+                                                       capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--env", "cartpole", "--no-progress", "num_envs=8"]) == 0
+    (call,) = captured_train
+    assert Path(call.out).parent == Path("runs") and Path(call.out).name.startswith("cartpole-")
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q",
+                              "runs/cartpole-20260101-000000/metrics.jsonl"])
+    assert ignored.returncode == 0, "runs/ is not git-ignored"
