@@ -160,3 +160,29 @@ def test_readme_python_blocks_run_and_print_what_they_say(monkeypatch, capsys):
     assert ret.shape == (int(m[1]), int(m[2])) and ret.shape[0] > 1
     assert np.all(np.isfinite(ret))
     assert ret[:, -1].mean() > 2 * ret[:, 0].mean() > 0  # CartPole: learning, not noise
+
+
+def test_readme_and_user_docs_name_files_that_exist():
+    """Links and repository paths in the README and the user docs it links to
+    point at files that exist (a moved doc or script breaks this, not a reader)."""
+    pages = [README] + [ROOT / "docs" / n for n in ("numerics.md", "reliability.md", "pycuda.md")]
+    path_re = re.compile(r"\]\((?!https?:|#)([^)#\s]+)\)|`((?:docs|experiments|cuda|ffi|jaxwarp|"
+                         r"examples|tests)/[\w./-]+)`")
+    missing = []
+    for page in pages:
+        for m in path_re.finditer(page.read_text()):
+            target = m.group(1) or m.group(2)
+            where = page.parent if m.group(1) else ROOT
+            if not (where / target).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {target}")
+    # Result files the README cites by name are under experiments/results/.
+    results = {p.name for p in (ROOT / "experiments" / "results").rglob("*") if p.is_file()}
+    results |= {p.relative_to(ROOT / "experiments" / "results").as_posix() + "/"
+                for p in (ROOT / "experiments" / "results").rglob("*") if p.is_dir()}
+    cited = re.findall(r"`([\w./-]*_(?:h100|cpu)[\w-]*(?:\.(?:json|log|csv|txt|png|gif)|/))`",
+                       README.read_text())
+    assert len(cited) >= 10, cited
+    missing += [f"README.md: {name}" for name in cited
+                if Path(name).name not in results and name not in results
+                and not (ROOT / name).exists()]
+    assert not missing, missing
