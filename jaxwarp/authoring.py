@@ -869,8 +869,14 @@ class ContractEnv:
     def check_actions(self, actions: Any, num_envs: int) -> jax.Array:
         """Returns actions as i32[num_envs, agents, heads], or raises. A
         single-head action may come as i32[envs, agents] (and, for a
-        single-agent env, i32[envs]), as gymnax/JaxMARL users pass it. With
+        single-agent env, i32[envs]), as gymnax/JaxMARL users pass it. Other
+        integer dtypes (NumPy's default int64) and Python lists are cast to
+        int32 (`jaxwarp.core.int32_actions`; floats raise TypeError). With
         checks=True, values outside the action space are reported (checkify)."""
+        from jaxwarp.core import int32_actions
+
+        if not hasattr(actions, "shape"):  # a Python list: an array first
+            actions = int32_actions(actions)
         heads = len(self.spec.nvec(self.params))
         expected = (num_envs, self.num_agents, heads)
         shape = tuple(getattr(actions, "shape", ()))
@@ -882,8 +888,7 @@ class ContractEnv:
             also = (f" or {(num_envs, self.num_agents)}" if heads == 1 else "")
             raise ValueError(f"actions must have shape {expected} (envs, agents, heads){also}; "
                              f"got {getattr(actions, 'shape', type(actions).__name__)}")
-        if actions.dtype != jnp.int32:
-            raise TypeError(f"actions must have dtype int32; got {actions.dtype}")
+        actions = int32_actions(actions)
         if self.checks:
             from jax.experimental import checkify
 

@@ -51,6 +51,58 @@ def key_data_of(key: jax.Array, argname: str = "key") -> jax.Array:
     return data
 
 
+_INT32 = np.iinfo(np.int32)
+
+
+def int32_actions(actions: Any) -> Any:
+    """Actions as int32, the dtype every env's step reads.
+
+    NumPy's default integers (int64), other integer dtypes and Python lists
+    are accepted, as gymnax, JaxMARL and Gymnasium users pass them:
+    - int32 arrays (NumPy or JAX, traced too) come back as they are;
+    - lists, tuples, NumPy arrays and scalars are converted on the host;
+      integer values outside int32's range raise ValueError (a cast would
+      wrap them to other, valid-looking actions);
+    - JAX arrays of another integer dtype (traced ones too, whose values are
+      unknown here) are cast after clamping to int32's range, which changes
+      no action: every env clamps actions to its action space anyway (and
+      reports them with ``checks=True``).
+
+    Raises:
+        TypeError: a float, bool, complex or other non-integer dtype (a
+            float action is a bug to report, not to round).
+        ValueError: a list that is not a rectangular array, or host values
+            beyond int32.
+    """
+    if isinstance(actions, (list, tuple)) or np.isscalar(actions):
+        try:
+            actions = np.asarray(actions)
+        except ValueError as e:  # ragged nesting
+            raise ValueError(f"actions: a list of lists must be rectangular (one action per "
+                             f"env, agent and head); got {e}") from None
+    dtype = getattr(actions, "dtype", None)
+    if dtype is None or not hasattr(actions, "shape"):
+        raise TypeError(f"actions must be an integer array (int32, or another integer dtype "
+                        f"whose values fit int32); got {type(actions).__name__}")
+    if dtype == np.int32:
+        return actions
+    if not np.issubdtype(dtype, np.integer):
+        raise TypeError(f"actions must have dtype int32; got {np.dtype(dtype).name} (integer "
+                        f"dtypes whose values fit int32 are cast to it; floats are not "
+                        f"rounded)")
+    info = np.iinfo(dtype)
+    if isinstance(actions, (np.ndarray, np.generic)):
+        if actions.size and (actions.min() < _INT32.min or actions.max() > _INT32.max):
+            bad = actions.min() if actions.min() < _INT32.min else actions.max()
+            raise ValueError(f"actions must fit int32 (the env's action dtype); got "
+                             f"{np.dtype(dtype).name} value {int(bad)}")
+        return actions.astype(np.int32)
+    if info.min < _INT32.min or info.max > _INT32.max:  # wider than int32: clamp, then cast
+        actions = jnp.clip(actions, np.asarray(max(info.min, _INT32.min), dtype),
+                           np.asarray(min(info.max, _INT32.max), dtype))
+    return actions.astype(jnp.int32)
+
+
 # sin/cos with the kernels' fixed evaluation order (cuda/jaxwarp_common.h).
 _TWO_OVER_PI = np.float32(0.636619772367581343)
 _PIO2_HI = np.float32(1.5703125)

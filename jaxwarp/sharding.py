@@ -40,7 +40,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxwarp.core import key_data_of, resolve_backend
+from jaxwarp.core import int32_actions, key_data_of, resolve_backend
 
 __all__ = [
     "COLLECTIVES",
@@ -269,7 +269,7 @@ class ShardedEnv:
         num_envs = self.env.check_state(state)
         _divisible(num_envs, self.num_shards, "the env count of state (leading axis)",
                    "ShardedEnv.step", self.axis)
-        self._check_actions(actions, num_envs)
+        actions = self._check_actions(actions, num_envs)
         key_data = key_data_of(key)
         if "step" not in self._fns:
             self._fns["step"] = self._build_step()
@@ -320,17 +320,19 @@ class ShardedEnv:
                           *place.for_shard_map((state, actions)))
         return jax.jit(step)
 
-    def _check_actions(self, actions: Any, num_envs: int) -> None:
+    def _check_actions(self, actions: Any, num_envs: int) -> Any:
         # The env checks each device's block again inside the call; this names
         # the global shapes. (Not env.check_actions: with checks=True its value
-        # check over the global array would add an all-reduce.)
+        # check over the global array would add an all-reduce.) Returns them
+        # as int32 (int64 and lists are cast, as env.step does).
+        if not hasattr(actions, "shape"):
+            actions = int32_actions(actions)
         heads = len(self.env.action_space.nvec)
         expected = (num_envs, self.env.num_agents, heads)
         if not hasattr(actions, "shape") or tuple(actions.shape) != expected:
             raise ValueError(f"actions must have shape {expected} (envs, agents, heads); got "
                              f"{getattr(actions, 'shape', type(actions).__name__)}")
-        if actions.dtype != jnp.int32:
-            raise TypeError(f"actions must have dtype int32; got {actions.dtype}")
+        return int32_actions(actions)
 
 
 def shard(env: Any, mesh: Mesh, axis: str | tuple[str, ...] = "envs") -> ShardedEnv:

@@ -471,3 +471,66 @@ def test_resume_without_a_checkpoint_says_it_starts_from_update_1(tmp_path, caps
                      "before the run stopped; it starts from update 1 of 8"], err
     assert "8/8 updates" in stdout
     assert [r["update"] for r in strict_rows(out)] == list(range(1, 9))  # no duplicates
+
+
+# ---------------------------------------------------------------------------
+# 6. Issue 30: actions as NumPy's default int64 and as Python lists.
+# ---------------------------------------------------------------------------
+def _step_setup(name: str, backend: str, num_envs: int = 3):
+    env = jaxwarp.make(name, backend=backend)
+    _, state = env.reset(jax.random.key(0), num_envs)
+    nvec = np.asarray(env.action_space.nvec)
+    shape = (num_envs, env.num_agents, len(nvec))
+    actions = (np.arange(np.prod(shape)).reshape(shape) % nvec).astype(np.int32)
+    return env, state, actions
+
+
+def _same_step(env, state, a, b) -> None:
+    key = jax.random.key(5)
+    want = env.step(key, state, a, in_place=False)
+    got = env.step(key, state, b, in_place=False)
+    for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+@pytest.mark.parametrize("backend", ["jax", "cpu"])
+@pytest.mark.parametrize("name", ["cartpole", "mpe_simple_spread", "tag_continuous"])
+def test_step_accepts_numpy_int64_and_lists(name, backend):
+    env, state, actions = _step_setup(name, backend)
+    for other in (actions.astype(np.int64), actions.tolist(), actions.astype(np.uint8),
+                  jax.numpy.asarray(actions, jax.numpy.int16)):
+        _same_step(env, state, actions, other)
+    # Under jit as well: int64 from NumPy is a constant, a uint8 array traced.
+    step = jax.jit(lambda s, a: env.step(jax.random.key(5), s, a, in_place=False)[0])
+    np.testing.assert_array_equal(step(state, actions.astype(np.uint8)), step(state, actions))
+    if len(env.action_space.nvec) == 1:  # single head: [envs, agents] lists too
+        _same_step(env, state, actions, actions[..., 0].astype(np.int64).tolist())
+
+
+@pytest.mark.parametrize("backend", ["jax", "cpu"])
+@pytest.mark.parametrize("name", ["cartpole", "mpe_simple_spread"])
+def test_step_rejects_float_bool_and_out_of_int32_actions(name, backend):
+    env, state, actions = _step_setup(name, backend)
+    key = jax.random.key(5)
+    for bad in (actions.astype(np.float32), actions.astype(np.float64).tolist(),
+                jax.numpy.asarray(actions, jax.numpy.float32), actions.astype(bool)):
+        with pytest.raises(TypeError, match=r"actions must have dtype int32; got "
+                                            r"(float32|float64|bool) \(integer dtypes"):
+            env.step(key, state, bad)
+    big = actions.astype(np.int64)
+    big[0, 0, 0] = 2**31  # a cast would wrap it to -2**31
+    with pytest.raises(ValueError, match=r"actions must fit int32 .* got int64 value 2147483648"):
+        env.step(key, state, big)
+    with pytest.raises(ValueError, match=r"rectangular"):
+        env.step(key, state, [[[0]], [[0], [1]], [[0]]])
+    with pytest.raises(ValueError, match=r"actions must have shape"):
+        env.step(key, state, actions[:-1].tolist())
+
+
+@pytest.mark.parametrize("backend", ["jax", "cpu"])
+def test_wide_unsigned_actions_are_clamped_like_int32(backend):
+    # A traced uint32 cannot be checked: values past int32 are clamped to its
+    # maximum, which the env clamps to its last action, as an int32 maximum is.
+    env, state, actions = _step_setup("cartpole", backend)
+    top = np.full_like(actions, np.iinfo(np.int32).max)
+    _same_step(env, state, top, jax.numpy.full(actions.shape, 2**32 - 1, jax.numpy.uint32))
