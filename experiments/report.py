@@ -130,14 +130,16 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 Section = Callable[[Path], tuple[list[str], list[Source]]]
 
 TAG = Source("tag_final_h100.json",
-             "python experiments/bench_contract_envs.py --tag --tag-configs warpdrive_default large")
+             "python experiments/bench_contract_envs.py --tag "
+             "--tag-configs warpdrive_default large")
 TAG_HASHED = Source("tag_final_hashed_h100.json",
                     "python experiments/bench_contract_envs.py --tag --hashed --no-jax")
 TAG_10K = Source("tag_final_10000_h100.json",
-                 "python experiments/bench_contract_envs.py --tag --tag-configs agents_10000 --no-jax")
+                 "python experiments/bench_contract_envs.py --tag --tag-configs agents_10000 "
+                 "--no-jax")
 TAG_10K_HASHED = Source("tag_final_10000_hashed_h100.json",
-                        "python experiments/bench_contract_envs.py --tag --tag-configs agents_10000 "
-                        "--no-jax --hashed")
+                        "python experiments/bench_contract_envs.py --tag "
+                        "--tag-configs agents_10000 --no-jax --hashed")
 
 
 def _shipped(rows: list[dict]) -> list[dict]:
@@ -238,14 +240,16 @@ def section_mpe(root: Path) -> tuple[list[str], list[Source]]:
     rows = _contract_rows(root, ("mpe_simple_spread", "mpe_simple_tag"), "jaxmarl")
     return ["## MPE: kernel vs JaxMARL 0.2.0", "", _CONTRACT_INTRO, "",
             *table(["env", "envs", "agents", "kernel", "pure-JAX twin", "kernel / twin",
-                    "JaxMARL", "kernel / JaxMARL"], rows), *sources_block(root, [CONTRACT])], [CONTRACT]
+                    "JaxMARL", "kernel / JaxMARL"], rows),
+            *sources_block(root, [CONTRACT])], [CONTRACT]
 
 
 def section_cartpole(root: Path) -> tuple[list[str], list[Source]]:
     rows = _contract_rows(root, ("cartpole",), "gymnax")
     return ["## CartPole: kernel vs gymnax 1.0.1", "", _CONTRACT_INTRO, "",
             *table(["env", "envs", "agents", "kernel", "pure-JAX twin", "kernel / twin",
-                    "gymnax", "kernel / gymnax"], rows), *sources_block(root, [CONTRACT])], [CONTRACT]
+                    "gymnax", "kernel / gymnax"], rows),
+            *sources_block(root, [CONTRACT])], [CONTRACT]
 
 
 def section_other_envs(root: Path) -> tuple[list[str], list[Source]]:
@@ -274,7 +278,8 @@ _ENVPOOL_ROWS = [
 def _envpool_table(root: Path, src: Source) -> list[str]:
     res = _read_json(root, src)["results"]
     header = ["M env-steps/s", *(f"{r['num_envs']:,} envs" for r in res)]
-    rows = [[label, *(mega(r[key]["env_steps_per_s"]) for r in res)] for key, label in _ENVPOOL_ROWS]
+    rows = [[label, *(mega(r[key]["env_steps_per_s"]) for r in res)]
+            for key, label in _ENVPOOL_ROWS]
     best = [max(r["envpool_threads0"]["env_steps_per_s"], r["envpool_threads1"]["env_steps_per_s"])
             for r in res]
     rows.append(["adapter (`final_obs`) / EnvPool's best",
@@ -423,9 +428,11 @@ SPREAD_LOG = Source("train_mpe_simple_spread_ppo_h100.log",
 SPREAD_CSV = Source("train_mpe_simple_spread_ppo_h100_metrics.csv",
                     "jaxwarp train --config mpe_simple_spread_ppo", device=H100)
 LEARN_TAG = Source("learn_tag_h100/learn_tag.json",
-                   "python experiments/learn_tag.py --config tag_chase --minutes 5", device=H100)
+                   "python experiments/learn_tag.py --config tag_chase --minutes 5",
+                   device=H100)
 LEARN_TAG_CSV = Source("learn_tag_h100/learn_tag.csv",
-                       "python experiments/learn_tag.py --config tag_chase --minutes 5", device=H100)
+                       "python experiments/learn_tag.py --config tag_chase --minutes 5",
+                   device=H100)
 LEARN_A2C = Source("learn_compare_a2c_h100/learn_compare.json",
                    "python experiments/learn_compare.py", device=H100)
 LEARN_PPO = Source("learn_compare_ppo_h100/learn_compare.json",
@@ -538,7 +545,8 @@ SANITIZE = [
     Source("sanitize_kernels_tag_h100.json",
            "python experiments/sanitize_kernels.py --targets tag_continuous"),
     Source("sanitize_kernels_single_agent_h100.json",
-           "python experiments/sanitize_kernels.py --targets cartpole,acrobot,pendulum,mountain_car"),
+           "python experiments/sanitize_kernels.py "
+           "--targets cartpole,acrobot,pendulum,mountain_car"),
 ]
 
 
@@ -568,18 +576,19 @@ def section_sanitizers(root: Path) -> tuple[list[str], list[Source]]:
 
 PYTEST = [
     (Source("pytest_review_gpu_h100.log",
-            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py tests/test_authoring_gpu.py",
-            device=H100), "Tag and authoring GPU tests"),
+            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
+            "tests/test_authoring_gpu.py", device=H100), "Tag and authoring GPU tests"),
     (Source("pytest_parts_all_gpu_h100.log",
-            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py tests/test_authoring_gpu.py "
-            "tests/test_mpe_gpu.py tests/test_tag_gridworld_gpu.py "
+            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
+            "tests/test_authoring_gpu.py tests/test_mpe_gpu.py tests/test_tag_gridworld_gpu.py "
             "tests/test_classic_control_kernels_gpu.py", device=H100),
      "Tag, authoring, MPE, gridworld and classic-control GPU tests"),
-    (Source("pytest_conformance_gpu_h100.log", "python -m pytest -q -m gpu tests/test_conformance.py",
-            device=H100), "conformance suite on the `cuda` backend"),
+    (Source("pytest_conformance_gpu_h100.log",
+            "python -m pytest -q -m gpu tests/test_conformance.py", device=H100),
+     "conformance suite on the `cuda` backend"),
     (Source("pytest_gpu_tag_adapters_train_h100.log",
-            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py tests/test_adapters_gpu.py "
-            "tests/test_train_gpu.py", device=H100),
+            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
+            "tests/test_adapters_gpu.py tests/test_train_gpu.py", device=H100),
      "Tag, adapter and trainer GPU tests"),
 ]
 

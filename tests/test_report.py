@@ -60,7 +60,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _report():
-    spec = importlib.util.spec_from_file_location("jaxwarp_report", ROOT / "experiments" / "report.py")
+    spec = importlib.util.spec_from_file_location("jaxwarp_report",
+                                                  ROOT / "experiments" / "report.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -101,7 +102,8 @@ def test_every_table_on_the_page_names_its_file():
     # Files without a recorded commit say so; none is left blank.
     for line in page.splitlines():
         if line.startswith("Source: "):
-            assert re.search(r" · commit: (not recorded|[0-9a-f]{7,40}(\+dirty)?|unknown) · ", line), line
+            commit = r" · commit: (not recorded|[0-9a-f]{7,40}(\+dirty)?|unknown) · "
+            assert re.search(commit, line), line
             assert " · command: " in line, line
 
 
@@ -133,7 +135,8 @@ def test_cite_uses_what_the_file_records(tmp_path):
 def test_curves_to_csv_keeps_every_value(tmp_path):
     report = _report()
     tag = {"config": "c", "trained": {"final_tags_per_episode": 9.5, "wall_s": [1.0, 2.5],
-                                      "env_steps": [10.0, 20.0], "tags_per_episode": [math.nan, 3.0],
+                                      "env_steps": [10.0, 20.0],
+                                      "tags_per_episode": [math.nan, 3.0],
                                       "tags_per_episode_smoothed": [math.nan, 3.0],
                                       "tagger_episode_return": [math.nan, 30.0]}}
     path = tmp_path / "learn_tag.json"
