@@ -564,9 +564,11 @@ def section_sanitizers(root: Path) -> tuple[list[str], list[Source]]:
     lines = [
         "## GPU kernels under compute-sanitizer",
         "",
-        "`experiments/sanitize_kernels.py`: each env's reset and step kernels (small and "
-        "many-agent sizes, both launch layouts, auto-resets, out-of-range actions) and the "
-        "sampler under compute-sanitizer's memcheck, racecheck, initcheck and synccheck:",
+        "`experiments/sanitize_kernels.py`: an env's reset and step kernels (small and "
+        "many-agent sizes, both launch layouts, auto-resets, out-of-range actions) under "
+        "compute-sanitizer's memcheck, racecheck, initcheck and synccheck; the script covers "
+        "every registered env, the tutorial's `goal_reach` and the sampler, and the runs below "
+        "cover the envs they list:",
         "",
         *table(["envs", "tools", "cases (all tools)", "reports in jaxwarp kernels", "result",
                 "file"], rows),
