@@ -21,6 +21,10 @@
 // Fields are 4-byte words (f32, i32, u32). Field f of env e starts at word
 // e * per_env[f] of its buffer (per_env: n for per-agent fields, 1 for
 // per-env fields, count * n or count for scratch arrays).
+//
+// The measured choices behind the constants and code paths below (shared-memory
+// budgets, launch bounds, copy order, observation paths) and the alternatives
+// that lost: docs/decisions.md, "Kernels".
 #pragma once
 
 #include <stdint.h>

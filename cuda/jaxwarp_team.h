@@ -16,7 +16,8 @@
 //     block-wide barriers on the GPU).
 // Results never depend on the launch layout: integer reductions and min/argmin
 // are order-independent (ties go to the lower agent id), and the float sum is
-// taken in agent order by one thread.
+// taken in agent order by one thread. The measured choices (scan, grid
+// density, insert, ring order): docs/decisions.md, "Kernels".
 #pragma once
 
 #include <math.h>
