@@ -67,6 +67,11 @@ class TrainConfig:
     update_epochs: int = 4  # PPO epochs per update (A2C: 1)
     num_minibatches: int = 4  # PPO: minibatches per epoch, split along envs. A2C: chunks
     #   of envs whose gradients are accumulated into its one step (bounds memory)
+    # PPO over several devices: "device" draws each minibatch from every device's own envs
+    # (a permutation per device; no exchange of the batch); "global": one permutation of
+    # all envs, the batch dealt out between devices once per epoch (an all-gather), giving
+    # the one-device curve up to float order. One device: the same either way.
+    minibatch_shuffle: str = "device"
     anneal_lr: bool = True  # linear learning-rate decay to 0 over the run
     normalize_advantages: bool = True  # per-minibatch advantage normalisation
     normalize_obs: bool = False  # running mean/std observation normalisation per group
@@ -272,6 +277,7 @@ def validate(c: TrainConfig) -> None:
     need(c.num_minibatches >= 1, "num_minibatches", "an integer >= 1")
     need(c.num_envs % c.num_minibatches == 0, "num_minibatches",
          f"a divisor of num_envs={c.num_envs} (minibatches split the envs)")
+    need(c.minibatch_shuffle in ("device", "global"), "minibatch_shuffle", "device or global")
     need(c.chunk_updates >= 1, "chunk_updates", "an integer >= 1")
     need(c.checkpoint_every >= 1 and c.checkpoint_every % c.chunk_updates == 0,
          "checkpoint_every", f"a positive multiple of chunk_updates={c.chunk_updates}")
