@@ -86,7 +86,7 @@ def test_importing_jaxwarp_and_adapters_imports_no_optional_framework():
 def test_gym_values_equal_the_direct_api(cartpole_any):
     acts = random_actions(np.random.default_rng(0), cartpole_any, 60, N)
     ref = direct_rollout(cartpole_any, 7, acts)
-    envs = JaxwarpVectorEnv(cartpole_any, N)
+    envs = JaxwarpVectorEnv(cartpole_any, N, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     obs, infos = envs.reset(seed=7)
     assert infos == {}
     np.testing.assert_array_equal(obs, ref[0][:, 0])
@@ -95,7 +95,7 @@ def test_gym_values_equal_the_direct_api(cartpole_any):
     for a, (r_obs, r_rew, r_term, r_trunc, r_ret, r_final) in zip(acts, ref[1:]):
         obs, rew, term, trunc, infos = envs.step(a[:, 0, 0].astype(np.int64))
         assert obs.dtype == np.float32 and obs.shape == (N, 4)
-        assert rew.dtype == np.float32 and rew.shape == (N,)
+        assert rew.dtype == np.float64 and rew.shape == (N,)  # as SyncVectorEnv's
         assert term.dtype == np.bool_ and trunc.dtype == np.bool_
         np.testing.assert_array_equal(obs, r_obs[:, 0])
         np.testing.assert_array_equal(rew, r_rew[:, 0])
@@ -125,7 +125,8 @@ def test_gym_values_equal_the_direct_api(cartpole_any):
 def test_gym_same_step_autoreset(cartpole):
     """A done env's returned obs is the next episode's first obs, its return is
     reported once, and Gymnasium's own episode statistics agree."""
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(JaxwarpVectorEnv(cartpole, N))
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(
+        JaxwarpVectorEnv(cartpole, N, autoreset_mode="same_step"))
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
     assert envs.metadata["final_obs"] is True
     envs.reset(seed=1)
@@ -158,7 +159,7 @@ def test_gym_final_obs_off_and_unsupported(cartpole):
     """final_obs=False: no final observations (one env step per step); an env
     whose step cannot run without auto-reset: off by default, refused when
     asked for."""
-    envs = JaxwarpVectorEnv(cartpole, N, final_obs=False)
+    envs = JaxwarpVectorEnv(cartpole, N, final_obs=False, autoreset_mode="same_step")
     assert envs.metadata["final_obs"] is False
     envs.reset(seed=1)
     for _ in range(25):
@@ -176,17 +177,27 @@ def test_gym_final_obs_off_and_unsupported(cartpole):
             return self._env.step(key, state, actions)
 
     plain = NoAutoresetArg(cartpole)
-    assert JaxwarpVectorEnv(plain, 2).metadata["final_obs"] is False
+    assert JaxwarpVectorEnv(plain, 2, autoreset_mode="same_step").metadata["final_obs"] is False
     with pytest.raises(ValueError, match=r"final_obs=True: .* cannot step without auto-reset"):
-        JaxwarpVectorEnv(plain, 2, final_obs=True)
+        JaxwarpVectorEnv(plain, 2, final_obs=True, autoreset_mode="same_step")
     with pytest.raises(TypeError, match=r"final_obs must be None, True or False"):
         JaxwarpVectorEnv(cartpole, 2, final_obs="yes")
+    # The other modes step without auto-reset: refused for such an env, and
+    # final_obs (same-step only) is refused with them.
+    for mode in ("next_step", "disabled"):
+        with pytest.raises(ValueError, match=r"cannot step without auto-reset"):
+            JaxwarpVectorEnv(plain, 2, autoreset_mode=mode)
+        with pytest.raises(ValueError, match=r"final_obs=True applies to .*SAME_STEP"):
+            JaxwarpVectorEnv(cartpole, 2, final_obs=True, autoreset_mode=mode)
+        assert JaxwarpVectorEnv(cartpole, 2, autoreset_mode=mode).metadata["final_obs"] is False
+    with pytest.raises(ValueError, match="autoreset_mode must be"):
+        JaxwarpVectorEnv(cartpole, 2, autoreset_mode="sometimes")
 
 
 def test_gym_truncation_at_the_time_limit():
     # MPE episodes are max_steps + 1 steps long and never terminate (jaxwarp/envs/mpe.py).
     env = jaxwarp.make("mpe_simple_spread", backend="cpu", max_steps=4)
-    envs = JaxwarpVectorEnv(env, 4)
+    envs = JaxwarpVectorEnv(env, 4, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     envs.reset(seed=0)
     ret = np.zeros((4, 3), np.float32)
     for t in range(1, 11):
@@ -292,7 +303,11 @@ def test_gym_errors(cartpole):
     with pytest.raises(TypeError, match="integers"):
         envs.step(np.zeros(4, np.float32))
     with pytest.raises(TypeError, match="seed"):
-        envs.reset(seed=[1, 2, 3, 4])
+        envs.reset(seed="1")
+    with pytest.raises(TypeError, match="seed"):
+        envs.reset(seed=[1, 2.5, 3, 4])
+    with pytest.raises(ValueError, match="one per env"):
+        envs.reset(seed=[1, 2])
     assert envs.render() is None  # no render_mode, as Gymnasium does
     with pytest.raises(ValueError, match="render_mode"):
         JaxwarpVectorEnv(cartpole, 4, render_mode="human")
@@ -346,6 +361,232 @@ def test_make_vec_and_checks():
     checked.reset(seed=0)
     obs, *_ = checked.step(np.ones(4, np.int64))
     assert obs.shape == (4, 4)
+
+
+def test_adapters_take_an_env_name_or_raise_type_error():
+    from jaxwarp.adapters.pettingzoo import JaxwarpParallelEnv
+
+    envs = JaxwarpVectorEnv("cartpole", 8)
+    assert envs.env.name == "cartpole" and envs.num_envs == 8
+    assert envs.reset(seed=0)[0].shape == (8, 4)
+    par = JaxwarpParallelEnv("mpe_simple_spread")
+    assert par.possible_agents == ["agent_0", "agent_1", "agent_2"]
+    for bad in (3, None, object()):
+        with pytest.raises(TypeError, match=r"JaxwarpVectorEnv: env must be a jaxwarp env"):
+            JaxwarpVectorEnv(bad, 8)
+        with pytest.raises(TypeError, match=r"JaxwarpParallelEnv: env must be a jaxwarp env"):
+            JaxwarpParallelEnv(bad)
+    with pytest.raises(ValueError, match="unknown env"):
+        JaxwarpVectorEnv("no_such_env", 8)
+
+
+def test_lazy_names_without_their_framework_are_missing_attributes():
+    # torch made unimportable (None in sys.modules), whether or not it is installed.
+    code = ("import sys, inspect\n"
+            "sys.modules['torch'] = None\n"
+            "import jaxwarp.adapters as a\n"
+            "assert not hasattr(a, 'TorchVectorEnv')\n"
+            "assert hasattr(a, 'JaxwarpVectorEnv')\n"
+            "names = [n for n, _ in inspect.getmembers(a)]\n"
+            "assert 'JaxwarpVectorEnv' in names and 'TorchVectorEnv' not in names, names\n"
+            "try:\n"
+            "    a.TorchVectorEnv\n"
+            "except AttributeError as e:\n"
+            "    assert isinstance(e.__cause__, ImportError), repr(e.__cause__)\n"
+            "    assert \"optional package 'torch'\" in str(e), str(e)\n"
+            "    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "has no attribute 'TorchVectorEnv'" in proc.stdout
+
+
+def test_gym_next_step_autoreset_is_the_default(cartpole):
+    """NEXT_STEP: the step that ends an episode returns its final obs; the next
+    step ignores that env's action and returns a fresh start, reward 0, no flags;
+    the other envs step as the direct API does."""
+    envs = JaxwarpVectorEnv(cartpole, N)
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    acts = random_actions(np.random.default_rng(3), cartpole, 60, N)
+    ref = direct_rollout(cartpole, 5, acts)
+    obs, _ = envs.reset(seed=5)
+    np.testing.assert_array_equal(obs, ref[0][:, 0])
+    pending = np.zeros(N, bool)
+    ever_done = np.zeros(N, bool)
+    steps = np.zeros(N, int)
+    ret = np.zeros(N)
+    seen = 0
+    for t, a in enumerate(acts):
+        obs, rew, term, trunc, infos = envs.step(a[:, 0, 0])
+        assert rew.dtype == np.float64
+        # Until an env's first episode ends, its values are the direct API's
+        # (the same key schedule; the final obs on the ending step).
+        live = ~ever_done
+        np.testing.assert_array_equal(obs[live], ref[t + 1][5][live, 0])
+        np.testing.assert_array_equal(rew[live], ref[t + 1][1][live, 0])
+        # The restarting envs: a fresh start, reward 0, not done.
+        assert np.all(np.abs(obs[pending]) <= 0.05)
+        np.testing.assert_array_equal(rew[pending], 0.0)
+        assert not (term | trunc)[pending].any()
+        steps[~pending] += 1
+        ret[~pending] += rew[~pending]
+        done = term | trunc
+        if done.any():
+            seen += int(term.sum())
+            np.testing.assert_array_equal(infos["_episode_return"], done)
+            np.testing.assert_array_equal(infos["episode_return"][done], ret[done])
+            # Final observations of terminated envs: past Gymnasium's thresholds.
+            assert np.all((np.abs(obs[term, 2]) > 0.2094) | (np.abs(obs[term, 0]) > 2.4))
+            np.testing.assert_array_equal(trunc[done], steps[done] == 20)
+        steps[done] = 0
+        ret[done] = 0
+        ever_done |= done
+        pending = done
+    assert seen > N  # every env finished several episodes
+
+
+def test_gym_disabled_autoreset_waits_for_a_masked_reset(cartpole):
+    envs = JaxwarpVectorEnv(cartpole, N, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.DISABLED
+    envs.reset(seed=2)
+    done = np.zeros(N, bool)
+    for _ in range(30):
+        obs, _, term, trunc, _ = envs.step(np.ones(N, np.int64))
+        done = term | trunc
+        if done.any():
+            break
+    assert done.any()
+    # Still ended on the next step (no reset inside step) ...
+    _, _, term2, trunc2, _ = envs.step(np.ones(N, np.int64))
+    assert (term2 | trunc2)[done].all()
+    # ... until the caller resets those envs, Gymnasium's way.
+    before = envs.step(np.ones(N, np.int64))[0]
+    after, _ = envs.reset(options={"reset_mask": done})
+    assert np.all(np.abs(after[done]) <= 0.05)
+    np.testing.assert_array_equal(after[~done], before[~done])
+
+
+def test_gym_vector_wrappers_work_on_the_adapter():
+    """Gymnasium's vector wrappers, which need NEXT_STEP or DISABLED autoreset."""
+    from gymnasium.wrappers import vector as wv
+
+    def pair(name, **params):  # the same env twice: raw and wrapped, same seed
+        return [make_vec(name, 4, backend="cpu", **params) for _ in range(2)]
+
+    raw, envs = pair("cartpole", max_steps=20)
+    norm = wv.NormalizeObservation(envs)
+    raw.reset(seed=0)
+    norm.reset(seed=0)
+    for _ in range(30):
+        a = np.ones(4, np.int64)
+        r_obs, *_ = raw.step(a)
+        obs, *_ = norm.step(a)
+        rms = norm.obs_rms  # updated with this step's obs, then applied
+        np.testing.assert_allclose(obs, (r_obs - rms.mean) / np.sqrt(rms.var + norm.epsilon),
+                                   rtol=1e-5, atol=1e-6)
+    assert rms.count > 30 * 4
+
+    raw, envs = pair("mpe_simple_spread")
+    flat = wv.FlattenObservation(envs)
+    assert flat.single_observation_space.shape == (54,)
+    r_obs, _ = raw.reset(seed=1)
+    obs, _ = flat.reset(seed=1)
+    np.testing.assert_array_equal(obs, r_obs.reshape(4, 54))
+
+    raw, envs = pair("cartpole")
+    f64 = wv.DtypeObservation(envs, np.float64)
+    r_obs, _ = raw.reset(seed=2)
+    obs, _ = f64.reset(seed=2)
+    assert obs.dtype == np.float64
+    np.testing.assert_array_equal(obs, r_obs.astype(np.float64))
+
+    raw, envs = pair("cartpole", max_steps=10)
+    nrew = wv.NormalizeReward(envs, gamma=0.9)
+    raw.reset(seed=3)
+    nrew.reset(seed=3)
+    for _ in range(25):
+        a = np.zeros(4, np.int64)
+        _, r_rew, *_ = raw.step(a)
+        _, rew, *_ = nrew.step(a)
+        var = nrew.return_rms.var
+        np.testing.assert_allclose(rew, r_rew / np.sqrt(var + nrew.epsilon), rtol=1e-6)
+    assert rew.dtype == np.float64
+
+    stats = wv.RecordEpisodeStatistics(make_vec("cartpole", 4, backend="cpu", max_steps=10))
+    stats.reset(seed=4)
+    ended = 0
+    for _ in range(40):
+        _, _, term, trunc, infos = stats.step(np.zeros(4, np.int64))
+        done = term | trunc
+        if done.any():
+            ended += int(done.sum())
+            # CartPole pays 1 per step: return == length.
+            np.testing.assert_array_equal(infos["episode"]["r"][done], infos["episode"]["l"][done])
+            np.testing.assert_array_equal(infos["episode"]["r"][done],
+                                          infos["episode_return"][done])
+    assert ended >= 4 and len(stats.return_queue) == ended
+
+
+def test_gym_metadata_spec_and_render_fps():
+    envs = make_vec("mpe_simple_tag", 2, backend="cpu", render_mode="rgb_array",
+                    num_good_agents=2)
+    assert envs.metadata["render_fps"] == 10  # mpe2's
+    assert make_vec("cartpole", 2, backend="cpu").metadata["render_fps"] == 50  # Gymnasium's
+    # HumanRendering needs render_fps (constructed only: no window here).
+    assert wrap_human(envs).metadata["render_fps"] == 10
+    assert envs.spec.id == "jaxwarp/mpe_simple_tag" and "jaxwarp/mpe_simple_tag" in repr(envs)
+    again = gym.make_vec(envs.spec, num_envs=3)
+    assert isinstance(again, JaxwarpVectorEnv) and again.num_envs == 3
+    assert again.env.params == envs.env.params and again.render_mode == "rgb_array"
+    same = gym.make_vec(make_vec("cartpole", 2, backend="cpu",
+                                 autoreset_mode="same_step").spec, num_envs=2)
+    assert same.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+
+
+def wrap_human(envs):
+    return gym.wrappers.vector.HumanRendering(envs)
+
+
+def test_gym_get_attr_call_set_attr(cartpole):
+    envs = JaxwarpVectorEnv(cartpole, 3)
+    assert envs.get_attr("params") == (cartpole.params,) * 3
+    assert envs.call("num_agents") == (1, 1, 1)
+    assert envs.call("policy_groups") == (cartpole.policy_groups,) * 3
+    with pytest.raises(AttributeError):
+        envs.get_attr("no_such_attribute")
+    envs.set_attr("note", "run 7")
+    assert envs.get_attr("note") == ("run 7",) * 3
+    envs.set_attr("note", ["run 8"] * 3)
+    assert envs.get_attr("note") == ("run 8",) * 3
+    with pytest.raises(ValueError, match="equal"):
+        envs.set_attr("note", ["a", "b", "c"])
+    with pytest.raises(ValueError, match="num_envs=3"):
+        envs.set_attr("note", ["a", "a"])
+    with pytest.raises(AttributeError, match="would not take effect"):
+        envs.set_attr("params", cartpole.params)
+    drawn = JaxwarpVectorEnv(cartpole, 3, render_mode="rgb_array")
+    drawn.reset(seed=0)
+    frames = drawn.call("render")
+    assert len(frames) == 3 and frames[0].shape == (128, 128, 3)
+
+
+def test_gym_reset_with_a_list_of_seeds(cartpole):
+    envs = JaxwarpVectorEnv(cartpole, 4)
+    single = {s: envs.reset(seed=s)[0] for s in (3, 8, 9)}
+    obs, _ = envs.reset(seed=[8, 3, 9, 3])
+    for e, s in enumerate([8, 3, 9, 3]):  # env e starts as reset(seed=s) starts it
+        np.testing.assert_array_equal(obs[e], single[s][e])
+    # One seed for all: the same as the int, steps included (the key continues
+    # from seeds[0]'s).
+    a = np.ones(4, np.int64)
+    envs.reset(seed=5)
+    want = envs.step(a)[0]
+    envs.reset(seed=[5] * 4)
+    np.testing.assert_array_equal(envs.step(a)[0], want)
+    obs, _ = envs.reset(seed=np.array([5, None, 5, 5], dtype=object))
+    assert obs.shape == (4, 4)
+    with pytest.raises(ValueError, match="reset_mask"):
+        envs.reset(seed=[1, 2, 3, 4], options={"reset_mask": np.ones(4, bool)})
 
 
 # ---------------------------------------------------------------------------
@@ -416,6 +657,66 @@ def test_pettingzoo_agent_names():
     assert agent_names(named) == ("tagger_0", "runner_0")
     with pytest.raises(ValueError, match="distinct"):
         agent_names(types.SimpleNamespace(num_agents=2, agent_names=("a", "a")))
+
+
+@pytest.mark.parametrize("name", ["mpe_simple_spread", "mpe_simple_tag"])
+def test_pettingzoo_api_and_seed_tests(name):
+    pytest.importorskip("pettingzoo", reason="pettingzoo (test extra) is not installed")
+    from pettingzoo.test import parallel_api_test, parallel_seed_test
+
+    from jaxwarp.adapters.pettingzoo import parallel_env
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the api test reports problems as warnings
+        parallel_api_test(parallel_env(name, backend="cpu"), num_cycles=60)
+    parallel_seed_test(lambda: parallel_env(name, backend="cpu"), num_cycles=60)
+
+
+def test_pettingzoo_simple_tag_as_mpe2():
+    """Agent names, per-agent observation spaces (no padding), state() and
+    render_fps as mpe2's simple_tag_v3 (values hand-written; compared with
+    mpe2 itself where it is installed)."""
+    pytest.importorskip("pettingzoo", reason="pettingzoo (test extra) is not installed")
+    from jaxwarp.adapters.pettingzoo import parallel_env
+
+    env = parallel_env("mpe_simple_tag", backend="cpu", num_good_agents=2)
+    names = ["adversary_0", "adversary_1", "adversary_2", "agent_0", "agent_1"]
+    assert env.possible_agents == names
+    dims = [20, 20, 20, 18, 18]  # adversaries 4 + 2*2 + 2*4 + 2*2; good agents 2 fewer
+    assert [env.observation_space(a).shape for a in names] == [(d,) for d in dims]
+    assert env.state_space.shape == (sum(dims),)
+    assert env.metadata["render_fps"] == 10
+    with pytest.raises(RuntimeError, match="reset"):
+        env.state()
+    obs, _ = env.reset(seed=0)
+    state = env.state()
+    assert state.dtype == np.float32 and state.shape == (96,)
+    np.testing.assert_array_equal(state, np.concatenate([obs[a] for a in names]))
+    obs, *_ = env.step({a: 1 for a in names})
+    np.testing.assert_array_equal(env.state(), np.concatenate([obs[a] for a in names]))
+    assert all(obs[a] in env.observation_space(a) for a in names)
+
+    mpe2_tag = pytest.importorskip("mpe2.simple_tag_v3")
+    for ng in (1, 2):
+        ours = parallel_env("mpe_simple_tag", backend="cpu", num_good_agents=ng)
+        ref = mpe2_tag.parallel_env(num_good=ng)
+        assert ours.possible_agents == ref.possible_agents
+        for a in ref.possible_agents:
+            assert ours.observation_space(a).shape == ref.observation_space(a).shape
+            assert ours.action_space(a) == ref.action_space(a)
+        assert ours.state_space.shape == ref.state_space.shape
+        assert ours.metadata["render_fps"] == ref.metadata["render_fps"]
+        # The same world in both: the same state() (mpe2: observations concatenated).
+        ours.reset(seed=1)
+        ref.reset(seed=1)
+        s = jax.tree.map(np.asarray, ours._batch.state)
+        world = ref.unwrapped.world
+        for i, ag in enumerate(world.agents):
+            ag.state.p_pos = np.array([s.x[0, i], s.y[0, i]], np.float64)
+            ag.state.p_vel = np.array([s.vx[0, i], s.vy[0, i]], np.float64)
+        for l, lm in enumerate(world.landmarks):
+            lm.state.p_pos = np.array([s.lm_x[0, l], s.lm_y[0, l]], np.float64)
+        np.testing.assert_allclose(ours.state(), ref.state(), rtol=1e-6, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------

@@ -30,7 +30,16 @@ __all__ = ["JaxwarpParallelEnv", "JaxwarpVectorEnv", "TorchVectorEnv", "make_vec
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+        try:
+            module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+        except ImportError as e:
+            # AttributeError, not ImportError: hasattr(), dir()-based tools and
+            # inspect.getmembers must see a missing optional framework as a
+            # missing attribute. The import error stays chained (and named).
+            raise AttributeError(
+                f"module {__name__!r} has no attribute {name!r}: it needs the optional "
+                f"package {_LAZY[name]!r}, whose import failed ({type(e).__name__}: {e})"
+            ) from e
         return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

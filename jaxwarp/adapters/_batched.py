@@ -15,7 +15,21 @@ Key schedule (the direct API reproduces every value bit for bit)::
     key, k = jax.random.split(key); obs, state = env.reset(k, num_envs)
     key, k = jax.random.split(key); env.step(k, state, actions)   # each step
 
-A reset without a seed continues from the current key.
+A reset without a seed continues from the current key. A list of seeds (one
+per env) starts env e as a reset with seed ``seeds[e]`` would (a masked reset
+per distinct seed), and the key continues from ``seeds[0]``'s.
+
+Autoreset modes (``autoreset_mode``, Gymnasium's names):
+
+* ``"same_step"`` (jaxwarp's own): a finished env restarts inside the step
+  that ends it; that step returns the next episode's first obs (and, with
+  ``final_obs=True``, the final obs apart).
+* ``"next_step"`` (Gymnasium's default): the step that ends an episode
+  returns its final obs (the env steps with ``autoreset=False``); the next
+  step ignores that env's action and returns a fresh start (drawn by
+  ``env.reset`` with that step's key) with reward 0 and both flags False.
+* ``"disabled"``: steps never reset; the caller resets finished envs with a
+  masked reset.
 
 Layout (``squeeze_agent=True`` and a single-agent env): the agent axis is
 dropped, so ``obs: f32[envs, obs_dim]``, ``reward: f32[envs]`` and actions
@@ -48,7 +62,8 @@ class StepOut(NamedTuple):
         has no ``episode_return`` field.
     final_obs: f32[envs, (agents,) obs_dim]: where terminated | truncated the
         observation of the state the episode ended in (elsewhere equal to
-        obs); None unless the adapter asked for it.
+        obs); None unless the adapter asked for it (same-step mode; in the
+        other modes obs is the final observation where an episode ended).
     """
 
     obs: jax.Array
@@ -96,10 +111,13 @@ class BatchedEnv:
             only when some env finished, once more with it from the same key
             and state (the same outcome, plus the resets). ValueError if the
             env cannot (`supports_final_obs`).
+        autoreset_mode: "same_step" (default), "next_step" or "disabled" (see
+            the module docstring); the last two need an env that steps
+            without auto-reset (`supports_final_obs`) and take no final_obs.
     """
 
     def __init__(self, env: Any, num_envs: int, squeeze_agent: bool = True,
-                 final_obs: bool = False):
+                 final_obs: bool = False, autoreset_mode: str = "same_step"):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
@@ -112,6 +130,19 @@ class BatchedEnv:
         self.squeezed = bool(squeeze_agent) and self.num_agents == 1
         self.device = env_device(env)
         self.final_obs = bool(final_obs)
+        if autoreset_mode not in AUTORESET_MODES:
+            raise ValueError(f"autoreset_mode must be one of {AUTORESET_MODES}; got "
+                             f"{autoreset_mode!r}")
+        self.autoreset_mode = autoreset_mode
+        if autoreset_mode != "same_step":
+            if self.final_obs:
+                raise ValueError(f"final_obs=True applies to autoreset_mode 'same_step'; in "
+                                 f"{autoreset_mode!r} the step that ends an episode returns "
+                                 "its final observation as obs")
+            if not supports_final_obs(env):
+                raise ValueError(f"autoreset_mode={autoreset_mode!r}: {type(env).__name__} "
+                                 f"(backend {getattr(env, 'backend', 'jax')!r}) cannot step "
+                                 "without auto-reset (use 'same_step')")
         if self.final_obs and not supports_final_obs(env):
             raise ValueError(f"final_obs=True: {type(env).__name__} (backend "
                              f"{getattr(env, 'backend', 'jax')!r}) cannot step without "
@@ -130,27 +161,33 @@ class BatchedEnv:
         self._key: jax.Array | None = None
         self._state: Any = None
         self._obs: jax.Array | None = None
+        # next_step: bool[envs], the envs whose episode ended on the last step
+        # (they restart on the next one).
+        self._pending: jax.Array | None = None
         self._reset_fn, self._masked_fn, self._step_fn = _compiled(
             env, self.num_envs, self.squeezed, bool(getattr(env, "checks", False)),
-            self.final_obs)
+            self.final_obs, autoreset_mode)
 
     # -- host API ----------------------------------------------------------
     @property
     def started(self) -> bool:
         return self._state is not None
 
-    def reset(self, seed: int | None = None, mask: Any = None) -> jax.Array:
+    def reset(self, seed: Any = None, mask: Any = None) -> jax.Array:
         """Resets every env (or, with ``mask: bool[envs]``, those where mask is
         true; the others keep their state and observation). Returns obs.
 
         seed: an int starts a new key (``jax.random.key(seed)``); None
         continues from the current key (a first reset without a seed draws one
-        from NumPy's entropy).
+        from NumPy's entropy); a list of ``num_envs`` ints (or None entries:
+        one fresh seed for those) starts env e as ``reset(seeds[e])`` would.
         """
+        if seed is not None and not _is_int(seed):
+            seeds = check_seeds(seed, self.num_envs)
+            if mask is not None:
+                raise ValueError("reset: a list of seeds resets every env; pass no mask")
+            return self._reset_seeds(seeds)
         if seed is not None:
-            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-                raise TypeError("seed must be an int or None (one key seeds the whole batch; "
-                                f"env e draws its own stream from it); got {seed!r}")
             self._key = _key_data(int(seed), self.device)
         elif self._key is None:
             fresh = int(np.random.SeedSequence().generate_state(1)[0])
@@ -166,6 +203,20 @@ class BatchedEnv:
                                  f"{mask.dtype}{list(mask.shape)}")
             self._key, self._state, self._obs = self._masked_fn(
                 self._key, self._state, self._obs, mask)
+        if self.autoreset_mode == "next_step":
+            self._pending = (jnp.zeros((self.num_envs,), bool) if mask is None
+                             else self._pending & ~jnp.asarray(mask))
+        return self._obs
+
+    def _reset_seeds(self, seeds: list[int]) -> jax.Array:
+        """Env e as ``reset(seed=seeds[e])`` would start it: one full reset
+        and a masked reset per other distinct seed, ``seeds[0]``'s last (so
+        the key continues from it)."""
+        arr = np.asarray(seeds, np.int64)
+        order = [s for s in dict.fromkeys(seeds) if s != seeds[0]] + [seeds[0]]
+        self.reset(seed=order[0])
+        for s in order[1:]:
+            self.reset(seed=s, mask=arr == s)
         return self._obs
 
     def check_actions(self, actions: np.ndarray) -> np.ndarray:
@@ -189,7 +240,11 @@ class BatchedEnv:
         already checked by the caller) of shape ``(num_envs, *action_shape)``."""
         if not self.started:
             raise RuntimeError("call reset() before step()")
-        self._key, self._state, out = self._step_fn(self._key, self._state, actions)
+        if self.autoreset_mode == "next_step":
+            self._key, self._state, out, self._pending = self._step_fn(
+                self._key, self._state, actions, self._pending)
+        else:
+            self._key, self._state, out = self._step_fn(self._key, self._state, actions)
         self._obs = out.obs
         return out
 
@@ -199,7 +254,36 @@ class BatchedEnv:
         return self._state
 
     def close(self) -> None:
-        self._key = self._state = self._obs = None
+        self._key = self._state = self._obs = self._pending = None
+
+
+AUTORESET_MODES = ("same_step", "next_step", "disabled")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def check_seeds(seed: Any, num_envs: int) -> list[int]:
+    """A list/tuple/array of ``num_envs`` seeds as ints (None entries: one
+    fresh seed from NumPy's entropy for all of them); TypeError/ValueError
+    otherwise."""
+    if isinstance(seed, (str, bytes, bool, np.bool_)) or not hasattr(seed, "__len__"):
+        raise TypeError("seed must be an int, a list of num_envs ints, or None (one key "
+                        "seeds the whole batch; env e draws its own stream from it); got "
+                        f"{seed!r}")
+    seeds = list(np.asarray(seed, dtype=object).reshape(-1)) if isinstance(
+        seed, np.ndarray) else list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(f"seed: a list of seeds needs one per env ({num_envs}); got "
+                         f"{len(seeds)}")
+    bad = [s for s in seeds if s is not None and not _is_int(s)]
+    if bad:
+        raise TypeError(f"seed: every entry must be an int or None; got {bad[0]!r}")
+    if any(s < 0 for s in seeds if s is not None):
+        raise ValueError("seed: entries must be non-negative ints")
+    fresh = int(np.random.SeedSequence().generate_state(1)[0])
+    return [fresh if s is None else int(s) for s in seeds]
 
 
 # ---------------------------------------------------------------------------
@@ -236,12 +320,29 @@ def _masked_reset_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, 
 
 
 def _step_impl(env: Any, num_envs: int, squeezed: bool, final_obs: bool, key: jax.Array,
-               state: Any, actions: jax.Array):
+               state: Any, actions: jax.Array, mode: str = "same_step",
+               pending: jax.Array | None = None):
     key, k = _split(key)
     heads = len(env.action_space.nvec)
     actions = actions.reshape(num_envs, env.num_agents, heads)
     final = None
-    if final_obs:
+    if mode != "same_step":
+        # The step that ends an episode shows its last state.
+        obs, state, reward, done, info = env.step(k, state, actions, autoreset=False)
+        if mode == "next_step":
+            # Envs that ended on the last step start over instead of stepping:
+            # a fresh start (its own key: fold_in(k, 1)), reward 0, no flags.
+            def with_reset(a: tuple[jax.Array, Any]) -> tuple[jax.Array, Any]:
+                fresh_obs, fresh = env.reset(jax.random.fold_in(k, 1), num_envs)
+                return auto_reset(pending, fresh_obs, a[0]), auto_reset(pending, fresh, a[1])
+
+            obs, state = jax.lax.cond(pending.any(), with_reset, lambda a: a, (obs, state))
+            p = pending.reshape(pending.shape + (1,) * (reward.ndim - 1))
+            reward = jnp.where(p, jnp.zeros_like(reward), reward)
+            done = done & ~pending
+            info = {**info, **{f: info[f] & ~pending for f in ("terminated", "truncated")
+                               if f in info}}
+    elif final_obs:
         # Without auto-reset first: the finished envs' final observations.
         # Where some env finished, the step again with auto-reset from the same
         # key and state: the same rewards and flags, and the fresh starts
@@ -267,13 +368,17 @@ def _step_impl(env: Any, num_envs: int, squeezed: bool, final_obs: bool, key: ja
         ret = _user(ret, squeezed) if ret.ndim == 2 else ret
     out = StepOut(_user(obs, squeezed), _user(reward, squeezed), terminated, truncated, ret,
                   final)
+    if mode == "next_step":
+        return key, state, out, done
     return key, state, out
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(env: Any, num_envs: int, squeezed: bool, checks: bool, final_obs: bool = False):
+def _compiled(env: Any, num_envs: int, squeezed: bool, checks: bool, final_obs: bool = False,
+              mode: str = "same_step"):
     """(reset, masked reset, step): jitted, key and state donated (step with
-    final_obs: the key only); with
+    final_obs: the key only; next_step's step also takes and returns the
+    pending mask); with
     checks=True the env reports out-of-range actions through checkify and
     the call raises on the host."""
     def make(fn: Any, donate: tuple[int, ...]) -> Any:
@@ -291,8 +396,9 @@ def _compiled(env: Any, num_envs: int, squeezed: bool, checks: bool, final_obs: 
         return call
 
     def step_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, state: Any,
-                  actions: jax.Array):
-        return _step_impl(env, num_envs, squeezed, final_obs, key, state, actions)
+                  actions: jax.Array, pending: jax.Array | None = None):
+        return _step_impl(env, num_envs, squeezed, final_obs, key, state, actions, mode,
+                          pending)
 
     # With final observations the state is read by two steps: donating it
     # would make XLA copy it (small copies cost XLA:CPU ~10 us each).

@@ -7,19 +7,24 @@
         actions = {a: env.action_space(a).sample() for a in env.agents}
         obs, rewards, terminations, truncations, infos = env.step(actions)
 
-Agents are named by the env's ``agent_names`` when it has them, else
-``agent_0 .. agent_{n-1}``. All agents live until the env's episode ends
-(jaxwarp ends episodes per env, not per agent): then every agent is
-terminated or truncated together and `agents` becomes empty until `reset`.
+Agents are named by the env's ``agent_names`` when it has them (mpe_simple_tag:
+mpe2's ``adversary_0 .. adversary_2``, ``agent_0``), else ``agent_0 ..
+agent_{n-1}``. Each agent's observation space is ``Box`` of its own width
+(``env.agent_obs_dims`` where the env pads some agents' rows with zeros, as
+mpe_simple_tag's good agents: mpe2's Box(14) and Box(16)), else ``obs_dim``.
+All agents live until the env's episode ends (jaxwarp ends episodes per env,
+not per agent): then every agent is terminated or truncated together and
+`agents` becomes empty until `reset`. `state()` is the concatenation of
+every agent's current observation, in `possible_agents` order, as mpe2's
+(and PettingZoo's MPE) ``state()``.
 
-Each step is one jitted call (`jaxwarp.adapters._batched`). The observations
-returned on the step that ends an episode are the final observations (the
-step runs without auto-reset, `ContractEnv.step(autoreset=False)`, and again
-with it when the episode ended, so that `render` and the next `reset`
-continue as the direct API does), for every env that supports it
-(`jaxwarp.adapters._batched.supports_final_obs`; others return the next
-episode's first observations); the infos of that step carry
-``episode_return`` per agent. See docs/adapters.md.
+Each step is one jitted call (`jaxwarp.adapters._batched`). The step that
+ends an episode returns its final observations and leaves the env there
+(stepped without auto-reset, `ContractEnv.step(autoreset=False)`; `render`
+shows the final state) for every env that supports it
+(`jaxwarp.adapters._batched.supports_final_obs`; others reset inside that
+step and return the next episode's first observations); the infos of that
+step carry ``episode_return`` per agent. See docs/adapters.md.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from jaxwarp.adapters._batched import BatchedEnv, supports_final_obs
+from jaxwarp.adapters.gymnasium import as_env, render_fps
 
 
 def agent_names(env: Any) -> tuple[str, ...]:
@@ -48,18 +54,20 @@ class JaxwarpParallelEnv(ParallelEnv):
 
     Args:
         env: a jaxwarp env (`jaxwarp.make(name, backend=...)`), any backend and
-            any number of agents.
-
-    Per agent: observation space ``Box(obs_dim)`` (f32), action space
-    ``Discrete(n)`` (one action head) or ``MultiDiscrete(nvec)``; actions are
-    ints (or int arrays of shape ``[heads]``); rewards are Python floats.
+            any number of agents, or a registered env's name
+            (``jaxwarp.make(name)``; `parallel_env` takes a backend and params).
         render_mode: None, or ``"rgb_array"``: `render` returns the env's
             current frame, ``u8[H, W, 3]`` (`jaxwarp.render`).
-    `state` is not implemented.
+
+    Per agent: observation space ``Box(d)`` (f32; d the agent's own width,
+    see the module docstring), action space ``Discrete(n)`` (one action
+    head) or ``MultiDiscrete(nvec)``; actions are ints (or int arrays of
+    shape ``[heads]``); rewards are Python floats. ``state(): f32[sum d]``
+    with `state_space`.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"name": "jaxwarp", "render_modes": ["rgb_array"],
-                                          "is_parallelizable": True}
+                                          "is_parallelizable": True, "render_fps": 30}
 
     def __init__(self, env: Any, render_mode: str | None = None, render_size: int = 128):
         import gymnasium as gym
@@ -69,26 +77,36 @@ class JaxwarpParallelEnv(ParallelEnv):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array'; got {render_mode!r}")
 
+        env = as_env(env, "JaxwarpParallelEnv")
         self.env = env
-        self._batch = BatchedEnv(env, 1, squeeze_agent=False,
-                                 final_obs=supports_final_obs(env))
+        # Episodes end for good in PettingZoo (reset() starts the next), so the
+        # env steps without auto-reset where it can: the final observations
+        # at the price of one env step.
+        mode = "disabled" if supports_final_obs(env) else "same_step"
+        self._batch = BatchedEnv(env, 1, squeeze_agent=False, autoreset_mode=mode)
         self.possible_agents = list(agent_names(env))
         self.agents: list[str] = []
         self.render_mode = render_mode
         self._render = _renderer(env, render_size) if render_mode else None
-        self.metadata = {**type(self).metadata, "name": f"jaxwarp_{env.name}"}
+        self.metadata = {**type(self).metadata, "name": f"jaxwarp_{env.name}",
+                         "render_fps": render_fps(env)}
+        self._obs_dims = agent_obs_dims(env)
         box = env.observation_space
+        low = np.broadcast_to(np.asarray(box.low, np.float32), (int(env.obs_dim),))
+        high = np.broadcast_to(np.asarray(box.high, np.float32), (int(env.obs_dim),))
         nvec = tuple(int(v) for v in env.action_space.nvec)
-        obs_space = gym.spaces.Box(np.asarray(box.low, np.float32),
-                                   np.asarray(box.high, np.float32), dtype=np.float32)
         act_space = (gym.spaces.Discrete(nvec[0]) if len(nvec) == 1
                      else gym.spaces.MultiDiscrete(np.asarray(nvec, np.int64)))
         # One space object per agent, the same object on every call (seeding
         # an agent's space must not seed another's).
-        self._obs_spaces = {a: obs_space if i == 0 else _clone(obs_space)
-                            for i, a in enumerate(self.possible_agents)}
+        self._obs_spaces = {a: gym.spaces.Box(low[:d].copy(), high[:d].copy(), dtype=np.float32)
+                            for a, d in zip(self.possible_agents, self._obs_dims)}
         self._act_spaces = {a: act_space if i == 0 else _clone(act_space)
                             for i, a in enumerate(self.possible_agents)}
+        self.state_space = gym.spaces.Box(
+            np.concatenate([low[:d] for d in self._obs_dims]),
+            np.concatenate([high[:d] for d in self._obs_dims]), dtype=np.float32)
+        self._rows: np.ndarray | None = None  # f32[agents, obs_dim]: the last observations
 
     def observation_space(self, agent: str) -> Any:
         return self._obs_spaces[agent]
@@ -97,8 +115,17 @@ class JaxwarpParallelEnv(ParallelEnv):
         return self._act_spaces[agent]
 
     def _obs_dict(self, obs: Any) -> dict[str, np.ndarray]:
-        obs = np.asarray(obs)[0]
-        return {a: obs[i].copy() for i, a in enumerate(self.possible_agents)}
+        self._rows = np.asarray(obs)[0]
+        return {a: self._rows[i, :d].copy()
+                for i, (a, d) in enumerate(zip(self.possible_agents, self._obs_dims))}
+
+    def state(self) -> np.ndarray:
+        """``f32[sum of the agents' observation widths]``: every agent's last
+        observation (from `reset` or `step`), concatenated in `possible_agents`
+        order, as mpe2's ``state()``."""
+        if self._rows is None:
+            raise RuntimeError("call reset() before state()")
+        return np.concatenate([self._rows[i, :d] for i, d in enumerate(self._obs_dims)])
 
     def reset(self, seed: int | None = None, options: dict | None = None
               ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
@@ -130,8 +157,7 @@ class JaxwarpParallelEnv(ParallelEnv):
             ret = np.asarray(out.final_return)[0]
             for i, name in enumerate(names):
                 infos[name]["episode_return"] = float(ret[i])
-        ended = (term or trunc) and out.final_obs is not None
-        obs = self._obs_dict(out.final_obs if ended else out.obs)
+        obs = self._obs_dict(out.obs)
         rewards = {name: float(reward[i]) for i, name in enumerate(names)}
         terminations = dict.fromkeys(names, term)
         truncations = dict.fromkeys(names, trunc)
@@ -141,8 +167,8 @@ class JaxwarpParallelEnv(ParallelEnv):
 
     def render(self) -> np.ndarray | None:
         """The env's current frame, ``u8[H, W, 3]`` (render_mode "rgb_array";
-        after the step that ends an episode: the next episode's start, since
-        jaxwarp resets inside that step); None without a render_mode."""
+        after the step that ends an episode: its final state, for envs that
+        step without auto-reset); None without a render_mode."""
         if self._render is None:
             return None
         if not self._batch.started:
@@ -152,6 +178,21 @@ class JaxwarpParallelEnv(ParallelEnv):
     def close(self) -> None:
         self._batch.close()
         self.agents = []
+        self._rows = None
+
+
+def agent_obs_dims(env: Any) -> tuple[int, ...]:
+    """Each agent's observation width: ``env.agent_obs_dims`` if present (the
+    leading entries of its row; the rest are padding), else ``obs_dim`` each."""
+    n, width = int(env.num_agents), int(env.obs_dim)
+    dims = getattr(env, "agent_obs_dims", None)
+    if dims is None:
+        return (width,) * n
+    dims = tuple(int(d) for d in dims)
+    if len(dims) != n or not all(1 <= d <= width for d in dims):
+        raise ValueError(f"env.agent_obs_dims must be {n} ints in [1, obs_dim={width}]; got "
+                         f"{dims}")
+    return dims
 
 
 def _clone(space: Any) -> Any:
