@@ -1,24 +1,25 @@
 """Envs sharded over devices along the env axis.
 
-``ShardedEnv(env, mesh, axis="envs")`` (or ``shard(env, mesh)``) wraps a
-built env so that ``reset``/``step`` take and return arrays whose leading
-(env) axis is split over the mesh axis ``axis``:
+One mechanism: every FFI call of jaxwarp (env reset and step of every env
+built from a spec, and the action sampler) carries a partitioning rule
+(`jaxwarp._ffi.env_partitioned_call`: ``custom_partitioning`` with a Shardy
+``sharding_rule``). Under a plain ``jax.jit`` whose inputs (or outputs) are
+split along the env axis, each device launches the kernel once over its own
+``num_envs / D`` envs with the global env offset (``shard index * num_envs /
+D``), so local env ``e`` draws the random numbers of global env
+``offset + e`` and the sampler's local row ``r`` those of global row
+``offset_rows + r``. No collective appears; results are bit for bit those of
+one device, for any device count. The pure-JAX ("jax") backend is partitioned
+by jit itself, its draws keyed by the global env index too.
 
-* kernel backends ("cpu", "cuda"): each call runs inside ``jax.shard_map``:
-  every device launches the env's kernel once over its own ``num_envs / D``
-  envs, with ``env_offset = axis_index * num_envs / D`` so that local env
-  ``e`` draws the random numbers of global env ``env_offset + e``. No
-  collective appears in the compiled step; results are bit for bit those of
-  the unsharded env, for any device count.
-* "jax" backend: the pure-JAX reference is partitioned by ``jit`` itself
-  (inputs and outputs pinned to ``P(axis)``); its random draws are counters
-  keyed by the global env index, so this too is bit for bit the unsharded env.
+``ShardedEnv(env, mesh, axis="envs")`` (or ``shard(env, mesh)``) is the
+explicit form of the same thing: ``reset``/``step`` pin their inputs and
+outputs to ``NamedSharding(mesh, P(axis))`` (so a replicated or unplaced
+input is split, once) and call the env; nothing else.
 
-``sample_actions(key, logits, nvec, mesh, ...)`` is the sharded
-`jaxwarp.sample_actions`. Only its "jax" backend is bit for bit the
-unsharded sampler: the kernels count each call's random draws from the
-call's own first row (there is no row offset in the FFI), so a per-device
-kernel call cannot draw global row ``r``'s numbers. See its docstring.
+``sample_actions(key, logits, nvec, mesh, ...)`` is `jaxwarp.sample_actions`
+with its logits and outputs pinned likewise: bit for bit the unsharded
+sampler on every backend.
 
 ``shard_state(tree, mesh, axis)`` places an existing pytree (state, obs,
 actions ...) on the mesh, leading axis split over ``axis``.
@@ -285,39 +286,19 @@ class ShardedEnv:
                               per_shard_keys=per_shard_keys)
 
     # -- the compiled calls ------------------------------------------------
+    # The env's own calls partition themselves (their partitioning rule, or
+    # jit for the pure-JAX backend); pinning inputs and outputs to P(axis) is
+    # all that is left to do here.
     def _build_reset(self, num_envs: int):
         env, place = self.env, self._place
-        if env.backend == "jax":
-            return jax.jit(lambda key_data: place.finish(env.reset(key_data, num_envs)))
-        local = num_envs // self.num_shards
-        axis = _spec_axis(self._names)
-
-        def local_reset(key_data):
-            offset = jax.lax.axis_index(axis) * local
-            return env.reset(key_data, local, env_offset=offset)
-
-        mapped = _shard_map(local_reset, self.mesh, in_specs=(P(),), out_specs=place.spec)
-        return jax.jit(lambda key_data: mapped(place.for_shard_map(key_data, replicated=True)))
+        return jax.jit(lambda key_data: place.finish(env.reset(key_data, num_envs)))
 
     def _build_step(self):
         env, place = self.env, self._place
-        if env.backend == "jax":
-            def step(key_data, state, actions):
-                state, actions = place.constrain((state, actions))
-                return place.finish(env.step(key_data, state, actions))
-            return jax.jit(step)
-        axis = _spec_axis(self._names)
-
-        def local_step(key_data, state, actions):
-            offset = jax.lax.axis_index(axis) * actions.shape[0]
-            return env.step(key_data, state, actions, env_offset=offset)
-
-        mapped = _shard_map(local_step, self.mesh, in_specs=(P(), place.spec, place.spec),
-                            out_specs=place.spec)
 
         def step(key_data, state, actions):
-            return mapped(place.for_shard_map(key_data, replicated=True),
-                          *place.for_shard_map((state, actions)))
+            state, actions = place.constrain((state, actions))
+            return place.finish(env.step(key_data, state, actions))
         return jax.jit(step)
 
     def _check_actions(self, actions: Any, num_envs: int) -> Any:
@@ -349,21 +330,20 @@ def sample_actions(key: jax.Array, logits: jax.Array, nvec: Sequence[int], mesh:
     """`jaxwarp.sample_actions` on logits whose leading axis is split over ``axis``.
 
     Outputs (actions i32[..., H], log_prob f32[...]) are sharded like the
-    logits' leading axis.
+    logits' leading axis, and are bit for bit
+    ``jaxwarp.sample_actions(key, logits, nvec, backend=backend)`` for any
+    device count, on every backend: the kernels ("cpu", "cuda") run one launch
+    per device over its own rows, counting their random draws from each row's
+    global index (the sampler's partitioning rule and row offset); the "jax"
+    reference is partitioned by jit (jax's partitionable threefry counts by
+    global element). No collective. Equally, a plain ``jax.jit`` of
+    `jaxwarp.sample_actions` over logits split along axis 0 does the same.
 
-    * backend="jax": the reference sampler, partitioned by jit. Bit for bit
-      ``jaxwarp.sample_actions(key, logits, nvec, backend="jax")`` for any
-      device count (jax's partitionable threefry counts by global element).
-    * backend="cpu"/"cuda" (and "auto"): the kernels count a call's random
-      draws from the call's own first row and take no row offset, so one
-      launch per device cannot draw the unsharded call's numbers. Without
-      ``per_shard_keys`` this raises NotImplementedError (rather than let
-      XLA all-gather the logits onto every device). With
-      ``per_shard_keys=True``, shard ``s`` of the mesh axis runs
-      ``jaxwarp.sample_actions(jax.random.fold_in(key, s), logits_s, nvec)``
-      on its block of rows, one launch per device: the same distribution,
-      deterministic for a given device count, but different draws for a
-      different device count and from the unsharded call.
+    per_shard_keys=True (kernel backends only; deprecated, kept for runs made
+    before the row offset existed): shard ``s`` runs
+    ``jaxwarp.sample_actions(jax.random.fold_in(key, s), logits_s, nvec)`` on
+    its block of rows: the same distribution, but draws that depend on the
+    device count.
     """
     from jaxwarp import sampler
 
@@ -378,29 +358,21 @@ def sample_actions(key: jax.Array, logits: jax.Array, nvec: Sequence[int], mesh:
     key_data_of(key)
     backend = resolve_backend(backend)
     place = _placement(mesh, names)
-    if backend == "jax":
-        if per_shard_keys:
+    if per_shard_keys:
+        if backend == "jax":
             raise ValueError("sample_actions: per_shard_keys applies to the kernel backends; "
                              "backend='jax' is sharded bit for bit without it")
-        return _jit_sample(place, nvec)(key, logits)
-    if not per_shard_keys:
-        raise NotImplementedError(
-            f"sample_actions: backend={backend!r} cannot reproduce the unsharded draws with "
-            "one launch per device: its kernels count random draws from the call's first row "
-            "(no row offset in the FFI). Use backend='jax' (bit for bit, partitioned by jit), "
-            "per_shard_keys=True (shard s draws with fold_in(key, s): deterministic for a "
-            "given device count, not equal across device counts), or call "
-            "jaxwarp.sample_actions unsharded (XLA all-gathers the logits onto every device).")
-    return _shard_map_sample(place, nvec, backend)(key, logits)
+        return _shard_map_sample(place, nvec, backend)(key, logits)
+    return _jit_sample(place, nvec, backend)(key, logits)
 
 
 @functools.lru_cache(maxsize=64)
-def _jit_sample(place: _Placement, nvec: tuple[int, ...]):
+def _jit_sample(place: _Placement, nvec: tuple[int, ...], backend: str):
     from jaxwarp import sampler
 
     def f(key, logits):
         return place.finish(sampler.sample_actions(key, place.constrain(logits), nvec,
-                                                   backend="jax"))
+                                                   backend=backend))
     return jax.jit(f)
 
 

@@ -17,9 +17,9 @@ For every registered env on the "cpu" and "jax" backends:
   one launch of the step kernel; on the jax backend, only the ops listed in
   `JAX_BACKEND_COLLECTIVES`.
 
-Plus: an env axis split over two mesh axes, the sampler (bit for bit on the
-"jax" backend; the kernel backends' documented limitation), `shard_state`,
-and the error messages.
+Plus: an env axis split over two mesh axes, the sampler (bit for bit on
+every backend; the deprecated per-shard keys), `shard_state`, and the error
+messages. The plain-jit path (no ShardedEnv) is tests/test_partitioning.py.
 """
 
 from __future__ import annotations
@@ -159,20 +159,17 @@ def _worker(part: int, parts: int) -> dict:
     nvec = (5, 3)
     logits = jax.random.normal(jax.random.key(7), (NUM_ENVS, 6, sum(nvec)))
     skey = jax.random.key(11)
-    ref = jaxwarp.sample_actions(skey, logits, nvec, backend="jax")
-    sampler_report: dict = {"jax_equal": {}, "jax_collectives": {}}
-    for mname, mesh in meshes.items():
-        got = sharding.sample_actions(skey, logits, nvec, mesh, backend="jax")
-        sampler_report["jax_equal"][mname] = leaves_equal(ref, got) + sharded_over(got, mesh)
-    mesh = meshes["auto4"]
-    sampler_report["jax_collectives"] = sharding.collectives_in(
-        jax.jit(lambda k, x: sharding.sample_actions(k, x, nvec, mesh, backend="jax"))
-        .lower(skey, logits).compile().as_text())
-    try:
-        sharding.sample_actions(skey, logits, nvec, mesh, backend="cpu")
-        sampler_report["cpu_error"] = None
-    except NotImplementedError as e:
-        sampler_report["cpu_error"] = str(e)
+    sampler_report: dict = {"equal": {}, "collectives": {}}
+    for backend in ("jax", "cpu"):
+        ref = jaxwarp.sample_actions(skey, logits, nvec, backend=backend)
+        for mname, mesh in meshes.items():
+            got = sharding.sample_actions(skey, logits, nvec, mesh, backend=backend)
+            sampler_report["equal"][f"{backend}/{mname}"] = (leaves_equal(ref, got)
+                                                             + sharded_over(got, mesh))
+        mesh = meshes["auto4"]
+        sampler_report["collectives"][backend] = sharding.collectives_in(
+            jax.jit(lambda k, x, b=backend: sharding.sample_actions(k, x, nvec, mesh, backend=b))
+            .lower(skey, logits).compile().as_text())
     per = {}
     for mname in ("auto2", "auto4"):
         m = meshes[mname]
@@ -304,19 +301,19 @@ def test_env_axis_over_two_mesh_axes(report):
     assert report["one_of_two_axes_equal"] == []
 
 
-def test_sampler_jax_backend_bitwise(report):
+def test_sampler_bitwise_on_every_backend(report):
+    # The kernels count draws from each row's global index (the row offset).
     s = report["sampler"]
-    for mesh, bad in s["jax_equal"].items():
-        assert bad == [], f"sampler on {mesh}: {bad}"
-    assert s["jax_collectives"] == []
+    assert set(s["equal"]) == {f"{b}/{m}" for b in ("jax", "cpu")
+                               for m in ("auto1", "auto2", "auto4", "explicit4")}
+    for case, bad in s["equal"].items():
+        assert bad == [], f"sampler {case}: {bad}"
+    assert s["collectives"] == {"jax": [], "cpu": []}
 
 
-def test_sampler_kernel_backends_not_bitwise(report):
-    # The kernels count draws from each call's first row (no row offset):
-    # the sharded kernel sampler refuses unless per-shard keys are asked for.
-    s = report["sampler"]
-    assert s["cpu_error"] is not None and "per_shard_keys" in s["cpu_error"]
-    per = s["per_shard"]
+def test_sampler_per_shard_keys(report):
+    # Deprecated: shard s draws with fold_in(key, s), as before the row offset.
+    per = report["sampler"]["per_shard"]
     for mesh in ("auto2", "auto4"):
         assert per[mesh]["equal_per_shard_definition"] == []
         assert per[mesh]["unsharded_outputs"] == []

@@ -1,0 +1,316 @@
+"""The partitioning rule of the FFI calls under plain ``jax.jit``, on 4 CPU devices.
+
+No `ShardedEnv` here: a user places env-sharded arrays
+(``NamedSharding(mesh, P("envs"))``) and jits the env's own ``step``/``reset``
+and `jaxwarp.sample_actions`. The rule (`jaxwarp._ffi.env_partitioned_call`)
+must then give one launch per device over its own envs with the global env
+offset: no collective in the compiled HLO, outputs split like the inputs, and
+results bit for bit those of one device. Also what the rule says for the
+other cases: replicated inputs (every device computes all envs, no
+collective), inputs split along another axis (all-gathered first, then equal),
+vmap over keys (the batch axis passes through), the GSPMD partitioner.
+
+The device count is fixed when jax initialises, so the checks run in a
+subprocess started with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
+(this file run as a script) that prints one JSON report; the tests assert it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+DEVICES = 4
+NUM_ENVS = 8
+SMALL = {
+    "tag_continuous": {"num_taggers": 2, "num_runners": 6, "num_other_agents_observed": 4,
+                       "episode_length": 30},
+}
+
+
+# ---------------------------------------------------------------------------
+# The subprocess: python tests/test_partitioning.py --worker PART PARTS
+# ---------------------------------------------------------------------------
+def _worker(part: int, parts: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import jaxwarp
+    from jaxwarp import sharding
+
+    assert jax.device_count() == DEVICES, jax.devices()
+    devices = jax.devices()
+    meshes = {d: Mesh(np.array(devices[:d]), ("envs",)) for d in (1, 2, 4)}
+    key = jax.random.key(5)
+    report: dict = {"envs": {}, "shardy": bool(jax.config.jax_use_shardy_partitioner)}
+
+    def differ(a, b):
+        """Paths of the leaves of a and b that differ in shape, dtype or bits."""
+        la, lb = jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b)
+        if len(la) != len(lb):
+            return [f"{len(la)} leaves vs {len(lb)}"]
+        return [jax.tree_util.keystr(p) for (p, x), y in zip(la, lb)
+                if x.shape != y.shape or x.dtype != y.dtype
+                or not np.array_equal(np.asarray(x), np.asarray(y))]
+
+    def not_split(tree, mesh, axis=0):
+        """Leaves whose axis `axis` is not split over the mesh's "envs" axis."""
+        want = NamedSharding(mesh, P(*([None] * axis), "envs"))
+        return [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(tree)
+                if not x.sharding.is_equivalent_to(want, x.ndim)]
+
+    def not_replicated(tree):
+        return [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(tree)
+                if not x.sharding.is_fully_replicated]
+
+    def compiled(f, *args, **jit_kw):
+        c = jax.jit(f, **jit_kw).lower(*args).compile()
+        return c, c(*args), c.as_text()
+
+    names = jaxwarp.registered_envs()
+    for name in names[part::parts]:
+        env = jaxwarp.make(name, backend="cpu", **SMALL.get(name, {}))
+        target = f'custom_call_target="{env._prefix}_step_cpu"'
+        nvec = np.asarray(env.action_space.nvec)
+        shape = (NUM_ENVS, env.num_agents, len(nvec))
+        actions = jnp.asarray(np.random.default_rng(0).integers(0, nvec, shape), jnp.int32)
+        obs, state = env.reset(key, NUM_ENVS)
+        # A state some steps in, so that the step compared is not just after reset.
+        for t in range(3):
+            _, state, *_ = env.step(jax.random.fold_in(key, t), state, actions)
+        want = env.step(key, state, actions)
+        entry: dict = {}
+        for d, mesh in meshes.items():
+            split = NamedSharding(mesh, P("envs"))
+            s_state, s_actions = jax.device_put((state, actions), split)
+            c, got, hlo = compiled(env.step, key, s_state, s_actions)
+            reset_c, reset_got, reset_hlo = compiled(lambda k: env.reset(k, NUM_ENVS), key,
+                                                     out_shardings=split)
+            entry[f"step{d}"] = {"differ": differ(want, got), "not_split": not_split(got, mesh),
+                                 "collectives": sharding.collectives_in(hlo),
+                                 "launches": hlo.count(target)}
+            entry[f"reset{d}"] = {"differ": differ((obs, reset_got[1]), reset_got)
+                                  + differ(env.reset(key, NUM_ENVS), reset_got),
+                                  "not_split": not_split(reset_got, mesh),
+                                  "collectives": sharding.collectives_in(reset_hlo)}
+        mesh = meshes[4]
+        # Replicated inputs: every device steps every env; nothing moves.
+        rep = NamedSharding(mesh, P())
+        r_state, r_actions = jax.device_put((state, actions), rep)
+        _, got, hlo = compiled(env.step, key, r_state, r_actions)
+        entry["replicated"] = {"differ": differ(want, got), "not_replicated": not_replicated(got),
+                               "collectives": sharding.collectives_in(hlo)}
+        # vmap over keys, state split over envs: the batch axis passes through.
+        keys = jax.random.split(key, 2)
+        want_v = jax.tree.map(lambda *x: jnp.stack(x),
+                              *[env.step(k, state, actions) for k in keys])
+        s_state, s_actions = jax.device_put((state, actions), NamedSharding(mesh, P("envs")))
+        _, got, hlo = compiled(jax.vmap(env.step, in_axes=(0, None, None)), keys, s_state,
+                               s_actions)
+        entry["vmap"] = {"differ": differ(want_v, got), "not_split": not_split(got, mesh, 1),
+                         "collectives": sharding.collectives_in(hlo)}
+        report["envs"][name] = entry
+    if part != 0:
+        return report
+
+    # Inputs split along the agent axis: the rule replicates that axis first
+    # (an all-gather), then the results are the unsharded ones.
+    env = jaxwarp.make("mpe_simple_spread", backend="cpu", num_agents=4, num_landmarks=4)
+    nvec = np.asarray(env.action_space.nvec)
+    actions = jnp.asarray(np.random.default_rng(1).integers(
+        0, nvec, (NUM_ENVS, env.num_agents, len(nvec))), jnp.int32)
+    _, state = env.reset(key, NUM_ENVS)
+    want = env.step(key, state, actions)
+    agents = Mesh(np.array(devices[:2]), ("agents",))
+    by_agent = NamedSharding(agents, P(None, "agents"))
+    a_state = jax.tree.map(lambda x: jax.device_put(x, by_agent if x.ndim >= 2 else
+                                                    NamedSharding(agents, P())), state)
+    a_actions = jax.device_put(actions, by_agent)
+    _, got, hlo = compiled(env.step, key, a_state, a_actions)
+    report["agent_split"] = {"differ": differ(want, got),
+                             "collectives": sharding.collectives_in(hlo)}
+
+    # A whole rollout under plain jit: reset pinned to P("envs"), scan of steps.
+    env = jaxwarp.make("cartpole", backend="cpu")
+    split = NamedSharding(meshes[4], P("envs"))
+
+    def rollout(key, pin):
+        obs, state = env.reset(key, NUM_ENVS)
+        if pin:
+            state = jax.lax.with_sharding_constraint(state, split)
+
+        def body(state, t):
+            k_act, k_step = jax.random.split(jax.random.fold_in(key, t))
+            a = jax.random.randint(k_act, (NUM_ENVS, 1, 1), 0, 2, jnp.int32)
+            obs, state, reward, done, _ = env.step(k_step, state, a)
+            return state, (obs, reward, done)
+        return jax.lax.scan(body, state, jnp.arange(30))
+
+    want = jax.jit(rollout, static_argnums=1)(key, False)
+    c, got, hlo = compiled(lambda k: rollout(k, True), key)
+    report["rollout"] = {"differ": differ(want, got), "collectives": sharding.collectives_in(hlo),
+                         "not_split": not_split(got[1], meshes[4], 1),
+                         "resets": int(np.asarray(want[1][2]).sum())}
+
+    # The sampler: plain jit of jaxwarp.sample_actions over split logits.
+    nvec = (5, 3, 70)  # 70 > 64: the CUDA warp kernel's heads too
+    logits = jax.random.normal(jax.random.key(7), (NUM_ENVS, 6, sum(nvec)))
+    skey = jax.random.key(11)
+    samp: dict = {}
+    for backend in ("cpu", "jax"):
+        ref = jaxwarp.sample_actions(skey, logits, nvec, backend=backend)
+        for d, mesh in meshes.items():
+            x = jax.device_put(logits, NamedSharding(mesh, P("envs")))
+            _, got, hlo = compiled(lambda k, x, b=backend: jaxwarp.sample_actions(k, x, nvec, b),
+                                   skey, x)
+            via = sharding.sample_actions(skey, logits, nvec, mesh, backend=backend)
+            samp[f"{backend}{d}"] = {"differ": differ(ref, got) + differ(ref, via),
+                                     "not_split": not_split(got, mesh) + not_split(via, mesh),
+                                     "collectives": sharding.collectives_in(hlo)}
+    mesh = meshes[4]
+    ref = jaxwarp.sample_actions(skey, logits, nvec, backend="cpu")
+    # Replicated logits: every device samples every row, the same bits.
+    _, got, hlo = compiled(lambda k, x: jaxwarp.sample_actions(k, x, nvec, "cpu"), skey,
+                           jax.device_put(logits, NamedSharding(mesh, P())))
+    samp["replicated"] = {"differ": differ(ref, got), "not_replicated": not_replicated(got),
+                          "collectives": sharding.collectives_in(hlo)}
+    # vmap over keys (one member per key, each with its own row offsets).
+    skeys = jax.random.split(skey, 3)
+    want_v = jax.vmap(lambda k: jaxwarp.sample_actions(k, logits, nvec, "cpu"))(skeys)
+    _, got, hlo = compiled(jax.vmap(lambda k, x: jaxwarp.sample_actions(k, x, nvec, "cpu"),
+                                    in_axes=(0, None)),
+                           skeys, jax.device_put(logits, NamedSharding(mesh, P("envs"))))
+    samp["vmap"] = {"differ": differ(want_v, got), "not_split": not_split(got, mesh, 1),
+                    "collectives": sharding.collectives_in(hlo)}
+    # jax's original (non-partitionable) threefry layout: the counters depend
+    # on the whole draw's size, which the kernels get as draw_rows.
+    with jax.threefry_partitionable(False):
+        ref_np = jaxwarp.sample_actions(skey, logits, nvec, backend="cpu")
+        ref_jax = jaxwarp.sample_actions(skey, logits, nvec, backend="jax")
+        _, got, hlo = compiled(lambda k, x: jaxwarp.sample_actions(k, x, nvec, "cpu"), skey,
+                               jax.device_put(logits, NamedSharding(mesh, P("envs"))))
+    samp["not_partitionable"] = {"differ": differ(ref_np, got),
+                                 "actions_equal_jax": bool(np.array_equal(ref_np[0], ref_jax[0])),
+                                 "collectives": sharding.collectives_in(hlo)}
+    report["sampler"] = samp
+
+    # The GSPMD partitioner (the rule's infer_sharding_from_operands).
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        env = jaxwarp.make("mpe_simple_spread", backend="cpu")
+        nvec = np.asarray(env.action_space.nvec)
+        actions = jnp.asarray(np.random.default_rng(2).integers(
+            0, nvec, (NUM_ENVS, env.num_agents, len(nvec))), jnp.int32)
+        _, state = env.reset(key, NUM_ENVS)
+        want = env.step(key, state, actions)
+        split = NamedSharding(meshes[4], P("envs"))
+        _, got, hlo = compiled(env.step, key, *jax.device_put((state, actions), split))
+        report["gspmd"] = {"differ": differ(want, got), "not_split": not_split(got, meshes[4]),
+                           "collectives": sharding.collectives_in(hlo)}
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", True)
+    return report
+
+
+# ---------------------------------------------------------------------------
+# The tests.
+# ---------------------------------------------------------------------------
+def _envs() -> tuple[str, ...]:
+    import jaxwarp
+
+    return jaxwarp.registered_envs()
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                        f" --xla_force_host_platform_device_count={DEVICES}").strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    parts = max(1, min(2, os.cpu_count() or 1))
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(i), str(parts)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(parts)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    report: dict = {"envs": {}}
+    for p, (stdout, stderr) in zip(procs, outs):
+        if p.returncode != 0:
+            pytest.fail(f"partitioning worker failed (rc {p.returncode}):\n{stderr[-6000:]}")
+        part = json.loads(stdout.strip().splitlines()[-1])
+        report["envs"].update(part.pop("envs"))
+        report.update(part)
+    return report
+
+
+def _clean(entry: dict) -> None:
+    """Bitwise equal, no collective, outputs placed as the rule says."""
+    assert entry["differ"] == [], entry["differ"]
+    assert entry["collectives"] == [], entry["collectives"]
+    for k in ("not_split", "not_replicated"):
+        if k in entry:
+            assert entry[k] == [], (k, entry[k])
+
+
+@pytest.mark.parametrize("devices", [1, 2, 4])
+@pytest.mark.parametrize("name", _envs())
+def test_plain_jit_step_over_split_state(report, name, devices):
+    entry = report["envs"][name][f"step{devices}"]
+    _clean(entry)
+    assert entry["launches"] == 1  # one launch per device, over its own envs
+
+
+@pytest.mark.parametrize("devices", [1, 2, 4])
+@pytest.mark.parametrize("name", _envs())
+def test_plain_jit_reset_with_split_outputs(report, name, devices):
+    _clean(report["envs"][name][f"reset{devices}"])
+
+
+@pytest.mark.parametrize("name", _envs())
+def test_replicated_state_steps_every_env_on_every_device(report, name):
+    _clean(report["envs"][name]["replicated"])
+
+
+@pytest.mark.parametrize("name", _envs())
+def test_vmap_over_keys_keeps_the_env_split(report, name):
+    _clean(report["envs"][name]["vmap"])
+
+
+def test_agent_axis_split_is_gathered_then_equal(report):
+    entry = report["agent_split"]
+    assert entry["differ"] == []
+    assert "all-gather" in entry["collectives"]
+
+
+def test_rollout_under_plain_jit(report):
+    _clean(report["rollout"])
+    assert report["rollout"]["resets"] > 0  # the masked auto-reset is compared too
+
+
+@pytest.mark.parametrize("devices", [1, 2, 4])
+@pytest.mark.parametrize("backend", ["cpu", "jax"])
+def test_sampler_split_rows_bitwise(report, backend, devices):
+    _clean(report["sampler"][f"{backend}{devices}"])
+
+
+@pytest.mark.parametrize("case", ["replicated", "vmap", "not_partitionable"])
+def test_sampler_other_layouts(report, case):
+    _clean(report["sampler"][case])
+
+
+def test_sampler_not_partitionable_matches_jax(report):
+    assert report["sampler"]["not_partitionable"]["actions_equal_jax"]
+
+
+def test_gspmd_partitioner(report):
+    _clean(report["gspmd"])
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
+    print(json.dumps(_worker(int(sys.argv[2]), int(sys.argv[3]))))
