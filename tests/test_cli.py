@@ -161,3 +161,30 @@ def test_default_out_dir_is_under_runs_and_git_ignored(captured_train, monkeypat
     ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q",
                               "runs/cartpole-20260101-000000/metrics.jsonl"])
     assert ignored.returncode == 0, "runs/ is not git-ignored"
+
+
+# ---------------------------------------------------------------------------
+# docs/custom_env.md: where its usage blocks go.
+# ---------------------------------------------------------------------------
+def test_custom_env_usage_blocks_run_as_the_script_the_page_names(tmp_path):
+    """§3–§5 of the page, saved as the script it names beside copies of the
+    example's two files and begun with the imports it names, run as is."""
+    import re
+    import sys
+
+    text = (REPO / "docs" / "custom_env.md").read_text()
+    s3, s6 = text.index("## 3. Build"), text.index("## 6. Train")
+    section = text[s3:s6]
+    script = re.search(r"say `examples/goal_reach/(\w+\.py)`", section).group(1)
+    imports = re.findall(r"`((?:import|from) [^`]+)`", section)
+    assert any(i.startswith("from goal_reach import") for i in imports), imports
+    blocks = re.findall(r"^```python\n(.*?)^```", section, re.M | re.S)
+    assert len(blocks) == 4
+    for name in ("goal_reach.h", "goal_reach.py"):
+        shutil.copy(REPO / "examples" / "goal_reach" / name, tmp_path / name)
+    (tmp_path / script).write_text("\n".join(imports) + "\n\n" + "\n".join(blocks))
+    run = subprocess.run([sys.executable, script], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "cpu vs jax: 83 steps x 8 envs, 16 episodes finished, max |diff| 0: consistent" \
+        in run.stdout
