@@ -154,3 +154,64 @@ def test_cuda_in_scan_and_gradient():
     grad = jax.jit(jax.grad(loss), static_argnums=1)
     np.testing.assert_allclose(np.asarray(grad(x, "cuda")), np.asarray(grad(x, "jax")),
                                rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# The row offset (issue 29): a call over a block of rows, as each device of
+# a sharded call makes, draws the whole call's numbers. One GPU suffices:
+# the blocks are separate launches on it.
+# ---------------------------------------------------------------------------
+def sample_blocks(backend, key, logits, nvec, blocks):
+    """(whole call, the same rows sampled block by block with row offsets)."""
+    import functools
+
+    from jaxwarp import sampler
+
+    partitionable = bool(jax.config.jax_threefry_partitionable)
+    hk = jax.random.key_data(jax.random.split(key, len(nvec)))
+    envs = logits.shape[0]
+    local = envs // blocks
+    call = jax.jit(functools.partial(sampler._sample_call, nvec, backend, partitionable, envs),
+                   static_argnums=1)
+    whole = call(None, envs, hk, logits)
+    parts = [call(jnp.uint32(s * local), local, hk, logits[s * local:(s + 1) * local])
+             for s in range(blocks)]
+    return whole, tuple(jnp.concatenate(x) for x in zip(*parts))
+
+
+@pytest.mark.parametrize("partitionable", [True, False])
+@pytest.mark.parametrize("case", ["lanes8_tiled_tag", "lanes32_global_mixed", "heads32"])
+def test_cuda_row_offset_blocks_equal_whole_call(case, partitionable):
+    nvec, rows = LAUNCH_CASES[case]
+    rows -= rows % 4  # four equal blocks, each straddling row tiles
+    logits = jax.random.normal(jax.random.key(6), (rows, sum(nvec))) * 2.0
+    key = jax.random.key(8)
+    with jax.threefry_partitionable(partitionable):
+        whole, pieced = sample_blocks("cuda", key, logits, nvec, 4)
+        a_cpu, lp_cpu = sample_on("cpu", key, logits, nvec)
+    np.testing.assert_array_equal(np.asarray(pieced[0]), np.asarray(whole[0]))
+    np.testing.assert_array_equal(np.asarray(pieced[1]), np.asarray(whole[1]))
+    np.testing.assert_array_equal(np.asarray(whole[0]), a_cpu)
+
+
+@pytest.mark.skipif(len(jax.devices()) < 2, reason="needs two GPUs")
+def test_cuda_sampler_sharded_over_gpus_bitwise():
+    # Plain jit over logits split along rows: one launch per GPU, no
+    # collective, the one-GPU draws.
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jaxwarp import sharding
+
+    nvec = (21, 21)
+    devices = jax.devices()
+    logits = jax.random.normal(jax.random.key(1), (len(devices) * 1000, 5, sum(nvec)))
+    key = jax.random.key(2)
+    f = jax.jit(lambda k, x: sample_actions(k, x, nvec, backend="cuda"))
+    want = f(key, logits)
+    x = jax.device_put(logits, NamedSharding(Mesh(np.array(devices), ("envs",)), P("envs")))
+    compiled = f.lower(key, x).compile()
+    got = compiled(key, x)
+    assert sharding.collectives_in(compiled.as_text()) == []
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
