@@ -308,6 +308,9 @@ def test_gym_errors(cartpole):
         envs.reset(seed=[1, 2.5, 3, 4])
     with pytest.raises(ValueError, match="one per env"):
         envs.reset(seed=[1, 2])
+    for bad in (-1, 2**63, [0, 1, -2, 3]):  # Gymnasium: >= 0; jax.random.key: int64
+        with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*63\)"):
+            envs.reset(seed=bad)
     assert envs.render() is None  # no render_mode, as Gymnasium does
     with pytest.raises(ValueError, match="render_mode"):
         JaxwarpVectorEnv(cartpole, 4, render_mode="human")
@@ -645,6 +648,8 @@ def test_pettingzoo_values_and_episode_end(spread):
     env.reset()
     with pytest.raises(KeyError, match="agent_2"):
         env.step({"agent_0": 0, "agent_1": 0})
+    with pytest.raises(ValueError, match="action for agent 'agent_2' must be an int"):
+        env.step({"agent_0": 0, "agent_1": 0, "agent_2": [0, 0]})
     assert parallel_env("mpe_simple_spread", backend="jax").possible_agents == names
 
 

@@ -188,7 +188,7 @@ class BatchedEnv:
                 raise ValueError("reset: a list of seeds resets every env; pass no mask")
             return self._reset_seeds(seeds)
         if seed is not None:
-            self._key = _key_data(int(seed), self.device)
+            self._key = _key_data(check_seed(seed), self.device)
         elif self._key is None:
             fresh = int(np.random.SeedSequence().generate_state(1)[0])
             self._key = _key_data(fresh, self.device)
@@ -280,10 +280,17 @@ def check_seeds(seed: Any, num_envs: int) -> list[int]:
     bad = [s for s in seeds if s is not None and not _is_int(s)]
     if bad:
         raise TypeError(f"seed: every entry must be an int or None; got {bad[0]!r}")
-    if any(s < 0 for s in seeds if s is not None):
-        raise ValueError("seed: entries must be non-negative ints")
     fresh = int(np.random.SeedSequence().generate_state(1)[0])
-    return [fresh if s is None else int(s) for s in seeds]
+    return [fresh if s is None else check_seed(s) for s in seeds]
+
+
+def check_seed(seed: Any) -> int:
+    """An int seed in [0, 2**63) (Gymnasium refuses negative seeds,
+    ``jax.random.key`` takes at most int64) as a Python int; ValueError
+    otherwise."""
+    if not 0 <= int(seed) < 2**63:
+        raise ValueError(f"seed must be an int in [0, 2**63); got {seed!r}")
+    return int(seed)
 
 
 # ---------------------------------------------------------------------------

@@ -47,7 +47,8 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from jaxwarp.adapters._batched import BatchedEnv, _is_int, check_seeds, supports_final_obs
+from jaxwarp.adapters._batched import (BatchedEnv, _is_int, check_seed, check_seeds,
+                                       supports_final_obs)
 
 # Frames per second of the originals' renderers (Gymnasium's classic control,
 # mpe2); other envs: one frame per simulated time step where the params
@@ -207,9 +208,9 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
         options: ``{"reset_mask": bool[num_envs]}`` resets only those envs
         (the others keep their state); no other option is known.
         """
-        if seed is not None and not _is_int(seed):
-            seed = check_seeds(seed, self.num_envs)
-        super().reset(seed=None if seed is None else int(seed if _is_int(seed) else seed[0]))
+        if seed is not None:
+            seed = check_seed(seed) if _is_int(seed) else check_seeds(seed, self.num_envs)
+        super().reset(seed=None if seed is None else (seed if _is_int(seed) else seed[0]))
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
         if options:

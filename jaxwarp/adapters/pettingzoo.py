@@ -145,8 +145,16 @@ class JaxwarpParallelEnv(ParallelEnv):
         if missing:
             raise KeyError(f"no action for agent(s) {missing}: jaxwarp steps every agent "
                            "of the env together")
-        a = np.stack([np.reshape(np.asarray(actions[name]), (self._batch.heads,))
-                      for name in self.possible_agents])[None]
+        heads = self._batch.heads
+        rows = []
+        for name in self.possible_agents:
+            v = np.asarray(actions[name])
+            if v.size != heads:
+                raise ValueError(f"action for agent {name!r} must be "
+                                 + ("an int" if heads == 1 else f"{heads} ints (one per head)")
+                                 + f"; got {actions[name]!r}")
+            rows.append(v.reshape(heads))
+        a = np.stack(rows)[None]
         out = self._batch.step(self._batch.check_actions(a))
         reward = np.asarray(out.reward)[0]
         term = bool(np.asarray(out.terminated)[0])
