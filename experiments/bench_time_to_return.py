@@ -1,0 +1,579 @@
+"""Wall-clock to a return, jaxwarp's trainer vs a peer's, on one GPU in one process.
+
+Cases (``--cases``):
+
+* ``mpe``: jaxwarp's trainer (``mpe_simple_spread``, the ``cuda`` backend; ``cpu``
+  without a GPU) vs a pure-JAX IPPO on JaxMARL's own ``MPE_simple_spread_v3``
+  (`ippo_reference.py`, written from the published algorithm in the PureJaxRL
+  layout), both at JaxMARL IPPO's MPE hyperparameters
+  (``baselines/IPPO/config/ippo_ff_mpe.yaml``: 16 envs x 128 steps, 4 epochs x 4
+  minibatches, lr 2.5e-4 annealed, tanh 64-64, gamma 0.99, GAE 0.95, clip 0.2,
+  entropy 0.01, value 0.5, grad norm 0.5, 1e7 env-steps, 10 seeds vmapped).
+* ``cartpole``: jaxwarp's ``cartpole_ppo`` config (the CartPole kernel) vs the same
+  pure-JAX PPO on gymnax ``CartPole-v1``, both at PureJaxRL's CartPole
+  hyperparameters (``purejaxrl/ppo.py``: 4 envs x 128 steps, 5e5 env-steps, lr
+  2.5e-4, otherwise as above).
+* ``tag``: the Tag duel (``tag_duel_cpu``: 2 taggers vs 5 runners, both PPO)
+  with jaxwarp's ``cuda`` backend vs its own pure-JAX ``jax`` backend (same
+  trainer; env step and action sampler in pure JAX).
+
+Each case runs at two scales (``--scale``): ``paper``, the peer's own
+hyperparameters, and ``gpu``, the same algorithm at a GPU-sized batch (see
+`CASES`). Each run is one program, ``jax.jit(jax.vmap(train))`` over
+``--seeds`` keys, compiled first (``lower().compile()``, timed apart) and then
+run once to ``block_until_ready``.
+
+Return: the mean undiscounted episode return *per agent* (each agent's summed
+reward, averaged over the env's agents; Tag: over the taggers), averaged over
+the episodes that finished during an update's rollout, logged per update as an
+output of the jitted program (jaxwarp: ``agent/episode_return``,
+``tagger/episode_return``; the peer measures it the same way). JaxMARL's own
+MPE logs report this value times the number of agents (3).
+
+Time to threshold: each (case, scale) gets one threshold that every run in it
+reaches: ``start + frac * (end - start)`` with ``start`` the mean return of the
+first update that saw an episode end (near-random play) over its runs and
+``end`` the lowest final return among them (``--threshold-frac``, default
+0.9; ``--threshold CASE=VALUE`` fixes it). The curve is the mean over seeds of
+the per-update returns, smoothed by a trailing moving mean over 2% of the
+updates; the first update ``u`` (0-based) where it reaches the threshold gives
+``(u + 1) / num_updates * run_s``: the update index times the measured time per
+update (every update of a run has the same shapes and work, so the run's time
+splits evenly), compile time excluded (reported apart). The same per seed
+gives the interval of that time over seeds. Final return: per seed, the mean
+over the last 5% of updates; reported as mean ± 95% interval (Student t) over
+seeds.
+
+    python experiments/bench_time_to_return.py --cases mpe,cartpole,tag --scale both
+    python experiments/bench_time_to_return.py --cases mpe --seeds 2 --total-steps 40960  # smoke
+
+Writes ``--out`` (default ``experiments/results/time_to_return_<gpu>.json``: meta
+with commit, device, jax version and command; per run the timings, per-update
+seed-mean curve, thresholds and returns) and prints a markdown table.
+
+On the GPU machine (no network; jaxmarl and gymnax travel as wheels in
+``.whl``, downloaded with ``pip download --no-deps``: jaxmarl 0.2.0, gymnax
+1.0.1, gymnasium 1.2.2, cloudpickle 3.1.1, farama-notifications 0.0.4), carry
+``.whl`` and start the command with::
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; \
+    python3 -m pip install -q --no-build-isolation --no-deps -e . && \
+    JAXWARP_COMMIT=<sha> python3 experiments/bench_time_to_return.py ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ippo_reference  # noqa: E402  (the peer trainers, beside this script)
+
+# Hyperparameters shared by both sides of a case (the PPO algorithm's settings).
+COMMON = dict(update_epochs=4, num_minibatches=4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,
+              clip_eps=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
+              hidden_sizes=(64, 64), activation="tanh")
+
+# case -> what it compares, and per scale the sizes (env-steps are per seed).
+CASES: dict[str, dict[str, Any]] = {
+    "mpe": {
+        "jaxwarp_config": "mpe_simple_spread_ppo",
+        "group": "agent",
+        "peer": "ippo_jaxmarl",
+        "peer_label": "pure-JAX IPPO on JaxMARL MPE_simple_spread_v3",
+        "scales": {
+            # JaxMARL baselines/IPPO/config/ippo_ff_mpe.yaml
+            "paper": dict(num_envs=16, num_steps=128, total_env_steps=10_000_000, lr=2.5e-4),
+            # GPU-sized batch: 64x the envs, a rollout of 32 steps (about one 26-step
+            # episode), JaxMARL's other settings; 2x the env-steps.
+            "gpu": dict(num_envs=1024, num_steps=32, total_env_steps=20_000_000, lr=2.5e-4),
+        },
+    },
+    "cartpole": {
+        "jaxwarp_config": "cartpole_ppo",
+        "group": "agent",
+        "peer": "ppo_gymnax",
+        "peer_label": "pure-JAX PPO on gymnax CartPole-v1",
+        "scales": {
+            # PureJaxRL purejaxrl/ppo.py's CartPole-v1 config
+            "paper": dict(num_envs=4, num_steps=128, total_env_steps=500_000, lr=2.5e-4),
+            # GPU-sized batch: 512x the envs, 32-step rollouts, jaxwarp cartpole_ppo's lr
+            "gpu": dict(num_envs=2048, num_steps=32, total_env_steps=10_000_000, lr=2.5e-3),
+        },
+    },
+    "tag": {
+        "jaxwarp_config": "tag_duel_cpu",
+        "group": "tagger",
+        "peer": "jaxwarp_jax",
+        "peer_label": "jaxwarp trainer, pure-JAX `jax` backend",
+        "scales": {
+            # tag_duel_cpu as shipped (its own hyperparameters, both sides)
+            "paper": dict(),
+            # 32x the envs, 100 updates
+            "gpu": dict(num_envs=2048, total_env_steps=10_240_000),
+        },
+    },
+}
+
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+       9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
+       16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042}
+
+
+class BenchError(Exception):
+    """A bad flag or a missing peer package: one line, exit 2."""
+
+
+def t95(dof: int) -> float:
+    """Two-sided 95% Student t quantile for `dof` degrees of freedom."""
+    if dof in T95:
+        return T95[dof]
+    below = [d for d in T95 if d < dof]
+    return T95[max(below)] if dof <= 30 else 1.96
+
+
+def mean_ci(x: np.ndarray) -> dict[str, Any]:
+    """{"mean", "ci95" (half-width, Student t; NaN for one value), "n", "values"}
+    over the finite entries of x."""
+    x = np.asarray(x, np.float64)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n == 0:
+        return {"mean": None, "ci95": None, "n": 0, "values": []}
+    ci = float(t95(n - 1) * np.std(x, ddof=1) / math.sqrt(n)) if n > 1 else None
+    return {"mean": float(np.mean(x)), "ci95": ci, "n": n, "values": [float(v) for v in x]}
+
+
+def smooth(curve: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving mean over `window` updates of the finite values (NaN where
+    none is finite yet)."""
+    out = np.full(len(curve), np.nan)
+    for i in range(len(curve)):
+        part = curve[max(0, i + 1 - window):i + 1]
+        part = part[np.isfinite(part)]
+        if len(part):
+            out[i] = part.mean()
+    return out
+
+
+def first_reach(curve: np.ndarray, threshold: float) -> int | None:
+    """Index of the first entry >= threshold, or None."""
+    hit = np.nonzero(np.nan_to_num(curve, nan=-np.inf) >= threshold)[0]
+    return int(hit[0]) if len(hit) else None
+
+
+def window_of(num_updates: int) -> int:
+    return max(1, round(0.02 * num_updates))
+
+
+def final_per_seed(returns: np.ndarray) -> np.ndarray:
+    """f64[seeds]: mean of each seed's returns over the last 5% of updates."""
+    tail = max(1, round(0.05 * returns.shape[1]))
+    with np.errstate(all="ignore"):
+        return np.nanmean(returns[:, -tail:], axis=1)
+
+
+def start_level(returns: np.ndarray) -> float:
+    """Seed-mean return of the first update where any seed saw an episode end."""
+    curve = np.nanmean(np.where(np.isfinite(returns), returns, np.nan), axis=0) \
+        if np.isfinite(returns).any() else np.full(returns.shape[1], np.nan)
+    finite = np.nonzero(np.isfinite(curve))[0]
+    return float(curve[finite[0]]) if len(finite) else math.nan
+
+
+# --------------------------------------------------------------------------- runs
+def _timed(fn, keys) -> tuple[float, float, Any]:
+    """(compile_s, run_s, outputs) of jax.jit(jax.vmap(fn)) over keys."""
+    jitted = jax.jit(jax.vmap(fn))
+    t0 = time.perf_counter()
+    compiled = jitted.lower(keys).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(compiled(keys))
+    return compile_s, time.perf_counter() - t0, out
+
+
+def hyperparameters(case: str, scale: str, total_steps: int | None) -> dict[str, Any]:
+    """The settings of one (case, scale); Tag: the overrides on its config."""
+    hp = dict(CASES[case]["scales"][scale])
+    if case != "tag":
+        hp = {**COMMON, **hp}
+    if total_steps is not None:
+        hp["total_env_steps"] = total_steps
+    return hp
+
+
+def jaxwarp_overrides(case: str, hp: dict[str, Any], backend: str, seed: int) -> list[str]:
+    """key=value overrides of the case's jaxwarp config for `hp`."""
+    out = [f"backend={backend}", "sampler=auto", "devices=1", f"seed={seed}"]
+    if case == "tag":
+        return out + [f"{k}={v}" for k, v in hp.items()]
+    group = CASES[case]["group"]
+    for k in ("num_envs", "num_steps", "total_env_steps", "update_epochs", "num_minibatches",
+              "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm"):
+        out.append(f"{k}={hp[k]}")
+    out += [f"anneal_lr={str(hp['anneal_lr']).lower()}", "algorithm=ppo",
+            "normalize_advantages=true", "normalize_obs=false", "obs_dtype=float32",
+            f"policies.{group}.model=mlp",
+            f"policies.{group}.hidden_sizes=[{', '.join(map(str, hp['hidden_sizes']))}]",
+            f"policies.{group}.activation={hp['activation']}",
+            f"policies.{group}.shared_torso=false", f"policies.{group}.dtype=float32",
+            f"policies.{group}.lr={hp['lr']}"]
+    return out
+
+
+def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: int
+                ) -> dict[str, Any]:
+    from jaxwarp.train import derived, load_config, make_train
+
+    overrides = jaxwarp_overrides(case, hp, backend, seed)
+    config = load_config(CASES[case]["jaxwarp_config"], overrides)
+    config = dataclasses.replace(config, chunk_updates=1, checkpoint_every=1)
+    d = derived(config)
+    train = make_train(config)
+    keys = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
+    compile_s, run_s, (_, metrics) = _timed(train, keys)
+    groups = sorted(k.split("/")[0] for k in metrics if k.endswith("/episode_return"))
+    returns = {g: np.asarray(metrics[f"{g}/episode_return"], np.float64) for g in groups}
+    return dict(impl="jaxwarp", label=f"jaxwarp trainer, `{backend}` backend",
+                env=config.env, backend=backend, config=CASES[case]["jaxwarp_config"],
+                overrides=overrides, num_updates=d.num_updates,
+                batch_env_steps=d.batch_env_steps, num_agents=None,
+                compile_s=compile_s, run_s=run_s, returns=returns)
+
+
+def run_peer(case: str, hp: dict[str, Any], seeds: int, seed: int) -> dict[str, Any]:
+    if CASES[case]["peer"] == "jaxwarp_jax":
+        out = run_jaxwarp(case, hp, "jax", seeds, seed)
+        out["impl"] = "jaxwarp_jax"
+        return out
+    try:
+        venv = ippo_reference.jaxmarl_env("MPE_simple_spread_v3") if case == "mpe" \
+            else ippo_reference.gymnax_env("CartPole-v1")
+    except ImportError as e:
+        need = "jaxmarl==0.2.0" if case == "mpe" else "gymnax==1.0.1"
+        raise BenchError(f"case {case} needs {need} ({e}); pip install --no-deps {need} "
+                         "(see this script's docstring)") from None
+    fields = {f.name for f in dataclasses.fields(ippo_reference.PPOConfig)}
+    config = ippo_reference.PPOConfig(**{k: v for k, v in hp.items() if k in fields})
+    train = ippo_reference.make_train(config, venv)
+    keys = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
+    compile_s, run_s, (_, metrics) = _timed(train, keys)
+    group = CASES[case]["group"]
+    return dict(impl=CASES[case]["peer"], label=CASES[case]["peer_label"], env=venv.name,
+                backend="jax", num_updates=config.num_updates,
+                batch_env_steps=config.num_envs * config.num_steps,
+                num_agents=venv.num_agents, compile_s=compile_s, run_s=run_s,
+                returns={group: np.asarray(metrics["episode_return"], np.float64)})
+
+
+def summarise(run: dict[str, Any], group: str, seeds: int) -> dict[str, Any]:
+    """Adds curve, final return and throughput; keeps the raw returns aside."""
+    r = run["returns"][group]
+    u = run["num_updates"]
+    with np.errstate(all="ignore"):
+        curve = np.nanmean(r, axis=0)
+    out = {k: v for k, v in run.items() if k != "returns"}
+    out.update(group=group, seeds=seeds, seconds_per_update=run["run_s"] / u,
+               env_steps_per_s=u * run["batch_env_steps"] * seeds / run["run_s"],
+               curve=[None if not np.isfinite(v) else float(v) for v in curve],
+               smoothing_window=window_of(u), start_return=start_level(r),
+               final_return=mean_ci(final_per_seed(r)),
+               finite_returns=bool(np.isfinite(final_per_seed(r)).all()))
+    out["final_return_other_groups"] = {g: mean_ci(final_per_seed(v))
+                                        for g, v in run["returns"].items() if g != group}
+    return out
+
+
+def time_to(run: dict[str, Any], returns: np.ndarray, threshold: float) -> dict[str, Any]:
+    """Time (s, compile excluded), updates and env-steps to `threshold`: from
+    the seed-mean curve, and per seed (mean ± 95% interval over the seeds that
+    reach it)."""
+    u, w = run["num_updates"], window_of(run["num_updates"])
+    per_update = run["run_s"] / u
+    with np.errstate(all="ignore"):
+        hit = first_reach(smooth(np.nanmean(returns, axis=0), w), threshold)
+    per_seed = [first_reach(smooth(s, w), threshold) for s in returns]
+    times = np.array([np.nan if h is None else (h + 1) * per_update for h in per_seed])
+    return {
+        "threshold": threshold,
+        "updates": None if hit is None else hit + 1,
+        "env_steps_per_seed": None if hit is None else (hit + 1) * run["batch_env_steps"],
+        "seconds": None if hit is None else (hit + 1) * per_update,
+        "per_seed_seconds": mean_ci(times),
+        "seeds_reached": int(np.isfinite(times).sum()),
+    }
+
+
+def threshold_for(runs: list[dict[str, Any]], group: str, frac: float) -> float | None:
+    starts = [start_level(r["returns"][group]) for r in runs]
+    finals = [float(np.nanmean(final_per_seed(r["returns"][group]))) for r in runs]
+    start, end = float(np.nanmean(starts)), min(finals)
+    if not (np.isfinite(start) and np.isfinite(end)) or end <= start:
+        return None  # nothing learned: no threshold that means anything
+    return start + frac * (end - start)
+
+
+# --------------------------------------------------------------------------- meta
+def git_commit() -> tuple[str, bool | None]:
+    """(commit, dirty) of the working tree, or $JAXWARP_COMMIT where there is no
+    git checkout (the GPU machine gets a copy of the tree without .git)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                    cwd=root, capture_output=True, text=True,
+                                    check=True).stdout.strip())
+        return sha, dirty
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("JAXWARP_COMMIT", "unknown"), None
+
+
+def _version(name: str) -> str | None:
+    from importlib import metadata
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def device_slug(kind: str, platform_name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100'; CPU -> 'cpu'."""
+    if platform_name == "cpu":
+        return "cpu"
+    m = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b", kind)
+    return m.group(1).lower() if m else re.sub(r"[^a-z0-9]+", "_", kind.lower()).strip("_")
+
+
+def meta(backend: str, argv: list[str], seeds: int, frac: float) -> dict[str, Any]:
+    dev = jax.devices()[0]
+    sha, dirty = git_commit()
+    return {
+        "commit": sha, "dirty": dirty, "device": dev.device_kind, "platform": dev.platform,
+        "jaxwarp_backend": backend, "jax": jax.__version__, "jaxlib": _version("jaxlib"),
+        "flax": _version("flax"), "optax": _version("optax"), "jaxmarl": _version("jaxmarl"),
+        "gymnax": _version("gymnax"), "python": platform.python_version(),
+        "command": " ".join(shlex.quote(a) for a in ["python3"] + argv),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "seeds": seeds, "threshold_frac": frac,
+        "return": "mean undiscounted episode return per agent (each agent's summed reward, "
+                  "averaged over the env's agents; Tag: the taggers), averaged over the "
+                  "episodes that finished in an update's rollout; JaxMARL's MPE logs "
+                  "report 3x this value",
+        "time_to_threshold": "first update u where the seed-mean return curve, smoothed by a "
+                             "trailing mean over 2% of the updates, reaches the threshold; "
+                             "seconds = (u + 1) / num_updates * run_s (compile excluded, "
+                             "every update the same work); per-update returns are outputs "
+                             "of the one jitted program",
+        "threshold": "start + frac * (end - start) per (case, scale): start = mean return "
+                     "of the first update with a finished episode, end = lowest final "
+                     "return of the runs compared",
+        "final_return": "per seed the mean over the last 5% of updates; mean ± 95% "
+                        "interval (Student t) over seeds",
+    }
+
+
+# --------------------------------------------------------------------------- table
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) \
+        else format(x, spec)
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = ["| case | scale | trainer | envs x steps | updates | compile s | run s | "
+             "env-steps/s | threshold | time to threshold s | env-steps to threshold | "
+             "final return (±95%) | sooner |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for case, cd in result["cases"].items():
+        for scale, sd in cd["scales"].items():
+            runs = sd["runs"]
+            ref = runs.get("peer", {}).get("to_threshold", {}).get("seconds")
+            for key in ("jaxwarp", "peer"):
+                r = runs[key]
+                tt = r.get("to_threshold", {})
+                fr = r["final_return"]
+                speed = ""
+                if key == "jaxwarp" and ref and tt.get("seconds"):
+                    speed = f"{ref / tt['seconds']:.2f}x"
+                envs = r["batch_env_steps"] // max(1, r["steps_per_update_per_env"])
+                lines.append(
+                    f"| {case} | {scale} | {r['label']} | {envs} x "
+                    f"{r['steps_per_update_per_env']} | {r['num_updates']} | "
+                    f"{r['compile_s']:.1f} | {r['run_s']:.1f} | {r['env_steps_per_s']:,.0f} | "
+                    f"{_fmt(sd['threshold'], '.4g')} | {_fmt(tt.get('seconds'), '.2f')} | "
+                    f"{_fmt(tt.get('env_steps_per_seed'), ',')} | "
+                    f"{_fmt(fr['mean'], '.4g')} ± {_fmt(fr['ci95'], '.2g')} | {speed} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+def parse_thresholds(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        case, _, value = item.partition("=")
+        try:
+            out[case] = float(value)
+        except ValueError:
+            raise BenchError(f"--threshold {item!r}: expected CASE=NUMBER (e.g. mpe=-22)"
+                             ) from None
+        if case not in CASES:
+            raise BenchError(f"--threshold {item!r}: unknown case {case!r}; expected one of "
+                             f"{sorted(CASES)}")
+    return out
+
+
+def run_bench(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    import jaxwarp
+
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = [c for c in cases if c not in CASES]
+    if not cases or unknown:
+        raise BenchError(f"--cases: unknown case(s) {unknown}; expected a comma list of "
+                         f"{sorted(CASES)}")
+    if args.seeds < 1:
+        raise BenchError(f"--seeds {args.seeds}: expected an integer >= 1")
+    if not 0 < args.threshold_frac <= 1:
+        raise BenchError(f"--threshold-frac {args.threshold_frac}: expected a number in (0, 1]")
+    fixed = parse_thresholds(args.threshold)
+    scales = ["paper", "gpu"] if args.scale == "both" else [args.scale]
+    backend = args.backend or ("cuda" if jaxwarp.gpu_available() else "cpu")
+    result: dict[str, Any] = {"meta": meta(backend, argv, args.seeds, args.threshold_frac),
+                              "cases": {}}
+    for case in cases:
+        group = CASES[case]["group"]
+        result["cases"][case] = {"group": group, "jaxwarp_config": CASES[case]["jaxwarp_config"],
+                                 "peer": CASES[case]["peer_label"], "scales": {}}
+        for scale in scales:
+            hp = hyperparameters(case, scale, args.total_steps)
+            raw = {"jaxwarp": run_jaxwarp(case, hp, backend, args.seeds, args.seed),
+                   "peer": run_peer(case, hp, args.seeds, args.seed)}
+            threshold = fixed.get(case, threshold_for(list(raw.values()), group,
+                                                      args.threshold_frac))
+            runs = {}
+            for key, run in raw.items():
+                s = summarise(run, group, args.seeds)
+                s["steps_per_update_per_env"] = _steps_per_env(case, hp, run)
+                if threshold is not None:
+                    s["to_threshold"] = time_to(run, run["returns"][group], threshold)
+                runs[key] = s
+            sd: dict[str, Any] = {"hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
+                                                      for k, v in hp.items()},
+                                  "threshold": threshold, "threshold_fixed": case in fixed,
+                                  "runs": runs}
+            a = runs["jaxwarp"].get("to_threshold", {}).get("seconds")
+            b = runs["peer"].get("to_threshold", {}).get("seconds")
+            sd["peer_over_jaxwarp"] = {
+                "time_to_threshold": b / a if a and b else None,
+                "run_s": runs["peer"]["run_s"] / runs["jaxwarp"]["run_s"],
+                "env_steps_per_s": runs["jaxwarp"]["env_steps_per_s"]
+                / runs["peer"]["env_steps_per_s"],
+            }
+            result["cases"][case]["scales"][scale] = sd
+            print(f"{case}/{scale}: jaxwarp {runs['jaxwarp']['run_s']:.1f} s "
+                  f"(compile {runs['jaxwarp']['compile_s']:.1f}), peer "
+                  f"{runs['peer']['run_s']:.1f} s (compile {runs['peer']['compile_s']:.1f}), "
+                  f"threshold {_fmt(threshold, '.4g')}", flush=True)
+            if args.out:  # after every (case, scale): a cut-off run keeps what it measured
+                _write(args.out, result, args.update)
+    return result
+
+
+def _steps_per_env(case: str, hp: dict[str, Any], run: dict[str, Any]) -> int:
+    if "num_steps" in hp:
+        return int(hp["num_steps"])
+    from jaxwarp.train import load_config
+    return int(load_config(CASES[case]["jaxwarp_config"]).num_steps)
+
+
+def _finite(x: Any) -> Any:
+    """x with NaN/inf floats as None (strict JSON)."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def _write(path: str, result: dict[str, Any], update: bool) -> None:
+    p = Path(path)
+    out = result
+    if update and p.exists():  # keep the cases of an earlier run that this one did not redo
+        old = json.loads(p.read_text())
+        cases = dict(old.get("cases", {}))
+        for case, cd in result["cases"].items():
+            merged = dict(cases.get(case, {}))
+            merged.update({k: v for k, v in cd.items() if k != "scales"})
+            merged["scales"] = {**merged.get("scales", {}), **cd["scales"]}
+            cases[case] = merged
+        metas = old.get("meta_runs", [old["meta"]] if "meta" in old else [])
+        out = {"meta": result["meta"], "meta_runs": metas + [result["meta"]], "cases": cases}
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_finite(out), indent=1, allow_nan=False))
+    tmp.replace(p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jaxwarp.train import ConfigError
+
+    script = Path(__file__).resolve()
+    try:  # the command as typed from the repository root
+        script = script.relative_to(script.parent.parent)
+    except ValueError:
+        pass
+    argv = [str(script)] + list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="mpe,cartpole,tag",
+                    help="comma list of mpe, cartpole, tag (default: all)")
+    ap.add_argument("--seeds", type=int, default=10, help="seeds vmapped in one program")
+    ap.add_argument("--seed", type=int, default=0, help="first seed (seeds seed..seed+S-1)")
+    ap.add_argument("--scale", choices=("paper", "gpu", "both"), default="both")
+    ap.add_argument("--total-steps", type=int, default=None,
+                    help="env-steps per seed for every run (smoke tests)")
+    ap.add_argument("--backend", choices=("cuda", "cpu"), default=None,
+                    help="jaxwarp's backend (default: cuda with a GPU, else cpu)")
+    ap.add_argument("--threshold-frac", type=float, default=0.9)
+    ap.add_argument("--threshold", action="append", default=[], metavar="CASE=VALUE",
+                    help="fixed return threshold for a case (repeatable)")
+    ap.add_argument("--out", default=None,
+                    help="JSON path (default experiments/results/time_to_return_<gpu>.json)")
+    ap.add_argument("--update", action="store_true",
+                    help="merge into an existing --out (keeps cases this run does not redo)")
+    args = ap.parse_args(argv[1:])
+    if args.out is None:
+        dev = jax.devices()[0]
+        args.out = str(Path(__file__).resolve().parent / "results"
+                       / f"time_to_return_{device_slug(dev.device_kind, dev.platform)}.json")
+    try:
+        result = run_bench(args, argv)
+    except (BenchError, ConfigError) as e:
+        print(f"bench_time_to_return: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    print()
+    print(table(result))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
