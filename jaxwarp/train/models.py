@@ -61,6 +61,7 @@ def _linear_fwd(x, kernel, bias, fold, blocks):
     return y, (x, w)
 
 
+@jax.named_scope("backward")
 def _linear_bwd(fold, blocks, res, dy):
     x, w = res
     dx = jax.lax.dot_general(dy, w, (((dy.ndim - 1,), (1,)), ((), ())))
