@@ -63,10 +63,11 @@ def int32_actions(actions: Any) -> Any:
     - lists, tuples, NumPy arrays and scalars are converted on the host;
       integer values outside int32's range raise ValueError (a cast would
       wrap them to other, valid-looking actions);
-    - JAX arrays of another integer dtype (traced ones too, whose values are
-      unknown here) are cast after clamping to int32's range, which changes
-      no action: every env clamps actions to its action space anyway (and
-      reports them with ``checks=True``).
+    - JAX arrays of a wider integer dtype (uint32, int64 with x64) are
+      checked like NumPy's when concrete; traced ones, whose values are
+      unknown here, are clamped to int32's range before the cast, which
+      changes no action: every env clamps actions to its action space anyway
+      (and reports them with ``checks=True``). Narrower ones are cast.
 
     Raises:
         TypeError: a float, bool, complex or other non-integer dtype (a
@@ -91,13 +92,16 @@ def int32_actions(actions: Any) -> Any:
                         f"dtypes whose values fit int32 are cast to it; floats are not "
                         f"rounded)")
     info = np.iinfo(dtype)
-    if isinstance(actions, (np.ndarray, np.generic)):
+    wide = info.min < _INT32.min or info.max > _INT32.max
+    if isinstance(actions, (np.ndarray, np.generic)) or (
+            wide and isinstance(actions, jax.Array) and not isinstance(actions, jax.core.Tracer)):
+        actions = np.asarray(actions)  # values known here: check them (a wide JAX array too)
         if actions.size and (actions.min() < _INT32.min or actions.max() > _INT32.max):
             bad = actions.min() if actions.min() < _INT32.min else actions.max()
             raise ValueError(f"actions must fit int32 (the env's action dtype); got "
                              f"{np.dtype(dtype).name} value {int(bad)}")
         return actions.astype(np.int32)
-    if info.min < _INT32.min or info.max > _INT32.max:  # wider than int32: clamp, then cast
+    if wide:  # traced, values unknown: clamp to int32's range, then cast
         actions = jnp.clip(actions, np.asarray(max(info.min, _INT32.min), dtype),
                            np.asarray(min(info.max, _INT32.max), dtype))
     return actions.astype(jnp.int32)

@@ -528,9 +528,15 @@ def test_step_rejects_float_bool_and_out_of_int32_actions(name, backend):
 
 
 @pytest.mark.parametrize("backend", ["jax", "cpu"])
-def test_wide_unsigned_actions_are_clamped_like_int32(backend):
-    # A traced uint32 cannot be checked: values past int32 are clamped to its
-    # maximum, which the env clamps to its last action, as an int32 maximum is.
+def test_wide_unsigned_actions_checked_when_known_clamped_when_traced(backend):
     env, state, actions = _step_setup("cartpole", backend)
+    wide = jax.numpy.full(actions.shape, 2**32 - 1, jax.numpy.uint32)
+    with pytest.raises(ValueError, match=r"must fit int32 .* got uint32 value 4294967295"):
+        env.step(jax.random.key(5), state, wide)  # a concrete array: its values are checked
+    # Traced, the values are unknown: past int32 they are clamped to its maximum,
+    # which the env clamps to its last action, as it does an int32 maximum.
+    step = jax.jit(lambda s, a: env.step(jax.random.key(5), s, a, in_place=False))
     top = np.full_like(actions, np.iinfo(np.int32).max)
-    _same_step(env, state, top, jax.numpy.full(actions.shape, 2**32 - 1, jax.numpy.uint32))
+    for w, g in zip(jax.tree.leaves(step(state, top)), jax.tree.leaves(step(state, wide))):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    _same_step(env, state, actions, jax.numpy.asarray(actions, jax.numpy.uint32))
