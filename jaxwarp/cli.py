@@ -56,9 +56,15 @@ class _IntermixedParser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jaxwarp", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
-    t = sub.add_parser("train", help="train policies on an env (PPO or A2C, one jitted program)")
+    t = sub.add_parser("train", help="train policies on an env (PPO or A2C, one jitted program)",
+                       description="Trains the policies of an env's groups and writes metrics, "
+                       "checkpoints, a learning curve and (when finished) an evaluation "
+                       "against random policies to the output folder. Ctrl-C stops at the end "
+                       "of the current chunk of updates and saves a checkpoint there (Ctrl-C "
+                       "again stops at once); --resume DIR goes on from it.")
     t.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="config overrides, e.g. num_envs=64 policies.tagger.lr=1e-3")
+                   help="config overrides, anywhere among the flags, e.g. num_envs=64 "
+                   "policies.tagger.lr=1e-3")
     t.add_argument("--env", help="env name (same as env=NAME)")
     t.add_argument("--config", help="YAML file, or a shipped config name "
                    f"({', '.join(shipped_configs())})")

@@ -116,6 +116,12 @@ def test_top_help_describes_the_command_line(capsys):
         assert command in text
 
 
+def test_train_help_says_what_ctrl_c_does(capsys):
+    text = " ".join(_help(capsys, "train").split())
+    assert "Ctrl-C stops at the end of the current chunk of updates and saves a checkpoint" \
+        in text
+
+
 def test_eval_help_shows_a_plain_percent(capsys):
     text = " ".join(_help(capsys, "eval").split())
     assert "gain with 95% CI" in text
