@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 
 def _load(name: str):
@@ -93,12 +94,36 @@ def env_partitioned_call(fn: Callable[..., Sequence[jax.Array]], args: Sequence[
       carries its own key and offset word).
 
     On one device, inside ``shard_map`` (all axes manual) and in eager calls
-    it is fn itself. Under ``jax.vmap`` the batched call is this op again with
+    it is fn itself. Under ``jax.set_mesh`` with Explicit axes the op runs
+    on Auto axes (``auto_axes``) and its outputs are typed with the env
+    axis's split of the env-indexed inputs (a reset's: replicated). Under ``jax.vmap`` the batched call is this op again with
     one more batch axis (unbatched args are broadcast, as broadcast_all does).
     """
     args = tuple(args)
     env_args = tuple(bool(b) for b in env_args)
-    return _batched_call(fn, env_args, int(num_envs), name, int(batch_dims))(*args)
+    call = _batched_call(fn, env_args, int(num_envs), name, int(batch_dims))
+    explicit = _explicit_axes()
+    if not explicit:
+        return call(*args)
+    # Explicit mesh axes in context (jax.set_mesh): an ffi_call would reshard
+    # its inputs to replicated (an all-gather). Run the op on Auto axes and
+    # type its outputs like the env-indexed inputs' env axis.
+    nb = int(batch_dims)
+    spec = next((tuple(jax.typeof(a).sharding.spec) for a, e in zip(args, env_args) if e), ())
+    spec = spec + (None,) * (nb + 1 - len(spec))
+    batch, env = spec[:nb], spec[nb]
+    shapes = jax.eval_shape(call, *args)
+    out = tuple(P(*batch, env, *(None,) * (s.ndim - nb - 1)) for s in shapes)
+    return jax.sharding.auto_axes(call, axes=explicit, out_sharding=out)(*args)
+
+
+def _explicit_axes() -> tuple[str, ...]:
+    """The Explicit axes of the abstract mesh in context (none outside jax.set_mesh)."""
+    axis_type = getattr(jax.sharding, "AxisType", None)
+    mesh = jax.sharding.get_abstract_mesh()
+    if axis_type is None or mesh.empty:
+        return ()
+    return tuple(n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == axis_type.Explicit)
 
 
 def _batched_call(fn, env_args, num_envs, name, nb):
@@ -122,7 +147,6 @@ def _batched_call(fn, env_args, num_envs, name, nb):
 def _partitioned(fn, env_args, num_envs, name, nb):
     from jax.experimental.custom_partitioning import custom_partitioning
     from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
 
     def whole(*args):
         return tuple(fn(None, num_envs, *args))

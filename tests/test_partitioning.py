@@ -8,7 +8,8 @@ offset: no collective in the compiled HLO, outputs split like the inputs, and
 results bit for bit those of one device. Also what the rule says for the
 other cases: replicated inputs (every device computes all envs, no
 collective), inputs split along another axis (all-gathered first, then equal),
-vmap over keys (the batch axis passes through), the GSPMD partitioner.
+vmap over keys (the batch axis passes through), Explicit mesh axes in
+context (``jax.set_mesh``), the GSPMD partitioner.
 
 The device count is fixed when jax initialises, so the checks run in a
 subprocess started with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
@@ -201,6 +202,29 @@ def _worker(part: int, parts: int) -> dict:
                                  "collectives": sharding.collectives_in(hlo)}
     report["sampler"] = samp
 
+    # Explicit axes in context (jax.set_mesh): the op runs on Auto axes, its
+    # outputs typed like the split inputs; no collective either.
+    explicit = jax.make_mesh((DEVICES,), ("envs",))
+    env = jaxwarp.make("mpe_simple_spread", backend="cpu")
+    nvec = np.asarray(env.action_space.nvec)
+    actions = jnp.asarray(np.random.default_rng(3).integers(
+        0, nvec, (NUM_ENVS, env.num_agents, len(nvec))), jnp.int32)
+    _, state = env.reset(key, NUM_ENVS)
+    want = env.step(key, state, actions)
+    want_s = jaxwarp.sample_actions(skey, logits, (5, 3, 70), backend="cpu")
+    split = NamedSharding(explicit, P("envs"))
+    with jax.set_mesh(explicit):
+        args = jax.device_put((state, actions), split)
+        _, got, hlo = compiled(env.step, key, *args)
+        _, got_s, hlo_s = compiled(lambda k, x: jaxwarp.sample_actions(k, x, (5, 3, 70), "cpu"),
+                                   skey, jax.device_put(logits, split))
+    report["set_mesh"] = {"differ": differ(want, got) + differ(want_s, got_s),
+                          "not_split": not_split(got, explicit) + not_split(got_s, explicit),
+                          "collectives": sharding.collectives_in(hlo)
+                          + sharding.collectives_in(hlo_s),
+                          "typed": [str(jax.typeof(x).sharding.spec) for x in
+                                    jax.tree.leaves((got, got_s))]}
+
     # The GSPMD partitioner (the rule's infer_sharding_from_operands).
     jax.config.update("jax_use_shardy_partitioner", False)
     try:
@@ -306,6 +330,12 @@ def test_sampler_other_layouts(report, case):
 
 def test_sampler_not_partitionable_matches_jax(report):
     assert report["sampler"]["not_partitionable"]["actions_equal_jax"]
+
+
+def test_explicit_axes_in_context(report):
+    entry = report["set_mesh"]
+    _clean(entry)
+    assert all(t.startswith("P('envs'") for t in entry["typed"]), entry["typed"]
 
 
 def test_gspmd_partitioner(report):
