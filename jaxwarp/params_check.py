@@ -14,9 +14,23 @@ import math
 import numbers
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["check_params"]
+import numpy as np
+
+__all__ = ["check_params", "check_values"]
+
+
+# What the kernels receive (authoring.kernel_param_values): float32 and int32
+# attributes. A finite float64 beyond float32's range becomes inf there, one
+# below its smallest normal number is flushed to zero by XLA (and by the GPU
+# where it flushes denormals), and an int beyond int32 overflows when packed:
+# all rejected here, with the field's name, instead of failing later.
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_TINY = float(np.finfo(np.float32).tiny)
+_I32 = (-2**31, 2**31)
+_U32_MAX = 2**32  # fields named "...seed" may hold any uint32 (key words)
 
 
 def _kind(annotation: Any, default: Any) -> tuple[type | None, bool]:
@@ -36,13 +50,90 @@ def _kind(annotation: Any, default: Any) -> tuple[type | None, bool]:
     return None, optional
 
 
+def _field_kinds(params_type: type) -> dict[str, tuple[type | None, bool]]:
+    """name -> (kind, optional) of every field of a params dataclass."""
+    try:
+        hints = typing.get_type_hints(params_type)
+    except Exception:  # noqa: BLE001  (unresolvable forward references: use defaults)
+        hints = {}
+    out = {}
+    for f in dataclasses.fields(params_type):
+        default = f.default if f.default is not dataclasses.MISSING else None
+        out[f.name] = _kind(hints.get(f.name, f.type), default)
+    return out
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, (bool, np.bool_))
+
+
+def _invalid(kind: type, name: str, v: Any) -> str | None:
+    """What `v` should have been for a field of this kind, or None if it is valid."""
+    if kind is bool:
+        return None if _is_bool(v) else "true or false"
+    if kind is int:
+        if not isinstance(v, numbers.Integral) or _is_bool(v):
+            return "an integer"
+        if name.endswith("seed"):
+            return None if _I32[0] <= v < _U32_MAX else "an integer in [-2**31, 2**32)"
+        return None if _I32[0] <= v < _I32[1] else "an integer in [-2**31, 2**31) (int32)"
+    if not isinstance(v, numbers.Real) or _is_bool(v):
+        return "a finite number"
+    try:
+        x = abs(float(v))
+    except (OverflowError, ValueError, TypeError):  # e.g. 10**400
+        x = math.inf
+    if not math.isfinite(x):
+        return "a finite number"
+    if x > _F32_MAX or 0 < x < _F32_TINY:
+        return "a finite number within float32's normal range (0 or 1.2e-38 <= |x| <= 3.4e38)"
+    return None
+
+
+def _check_value(where: str, name: str, kind: type, optional: bool, v: Any) -> None:
+    if v is None and optional:
+        return
+    what = _invalid(kind, name, v)
+    if what is not None:
+        if optional:
+            what += " or None"
+        raise ValueError(f"{where}: {name}={v!r} is invalid; expected {what}")
+
+
+def check_values(params_type: type, values: Mapping[str, Any], name: str | None = None
+                 ) -> dict[str, Any]:
+    """`check_params` for some fields' values before the dataclass is built
+    (its ``__post_init__`` range checks then see values of the right type).
+
+    Returns the values as the Python type of their field: a float field's int
+    or NumPy value as a float (a user env's kernel declares its Params members
+    from the values' types: ``2`` for a float would make an int32 member),
+    an int or bool field's NumPy value as an int or bool. Names that are not
+    fields are passed through (left to the caller), NumPy scalars as Python ones.
+    """
+    where = name or params_type.__name__
+    kinds = _field_kinds(params_type)
+    out = {}
+    for k, v in values.items():
+        kind, optional = kinds.get(k, (None, False))
+        if kind is not None:
+            _check_value(where, k, kind, optional, v)
+            if v is not None:
+                v = kind(v)
+        elif isinstance(v, np.generic):
+            v = v.item()
+        out[k] = v
+    return out
+
+
 def check_params(params: Any, name: str | None = None) -> None:
     """Checks every float, int and bool field of an env's params dataclass.
 
-    float fields: a finite real number (an int is accepted; bool is not);
-    int fields: an integer (not a bool, not a float); bool fields: a bool.
-    A field annotated ``T | None`` also accepts None. Other fields are not
-    checked.
+    float fields: a finite real number that float32 holds as a normal number
+    or zero (an int is accepted; bool is not); int fields: an integer (not a
+    bool, not a float) in int32's range (fields named ``...seed``: in
+    ``[-2**31, 2**32)``, a uint32 key word); bool fields: a bool. A field
+    annotated ``T | None`` also accepts None. Other fields are not checked.
 
     Args:
         params: a dataclass instance (the env's ``Params``).
@@ -55,28 +146,6 @@ def check_params(params: Any, name: str | None = None) -> None:
     if not dataclasses.is_dataclass(params) or isinstance(params, type):
         raise TypeError(f"check_params: expected a dataclass instance; got {params!r}")
     where = name or type(params).__name__
-    try:
-        hints = typing.get_type_hints(type(params))
-    except Exception:  # noqa: BLE001  (unresolvable forward references: use defaults)
-        hints = {}
-    for f in dataclasses.fields(params):
-        default = f.default if f.default is not dataclasses.MISSING else None
-        kind, optional = _kind(hints.get(f.name, f.type), default)
-        if kind is None:
-            continue
-        v = getattr(params, f.name)
-        if v is None and optional:
-            continue
-        is_bool = isinstance(v, bool) or type(v).__name__ == "bool_"  # numpy bool
-        if kind is bool:
-            ok, what = is_bool, "true or false"
-        elif kind is int:
-            ok, what = isinstance(v, numbers.Integral) and not is_bool, "an integer"
-        else:
-            ok = (isinstance(v, numbers.Real) and not is_bool
-                  and math.isfinite(float(v)))
-            what = "a finite number"
-        if not ok:
-            if optional:
-                what += " or None"
-            raise ValueError(f"{where}: {f.name}={v!r} is invalid; expected {what}")
+    for fname, (kind, optional) in _field_kinds(type(params)).items():
+        if kind is not None:
+            _check_value(where, fname, kind, optional, getattr(params, fname))

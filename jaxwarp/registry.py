@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from jaxwarp.authoring import EnvSpec, env_class
 from jaxwarp.envs import (acrobot, cartpole, mountain_car, mpe, pendulum, tag_continuous,
                           tag_gridworld)
-from jaxwarp.params_check import check_params
+from jaxwarp.params_check import check_params, check_values
 
 # name -> (env class, params class, named configurations)
 _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {}
@@ -65,8 +67,16 @@ def make(name: str, backend: str = "auto", config: str | None = None, checks: bo
             they are written: half the bytes, for bf16 policies).
         **params: fields of the env's params dataclass.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, one of {registered_envs()}; got "
+                        f"{type(name).__name__} {name!r}")
     if name not in _REGISTRY:
         raise ValueError(f"unknown env {name!r}; registered envs: {registered_envs()}")
+    if config is not None and not isinstance(config, str):
+        raise TypeError(f"{name}: config must be a str (a named configuration) or None; got "
+                        f"{type(config).__name__} {config!r}")
+    if not isinstance(checks, (bool, np.bool_)):
+        raise TypeError(f"checks must be True or False; got {type(checks).__name__} {checks!r}")
     env_cls, params_cls, configs = _REGISTRY[name]
     values: dict[str, Any] = {}
     if config is not None:
@@ -80,6 +90,12 @@ def make(name: str, backend: str = "auto", config: str | None = None, checks: bo
     if unknown:
         raise TypeError(f"{name}: unknown parameter(s) {unknown}; valid parameters: "
                         f"{sorted(known)}")
+    # Types first, so that the params' own range checks (__post_init__) never
+    # compare a str or None with a number (an unreadable TypeError).
+    # Values as their fields' Python types (np.float32(0.1) -> 0.1, 2 -> 2.0 for
+    # a float): every env's checks, the params' hash and repr, and the kernels'
+    # Params declarations then see one type per field.
+    values = check_values(params_cls, values, name)
     p = params_cls(**values)
     check_params(p, name)  # types and finiteness of every field, for every env
-    return env_cls(p, backend=backend, checks=checks, obs_dtype=obs_dtype)
+    return env_cls(p, backend=backend, checks=bool(checks), obs_dtype=obs_dtype)

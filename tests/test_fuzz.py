@@ -1,0 +1,989 @@
+"""Property-based fuzzing of the public API (hypothesis).
+
+Every call gives a correct result or a clear ValueError/TypeError (the CLI:
+exit status 2 and one error line), never a crash, a hang or a silently wrong
+shape, dtype or value:
+
+* `jaxwarp.make`: param names, types and ranges of every built-in env;
+* `reset` / `step`: arguments (num_envs, keys, states, actions of any shape,
+  dtype and value), outputs (shapes, dtypes, observations inside the
+  observation space, finite rewards), and the 'cpu' kernels against the
+  pure-JAX reference for fuzzed params and actions;
+* `jaxwarp.sample_actions`: nvec and logits (dtypes, -inf masks, NaN, shapes);
+* the Gymnasium and PettingZoo adapters: actions and reset seeds;
+* the CLI (`jaxwarp.cli.main`): key=value overrides, flags and their values.
+
+Runs are bounded: the default profile ("fuzz_ci") runs a few examples per
+test, derandomized (the same examples every run), and shapes come from small
+sets so that jit compiles stay few. ``HYPOTHESIS_PROFILE=long`` runs many
+more, randomly::
+
+    HYPOTHESIS_PROFILE=long python3 -m pytest -q tests/test_fuzz.py \\
+        --hypothesis-show-statistics
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import io
+import math
+import os
+import tempfile
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, example, given, note, settings
+from hypothesis import strategies as st
+
+import jaxwarp
+from jaxwarp.params_check import check_params
+from jaxwarp.registry import _REGISTRY
+
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+settings.register_profile("fuzz_ci", max_examples=10, deadline=None, database=None,
+                          derandomize=True, print_blob=True, suppress_health_check=_QUIET)
+settings.register_profile("long", max_examples=400, deadline=None, database=None,
+                          print_blob=True, suppress_health_check=_QUIET)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fuzz_ci"))
+
+
+def examples(n: int) -> settings:
+    """n examples in the CI profile, as many more in another as its max_examples says."""
+    return settings(max_examples=max(1, n * settings.default.max_examples // 10))
+
+
+ENVS = ("tag_continuous", "tag_gridworld", "mpe_simple_spread", "mpe_simple_tag", "cartpole",
+        "acrobot", "pendulum", "mountain_car")
+BACKENDS = ("cpu", "jax")
+NUM_ENVS = 2
+
+# Small configurations: few agents and short episodes, so that a few steps
+# cross episode ends (auto-reset) and compiles stay cheap. Tag on the 'cpu'
+# backend keeps k=1 nearest and no grid (its static params: one build).
+SMALL = {
+    "tag_continuous": dict(num_taggers=1, num_runners=2, num_other_agents_observed=1,
+                           episode_length=3),
+    "tag_gridworld": dict(num_taggers=2, grid_length=6, episode_length=3),
+    "mpe_simple_spread": dict(max_steps=2),
+    "mpe_simple_tag": dict(max_steps=2),
+    "cartpole": dict(max_steps=3),
+    "acrobot": dict(max_steps=3),
+    "pendulum": dict(max_steps=3),
+    "mountain_car": dict(max_steps=3),
+}
+
+
+def _fields(name: str) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(_REGISTRY[name][1])}
+
+
+@functools.cache
+def small_env(name: str, backend: str, obs_dtype: str = "float32"):
+    """One env per (name, backend, obs_dtype) for the whole module (compiles once)."""
+    return jaxwarp.make(name, backend=backend, obs_dtype=obs_dtype, **SMALL[name])
+
+
+def assert_clear(e: BaseException, *words: str) -> None:
+    """A ValueError/TypeError whose message names what was wrong: the env,
+    the argument or one of the given words."""
+    assert isinstance(e, (ValueError, TypeError)), repr(e)
+    msg = str(e)
+    assert msg.strip(), f"{type(e).__name__} without a message"
+    assert any(w and w in msg for w in words), f"message names none of {words}: {msg}"
+
+
+def finite_or_close(a, b, rtol: float, atol: float) -> None:
+    """a == b within tolerance, NaN where NaN (the same numbers on every backend)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def check_outputs(env, num_envs: int, obs, reward=None, done=None, info=None) -> None:
+    """Shapes, dtypes and values of reset/step outputs."""
+    n, d = env.num_agents, env.obs_dim
+    assert obs.shape == (num_envs, n, d) and obs.dtype == env.obs_dtype, (obs.shape, obs.dtype)
+    o = np.asarray(obs, np.float32)
+    space = env.observation_space
+    low, high = np.asarray(space.low), np.asarray(space.high)
+    bad = ~((o >= low) & (o <= high))  # NaN is outside too
+    assert not bad.any(), (f"obs outside the observation space at {np.argwhere(bad)[:3]}: "
+                           f"{o[bad][:3]} not in [{low[np.nonzero(bad)[-1][:3]]}, "
+                           f"{high[np.nonzero(bad)[-1][:3]]}]")
+    if reward is None:
+        return
+    assert reward.shape == (num_envs, n) and reward.dtype == jnp.float32
+    assert np.isfinite(np.asarray(reward)).all(), np.asarray(reward)
+    assert done.shape == (num_envs,) and done.dtype == jnp.bool_
+    term, trunc = np.asarray(info["terminated"]), np.asarray(info["truncated"])
+    assert term.shape == trunc.shape == (num_envs,) and term.dtype == trunc.dtype == np.bool_
+    np.testing.assert_array_equal(np.asarray(done), term | trunc)
+
+
+# ---------------------------------------------------------------------------
+# 1. jaxwarp.make: names, types and ranges of params.
+# ---------------------------------------------------------------------------
+ODD_VALUES = [None, True, False, np.bool_(True), math.nan, math.inf, -math.inf, 1e39, -1e39,
+              1e-40, 3.4e38, 1.2e-38, 10**400, 2**31, 2**31 - 1, -2**31 - 1, 2**32, 2**63,
+              Fraction(1, 3), Decimal("1.5"), "1.0", "3", b"1", (1,), [2], {}, 0, -1, 0.0,
+              -0.0, np.float32(0.5), np.float64(2.0), np.int64(3), np.int32(-2), np.uint8(7),
+              np.float16(1.0), complex(1, 0)]
+any_value = st.one_of(
+    st.sampled_from(ODD_VALUES),
+    st.integers(-3, 12),
+    st.integers(-2**70, 2**70),
+    st.floats(-1e3, 1e3),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+    st.builds(np.float32, st.floats(width=32)),
+)
+
+
+@examples(40)
+@given(name=st.sampled_from(ENVS), data=st.data())
+# Found by this test: values past float32 became inf in the kernels, ints past
+# int32 overflowed at reset, 10**400 raised OverflowError (params_check).
+@example(name="cartpole", data=None)
+def test_make_params(name, data):
+    """Any overrides give an env whose params hold them and whose spaces are
+    consistent, or a clear error."""
+    fields = _fields(name)
+    if data is None:  # the pinned examples (hypothesis' @example takes no st.data())
+        cases = [dict(gravity=1e39), dict(max_steps=2**31), dict(gravity=10**400),
+                 dict(max_steps=2**40)]
+    else:
+        keys = st.sampled_from([*fields, "bogus", "num_agent", ""])
+        cases = [data.draw(st.dictionaries(keys, any_value, max_size=3), label="params")]
+    for params in cases:
+        note(f"{name} {params}")
+        try:
+            env = jaxwarp.make(name, backend="jax", **params)
+        except (ValueError, TypeError) as e:
+            assert_clear(e, name, *params)
+            continue
+        for k, v in params.items():
+            got = getattr(env.params, k)
+            assert got == v or float(got) == float(v), (k, v, got)
+        check_params(env.params, name)  # what make accepts, the kernels can take
+        check_spaces(env)
+
+
+def check_spaces(env) -> None:
+    n, d = env.num_agents, env.obs_dim
+    assert isinstance(n, int) and n >= 1 and isinstance(d, int) and d >= 1
+    nvec = env.action_space.nvec
+    assert len(nvec) >= 1 and all(isinstance(v, int) and v >= 1 for v in nvec), nvec
+    low, high = np.asarray(env.observation_space.low), np.asarray(env.observation_space.high)
+    assert low.shape == high.shape == (d,) and (low <= high).all()
+    groups = env.policy_groups
+    ids = np.sort(np.concatenate([np.asarray(v) for v in groups.values()]))
+    np.testing.assert_array_equal(ids, np.arange(n))
+
+
+def test_make_pinned_params_errors():
+    """The bugs the fuzzer found in make's checks (fixed in params_check/registry)."""
+    for name, params, match in [
+        ("cartpole", dict(gravity=1e39), r"cartpole: gravity=1e\+39 is invalid; .*float32"),
+        ("cartpole", dict(gravity=1e-40), r"gravity=1e-40 is invalid; .*float32's normal"),
+        ("cartpole", dict(gravity=10**400), r"gravity=1000.* is invalid; expected a finite"),
+        ("cartpole", dict(max_steps=2**31), r"max_steps=2147483648 is invalid; .*int32"),
+        ("pendulum", dict(num_torque_levels=2**40), r"num_torque_levels=1099511627776 is inv"),
+        ("tag_continuous", dict(grid_length="a"), r"tag_continuous: grid_length='a' is inv"),
+        ("mpe_simple_spread", dict(local_ratio=None), r"local_ratio=None is invalid; expec"),
+        ("mountain_car", dict(min_position="a"), r"min_position='a' is invalid; expected"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            jaxwarp.make(name, backend="jax", **params)
+    for kwargs, match in [(dict(name=["cartpole"]), r"name must be a str"),
+                          (dict(name="cartpole", config=[1]), r"config must be a str"),
+                          (dict(name="cartpole", checks="no"), r"checks must be True or False")]:
+        with pytest.raises(TypeError, match=match):
+            jaxwarp.make(**kwargs)
+    # Seeds are uint32 key words; NumPy scalars become the Python values.
+    assert jaxwarp.make("tag_continuous", backend="jax",
+                        fixed_start_seed=2**32 - 1).params.fixed_start_seed == 2**32 - 1
+    env = jaxwarp.make("mpe_simple_spread", backend="jax", dt=np.float32(0.5),
+                       num_agents=np.int64(3))
+    assert type(env.params.dt) is float and type(env.params.num_agents) is int
+    # An int given for a float field is a float (a user env's kernel declares
+    # its Params members from the values' types: 2 would make an int member).
+    env = jaxwarp.make("cartpole", backend="jax", gravity=10)
+    assert type(env.params.gravity) is float and env.params.gravity == 10.0
+
+
+# ---------------------------------------------------------------------------
+# 2. Fuzzed params: reset and step on both backends, kernels == reference.
+# ---------------------------------------------------------------------------
+# Bounded ranges for fields that set sizes (agents, levels, grid, episode).
+INT_RANGES = {
+    ("tag_continuous", "num_taggers"): (1, 3), ("tag_continuous", "num_runners"): (1, 3),
+    ("tag_continuous", "episode_length"): (0, 4),
+    ("tag_continuous", "num_acceleration_levels"): (0, 4),
+    ("tag_continuous", "num_turn_levels"): (0, 4),
+    ("tag_continuous", "num_other_agents_observed"): (1, 1),  # a static param: one build
+    ("tag_continuous", "fixed_start_seed"): (0, 2**32 - 1),
+    ("tag_gridworld", "num_taggers"): (0, 3), ("tag_gridworld", "grid_length"): (0, 7),
+    ("tag_gridworld", "episode_length"): (0, 4),
+    ("mpe_simple_spread", "num_agents"): (1, 4), ("mpe_simple_spread", "num_landmarks"): (0, 4),
+    ("mpe_simple_tag", "num_good_agents"): (1, 2), ("mpe_simple_tag", "num_adversaries"): (1, 3),
+    ("mpe_simple_tag", "num_obs"): (0, 4),
+    ("pendulum", "num_torque_levels"): (1, 6),
+}
+NEVER_DRAWN = {("tag_continuous", "use_full_observation")}  # static on the 'cpu' backend
+
+
+def plausible(name: str, field: dataclasses.Field) -> st.SearchStrategy:
+    """Values near the default (and some signs and zeros): physically odd
+    configurations that should still run, or be refused clearly."""
+    d = field.default
+    if (name, field.name) in INT_RANGES:
+        lo, hi = INT_RANGES[(name, field.name)]
+        s = st.integers(lo, hi)
+        return st.one_of(st.none(), s) if d is None else s
+    if isinstance(d, bool):
+        return st.booleans()
+    if isinstance(d, int):
+        return st.integers(-1, 4)
+    if isinstance(d, float):
+        scale = abs(d) or 1.0
+        return st.one_of(st.just(d), st.floats(0.25, 4.0).map(lambda x: d * x),
+                         st.floats(-4 * scale, 4 * scale), st.sampled_from([0.0, -d, 1e-6]))
+    if isinstance(d, str):
+        return st.sampled_from([d, "mpe2", "jaxmarl", "bogus"])
+    return st.just(d)
+
+
+@st.composite
+def env_params(draw, name: str) -> dict:
+    fields = [f for f in _fields(name).values() if (name, f.name) not in NEVER_DRAWN]
+    chosen = draw(st.lists(st.sampled_from(fields), max_size=3, unique_by=lambda f: f.name))
+    out = dict(SMALL[name])
+    for f in chosen:
+        out[f.name] = draw(plausible(name, f), label=f.name)
+    return out
+
+
+def _rollout(env, seed: int, steps: int, action_seed: int):
+    key = jax.random.key(seed)
+    obs, state = env.reset(key, NUM_ENVS)
+    out = [(obs,)]
+    n = env.num_agents
+    for t in range(steps):
+        a = env.action_space.sample(jax.random.fold_in(jax.random.key(action_seed), t),
+                                    (NUM_ENVS, n))
+        obs, state, reward, done, info = env.step(jax.random.fold_in(key, t + 1), state, a)
+        out.append((obs, reward, done, info))
+    return out
+
+
+@examples(16)
+@given(name=st.sampled_from(ENVS), data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_params_reset_step(name, data, seed):
+    """Fuzzed params: both backends run reset and 3 steps with outputs of the
+    right shapes, dtypes and values, and the kernels give the reference's numbers."""
+    params = data.draw(env_params(name), label="params")
+    envs = {}
+    for backend in BACKENDS:
+        try:
+            envs[backend] = jaxwarp.make(name, backend=backend, **params)
+        except (ValueError, TypeError) as e:
+            assert_clear(e, name, *params)
+    assert len(envs) in (0, 2), f"the backends disagree on whether {params} is valid"
+    if not envs:
+        return
+    runs = {b: _rollout(env, seed, 3, seed + 1) for b, env in envs.items()}
+    env = envs["cpu"]
+    for t, (cpu, ref) in enumerate(zip(runs["cpu"], runs["jax"])):
+        for out in (cpu, ref):
+            check_outputs(env, NUM_ENVS, *out)
+        # Same numbers on both backends (float32 rounding of different op
+        # orders, amplified at most a little in 3 steps).
+        finite_or_close(cpu[0], ref[0], rtol=1e-4, atol=1e-4)
+        if t:
+            finite_or_close(cpu[1], ref[1], rtol=1e-4, atol=1e-4)
+            np.testing.assert_array_equal(np.asarray(cpu[2]), np.asarray(ref[2]))
+
+
+# ---------------------------------------------------------------------------
+# 3. reset / step arguments: num_envs, keys, states, actions.
+# ---------------------------------------------------------------------------
+BAD_NUM_ENVS = [0, -1, 2.0, True, False, "2", None, 1.5, [2], np.float32(2)]
+
+
+@examples(20)
+@given(name=st.sampled_from(ENVS), backend=st.sampled_from(BACKENDS),
+       num_envs=st.one_of(st.sampled_from([1, 2, np.int64(2), np.int32(1)]),
+                          st.sampled_from(BAD_NUM_ENVS)),
+       key_kind=st.sampled_from(["typed", "raw", "int", "two_keys", "float", "u32[3]", "None"]),
+       offset=st.sampled_from([0, 0, 0, np.int32(0), 1, 0.0, np.float32(1)]))
+def test_reset_arguments(name, backend, num_envs, key_kind, offset):
+    env = small_env(name, backend)
+    key = {"typed": jax.random.key(1), "raw": jax.random.PRNGKey(1), "int": 1,
+           "two_keys": jax.random.split(jax.random.key(1)), "float": jnp.zeros(2),
+           "u32[3]": jnp.zeros(3, jnp.uint32), "None": None}[key_kind]
+    try:
+        obs, state = env.reset(key, num_envs, env_offset=offset)
+    except (ValueError, TypeError) as e:
+        assert_clear(e, "num_envs", "key", "env_offset")
+        return
+    assert key_kind in ("typed", "raw"), f"reset took key {key!r}"
+    assert not isinstance(num_envs, (bool, float, str, list, np.floating)) and num_envs >= 1
+    check_outputs(env, int(num_envs), obs)
+    assert env.check_state(state) == num_envs
+    assert 0 <= offset < 2**32 and (offset == 0 or backend == "cpu"), f"env_offset={offset!r}"
+
+
+@pytest.mark.xfail(reason="authoring.ContractEnv._keys (not this suite's files): env_offset "
+                   "None or '0' raises jnp's message without naming env_offset, 2**40 an "
+                   "OverflowError, and -1 wraps to env 2**32 - 1 silently", strict=False)
+@pytest.mark.parametrize("offset", [None, "0", 2**40, -1])
+def test_reset_env_offset_bad_values(offset):
+    with pytest.raises((ValueError, TypeError), match="env_offset"):
+        small_env("cartpole", "cpu").reset(jax.random.key(0), NUM_ENVS, env_offset=offset)
+
+
+INT_DTYPES = ["int32", "int64", "int16", "int8", "uint8", "uint32", "uint64"]
+ACTION_DTYPES = INT_DTYPES + ["float32", "float64", "bool", "bfloat16"]
+
+
+@st.composite
+def actions_for(draw, env, num_envs: int):
+    """(actions, how they were made): any dtype, shapes near the expected
+    one, values in and out of range."""
+    n, nvec = env.num_agents, np.asarray(env.action_space.nvec)
+    heads = len(nvec)
+    shape = draw(st.sampled_from([
+        (num_envs, n, heads), (num_envs, n, heads), (num_envs, n), (num_envs,),
+        (num_envs, n, heads + 1), (num_envs + 1, n, heads), (n, num_envs, heads),
+        (num_envs, n, heads, 1), (), (1, num_envs, n, heads)]), label="shape")
+    dtype = draw(st.sampled_from(ACTION_DTYPES), label="dtype")
+    values = draw(st.sampled_from(["in_range", "in_range", "out_of_range", "extreme"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    top = np.broadcast_to(nvec, shape[:-1] + (heads,)) if shape and shape[-1] == heads \
+        else int(nvec.min())
+    if values == "in_range":
+        a = rng.integers(0, top, size=shape) if shape else np.int64(rng.integers(0, nvec.min()))
+    elif values == "out_of_range":
+        a = rng.integers(-3, np.max(nvec) + 3, size=shape)
+    else:
+        a = rng.choice(np.array([-2**31, 2**31 - 1, 2**31, 2**40, -2**40, 0], np.int64),
+                       size=shape)
+    container = draw(st.sampled_from(["jax", "numpy", "numpy", "list"]), label="container")
+    if dtype == "bfloat16":
+        arr = jnp.asarray(a, jnp.bfloat16)
+    else:
+        with np.errstate(all="ignore"):
+            arr = np.asarray(a).astype(dtype)  # wraps where the dtype cannot hold a value
+    if container == "jax":
+        with contextlib.suppress(Exception):  # jax refuses what it cannot hold: keep numpy
+            arr = jnp.asarray(arr)
+    elif container == "list":
+        arr = np.asarray(arr).tolist()
+    return arr, np.asarray(a, np.int64), dtype, container
+
+
+@examples(30)
+@given(name=st.sampled_from(ENVS), backend=st.sampled_from(BACKENDS), data=st.data())
+def test_step_actions(name, backend, data):
+    """Actions of any shape, dtype and value: a step with the right outputs
+    (the same as int32 actions of the same values would give) or a clear error."""
+    env = small_env(name, backend)
+    obs, state = env.reset(jax.random.key(0), NUM_ENVS)
+    actions, _, dtype, container = data.draw(actions_for(env, NUM_ENVS), label="actions")
+    note(f"dtype={dtype} container={container} shape={np.shape(actions)}")
+    try:
+        obs, state2, reward, done, info = env.step(jax.random.key(1), state, actions)
+    except (ValueError, TypeError) as e:
+        assert_clear(e, "actions")
+        return
+    check_outputs(env, NUM_ENVS, obs, reward, done, info)
+    assert dtype not in ("float32", "float64", "bfloat16", "bool"), \
+        f"step took {dtype} actions (floats and bools must be refused)"
+    passed = np.asarray(actions)
+    vals = [int(v) for v in passed.ravel()]
+    assert all(-2**31 <= v < 2**31 for v in vals), \
+        f"step took {dtype} actions beyond int32 (they would wrap): {vals[:4]}"
+    # The values the caller passed, as int32: the step must be the same.
+    ref = env.step(jax.random.key(1), state,
+                   jnp.asarray(np.asarray(vals, np.int32).reshape(passed.shape)))
+    for a, b in zip(jax.tree.leaves((obs, reward, done)), jax.tree.leaves(ref[0:1] + ref[2:4])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@examples(20)
+@given(name=st.sampled_from(ENVS), data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_step_any_int32_actions_kernel_equals_reference(name, data, seed):
+    """int32 actions of any value (out of range too, checks=False): the
+    kernels and the reference give the same step, inside the spaces."""
+    n = small_env(name, "cpu").num_agents
+    heads = len(small_env(name, "cpu").action_space.nvec)
+    a = np.asarray(data.draw(st.lists(
+        st.one_of(st.integers(-3, 25), st.sampled_from([-2**31, 2**31 - 1])),
+        min_size=NUM_ENVS * n * heads, max_size=NUM_ENVS * n * heads), label="actions"),
+        np.int32).reshape(NUM_ENVS, n, heads)
+    outs = []
+    for backend in BACKENDS:
+        env = small_env(name, backend)
+        obs, state = env.reset(jax.random.key(seed), NUM_ENVS)
+        out = env.step(jax.random.key(seed + 1), state, jnp.asarray(a))
+        check_outputs(env, NUM_ENVS, out[0], out[2], out[3], out[4])
+        outs.append(out)
+    finite_or_close(outs[0][0], outs[1][0], rtol=1e-5, atol=1e-5)
+    finite_or_close(outs[0][2], outs[1][2], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(outs[0][3]), np.asarray(outs[1][3]))
+
+
+@examples(10)
+@given(name=st.sampled_from(ENVS), backend=st.sampled_from(BACKENDS),
+       kind=st.sampled_from(["other_env", "other_params", "tuple", "none", "short", "dtype"]),
+       flag=st.sampled_from([True, False, 1, "yes", None, np.bool_(True)]))
+def test_step_bad_state_and_flags(name, backend, kind, flag):
+    """A state that is not this env's (or mangled), or flags that are not
+    bools: a clear error, never a kernel reading out of bounds."""
+    env = small_env(name, backend)
+    obs, state = env.reset(jax.random.key(0), NUM_ENVS)
+    a = jnp.zeros((NUM_ENVS, env.num_agents, len(env.action_space.nvec)), jnp.int32)
+    other = ENVS[(ENVS.index(name) + 1) % len(ENVS)]
+    if kind == "other_env":
+        state = small_env(other, backend).reset(jax.random.key(0), NUM_ENVS)[1]
+    elif kind == "other_params":
+        p = dict(SMALL[name])
+        p[[f for f in p if "length" in f or "steps" in f][0]] = 2
+        state = jaxwarp.make(name, backend=backend, **p).reset(jax.random.key(0), NUM_ENVS)[1]
+    elif kind == "tuple":
+        state = tuple(jax.tree.leaves(state))
+    elif kind == "none":
+        state = None
+    else:
+        leaves, tree = jax.tree.flatten(state)
+        leaves[0] = leaves[0][:1] if kind == "short" else leaves[0].astype(jnp.float16)
+        state = jax.tree.unflatten(tree, leaves)
+    with pytest.raises((ValueError, TypeError)) as e:
+        env.step(jax.random.key(1), state, a, autoreset=flag)
+    assert_clear(e.value, "state", "autoreset", name)
+
+
+# ---------------------------------------------------------------------------
+# 3b. jaxwarp.spaces: MultiDiscrete and Box.
+# ---------------------------------------------------------------------------
+@examples(20)
+@given(nvec=st.one_of(st.lists(st.integers(1, 9), min_size=1, max_size=3).map(tuple),
+                      st.lists(odd_entry := st.one_of(st.integers(-2, 3), st.sampled_from(
+                          [2**31, 2.0, True, "2", None, np.int64(2)])), max_size=3),
+                      st.sampled_from([3, "3", np.array([2, 3]), np.array([[2]]), range(1, 3)])),
+       batch=st.sampled_from([(), (3,), (2, 2)]),
+       probe=st.sampled_from(["sample", "wide", "narrow", "float", "negative", "big", "list"]),
+       seed=st.integers(0, 2**32 - 1))
+# Found by this test: nvec=(0,) sampled 0, outside its own space; an action
+# of shape [..., 1] was "contained" in a two-head space by broadcasting.
+@example(nvec=(0,), batch=(3,), probe="sample", seed=0)
+@example(nvec=(3, 5), batch=(3,), probe="narrow", seed=0)
+def test_multidiscrete(nvec, batch, probe, seed):
+    """A space of any nvec samples inside itself and answers contains() for
+    the right shape only, or refuses the nvec clearly."""
+    from jaxwarp.spaces import MultiDiscrete
+
+    try:
+        space = MultiDiscrete(nvec)
+    except (ValueError, TypeError) as e:
+        assert_clear(e, "nvec")
+        return
+    assert hash(space) == hash(MultiDiscrete(tuple(space.nvec)))
+    n = np.asarray(space.nvec)
+    assert n.ndim == 1 and len(n) >= 1 and (n >= 1).all() and (n < 2**31).all()
+    a = space.sample(jax.random.key(seed), batch)
+    assert a.shape == (*batch, len(n)) and a.dtype == jnp.int32
+    assert ((np.asarray(a) >= 0) & (np.asarray(a) < n)).all()
+    assert bool(space.contains(a))
+    x = {"sample": a, "wide": jnp.concatenate([a, a[..., :1]], -1), "narrow": a[..., :1],
+         "float": a.astype(jnp.float32) + 0.5, "negative": a - 1 - a.max(),
+         "big": a + jnp.asarray(n, jnp.int32), "list": np.asarray(a).tolist()}[probe]
+    try:
+        inside = bool(space.contains(x))
+    except ValueError as e:
+        assert probe in ("wide", "narrow") and len(n) > 1 or probe == "wide", (probe, e)
+        assert_clear(e, "shape")
+        return
+    assert np.shape(x)[-1:] == (len(n),), f"contains() took shape {np.shape(x)}"
+    assert inside == (probe in ("sample", "list") or (probe == "narrow" and len(n) == 1))
+
+
+@examples(10)
+@given(shape=st.sampled_from([(3,), (2, 2)]), data=st.data())
+def test_box(shape, data):
+    from jaxwarp.spaces import Box
+
+    bound = st.one_of(st.floats(-10, 10), st.sampled_from([math.inf, -math.inf, math.nan]))
+    low = np.asarray(data.draw(st.lists(bound, min_size=int(np.prod(shape)),
+                                        max_size=int(np.prod(shape)))), np.float32).reshape(shape)
+    high = low + np.float32(data.draw(st.sampled_from([0.0, 1.0, -1.0, math.inf])))
+    try:
+        box = Box(low, high)
+    except ValueError as e:
+        assert not (low <= high).all()
+        assert_clear(e, "low")
+        return
+    assert (low <= high).all() and box.shape == shape
+    mid = np.clip(np.zeros(shape, np.float32), low, high)
+    assert bool(box.contains(jnp.asarray(mid)[None]))
+    assert not bool(box.contains(jnp.full((1, *shape), jnp.nan)))
+    with pytest.raises(ValueError, match="shape"):
+        box.contains(jnp.zeros((1, *shape[:-1], shape[-1] + 1)))
+
+
+# ---------------------------------------------------------------------------
+# 4. The sampler: nvec and logits.
+# ---------------------------------------------------------------------------
+odd_nvec_entry = st.one_of(st.integers(-2, 6), st.sampled_from(
+    [0, 2**31, 2**40, 3.0, True, "3", None, np.int64(3), np.uint8(2), np.float32(2)]))
+
+
+@examples(12)
+@given(nvec=st.one_of(
+    st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    st.lists(odd_nvec_entry, max_size=5),
+    st.sampled_from([[1] * 32, [2] * 33, [1] * 40]),
+    st.sampled_from([3, "3", None, (), np.array([2, 3]), np.array([[2, 3]]), jnp.array([4]),
+                     {2: 3}, range(1, 4), np.array(3)])),
+    width_delta=st.sampled_from([0, 0, 0, 1, -1]),
+    lead=st.sampled_from([(), (3,), (2, 2)]),
+    backend=st.sampled_from(BACKENDS))
+def test_sampler_nvec(nvec, width_delta, lead, backend):
+    """Any nvec: actions in range for a valid one, else a clear error."""
+    try:
+        total = sum(int(n) for n in np.asarray(nvec, dtype=object).ravel())
+    except (TypeError, ValueError):
+        total = 3
+    width = max(min(total, 64) + width_delta, 0)
+    logits = jnp.zeros((*lead, width), jnp.float32)
+    try:
+        actions, log_prob = jaxwarp.sample_actions(jax.random.key(0), logits, nvec,
+                                                   backend=backend)
+    except (ValueError, TypeError) as e:
+        assert_clear(e, "nvec", "logits")
+        return
+    heads = [int(n) for n in np.asarray(nvec).ravel()]
+    assert width == sum(heads) and all(h >= 1 for h in heads) and 1 <= len(heads) <= 32
+    assert actions.shape == (*lead, len(heads)) and actions.dtype == jnp.int32
+    assert log_prob.shape == lead and log_prob.dtype == jnp.float32
+    a = np.asarray(actions)
+    assert ((a >= 0) & (a < np.asarray(heads))).all()
+    np.testing.assert_allclose(np.asarray(log_prob), -np.log(heads).sum(), rtol=1e-5)
+
+
+SAMPLER_NVECS = [(2,), (3, 5), (1, 4, 2), (21, 21)]
+LOGIT_DTYPES = {"float32": 32, "float16": 16, "bfloat16": 16, "float64": 64}
+
+
+def log_softmax64(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = np.max(x, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        return x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+
+
+@examples(30)
+@given(nvec=st.sampled_from(SAMPLER_NVECS), lead=st.sampled_from([(), (4,), (2, 3)]),
+       dtype=st.sampled_from(list(LOGIT_DTYPES)), data=st.data(),
+       seed=st.integers(0, 2**32 - 1))
+def test_sampler_logits(nvec, lead, dtype, data, seed):
+    """Logits of any finite values (-inf masks with one finite choice per
+    head): actions in range and never masked, log_prob = log_softmax of the
+    choice, the kernel's draws equal the reference's (ties apart)."""
+    width = sum(nvec)
+    rows = int(np.prod(lead, dtype=np.int64))
+    bound = 6e4 if LOGIT_DTYPES[dtype] == 16 else 3e38
+    elems = st.one_of(st.floats(-30, 30), st.floats(-bound, bound), st.just(-math.inf),
+                      st.sampled_from([0.0, 1e-7, -1e-7, 88.0, -88.0]))
+    flat = np.asarray(data.draw(st.lists(elems, min_size=rows * width, max_size=rows * width),
+                                label="logits"), np.float64).reshape(*lead, width)
+    # One finite logit per head at least (the documented contract).
+    bounds = np.cumsum((0,) + nvec)
+    for h in range(len(nvec)):
+        part = flat[..., bounds[h]:bounds[h + 1]]
+        part[..., 0] = np.where(np.isfinite(part).any(axis=-1), part[..., 0], 0.0)
+    logits = jnp.asarray(flat, jnp.bfloat16 if dtype == "bfloat16" else dtype)
+    x = np.asarray(jnp.asarray(logits, jnp.float32), np.float64)  # what the sampler sees
+    key = jax.random.key(seed)
+    out = {b: jaxwarp.sample_actions(key, logits, nvec, backend=b) for b in BACKENDS}
+    for actions, log_prob in out.values():
+        assert actions.shape == (*lead, len(nvec)) and actions.dtype == jnp.int32
+        assert log_prob.shape == lead and log_prob.dtype == jnp.float32
+        a = np.asarray(actions)
+        assert ((a >= 0) & (a < np.asarray(nvec))).all()
+        want = np.zeros(lead)
+        for h in range(len(nvec)):
+            part = x[..., bounds[h]:bounds[h + 1]]
+            chosen = np.take_along_axis(part, a[..., h:h + 1], axis=-1)[..., 0]
+            assert np.isfinite(chosen).all(), "a masked (-inf) choice was drawn"
+            want += np.take_along_axis(log_softmax64(part), a[..., h:h + 1], axis=-1)[..., 0]
+        lp = np.asarray(log_prob, np.float64)
+        assert np.isfinite(lp).all() and (lp <= 1e-6).all(), lp
+        # float32 log_softmax of logits up to 3e38: absolute error ~ulp(max |x|).
+        scale = np.maximum(1.0, np.abs(np.where(np.isfinite(x), x, 0)).max())
+        np.testing.assert_allclose(lp, want, rtol=1e-4, atol=1e-5 * scale)
+    (a_cpu, lp_cpu), (a_jax, lp_jax) = out["cpu"], out["jax"]
+    differ = np.argwhere(np.asarray(a_cpu) != np.asarray(a_jax))
+    if len(differ):  # only where two Gumbel-perturbed logits tie (sampler docstring)
+        head_keys = jax.random.split(key, len(nvec))
+        for idx in differ:
+            *row, h = idx
+            part = x[..., bounds[h]:bounds[h + 1]]
+            g = np.asarray(jax.random.gumbel(head_keys[h], part.shape, jnp.float32,
+                                             mode="low"), np.float64)
+            z = (part + g)[tuple(row)]
+            i, j = int(np.asarray(a_cpu)[tuple(idx)]), int(np.asarray(a_jax)[tuple(idx)])
+            assert abs(z[i] - z[j]) <= 1e-6 * max(1.0, abs(z[i])), (z, i, j)
+
+
+@examples(10)
+@given(nvec=st.sampled_from(SAMPLER_NVECS), special=st.sampled_from(
+    [math.nan, math.inf, -math.inf]), where=st.integers(0, 41), seed=st.integers(0, 99))
+def test_sampler_nonfinite_logits(nvec, special, where, seed):
+    """NaN, +inf or an all -inf head (outside the contract): no crash, actions
+    in range, and the kernel gives what the reference gives."""
+    width = sum(nvec)
+    flat = np.zeros((3, width), np.float32)
+    flat[where % 3, where % width] = special
+    if special == -math.inf:  # a whole head masked
+        flat[1, :nvec[0]] = -math.inf
+    out = [jaxwarp.sample_actions(jax.random.key(seed), jnp.asarray(flat), nvec, backend=b)
+           for b in BACKENDS]
+    for actions, log_prob in out:
+        a = np.asarray(actions)
+        assert ((a >= 0) & (a < np.asarray(nvec))).all()
+        assert log_prob.shape == (3,)
+    np.testing.assert_array_equal(np.asarray(out[0][0]), np.asarray(out[1][0]))
+    finite_or_close(out[0][1], out[1][1], rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# 5. Adapters: Gymnasium and PettingZoo.
+# ---------------------------------------------------------------------------
+gym = pytest.importorskip("gymnasium", reason="gymnasium (test extra) is not installed")
+
+
+@functools.cache
+def vector_env(name: str, num_envs: int):
+    from jaxwarp.adapters.gymnasium import JaxwarpVectorEnv
+
+    return JaxwarpVectorEnv(small_env(name, "cpu"), num_envs)
+
+
+@functools.cache
+def parallel_env(name: str):
+    from jaxwarp.adapters.pettingzoo import JaxwarpParallelEnv
+
+    return JaxwarpParallelEnv(small_env(name, "cpu"))
+
+
+def contains(space, x) -> bool:
+    return bool(space.contains(x))
+
+
+@examples(25)
+@given(name=st.sampled_from(["cartpole", "pendulum", "mpe_simple_spread", "tag_continuous"]),
+       data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_gymnasium_actions(name, data, seed):
+    """Gymnasium adapter: any actions give obs in observation_space, finite
+    rewards of the right shapes (the same as int32 actions of the same
+    values), or a clear error."""
+    envs = vector_env(name, 3)
+    space = envs.action_space
+    shape = data.draw(st.sampled_from([space.shape, space.shape, space.shape[:1],
+                                       space.shape + (1,), (4,) + space.shape[1:], ()]),
+                      label="shape")
+    dtype = data.draw(st.sampled_from(INT_DTYPES + ["float32", "bool", "object"]), label="dtype")
+    lo, hi = data.draw(st.sampled_from([(0, 2), (0, 2), (-2, 30), (2**31 - 2, 2**31 + 2)]))
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(lo, hi, size=shape)
+    if data.draw(st.booleans(), label="valid sample") and shape == space.shape:
+        space.seed(seed)
+        raw = space.sample().astype(np.int64)
+    with np.errstate(all="ignore"):
+        actions = raw.astype(dtype)
+    if data.draw(st.booleans(), label="as list"):
+        actions = actions.tolist()
+    envs.reset(seed=seed)
+    try:
+        obs, reward, term, trunc, infos = envs.step(actions)
+    except (ValueError, TypeError) as e:
+        assert_clear(e, "action")
+        return
+    n = envs.num_envs
+    assert obs.shape == envs.observation_space.shape and obs.dtype == np.float32
+    assert contains(envs.observation_space, obs), obs
+    assert reward.shape[0] == n and np.isfinite(reward).all()
+    assert term.shape == trunc.shape == (n,) and term.dtype == trunc.dtype == np.bool_
+    assert dtype not in ("float32", "bool", "object") or np.asarray(actions).dtype.kind in "iu"
+    assert np.shape(actions) == space.shape
+    a64 = np.asarray(actions).astype(np.int64)
+    assert ((a64 >= 0) & (a64 < space.nvec)).all(), f"out-of-range actions taken: {a64}"
+    envs.reset(seed=seed)
+    again = envs.step(a64.astype(np.int32))
+    np.testing.assert_array_equal(obs, again[0])
+    np.testing.assert_array_equal(reward, again[1])
+
+
+@examples(15)
+@given(seed=st.one_of(st.none(), st.integers(-2**63, 2**64), st.sampled_from(
+    [0, -1, 2**32, 2**70, 1.0, "1", True, np.int64(5), np.uint32(7), [1, 2, 3], (4,)])))
+def test_gymnasium_reset_seed(seed):
+    """reset(seed=...): any int (or a list of per-env ints) gives the same
+    observations as that seed again; anything else a clear error."""
+    envs = vector_env("cartpole", 3)
+    try:
+        obs, info = envs.reset(seed=seed)
+    except (ValueError, TypeError) as e:
+        assert_clear(e, "seed")
+        return
+    assert obs.shape == (3, 4) and obs.dtype == np.float32
+    assert contains(envs.observation_space, obs)
+    if seed is not None:
+        again, _ = envs.reset(seed=seed)
+        np.testing.assert_array_equal(obs, again)
+
+
+@examples(20)
+@given(name=st.sampled_from(["mpe_simple_spread", "tag_continuous"]),
+       data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_pettingzoo_actions(name, data, seed):
+    """PettingZoo adapter: action dicts with missing, extra or odd entries
+    give a step inside the spaces or a clear error."""
+    env = parallel_env(name)
+    obs, infos = env.reset(seed=seed)
+    agents = list(env.agents)
+    space = env.action_space(agents[0])
+    value = st.one_of(
+        st.integers(0, int(np.min(getattr(space, "nvec", getattr(space, "n", 1)))) - 1),
+        st.integers(-3, 30), st.sampled_from([np.int64(1), np.int8(0), np.uint8(1), 1.0,
+                                              np.float32(0), True, None, "1", [0], [0, 0],
+                                              np.zeros(2, np.int64), 2**40]))
+    actions = {a: data.draw(value, label=a) for a in agents}
+    for a in data.draw(st.lists(st.sampled_from(agents), max_size=2, unique=True),
+                       label="dropped"):
+        del actions[a]
+    if data.draw(st.booleans(), label="extra agent"):
+        actions["no_such_agent"] = 0
+    try:
+        obs, rewards, terms, truncs, infos = env.step(actions)
+    except (ValueError, TypeError) as e:
+        assert_clear(e, "action", "agent")
+        return
+    except KeyError as e:  # a missing agent: PettingZoo's own envs raise KeyError too
+        assert set(agents) - set(actions), f"KeyError with every agent's action: {e}"
+        assert "agent" in str(e)
+        return
+    assert set(agents) <= set(actions)
+    for a in agents:
+        assert contains(env.observation_space(a), obs[a]), (a, obs[a])
+        assert isinstance(rewards[a], float) and math.isfinite(rewards[a])
+        v = np.asarray(actions[a])
+        assert v.dtype.kind in "iub" and ((v >= 0) & (v < getattr(
+            env.action_space(a), "nvec", getattr(env.action_space(a), "n", None)))).all(), \
+            f"{a}: action {actions[a]!r} taken"
+    assert "no_such_agent" not in obs
+
+
+@examples(10)
+@given(name=st.sampled_from(["cartpole", "mpe_simple_spread"]), num_envs=st.sampled_from(
+    [0, -1, 2.0, True, "2", None, np.int64(2), 2]), copy=st.sampled_from([True, False]),
+    render_mode=st.sampled_from([None, "rgb_array", "human", 1]),
+    final_obs=st.sampled_from([None, True, False, "yes"]))
+def test_gymnasium_constructor(name, num_envs, copy, render_mode, final_obs):
+    from jaxwarp.adapters.gymnasium import JaxwarpVectorEnv
+
+    try:
+        envs = JaxwarpVectorEnv(small_env(name, "cpu"), num_envs, copy=copy,
+                                render_mode=render_mode, final_obs=final_obs)
+    except (ValueError, TypeError) as e:
+        assert_clear(e, "num_envs", "copy", "render_mode", "final_obs")
+        return
+    assert envs.num_envs == num_envs and not isinstance(num_envs, (bool, float, str))
+    assert render_mode in (None, "rgb_array") and final_obs in (None, True, False)
+    obs, _ = envs.reset(seed=0)
+    assert obs.shape == envs.observation_space.shape
+
+
+# ---------------------------------------------------------------------------
+# 6. The CLI: overrides and flags through jaxwarp.cli.main.
+# ---------------------------------------------------------------------------
+BASE = ["backend=jax", "num_envs=4", "num_steps=4", "total_env_steps=128",
+        "num_minibatches=1", "update_epochs=1", "chunk_updates=2", "checkpoint_every=2",
+        "policies.agent.hidden_sizes=[8]"]
+
+
+class Built(Exception):
+    """Raised in place of training: the config the CLI built (and the trainer accepted)."""
+
+    def __init__(self, config):
+        super().__init__("built")
+        self.config = config
+
+
+def run_cli(argv: list[str]):
+    """(exit code, stdout, stderr, config or None): main(argv) up to the point
+    where training would start (the trainer is built, then we stop)."""
+    from jaxwarp import cli
+    from jaxwarp.train import runner
+
+    real = runner.build_trainer
+
+    def build_then_stop(config, *args, **kwargs):
+        real(config, *args, **kwargs)
+        raise Built(config)
+
+    out, err = io.StringIO(), io.StringIO()
+    config = None
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        mp.setattr(runner, "build_trainer", build_then_stop)
+        try:
+            code = cli.main(argv)
+        except SystemExit as e:  # argparse
+            code = e.code
+        except Built as b:
+            code, config = 0, b.config
+    return code, out.getvalue(), err.getvalue(), config
+
+
+def assert_one_line_error(code, err: str, command: str) -> None:
+    assert code == 2, (code, err)
+    lines = err.strip("\n").splitlines()
+    assert lines, "exit 2 without a message"
+    assert lines[-1].startswith(f"jaxwarp {command}: error: "), err
+    # Before the error line only argparse's usage lines may come.
+    assert all(line.startswith(("usage:", " ")) for line in lines[:-1]), err
+
+
+# (key, strategy of valid values) of TrainConfig fields; the values the
+# config must then hold.
+VALID_OVERRIDES = {
+    "num_steps": st.integers(1, 8),
+    "seed": st.integers(0, 2**31 - 1),
+    "gamma": st.floats(0, 1),
+    "gae_lambda": st.floats(0, 1),
+    "ent_coef": st.floats(0, 10),
+    "clip_eps": st.floats(1e-3, 10),
+    "update_epochs": st.integers(1, 3),
+    "anneal_lr": st.booleans(),
+    "normalize_obs": st.booleans(),
+    "algorithm": st.sampled_from(["ppo", "a2c"]),
+    "obs_dtype": st.sampled_from(["float32", "bfloat16"]),
+    "env_params.gravity": st.floats(-20, 20),
+    "env_params.max_steps": st.integers(1, 600),
+    "policies.agent.lr": st.floats(0, 1),
+    "policies.agent.activation": st.sampled_from(["tanh", "relu", "gelu", "silu", "elu"]),
+}
+BAD_OVERRIDES = st.one_of(
+    st.sampled_from(["num_envs=0", "num_envs=-4", "num_envs=1.5", "num_envs=abc", "num_envs=",
+                     "num_envs", "=3", "gamma=2", "gamma=.nan", "gamma=[1]", "seed=-1",
+                     "seed=2147483648", "algorithm=sac", "backend=gpu", "num_envs=[",
+                     "policies.agent.lr=-1", "policies.agent.hidden_sizes=[0]",
+                     "policies.agent.bogus=1", "policies=3", "env_params=3",
+                     "env_params.gravity=.inf", "env_params.gravity=abc",
+                     "env_params.max_steps=2.5", "env_params.bogus=1", "env=no_such_env",
+                     "env_config=large", "a..b=1", "num_envs=1\n2", "checkpoint_every=3",
+                     "total_env_steps=1", "num_minibatches=3", "obs_dtype=float16",
+                     "env_params.gravity=1e39", "env_params.max_steps=4294967296"]),
+    st.text(st.sampled_from("abn_=.:[]{}'\" -1e,\t"), min_size=1, max_size=12).filter(
+        lambda s: not s.startswith(("env_module", "distributed"))),
+)
+
+
+def _yaml(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+@examples(25)
+@given(good=st.lists(st.sampled_from(sorted(VALID_OVERRIDES)), max_size=4), data=st.data(),
+       seeds=st.sampled_from([None, 1, 2, 0, -1]))
+def test_cli_train_overrides(good, data, seeds):
+    """Valid overrides reach the config as given; bad ones exit 2 with one
+    line naming the problem."""
+    values = {k: data.draw(VALID_OVERRIDES[k], label=k) for k in good}
+    overrides = [f"{k}={_yaml(v)}" for k, v in values.items()]
+    # A later override of the same key wins over a bad one: keep them apart.
+    taken = {k.split(".")[0] for k in values}
+    bad = data.draw(st.lists(BAD_OVERRIDES.filter(
+        lambda b: b.split("=")[0].split(".")[0] not in taken), max_size=2), label="bad")
+    overrides += bad
+    overrides = data.draw(st.permutations(overrides), label="order")
+    flags = ["--no-progress"] + (["--seeds", str(seeds)] if seeds is not None else [])
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["train", "--env", "cartpole", "--out", str(Path(tmp) / "run"), *flags, *BASE,
+                *overrides]
+        code, stdout, err, config = run_cli(argv)
+    if config is None:
+        assert_one_line_error(code, err, "train")
+        assert bad or (seeds is not None and seeds < 1), f"valid input refused: {err}"
+        return
+    assert not bad, f"bad override(s) {bad} accepted"
+    assert seeds is None or seeds >= 1
+    for k, v in values.items():
+        node, *rest = k.split(".")
+        got = getattr(config, node)
+        if node == "env_params":
+            got = dict(got)[rest[0]]
+        elif node == "policies":
+            got = getattr(config.policy(rest[0]), rest[1])
+        assert got == v or (isinstance(v, float) and math.isclose(got, v, rel_tol=1e-15)), \
+            (k, v, got)
+
+
+@examples(15)
+@given(before=st.lists(st.sampled_from(sorted(VALID_OVERRIDES)), min_size=1, max_size=3,
+                       unique=True), data=st.data())
+def test_cli_train_overrides_between_flags(before, data):
+    """Overrides on both sides of a flag (issue 30 item 4), all reaching the config."""
+    values = {k: data.draw(VALID_OVERRIDES[k], label=k) for k in before}
+    overrides = [f"{k}={_yaml(v)}" for k, v in values.items()]
+    cut = data.draw(st.integers(0, len(overrides)), label="cut")
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["train", "--env", "cartpole", *BASE, *overrides[:cut], "--no-progress",
+                *overrides[cut:], "--out", str(Path(tmp) / "run")]
+        code, stdout, err, config = run_cli(argv)
+    assert config is not None, (code, err)
+    for k, v in values.items():
+        if k.startswith(("env_params.", "policies.")):
+            continue
+        assert getattr(config, k) == v or math.isclose(getattr(config, k), v, rel_tol=1e-15)
+
+
+@examples(15)
+@given(command=st.sampled_from(["eval", "render"]), data=st.data())
+def test_cli_flag_values(command, data):
+    """eval/render flags with bad values (or a run folder that is not one):
+    exit 2 and one line, before any work."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if command == "eval":
+            run = data.draw(st.sampled_from([tmp, str(Path(tmp) / "no"), ""]), label="run")
+            argv = ["eval", "--run", run]
+            for flag in data.draw(st.lists(st.sampled_from(
+                    ["--episodes", "--seed", "--seed-index"]), max_size=2, unique=True)):
+                argv += [flag, data.draw(st.sampled_from(
+                    ["0", "1", "-3", "2.5", "x", "99999999999999999999"]), label=flag)]
+        else:
+            steps = data.draw(st.sampled_from(["-1", "x", "3"]), label="steps")
+            size = data.draw(st.sampled_from(["0", "7", "1.5", "16"]), label="size")
+            fps = data.draw(st.sampled_from(["0", "-2", "nan", "inf", "x", "10"]), label="fps")
+            who = data.draw(st.sampled_from([["--env", "cartpole"], [], ["--env", "nope"],
+                                             ["--env", "cartpole", "--run", tmp]]), label="who")
+            assume(not (steps == "3" and size == "16" and fps in ("10", "inf")
+                        and who == ["--env", "cartpole"]))  # valid: would render
+            argv = ["render", *who, "--steps", steps, "--size", size, "--fps", fps,
+                    "--out", str(Path(tmp) / "x.gif"), "--backend", "jax"]
+        code, stdout, err, _ = run_cli(argv)
+    assert_one_line_error(code, err, command)
