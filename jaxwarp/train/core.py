@@ -78,9 +78,11 @@ def entropy(logits: jax.Array, nvec: Sequence[int]) -> jax.Array:
 
 @struct.dataclass
 class Batch:
-    """One policy group's training data, [T, envs, agents_in_group, ...]."""
+    """One policy group's training data, [T, envs, agents_in_group, ...]
+    (obs: [T, envs, agents, obs_dim] of every agent; the trainer cuts the
+    group's slice from each minibatch)."""
 
-    obs: jax.Array  # f32[..., obs_dim]
+    obs: jax.Array  # f32 or bf16[..., obs_dim]
     actions: jax.Array  # i32[..., heads]
     log_prob: jax.Array  # f32[...]: behaviour policy's log-probability
     value: jax.Array  # f32[...]: behaviour critic's value

@@ -255,8 +255,11 @@ def build_trainer(config: TrainConfig, env: Any = None,
         return (params, stats, env_state, next_obs), step
 
     def update_group(g: str, params, opt_state, stats, batch: core.Batch, key):
+        @jax.named_scope("forward")
         def loss_fn(p, mb: core.Batch, normalize: bool):
-            logits, value = forward(g, {g: p}, stats, mb.obs)
+            # mb.obs holds every agent: the group's slice is cut here, from the
+            # minibatch, so that no copy of the whole batch's group slice is made.
+            logits, value = forward(g, {g: p}, stats, select(mb.obs, g, 2))
             return core.policy_loss(
                 logits, value, mb, nvec, algorithm=c.algorithm, clip_eps=c.clip_eps,
                 vf_coef=c.vf_coef, ent_coef=c.ent_coef, normalize_advantages=normalize)
@@ -274,16 +277,33 @@ def build_trainer(config: TrainConfig, env: Any = None,
             mb = jax.lax.dynamic_index_in_dim(blocks, i, axis=2, keepdims=False)
             return pin(mb.reshape(x.shape[0], size, *x.shape[2:]), P(None, "envs"))
 
+        def local_take(x: jax.Array, perms: jax.Array, i: jax.Array) -> jax.Array:
+            """Several devices, per-device shuffle: minibatch i of [T, envs, ...]
+            is local envs perms[k, i*size/D:(i+1)*size/D] of every device k
+            (perms: i32[D, envs/D], one permutation of its own envs per
+            device): a gather within each device's block, no exchange."""
+            local = size // shards
+            idx = jax.lax.dynamic_slice_in_dim(perms, i * local, local, axis=1)
+            blocks = x.reshape(x.shape[0], shards, x.shape[1] // shards, *x.shape[2:])
+            mb = jax.vmap(lambda xd, ix: jnp.take(xd, ix, axis=1), in_axes=(1, 0),
+                          out_axes=1)(blocks, idx)
+            return pin(mb.reshape(x.shape[0], size, *x.shape[2:]), P(None, "envs"))
+
+        @jax.named_scope("minibatch")
         def chunk(src: core.Batch, i: jax.Array, perm: jax.Array | None) -> core.Batch:
             """Minibatch i of `src`: envs perm[i*size:(i+1)*size] (or that slice)
             of every [T, envs, ...] field, cut inside the scan body so that the
             minibatches are never materialised all at once.
 
             Several devices: chunk i is each device's own env block i
-            (`spread`), perm unused: A2C's gradient chunks hold other envs
-            than on one device (the same mean gradient over the chunks); PPO
-            passes the batch `deal` already reordered by perm."""
+            (`spread`) or, with per-device permutations perm i32[D, envs/D],
+            each device's envs from its own permutation (`local_take`). A2C's
+            gradient chunks then hold other envs than on one device (the same
+            mean gradient over the chunks); PPO with the global shuffle passes
+            the batch `deal` already reordered by perm (perm unused here)."""
             if shards > 1:
+                if perm is not None and perm.ndim == 2:
+                    return jax.tree.map(lambda x: local_take(x, perm, i), src)
                 return jax.tree.map(lambda x: spread(x, i), src)
             if perm is None:
                 return jax.tree.map(
@@ -309,9 +329,11 @@ def build_trainer(config: TrainConfig, env: Any = None,
                 grads, metrics = jax.lax.scan(accumulate, zero, jnp.arange(d.minibatches))
                 grads = jax.tree.map(lambda x: x / d.minibatches, grads)
                 metrics = jax.tree.map(jnp.mean, metrics)
-            updates, opt_state = txs[g].update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state, metrics
+            with jax.named_scope("optimizer"):
+                updates, opt_state = txs[g].update(grads, opt_state, params)
+                return optax.apply_updates(params, updates), opt_state, metrics
 
+        @jax.named_scope("minibatch")
         def deal(perm: jax.Array) -> core.Batch:
             """Several devices: `batch` reordered once per epoch so that envs
             perm[i*size + k*size/D + j] (device k's share of minibatch i) sit at
@@ -323,16 +345,26 @@ def build_trainer(config: TrainConfig, env: Any = None,
                                 batch)
 
         def epoch(carry, k):
-            # Minibatches are disjoint random sets of envs (rows of T x agents).
-            perm = jax.random.permutation(k, c.num_envs) if d.minibatches > 1 else None
-            dealt = deal(perm) if shards > 1 and perm is not None else batch
+            # Minibatches are disjoint random sets of envs (rows of T x agents):
+            # one permutation of all envs, or over several devices (the default,
+            # minibatch_shuffle="device") one of each device's own envs, so that
+            # the batch never moves between devices (docs/sharding.md).
+            perm, dealt = None, batch
+            if d.minibatches > 1 and (shards == 1 or c.minibatch_shuffle == "global"):
+                perm = jax.random.permutation(k, c.num_envs)
+                dealt = deal(perm) if shards > 1 else batch
+            elif d.minibatches > 1:
+                perm = jax.vmap(lambda kd: jax.random.permutation(kd, c.num_envs // shards))(
+                    jax.random.split(k, shards))
 
             def sgd_step(carry, i):
                 p, o = carry
                 mb = chunk(dealt, i, perm) if d.minibatches > 1 else batch
                 (loss, metrics), grads = grad_fn(p, mb, c.normalize_advantages)
-                updates, o = txs[g].update(grads, o, p)
-                return (optax.apply_updates(p, updates), o), {"loss": loss, **metrics}
+                with jax.named_scope("optimizer"):
+                    updates, o = txs[g].update(grads, o, p)
+                    p = optax.apply_updates(p, updates)
+                return (p, o), {"loss": loss, **metrics}
 
             return jax.lax.scan(sgd_step, carry, jnp.arange(d.minibatches))
 
@@ -340,6 +372,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
             epoch, (params, opt_state), jax.random.split(key, d.epochs))
         return params, opt_state, jax.tree.map(jnp.mean, metrics)
 
+    @jax.named_scope("rollout")
     def rollout(rs: RunnerState, key: jax.Array):
         """num_steps env steps with the current policies: (env_state, obs, trajectory)."""
         (_, _, env_state, obs), traj = jax.lax.scan(
@@ -351,9 +384,11 @@ def build_trainer(config: TrainConfig, env: Any = None,
         key, k_roll, k_upd = jax.random.split(rs.key, 3)
         env_state, obs, traj = rollout(rs, k_roll)
         t_obs, t_act, t_logp, t_value, t_reward, t_done, t_ep, t_count = traj
-        _, last_value = policy(rs.params, rs.obs_stats, obs)
-        adv, target = core.gae(t_reward, t_value, t_done[:, :, None], last_value,
-                               c.gamma, c.gae_lambda)
+        with jax.named_scope("rollout"):
+            _, last_value = policy(rs.params, rs.obs_stats, obs)
+        with jax.named_scope("gae"):
+            adv, target = core.gae(t_reward, t_value, t_done[:, :, None], last_value,
+                                   c.gamma, c.gae_lambda)
         # [T, envs, ...] stays split along envs (no-op on one device).
         t_obs, t_act, t_logp, t_value, t_reward, adv, target = pin(
             (t_obs, t_act, t_logp, t_value, t_reward, adv, target), P(None, "envs"))
@@ -364,14 +399,15 @@ def build_trainer(config: TrainConfig, env: Any = None,
             metrics[f"{g}/reward"] = select(t_reward, g, 2).mean()
             if not trainable[g] or not jax.tree.leaves(params[g]):
                 continue
-            batch = core.Batch(*(select(x, g, 2) for x in
-                                 (t_obs, t_act, t_logp, t_value, adv, target)))
+            batch = core.Batch(t_obs, *(select(x, g, 2) for x in
+                                        (t_act, t_logp, t_value, adv, target)))
             params[g], opt_state[g], m = update_group(
                 g, params[g], opt_state[g], rs.obs_stats, batch, k)
             metrics.update({f"{g}/{name}": v for name, v in m.items()})
             finite = finite & jnp.isfinite(m["loss"]) & _all_finite(params[g])
-        stats = ({g: rs.obs_stats[g].update(select(t_obs, g, 2)) for g in groups}
-                 if c.normalize_obs else {})
+        with jax.named_scope("obs_stats"):
+            stats = ({g: rs.obs_stats[g].update(select(t_obs, g, 2)) for g in groups}
+                     if c.normalize_obs else {})
 
         episodes = t_count.sum()
         seen = episodes > 0
