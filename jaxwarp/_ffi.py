@@ -212,10 +212,10 @@ def _partitioned(fn, env_args, num_envs, name, nb):
             other.extend(rest)
             return " ".join(batch + (["e"] if has_env else []) + rest)
 
-        rank = lambda t: len(t.shape)  # noqa: E731 (ir.RankedTensorType)
-        ins = [dims(f"i{i}", rank(t), e) for i, (t, e) in
+        # operand_types, result_types: MLIR ranked tensor types.
+        ins = [dims(f"i{i}", len(t.shape), e) for i, (t, e) in
                enumerate(zip(operand_types, env_args))]
-        outs = [dims(f"o{i}", rank(t), True) for i, t in enumerate(result_types)]
+        outs = [dims(f"o{i}", len(t.shape), True) for i, t in enumerate(result_types)]
         rule = ", ".join(ins) + " -> " + ", ".join(outs)
         return rule, {"need_replication_factors": tuple(other)}
 

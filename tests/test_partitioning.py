@@ -91,9 +91,9 @@ def _worker(part: int, parts: int) -> dict:
         for d, mesh in meshes.items():
             split = NamedSharding(mesh, P("envs"))
             s_state, s_actions = jax.device_put((state, actions), split)
-            c, got, hlo = compiled(env.step, key, s_state, s_actions)
-            reset_c, reset_got, reset_hlo = compiled(lambda k: env.reset(k, NUM_ENVS), key,
-                                                     out_shardings=split)
+            _, got, hlo = compiled(env.step, key, s_state, s_actions)
+            _, reset_got, reset_hlo = compiled(lambda k, e=env: e.reset(k, NUM_ENVS), key,
+                                               out_shardings=split)
             entry[f"step{d}"] = {"differ": differ(want, got), "not_split": not_split(got, mesh),
                                  "collectives": sharding.collectives_in(hlo),
                                  "launches": hlo.count(target)}
@@ -143,7 +143,7 @@ def _worker(part: int, parts: int) -> dict:
     split = NamedSharding(meshes[4], P("envs"))
 
     def rollout(key, pin):
-        obs, state = env.reset(key, NUM_ENVS)
+        _, state = env.reset(key, NUM_ENVS)
         if pin:
             state = jax.lax.with_sharding_constraint(state, split)
 
@@ -155,7 +155,7 @@ def _worker(part: int, parts: int) -> dict:
         return jax.lax.scan(body, state, jnp.arange(30))
 
     want = jax.jit(rollout, static_argnums=1)(key, False)
-    c, got, hlo = compiled(lambda k: rollout(k, True), key)
+    _, got, hlo = compiled(lambda k: rollout(k, True), key)
     report["rollout"] = {"differ": differ(want, got), "collectives": sharding.collectives_in(hlo),
                          "not_split": not_split(got[1], meshes[4], 1),
                          "resets": int(np.asarray(want[1][2]).sum())}

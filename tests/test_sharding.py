@@ -168,7 +168,8 @@ def _worker(part: int, parts: int) -> dict:
                                                              + sharded_over(got, mesh))
         mesh = meshes["auto4"]
         sampler_report["collectives"][backend] = sharding.collectives_in(
-            jax.jit(lambda k, x, b=backend: sharding.sample_actions(k, x, nvec, mesh, backend=b))
+            jax.jit(lambda k, x, b=backend, m=mesh: sharding.sample_actions(k, x, nvec, m,
+                                                                            backend=b))
             .lower(skey, logits).compile().as_text())
     per = {}
     for mname in ("auto2", "auto4"):
