@@ -782,11 +782,24 @@ class ContractEnv:
         return {"agent": np.arange(self.num_agents)}
 
     def _keys(self, key: jax.Array, env_offset: Any) -> jax.Array:
-        """u32[3]: key words and the global index of this call's first env."""
-        off = jnp.asarray(env_offset)
-        if off.ndim != 0 or not jnp.issubdtype(off.dtype, jnp.integer):
-            raise ValueError(f"env_offset must be an integer scalar; got {off.dtype}"
-                             f"{list(off.shape)}")
+        """u32[3]: key words and the global index of this call's first env.
+
+        env_offset: a Python/NumPy int in [0, 2**32), or an integer array of
+        shape () (traced values cannot be range-checked: they wrap to u32)."""
+        if isinstance(env_offset, (int, np.integer)) and not isinstance(env_offset,
+                                                                         (bool, np.bool_)):
+            if not 0 <= int(env_offset) < 2**32:
+                raise ValueError(f"env_offset must lie in [0, 2**32) (the global index of the "
+                                 f"first env); got {env_offset}")
+            off = jnp.uint32(int(env_offset))
+        elif isinstance(env_offset, (jax.Array, np.ndarray)):
+            off = env_offset
+            if off.ndim != 0 or not jnp.issubdtype(off.dtype, jnp.integer):
+                raise ValueError(f"env_offset must be an integer scalar; got {off.dtype}"
+                                 f"{list(off.shape)}")
+        else:
+            raise TypeError(f"env_offset must be an int or an integer array of shape (); got "
+                            f"{type(env_offset).__name__}")
         return jnp.concatenate([key_data_of(key), off.astype(jnp.uint32)[None]])
 
     def _scratch(self, num_envs: int) -> jax.ShapeDtypeStruct:

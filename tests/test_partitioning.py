@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 DEVICES = 4
@@ -344,3 +345,31 @@ def test_gspmd_partitioner(report):
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
     print(json.dumps(_worker(int(sys.argv[2]), int(sys.argv[3]))))
+
+
+@pytest.mark.parametrize("offset, exc", [(None, TypeError), ("0", TypeError), (1.0, TypeError),
+                                         (True, TypeError), (2**32, ValueError),
+                                         (-1, ValueError), (np.zeros(2, np.int32), ValueError)])
+def test_env_offset_is_checked(offset, exc):
+    # The offset word of the kernels' keys is u32: out-of-range values would
+    # wrap to another env's random stream.
+    import jax
+
+    import jaxwarp
+
+    env = jaxwarp.make("cartpole", backend="cpu")
+    with pytest.raises(exc, match="env_offset"):
+        env.reset(jax.random.key(0), 4, env_offset=offset)
+
+
+def test_env_offset_within_range_is_the_global_env_index():
+    import jax
+
+    import jaxwarp
+
+    env = jaxwarp.make("cartpole", backend="cpu")
+    key = jax.random.key(0)
+    whole, _ = env.reset(key, 8)
+    for offset in (4, np.int64(4), jax.numpy.int32(4)):
+        part, _ = env.reset(key, 4, env_offset=offset)
+        np.testing.assert_array_equal(np.asarray(part), np.asarray(whole[4:]))
