@@ -31,7 +31,7 @@ import numpy as np
 
 import jaxwarp
 from jaxwarp.benchmark import matmul_flops, model_flops_utilization, run_meta
-from jaxwarp.train import build_trainer, load_config, register_model
+from jaxwarp.train import build_trainer, jit, load_config, register_model
 
 class DenseActorCritic(nn.Module):
     """MLPActorCritic as written before its fused matmuls: plain nn.Dense
@@ -102,7 +102,7 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
     trainer = build_trainer(config)
     batch = trainer.derived.batch_env_steps
     state = jax.jit(trainer.init)(jax.random.PRNGKey(0))
-    run = jax.jit(lambda s: trainer.run(s, updates), donate_argnums=0)
+    run = jit(lambda s: trainer.run(s, updates), donate_argnums=0)
     t = time.perf_counter()
     compiled = run.lower(state).compile()
     compile_s = time.perf_counter() - t
@@ -129,7 +129,7 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
             return s.replace(env_state=env_state, obs=obs), traj[4].mean()
         return jax.lax.scan(body, s, jax.random.split(s.key, updates))
 
-    roll = jax.jit(rollouts, donate_argnums=0).lower(state).compile()
+    roll = jit(rollouts, donate_argnums=0).lower(state).compile()
     state, r = roll(state)
     jax.block_until_ready((state, r))
     t = time.perf_counter()

@@ -35,7 +35,7 @@ import jax
 import numpy as np
 
 from jaxwarp.benchmark import PEAK_TFLOPS, _sub_jaxprs
-from jaxwarp.train import build_trainer, load_config
+from jaxwarp.train import build_trainer, jit, load_config
 
 PHASES = ("rollout", "gae", "minibatch", "forward", "backward", "optimizer", "obs_stats")
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
@@ -190,7 +190,7 @@ def main() -> None:
     args = ap.parse_intermixed_args()
     trainer = build_trainer(load_config(args.config, args.overrides))
     state = jax.jit(trainer.init)(jax.random.PRNGKey(0))
-    run = jax.jit(lambda s: trainer.run(s, args.updates), donate_argnums=0).lower(state).compile()
+    run = jit(lambda s: trainer.run(s, args.updates), donate_argnums=0).lower(state).compile()
     hlo = run.as_text()
     if args.hlo:
         Path(args.hlo).write_bytes(gzip.compress(hlo.encode()))

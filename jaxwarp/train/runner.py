@@ -45,7 +45,7 @@ import yaml
 from jaxwarp.train import distributed
 from jaxwarp.train.config import (ConfigError, TrainConfig, config_from_dict, validate,
                                   yaml_error)
-from jaxwarp.train.trainer import RunnerState, build_trainer
+from jaxwarp.train.trainer import RunnerState, build_trainer, jit
 
 CONFIG_FILE = "config.yaml"
 METRICS_JSONL = "metrics.jsonl"
@@ -269,7 +269,7 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
             keys = np.asarray(keys)  # host data: the same on every process, replicated by jit
 
         init = jax.jit(jax.vmap(trainer.init))
-        run_chunk = jax.jit(jax.vmap(lambda rs: trainer.run(rs, chunk)), donate_argnums=0)
+        run_chunk = jit(jax.vmap(lambda rs: trainer.run(rs, chunk)), donate_argnums=0)
 
         t0 = time.perf_counter()
         done_updates = 0
@@ -336,8 +336,8 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
             n = min(chunk, num_updates - done_updates)
             if n != chunk:  # a last, shorter chunk compiles once more: not in its rate
                 tc = time.perf_counter()
-                compiled = jax.jit(jax.vmap(lambda r: trainer.run(r, n)),
-                                   donate_argnums=0).lower(rs).compile()
+                compiled = jit(jax.vmap(lambda r: trainer.run(r, n)),
+                               donate_argnums=0).lower(rs).compile()
                 compile_s += time.perf_counter() - tc
             t = time.perf_counter()
             settled = False
