@@ -213,9 +213,18 @@ def hyperparameters(case: str, scale: str, total_steps: int | None) -> dict[str,
     hp = dict(CASES[case]["scales"][scale])
     if case != "tag":
         hp = {**COMMON, **hp}
-    if total_steps is not None:
-        hp["total_env_steps"] = total_steps
+    if total_steps is not None:  # at least one update (smoke tests with --scale both)
+        hp["total_env_steps"] = max(total_steps, _size(case, hp, "num_envs")
+                                    * _size(case, hp, "num_steps"))
     return hp
+
+
+def _size(case: str, hp: dict[str, Any], key: str) -> int:
+    """hp[key], else the case's jaxwarp config's value (Tag)."""
+    if key in hp:
+        return int(hp[key])
+    from jaxwarp.train import load_config
+    return int(getattr(load_config(CASES[case]["jaxwarp_config"]), key))
 
 
 def jaxwarp_overrides(case: str, hp: dict[str, Any], backend: str, seed: int) -> list[str]:
@@ -468,7 +477,7 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             runs = {}
             for key, run in raw.items():
                 s = summarise(run, group, args.seeds)
-                s["steps_per_update_per_env"] = _steps_per_env(case, hp, run)
+                s["steps_per_update_per_env"] = _size(case, hp, "num_steps")
                 if threshold is not None:
                     s["to_threshold"] = time_to(run, run["returns"][group], threshold)
                 runs[key] = s
@@ -492,13 +501,6 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             if args.out:  # after every (case, scale): a cut-off run keeps what it measured
                 _write(args.out, result, args.update)
     return result
-
-
-def _steps_per_env(case: str, hp: dict[str, Any], run: dict[str, Any]) -> int:
-    if "num_steps" in hp:
-        return int(hp["num_steps"])
-    from jaxwarp.train import load_config
-    return int(load_config(CASES[case]["jaxwarp_config"]).num_steps)
 
 
 def _finite(x: Any) -> Any:
@@ -549,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="first seed (seeds seed..seed+S-1)")
     ap.add_argument("--scale", choices=("paper", "gpu", "both"), default="both")
     ap.add_argument("--total-steps", type=int, default=None,
-                    help="env-steps per seed for every run (smoke tests)")
+                    help="env-steps per seed for every run, at least one update (smoke tests)")
     ap.add_argument("--backend", choices=("cuda", "cpu"), default=None,
                     help="jaxwarp's backend (default: cuda with a GPU, else cpu)")
     ap.add_argument("--threshold-frac", type=float, default=0.9)
