@@ -43,6 +43,7 @@ from hypothesis import HealthCheck, assume, example, given, note, settings
 from hypothesis import strategies as st
 
 import jaxwarp
+from jaxwarp.envs.classic_control import MOUNTAIN_CAR_RESET
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import _REGISTRY
 
@@ -289,6 +290,7 @@ def test_params_reset_step(name, data, seed):
     """Fuzzed params: both backends run reset and 3 steps with outputs of the
     right shapes, dtypes and values, and the kernels give the reference's numbers."""
     params = data.draw(env_params(name), label="params")
+    assume(not mountain_car_outside_reset(name, params))  # known: see the xfail test below
     envs = {}
     for backend in BACKENDS:
         try:
@@ -311,6 +313,27 @@ def test_params_reset_step(name, data, seed):
             np.testing.assert_array_equal(np.asarray(cpu[2]), np.asarray(ref[2]))
 
 
+def mountain_car_outside_reset(name: str, params: dict) -> bool:
+    (lo, hi), = MOUNTAIN_CAR_RESET  # reset positions
+    return name == "mountain_car" and (params.get("min_position", -1.2) > lo
+                                       or params.get("max_position", 0.6) < hi)
+
+
+@pytest.mark.xfail(reason="envs/classic_control.MountainCarParams (not this suite's files) "
+                   "accepts min_position > -0.6 (or max_position < -0.4) while reset draws "
+                   "positions in [-0.6, -0.4) (Gymnasium's fixed range): observations "
+                   "outside the observation space", strict=False)
+@pytest.mark.parametrize("params", [dict(min_position=-0.3), dict(max_position=-0.5)])
+def test_mountain_car_bounds_hold_the_reset_range(params):
+    try:
+        env = jaxwarp.make("mountain_car", backend="jax", **params)
+    except ValueError as e:
+        assert_clear(e, "position")
+        return
+    obs, _ = env.reset(jax.random.key(0), 64)
+    check_outputs(env, 64, obs)
+
+
 # ---------------------------------------------------------------------------
 # 3. reset / step arguments: num_envs, keys, states, actions.
 # ---------------------------------------------------------------------------
@@ -322,7 +345,8 @@ BAD_NUM_ENVS = [0, -1, 2.0, True, False, "2", None, 1.5, [2], np.float32(2)]
        num_envs=st.one_of(st.sampled_from([1, 2, np.int64(2), np.int32(1)]),
                           st.sampled_from(BAD_NUM_ENVS)),
        key_kind=st.sampled_from(["typed", "raw", "int", "two_keys", "float", "u32[3]", "None"]),
-       offset=st.sampled_from([0, 0, 0, np.int32(0), 1, 0.0, np.float32(1)]))
+       offset=st.sampled_from([0, 0, 0, np.int32(0), 1, 0.0, np.float32(1), -1, 2**40, 2**32 - 1, None,
+                                    "0", True]))
 def test_reset_arguments(name, backend, num_envs, key_kind, offset):
     env = small_env(name, backend)
     key = {"typed": jax.random.key(1), "raw": jax.random.PRNGKey(1), "int": 1,
@@ -337,12 +361,13 @@ def test_reset_arguments(name, backend, num_envs, key_kind, offset):
     assert not isinstance(num_envs, (bool, float, str, list, np.floating)) and num_envs >= 1
     check_outputs(env, int(num_envs), obs)
     assert env.check_state(state) == num_envs
-    assert 0 <= offset < 2**32 and (offset == 0 or backend == "cpu"), f"env_offset={offset!r}"
+    assert isinstance(offset, int | np.integer) and not isinstance(offset, bool) \
+        and 0 <= offset < 2**32 and (offset == 0 or backend == "cpu"), f"env_offset={offset!r}"
 
 
-@pytest.mark.xfail(reason="authoring.ContractEnv._keys (not this suite's files): env_offset "
-                   "None or '0' raises jnp's message without naming env_offset, 2**40 an "
-                   "OverflowError, and -1 wraps to env 2**32 - 1 silently", strict=False)
+# Found by test_reset_arguments (fixed in authoring.py): None or "0" raised
+# jnp's message without naming env_offset, 2**40 an OverflowError, and -1
+# wrapped to env 2**32 - 1 silently.
 @pytest.mark.parametrize("offset", [None, "0", 2**40, -1])
 def test_reset_env_offset_bad_values(offset):
     with pytest.raises((ValueError, TypeError), match="env_offset"):
@@ -421,7 +446,9 @@ def test_step_actions(name, backend, data):
 @given(name=st.sampled_from(ENVS), data=st.data(), seed=st.integers(0, 2**31 - 1))
 def test_step_any_int32_actions_kernel_equals_reference(name, data, seed):
     """int32 actions of any value (out of range too, checks=False): the
-    kernels and the reference give the same step, inside the spaces."""
+    kernels and the reference give the same step, inside the spaces, with
+    float32 or bfloat16 observations."""
+    obs_dtype = data.draw(st.sampled_from(["float32", "bfloat16"]), label="obs_dtype")
     n = small_env(name, "cpu").num_agents
     heads = len(small_env(name, "cpu").action_space.nvec)
     a = np.asarray(data.draw(st.lists(
@@ -430,7 +457,7 @@ def test_step_any_int32_actions_kernel_equals_reference(name, data, seed):
         np.int32).reshape(NUM_ENVS, n, heads)
     outs = []
     for backend in BACKENDS:
-        env = small_env(name, backend)
+        env = small_env(name, backend, obs_dtype)
         obs, state = env.reset(jax.random.key(seed), NUM_ENVS)
         out = env.step(jax.random.key(seed + 1), state, jnp.asarray(a))
         check_outputs(env, NUM_ENVS, out[0], out[2], out[3], out[4])
@@ -455,7 +482,8 @@ def test_step_bad_state_and_flags(name, backend, kind, flag):
         state = small_env(other, backend).reset(jax.random.key(0), NUM_ENVS)[1]
     elif kind == "other_params":
         p = dict(SMALL[name])
-        p[[f for f in p if "length" in f or "steps" in f][0]] = 2
+        field = [f for f in p if "length" in f or "steps" in f][0]
+        p[field] += 1
         state = jaxwarp.make(name, backend=backend, **p).reset(jax.random.key(0), NUM_ENVS)[1]
     elif kind == "tuple":
         state = tuple(jax.tree.leaves(state))
@@ -726,7 +754,9 @@ def test_gymnasium_actions(name, data, seed):
     assert dtype not in ("float32", "bool", "object") or np.asarray(actions).dtype.kind in "iu"
     assert np.shape(actions) == space.shape
     a64 = np.asarray(actions).astype(np.int64)
-    assert ((a64 >= 0) & (a64 < space.nvec)).all(), f"out-of-range actions taken: {a64}"
+    single = envs.single_action_space
+    nvec = np.broadcast_to(getattr(single, "nvec", getattr(single, "n", None)), space.shape)
+    assert ((a64 >= 0) & (a64 < nvec)).all(), f"out-of-range actions taken: {a64}"
     envs.reset(seed=seed)
     again = envs.step(a64.astype(np.int32))
     np.testing.assert_array_equal(obs, again[0])
@@ -859,7 +889,8 @@ def assert_one_line_error(code, err: str, command: str) -> None:
     assert code == 2, (code, err)
     lines = err.strip("\n").splitlines()
     assert lines, "exit 2 without a message"
-    assert lines[-1].startswith(f"jaxwarp {command}: error: "), err
+    # argparse reports arguments no subcommand takes from the top parser.
+    assert lines[-1].startswith((f"jaxwarp {command}: error: ", "jaxwarp: error: ")), err
     # Before the error line only argparse's usage lines may come.
     assert all(line.startswith(("usage:", " ")) for line in lines[:-1]), err
 
@@ -869,18 +900,18 @@ def assert_one_line_error(code, err: str, command: str) -> None:
 VALID_OVERRIDES = {
     "num_steps": st.integers(1, 8),
     "seed": st.integers(0, 2**31 - 1),
-    "gamma": st.floats(0, 1),
-    "gae_lambda": st.floats(0, 1),
-    "ent_coef": st.floats(0, 10),
-    "clip_eps": st.floats(1e-3, 10),
+    "gamma": st.floats(0, 1).map(lambda x: round(x, 6)),
+    "gae_lambda": st.floats(0, 1).map(lambda x: round(x, 6)),
+    "ent_coef": st.floats(0, 10).map(lambda x: round(x, 6)),
+    "clip_eps": st.floats(1e-3, 10).map(lambda x: round(x, 6)),
     "update_epochs": st.integers(1, 3),
     "anneal_lr": st.booleans(),
     "normalize_obs": st.booleans(),
     "algorithm": st.sampled_from(["ppo", "a2c"]),
     "obs_dtype": st.sampled_from(["float32", "bfloat16"]),
-    "env_params.gravity": st.floats(-20, 20),
+    "env_params.gravity": st.floats(-20, 20).map(lambda x: round(x, 6)),
     "env_params.max_steps": st.integers(1, 600),
-    "policies.agent.lr": st.floats(0, 1),
+    "policies.agent.lr": st.floats(0, 1).map(lambda x: round(x, 6)),
     "policies.agent.activation": st.sampled_from(["tanh", "relu", "gelu", "silu", "elu"]),
 }
 BAD_OVERRIDES = st.one_of(
@@ -909,8 +940,9 @@ def _yaml(v) -> str:
 
 @examples(25)
 @given(good=st.lists(st.sampled_from(sorted(VALID_OVERRIDES)), max_size=4), data=st.data(),
-       seeds=st.sampled_from([None, 1, 2, 0, -1]))
-def test_cli_train_overrides(good, data, seeds):
+       seeds=st.sampled_from([None, 1, 2, 0, -1]), devices=st.sampled_from([None, 1, 0, -1, 2]),
+       out_kind=st.sampled_from(["fresh", "fresh", "nested", "a_file", "a_run"]))
+def test_cli_train_overrides(good, data, seeds, devices, out_kind):
     """Valid overrides reach the config as given; bad ones exit 2 with one
     line naming the problem."""
     values = {k: data.draw(VALID_OVERRIDES[k], label=k) for k in good}
@@ -921,17 +953,24 @@ def test_cli_train_overrides(good, data, seeds):
         lambda b: b.split("=")[0].split(".")[0] not in taken), max_size=2), label="bad")
     overrides += bad
     overrides = data.draw(st.permutations(overrides), label="order")
-    flags = ["--no-progress"] + (["--seeds", str(seeds)] if seeds is not None else [])
+    flags = ["--no-progress"] + (["--seeds", str(seeds)] if seeds is not None else []) + (
+        ["--devices", str(devices)] if devices is not None else [])
     with tempfile.TemporaryDirectory() as tmp:
-        argv = ["train", "--env", "cartpole", "--out", str(Path(tmp) / "run"), *flags, *BASE,
-                *overrides]
+        out = Path(tmp) / ("a/b/run" if out_kind == "nested" else "run")
+        if out_kind == "a_file":
+            out.write_text("not a folder")
+        elif out_kind == "a_run":  # a folder that holds a run already
+            out.mkdir()
+            (out / "metrics.jsonl").write_text('{"update": 1}\n')
+        argv = ["train", "--env", "cartpole", "--out", str(out), *flags, *BASE, *overrides]
         code, stdout, err, config = run_cli(argv)
+    refused = (bad or (seeds is not None and seeds < 1) or devices not in (None, 1)
+               or out_kind in ("a_file", "a_run"))
     if config is None:
         assert_one_line_error(code, err, "train")
-        assert bad or (seeds is not None and seeds < 1), f"valid input refused: {err}"
+        assert refused, f"valid input refused: {err}"
         return
-    assert not bad, f"bad override(s) {bad} accepted"
-    assert seeds is None or seeds >= 1
+    assert not refused, f"accepted: bad={bad} seeds={seeds} devices={devices} out={out_kind}"
     for k, v in values.items():
         node, *rest = k.split(".")
         got = getattr(config, node)
