@@ -470,8 +470,15 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                                  "peer": CASES[case]["peer_label"], "scales": {}}
         for scale in scales:
             hp = hyperparameters(case, scale, args.total_steps)
-            raw = {"jaxwarp": run_jaxwarp(case, hp, backend, args.seeds, args.seed),
-                   "peer": run_peer(case, hp, args.seeds, args.seed)}
+            raw = {}
+            for key in ("jaxwarp", "peer"):
+                raw[key] = (run_jaxwarp(case, hp, backend, args.seeds, args.seed)
+                            if key == "jaxwarp" else run_peer(case, hp, args.seeds, args.seed))
+                r = raw[key]
+                final = final_per_seed(r["returns"][group])
+                print(f"{case}/{scale} {key}: compile {r['compile_s']:.1f} s, run "
+                      f"{r['run_s']:.1f} s, {r['num_updates']} updates, final return "
+                      f"{np.nanmean(final):.4g}", flush=True)
             threshold = fixed.get(case, threshold_for(list(raw.values()), group,
                                                       args.threshold_frac))
             runs = {}
