@@ -50,7 +50,7 @@ from jaxwarp.registry import _REGISTRY
 _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 settings.register_profile("fuzz_ci", max_examples=10, deadline=None, database=None,
                           derandomize=True, print_blob=True, suppress_health_check=_QUIET)
-settings.register_profile("long", max_examples=400, deadline=None, database=None,
+settings.register_profile("long", max_examples=100, deadline=None, database=None,
                           print_blob=True, suppress_health_check=_QUIET)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fuzz_ci"))
 
@@ -156,19 +156,31 @@ def test_make_params(name, data):
     """Any overrides give an env whose params hold them and whose spaces are
     consistent, or a clear error."""
     fields = _fields(name)
+    backend, obs_dtype = "jax", "float32"
     if data is None:  # the pinned examples (hypothesis' @example takes no st.data())
         cases = [dict(gravity=1e39), dict(max_steps=2**31), dict(gravity=10**400),
                  dict(max_steps=2**40)]
     else:
         keys = st.sampled_from([*fields, "bogus", "num_agent", ""])
         cases = [data.draw(st.dictionaries(keys, any_value, max_size=3), label="params")]
+        # 'cpu' builds the kernels: not for Tag, whose static params would
+        # each compile a library.
+        backend = data.draw(st.sampled_from(
+            ["jax", "jax", "CPU", None, 3] + ([] if name == "tag_continuous" else
+                                                ["cpu", "auto"])), label="backend")
+        obs_dtype = data.draw(st.sampled_from(["float32", "bfloat16", jnp.bfloat16, np.float32,
+                                               "float16", "int32", None, 3, [1]]),
+                              label="obs_dtype")
     for params in cases:
         note(f"{name} {params}")
         try:
-            env = jaxwarp.make(name, backend="jax", **params)
+            env = jaxwarp.make(name, backend=backend, obs_dtype=obs_dtype, **params)
         except (ValueError, TypeError) as e:
-            assert_clear(e, name, *params)
+            assert_clear(e, name, "backend", "obs_dtype", *params)
             continue
+        assert backend in ("jax", "auto", "cpu") and env.backend in ("jax", "cpu", "cuda")
+        assert env.obs_dtype in (jnp.float32, jnp.bfloat16)
+        assert jnp.dtype(obs_dtype) == env.obs_dtype
         for k, v in params.items():
             got = getattr(env.params, k)
             assert got == v or float(got) == float(v), (k, v, got)
@@ -467,6 +479,36 @@ def test_step_any_int32_actions_kernel_equals_reference(name, data, seed):
     np.testing.assert_array_equal(np.asarray(outs[0][3]), np.asarray(outs[1][3]))
 
 
+@functools.cache
+def checked_env(name: str, backend: str):
+    return jaxwarp.make(name, backend=backend, checks=True, **SMALL[name])
+
+
+@examples(10)
+@given(name=st.sampled_from(ENVS), backend=st.sampled_from(BACKENDS), data=st.data())
+def test_step_checks_true(name, backend, data):
+    """checks=True: in-range actions step as with checks=False; any action
+    out of range raises checkify's error naming the range (docs/custom_env.md)."""
+    from jax.experimental import checkify
+
+    env, plain = checked_env(name, backend), small_env(name, backend)
+    nvec = np.asarray(env.action_space.nvec)
+    shape = (NUM_ENVS, env.num_agents, len(nvec))
+    a = np.asarray(data.draw(st.lists(st.integers(-1, int(nvec.max())), min_size=int(
+        np.prod(shape)), max_size=int(np.prod(shape))), label="actions"), np.int32).reshape(shape)
+    obs, state = env.reset(jax.random.key(0), NUM_ENVS)
+    inside = bool(((a >= 0) & (a < nvec)).all())
+    if not inside:
+        with pytest.raises(checkify.JaxRuntimeError, match="out of range"):
+            env.step(jax.random.key(1), state, jnp.asarray(a))
+        return
+    out = env.step(jax.random.key(1), state, jnp.asarray(a))
+    ref = plain.step(jax.random.key(1), plain.reset(jax.random.key(0), NUM_ENVS)[1],
+                     jnp.asarray(a))
+    for x, y in zip((out[0], out[2], out[3]), (ref[0], ref[2], ref[3])):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 @examples(10)
 @given(name=st.sampled_from(ENVS), backend=st.sampled_from(BACKENDS),
        kind=st.sampled_from(["other_env", "other_params", "tuple", "none", "short", "dtype"]),
@@ -604,6 +646,32 @@ def test_sampler_nvec(nvec, width_delta, lead, backend):
     a = np.asarray(actions)
     assert ((a >= 0) & (a < np.asarray(heads))).all()
     np.testing.assert_allclose(np.asarray(log_prob), -np.log(heads).sum(), rtol=1e-5)
+
+
+@examples(10)
+@given(key_kind=st.sampled_from(["typed", "raw", "int", "two_keys", "float", "u32[3]", "None",
+                                 "typed_u32"]),
+       backend=st.sampled_from(["cpu", "jax", "auto", "cuda", "CPU", None, 1]))
+def test_sampler_key_and_backend(key_kind, backend):
+    """Any key and backend argument: the same draws as the reference for a
+    valid one, a clear error otherwise ('cuda' without a GPU: RuntimeError)."""
+    key = {"typed": jax.random.key(3), "raw": jax.random.PRNGKey(3), "int": 3,
+           "two_keys": jax.random.split(jax.random.key(3)), "float": jnp.zeros(2),
+           "u32[3]": jnp.zeros(3, jnp.uint32), "None": None,
+           "typed_u32": jax.random.key_data(jax.random.key(3))}[key_kind]
+    logits = jnp.linspace(-1, 1, 4 * 8, dtype=jnp.float32).reshape(4, 8)
+    try:
+        actions, log_prob = jaxwarp.sample_actions(key, logits, (3, 5), backend=backend)
+    except (ValueError, TypeError) as e:
+        assert_clear(e, "key", "backend")
+        return
+    except RuntimeError as e:
+        assert backend == "cuda" and not jaxwarp.gpu_available() and "cuda" in str(e)
+        return
+    assert key_kind in ("typed", "raw", "typed_u32") and backend in ("cpu", "jax", "auto", "cuda")
+    ref = jaxwarp.sample_actions(jax.random.key(3), logits, (3, 5), backend="jax")
+    np.testing.assert_array_equal(np.asarray(actions), np.asarray(ref[0]))
+    np.testing.assert_allclose(np.asarray(log_prob), np.asarray(ref[1]), rtol=1e-6)
 
 
 SAMPLER_NVECS = [(2,), (3, 5), (1, 4, 2), (21, 21)]
