@@ -454,25 +454,57 @@ def test_step_actions(name, backend, data):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@functools.cache
+def jitted_step(env):
+    return jax.jit(env.step, static_argnames=("autoreset", "in_place"))
+
+
 @examples(20)
 @given(name=st.sampled_from(ENVS), data=st.data(), seed=st.integers(0, 2**31 - 1))
 def test_step_any_int32_actions_kernel_equals_reference(name, data, seed):
-    """int32 actions of any value (out of range too, checks=False): the
-    kernels and the reference give the same step, inside the spaces, with
-    float32 or bfloat16 observations."""
+    """int32 actions of any value (out of range too, checks=False), after 0-3
+    steps (episodes of 3 steps end on the way): the kernels and the reference
+    give the same step, inside the spaces, with float32 or bfloat16
+    observations; jit gives the eager step's bits; step(autoreset=False)
+    differs only in the observations of the envs that finished; in_place=False
+    leaves the state it was given as it was."""
+    from jaxwarp.authoring import reference_takes_autoreset
+
     obs_dtype = data.draw(st.sampled_from(["float32", "bfloat16"]), label="obs_dtype")
+    warmup = data.draw(st.integers(0, 3), label="steps before")
     n = small_env(name, "cpu").num_agents
     heads = len(small_env(name, "cpu").action_space.nvec)
     a = np.asarray(data.draw(st.lists(
         st.one_of(st.integers(-3, 25), st.sampled_from([-2**31, 2**31 - 1])),
         min_size=NUM_ENVS * n * heads, max_size=NUM_ENVS * n * heads), label="actions"),
         np.int32).reshape(NUM_ENVS, n, heads)
+    a = jnp.asarray(a)
     outs = []
     for backend in BACKENDS:
         env = small_env(name, backend, obs_dtype)
         obs, state = env.reset(jax.random.key(seed), NUM_ENVS)
-        out = env.step(jax.random.key(seed + 1), state, jnp.asarray(a))
+        for t in range(warmup):
+            ones = jnp.ones((NUM_ENVS, n, heads), jnp.int32)
+            state = env.step(jax.random.fold_in(jax.random.key(seed), t), state, ones)[1]
+        before = [np.array(x) for x in jax.tree.leaves(state)]
+        k = jax.random.key(seed + 1)
+        out = env.step(k, state, a, in_place=False)
         check_outputs(env, NUM_ENVS, out[0], out[2], out[3], out[4])
+        for x, y in zip(before, jax.tree.leaves(state)):
+            np.testing.assert_array_equal(x, np.asarray(y))  # in_place=False: untouched
+        jitted = jitted_step(env)(k, state, a, in_place=False)
+        for x, y in zip(jax.tree.leaves(out), jax.tree.leaves(jitted)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        if backend == "jax" and not reference_takes_autoreset(env.spec):
+            with pytest.raises(ValueError, match="autoreset"):
+                env.step(k, state, a, autoreset=False, in_place=False)
+        else:
+            final = env.step(k, state, a, autoreset=False, in_place=False)
+            check_outputs(env, NUM_ENVS, final[0], final[2], final[3], final[4])
+            for i in (2, 3):
+                np.testing.assert_array_equal(np.asarray(final[i]), np.asarray(out[i]))
+            live = ~np.asarray(out[3])
+            np.testing.assert_array_equal(np.asarray(final[0])[live], np.asarray(out[0])[live])
         outs.append(out)
     finite_or_close(outs[0][0], outs[1][0], rtol=1e-5, atol=1e-5)
     finite_or_close(outs[0][2], outs[1][2], rtol=1e-5, atol=1e-5)
@@ -738,6 +770,32 @@ def test_sampler_logits(nvec, lead, dtype, data, seed):
             z = (part + g)[tuple(row)]
             i, j = int(np.asarray(a_cpu)[tuple(idx)]), int(np.asarray(a_jax)[tuple(idx)])
             assert abs(z[i] - z[j]) <= 1e-6 * max(1.0, abs(z[i])), (z, i, j)
+
+
+@examples(10)
+@given(nvec=st.sampled_from(SAMPLER_NVECS), members=st.sampled_from([1, 3]),
+       mapped=st.booleans(), backend=st.sampled_from(BACKENDS), seed=st.integers(0, 2**32 - 1),
+       scale=st.sampled_from([0.0, 1.0, 30.0]))
+def test_sampler_vmap_over_keys(nvec, members, mapped, backend, seed, scale):
+    """vmap over keys (logits mapped or shared) draws what a loop over the
+    members draws, and jit what the eager call draws (sampler docstring)."""
+    width = sum(nvec)
+    rng = np.random.default_rng(seed)
+    logits = jnp.asarray(scale * rng.standard_normal((members, 4, width)), jnp.float32)
+    keys = jax.random.split(jax.random.key(seed), members)
+    fn = functools.partial(jaxwarp.sample_actions, nvec=nvec, backend=backend)
+    if mapped:
+        got = jax.vmap(lambda k, x: fn(k, x))(keys, logits)
+        want = [fn(keys[m], logits[m]) for m in range(members)]
+    else:
+        got = jax.vmap(lambda k: fn(k, logits[0]))(keys)
+        want = [fn(keys[m], logits[0]) for m in range(members)]
+    for m in range(members):
+        np.testing.assert_array_equal(np.asarray(got[0][m]), np.asarray(want[m][0]))
+        np.testing.assert_allclose(np.asarray(got[1][m]), np.asarray(want[m][1]), rtol=1e-6,
+                                   atol=1e-6)
+    jitted = jax.jit(lambda k, x: fn(k, x))(keys[0], logits[0])
+    np.testing.assert_array_equal(np.asarray(jitted[0]), np.asarray(want[0][0]))
 
 
 @examples(10)
