@@ -249,7 +249,6 @@ INT_RANGES = {
     ("tag_continuous", "episode_length"): (0, 4),
     ("tag_continuous", "num_acceleration_levels"): (0, 4),
     ("tag_continuous", "num_turn_levels"): (0, 4),
-    ("tag_continuous", "num_other_agents_observed"): (1, 1),  # a static param: one build
     ("tag_continuous", "fixed_start_seed"): (0, 2**32 - 1),
     ("tag_gridworld", "num_taggers"): (0, 3), ("tag_gridworld", "grid_length"): (0, 7),
     ("tag_gridworld", "episode_length"): (0, 4),
@@ -258,13 +257,18 @@ INT_RANGES = {
     ("mpe_simple_tag", "num_obs"): (0, 4),
     ("pendulum", "num_torque_levels"): (1, 6),
 }
-NEVER_DRAWN = {("tag_continuous", "use_full_observation")}  # static on the 'cpu' backend
+# Static on the 'cpu' backend (each value compiles a library): drawn for 'jax' only.
+NEVER_DRAWN = {("tag_continuous", "use_full_observation"),
+               ("tag_continuous", "num_other_agents_observed")}
 
 
 def plausible(name: str, field: dataclasses.Field) -> st.SearchStrategy:
     """Values near the default (and some signs and zeros): physically odd
     configurations that should still run, or be refused clearly."""
     d = field.default
+    if name == "tag_continuous" and field.name == "num_other_agents_observed":
+        lo, hi = 0, 6  # drawn only for the 'jax' backend (see NEVER_DRAWN's comment)
+        return st.integers(lo, hi)
     if (name, field.name) in INT_RANGES:
         lo, hi = INT_RANGES[(name, field.name)]
         s = st.integers(lo, hi)
@@ -283,8 +287,10 @@ def plausible(name: str, field: dataclasses.Field) -> st.SearchStrategy:
 
 
 @st.composite
-def env_params(draw, name: str) -> dict:
-    fields = [f for f in _fields(name).values() if (name, f.name) not in NEVER_DRAWN]
+def env_params(draw, name: str, free: bool = False) -> dict:
+    """SMALL[name] with up to 3 fields drawn from `plausible` (free: the
+    static params of Tag too, for the 'jax' backend only)."""
+    fields = [f for f in _fields(name).values() if free or (name, f.name) not in NEVER_DRAWN]
     chosen = draw(st.lists(st.sampled_from(fields), max_size=3, unique_by=lambda f: f.name))
     out = dict(SMALL[name])
     for f in chosen:
@@ -309,20 +315,30 @@ def _rollout(env, seed: int, steps: int, action_seed: int):
 @given(name=st.sampled_from(ENVS), data=st.data(), seed=st.integers(0, 2**31 - 1))
 def test_params_reset_step(name, data, seed):
     """Fuzzed params: both backends run reset and 3 steps with outputs of the
-    right shapes, dtypes and values, and the kernels give the reference's numbers."""
-    params = data.draw(env_params(name), label="params")
+    right shapes, dtypes and values, and the kernels give the reference's numbers.
+    Tag's static params (k nearest, full observations) on the 'jax' backend only."""
+    backends = BACKENDS
+    if name == "tag_continuous" and data.draw(st.booleans(), label="jax only"):
+        backends = ("jax",)
+        params = data.draw(env_params(name, free=True), label="params")
+    else:
+        params = data.draw(env_params(name), label="params")
     assume(not reset_outside_space(name, params))  # known: see the xfail test below
     envs = {}
-    for backend in BACKENDS:
+    for backend in backends:
         try:
             envs[backend] = jaxwarp.make(name, backend=backend, **params)
         except (ValueError, TypeError) as e:
             assert_clear(e, name, *params)
-    assert len(envs) in (0, 2), f"the backends disagree on whether {params} is valid"
+    assert len(envs) in (0, len(backends)), f"the backends disagree on whether {params} is valid"
     event("stepped" if envs else "refused")
     if not envs:
         return
     runs = {b: _rollout(env, seed, 3, seed + 1) for b, env in envs.items()}
+    if backends == ("jax",):
+        for out in runs["jax"]:
+            check_outputs(envs["jax"], NUM_ENVS, *out)
+        return
     env = envs["cpu"]
     for t, (cpu, ref) in enumerate(zip(runs["cpu"], runs["jax"])):
         for out in (cpu, ref):
@@ -1231,12 +1247,19 @@ def test_cli_train_overrides_between_flags(before, data):
 
 
 @examples(15)
-@given(command=st.sampled_from(["eval", "render"]), data=st.data())
+@given(command=st.sampled_from(["eval", "render", "build"]), data=st.data())
 def test_cli_flag_values(command, data):
-    """eval/render flags with bad values (or a run folder that is not one):
-    exit 2 and one line, before any work."""
+    """eval/render/build flags with bad values (or a run folder that is not
+    one, an env that is not built through the contract): exit 2 and one line,
+    before any work."""
     with tempfile.TemporaryDirectory() as tmp:
-        if command == "eval":
+        if command == "build":
+            names = data.draw(st.lists(st.sampled_from(["cartpole", "nope", "", "CARTPOLE"]),
+                                       min_size=1, max_size=2), label="envs")
+            backend = data.draw(st.sampled_from(["cpu", "gpu", "", "all"]), label="backend")
+            assume(not (set(names) <= {"cartpole"} and backend in ("cpu", "all")))  # valid
+            argv = ["build", *names, "--backend", backend]
+        elif command == "eval":
             run = data.draw(st.sampled_from([tmp, str(Path(tmp) / "no"), ""]), label="run")
             argv = ["eval", "--run", run]
             for flag in data.draw(st.lists(st.sampled_from(
