@@ -167,18 +167,16 @@ def build_trainer(config: TrainConfig, env: Any = None,
         raise ValueError("policy groups must partition the agent ids 0..num_agents-1")
     inverse = None if np.array_equal(order, np.arange(env.num_agents)) else np.argsort(order)
     sampler = c.sampler if c.sampler != "auto" else (
-        "jax" if env.backend == "jax" or mesh is not None else env.backend)
-    # Over several devices, "auto" picks the jax sampler: it is partitioned bit
-    # for bit (the same draws for any device count). The kernel samplers have no
-    # row offset; asked for explicitly they run one launch per device with
-    # per-shard keys (same distribution, draws that depend on the device count).
+        "jax" if env.backend == "jax" else env.backend)
+    # Every sampler draws by global row (the kernel samplers take the shard's
+    # row offset through their partitioning rule): the same actions on any
+    # device count, so the fused kernel sampler stays on over several devices.
     if mesh is None:
         def sample(key, logits):
             return sample_actions(key, logits, nvec, backend=sampler)
     else:
         def sample(key, logits):
-            return sharding.sample_actions(key, logits, nvec, mesh, "envs", backend=sampler,
-                                           per_shard_keys=sampler != "jax")
+            return sharding.sample_actions(key, logits, nvec, mesh, "envs", backend=sampler)
 
     def pin(tree: Any, spec: P) -> Any:
         """Sharding constraint `spec` on every leaf (no-op on one device). Under
