@@ -2,6 +2,7 @@
 
     states = rollout_states(env, jax.random.key(0), num_envs=4, steps=100)
     frames = render_frames(env, states, env_index=0)   # u8[101, 128, 128, 3]
+    episode = rollout_states(env, jax.random.key(0), num_envs=1)  # one whole episode
     write_gif(frames, "rollout.gif", fps=20)
 
 Frames are drawn on the device with `jnp` ops (every shape is a filled
@@ -220,14 +221,26 @@ def render_batch(env: Any, state: Any, size: int = 128) -> jax.Array:
     return jax.vmap(draw)(jnp.arange(num_envs))
 
 
-def rollout_states(env: Any, key: jax.Array, num_envs: int, steps: int,
+def rollout_states(env: Any, key: jax.Array, num_envs: int, steps: int | None = None,
                    policy: Callable[[jax.Array, jax.Array, Any], jax.Array] | None = None) -> Any:
     """The reset state and the state after each of `steps` steps, stacked:
     fields ``[steps + 1, num_envs, ...]``. One jitted `lax.scan`.
 
+    steps: None for one episode: `jaxwarp.core.episode_length(env)` steps,
+    the last one without auto-reset, so that the final frame is the state the
+    episode ends in rather than the next episode's start (an env that ends
+    sooner restarts as usual and is left as it ends at the last step). Finished
+    envs restart inside every other step.
     policy(key, obs, state) -> i32[num_envs, num_agents, heads]; None: uniform
     random actions.
     """
+    from jaxwarp.core import episode_length
+
+    one_episode = steps is None
+    if one_episode:
+        steps = episode_length(env)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"rollout_states: steps must be None or an int >= 0; got {steps!r}")
     nvec = jnp.asarray(env.action_space.nvec, jnp.int32)
     n = env.num_agents
 
@@ -241,14 +254,23 @@ def rollout_states(env: Any, key: jax.Array, num_envs: int, steps: int,
         k0, key = jax.random.split(key)
         obs, state = env.reset(k0, num_envs)
 
-        def body(carry, k):
+        def body(carry, k, autoreset=True):
             obs, state = carry
             ka, ks = jax.random.split(k)
-            obs, state, *_ = env.step(ks, state, act(ka, obs, state))
+            a = act(ka, obs, state)
+            # (autoreset= only where needed: a user env's step may not take it)
+            obs, state, *_ = (env.step(ks, state, a) if autoreset
+                              else env.step(ks, state, a, autoreset=False))
             return (obs, state), state
 
-        _, traj = jax.lax.scan(body, (obs, state), jax.random.split(key, steps))
-        return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), state, traj)
+        keys = jax.random.split(key, steps)
+        last = 1 if one_episode and steps > 0 else 0
+        carry, traj = jax.lax.scan(body, (obs, state), keys[:steps - last])
+        parts = [jax.tree.map(lambda a: a[None], state), traj]
+        if last:
+            _, final = body(carry, keys[-1], autoreset=False)
+            parts.append(jax.tree.map(lambda a: a[None], final))
+        return jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
 
     return run(key)
 

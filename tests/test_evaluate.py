@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -190,3 +191,267 @@ def test_train_env_without_config_starts_from_its_shipped_config():
     assert default_config_for("acrobot") is None  # TrainConfig's defaults
     for env, name in DEFAULT_CONFIG_FOR_ENV.items():
         assert load_config(name).env == env
+
+
+# ---------------------------------------------------------------------------
+# Eval that cannot be silently wrong: every episode finishes, or a clear error.
+# ---------------------------------------------------------------------------
+def test_eval_fails_clearly_when_episodes_do_not_finish(run_dir, monkeypatch, capsys):
+    """An env whose stated length is shorter than its episodes: eval names
+    the env, the steps rolled out and how many episodes finished, instead of
+    reporting the zeros the unfinished episodes started from."""
+    import jaxwarp.train.evaluate as ev
+
+    monkeypatch.setattr(ev, "episode_length", lambda env: 3)  # the tiny run's episodes: 12
+    run = load_run(run_dir)
+    finished = int(play(run, {"tagger": True, "runner": True}, 4, 0)["finished"].sum())
+    assert finished < 4
+    msg = (f"eval of tag_continuous: only {finished} of 4 episodes finished within the 3 "
+           "steps rolled out (matchup 'trained')")
+    with pytest.raises(ev.EpisodesUnfinished, match=re.escape(msg)):
+        evaluate(run, episodes=4)
+    assert cli.main(["eval", "--run", str(run_dir), "--episodes", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jaxwarp eval: error: " + msg) and "\n" not in err
+
+
+def test_mpe_eval_plays_whole_26_step_episodes(tmp_path):
+    """MPE episodes last max_steps + 1 = 26 steps (JaxMARL); eval once rolled
+    out 25, finished none and printed `trained 0 vs random 0`."""
+    out = tmp_path / "spread"
+    train_run(load_config("mpe_simple_spread_ppo",
+                          ["num_envs=8", "num_steps=8", "total_env_steps=64", "backend=jax"]),
+              out, progress=False)
+    r = evaluate(load_run(out), episodes=4, seed=0)
+    assert r["episode_length"] == 26
+    for figs in r["matchups"].values():
+        assert figs["finished"]["mean"] == 1.0
+    # Random spread: about -27 per agent over 26 steps (never 0).
+    assert -60 < r["gain"]["agent"]["random"] < -10
+    assert r["gain"]["agent"]["trained"] < -10
+
+
+# ---------------------------------------------------------------------------
+# Seeds: each seed's figures and the pool.
+# ---------------------------------------------------------------------------
+def _two_seeds(run_dir):
+    import jax
+
+    first = load_run(run_dir)
+    second = dataclasses.replace(first, params=jax.tree.map(lambda x: x * 0.5, first.params),
+                                 seed=1)
+    return [first, second]
+
+
+def test_evaluate_seeds_reports_each_seed_and_the_pool(run_dir):
+    from jaxwarp.train.evaluate import evaluate_seeds, seed_lines
+
+    runs = _two_seeds(run_dir)
+    r = evaluate_seeds(runs, episodes=4, seed=0)
+    assert r["seeds"] == 2 and r["training_seeds"] == [0, 1] and r["episodes"] == 4
+    assert [p["training_seed"] for p in r["per_seed"]] == [0, 1]
+    assert r["per_seed"][0] == evaluate(runs[0], episodes=4, seed=0)
+    # Pooled figures: over all 8 episodes, i.e. the mean of the seeds' means.
+    for name, figs in r["matchups"].items():
+        for k, s in figs.items():
+            per = [p["matchups"][name][k]["mean"] for p in r["per_seed"]]
+            assert s["mean"] == pytest.approx(np.mean(per), abs=1e-9)
+    # Gain: the mean of the seeds' gains, 95% interval over the 2 seeds:
+    # t(0.975, 1 dof) = 12.706; sd = |d0 - d1| / sqrt(2); ci = t sd / sqrt(2).
+    for g, s in r["gain"].items():
+        d = [p["gain"][g]["delta"] for p in r["per_seed"]]
+        assert s["delta"] == pytest.approx(np.mean(d), abs=1e-9)
+        assert s["ci95"] == pytest.approx(12.7062047 * abs(d[0] - d[1]) / 2, rel=1e-6)
+        assert s["interval"] == "seeds"
+        assert s["beats_random"] == (s["delta"] - s["ci95"] > 0)
+    json.dumps(r)
+    line = summary_line(r)
+    assert line.startswith("tag_continuous update 2, 4 episodes x 2 seeds (gain interval over "
+                           "seeds): tagger: trained")
+    lines = seed_lines(r)
+    assert [x.split(":")[0] for x in lines] == ["seed 0", "seed 1"]
+    assert lines[0] == f"seed 0: {summary_line(r['per_seed'][0])}"
+
+
+def test_evaluate_seeds_with_one_seed_and_bad_input(run_dir):
+    from jaxwarp.train.evaluate import evaluate_run, evaluate_seeds, load_runs
+
+    runs = load_runs(run_dir)
+    assert len(runs) == 1 and runs[0].seed == 0 and runs[0].update == 2
+    one = evaluate_seeds(runs, episodes=4, seed=0)
+    alone = evaluate(runs[0], episodes=4, seed=0)
+    assert one["seeds"] == 1 and seed_lines_of(one) == []
+    for g in alone["gain"]:
+        assert one["gain"][g] == {**alone["gain"][g], "interval": "episodes"}
+    assert evaluate_run(run_dir, episodes=4, seed=0, seed_index=0) == alone
+    assert evaluate_run(run_dir, episodes=4, seed=0)["per_seed"] == [alone]
+    with pytest.raises(ValueError, match="runs is empty"):
+        evaluate_seeds([], episodes=4)
+    later = dataclasses.replace(runs[0], update=3)
+    with pytest.raises(ValueError, match="different updates"):
+        evaluate_seeds([runs[0], later], episodes=4)
+
+
+def seed_lines_of(result):
+    from jaxwarp.train.evaluate import seed_lines
+
+    return seed_lines(result)
+
+
+# ---------------------------------------------------------------------------
+# The learning curve: labelled reference lines, eval in the title, seed bands.
+# ---------------------------------------------------------------------------
+def _fake_run(out, curves, seeds, eval_json=None, config=None):
+    """A run folder with metrics.jsonl (3 updates, `curves` per seed:
+    name -> f(update, seed)), and optionally eval.json and config.yaml."""
+    import yaml
+
+    out.mkdir(parents=True)
+    rows = []
+    for u in (1, 2, 3):
+        for s in range(seeds):
+            row = {"update": u, "seed": s, "env_steps": 100.0 * u, "env_steps_per_s": 1e3}
+            row.update({k: f(u, s) for k, f in curves.items()})
+            rows.append(row)
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if eval_json is not None:
+        (out / "eval.json").write_text(json.dumps(eval_json))
+    if config is not None:
+        (out / "config.yaml").write_text(yaml.safe_dump({"config": config.to_dict(),
+                                                         "seeds": seeds}, sort_keys=False))
+    return out
+
+
+def _figure_of(out, monkeypatch):
+    """plot_run(out) and the figure it drew (its axes, legends, titles)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from jaxwarp.train.runner import plot_run
+
+    drawn = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: drawn.append(fig))
+    assert plot_run(out).is_file()
+    assert len(drawn) == 1
+    return drawn[0]
+
+
+def _legend(ax):
+    return ax.get_legend_handles_labels()[1]
+
+
+def _hline(ax, label):
+    """The y of the horizontal line labelled `label`."""
+    for line in ax.get_lines():
+        if line.get_label() == label:
+            y = np.unique(line.get_ydata())
+            assert len(y) == 1
+            return float(y[0])
+    raise AssertionError(f"no line {label!r} in {_legend(ax)}")
+
+
+def _fig(mean):
+    return {"mean": mean, "ci95": 0.1}
+
+
+TAG_EVAL = {
+    "env": "tag_continuous", "update": 3, "episodes": 8, "seeds": 2,
+    "matchups": {
+        "trained": {"tagger/return": _fig(6.0), "runner/return": _fig(-4.0),
+                    "tags_per_episode": _fig(3.0), "finished": _fig(1.0)},
+        "random": {"tagger/return": _fig(2.0), "runner/return": _fig(-1.0),
+                   "tags_per_episode": _fig(1.0), "finished": _fig(1.0)},
+        "tagger trained": {"tagger/return": _fig(7.0), "runner/return": _fig(-5.0),
+                           "tags_per_episode": _fig(3.5), "finished": _fig(1.0)},
+        "runner trained": {"tagger/return": _fig(1.5), "runner/return": _fig(-0.5),
+                           "tags_per_episode": _fig(0.75), "finished": _fig(1.0)}},
+    "gain": {"tagger": {"trained": 7.0, "random": 2.0, "delta": 5.0, "ci95": 0.5,
+                        "beats_random": True},
+             "runner": {"trained": -0.5, "random": -1.0, "delta": 0.5, "ci95": 0.25,
+                        "beats_random": True}}}
+
+
+def test_plot_labels_each_reference_line_for_groups_trained_together(tmp_path, monkeypatch):
+    """Two groups trained against each other: each curve gets the level of
+    its group playing randomly against the other's trained policy (labelled
+    so), not the random-vs-random level, and eval's gain over random in the
+    title; two seeds: mean and a shaded 95% band."""
+    out = _fake_run(tmp_path / "tag", {
+        "tagger/episode_return": lambda u, s: 2.0 + u + s,
+        "runner/episode_return": lambda u, s: -3.0 + 0.1 * u - s,
+        "tags_per_episode": lambda u, s: 1.0 + 0.5 * u}, seeds=2, eval_json=TAG_EVAL)
+    fig = _figure_of(out, monkeypatch)
+    axes = {ax.get_title().split("\n")[0].split(" ")[0]: ax for ax in fig.axes}
+    assert set(axes) == {"runner/episode_return", "tagger/episode_return", "tags_per_episode",
+                         "env-steps/s"}
+    tagger, runner, tags = (axes[k] for k in ("tagger/episode_return", "runner/episode_return",
+                                              "tags_per_episode"))
+    assert _legend(tagger) == ["mean of 2 seeds", "95% interval over seeds",
+                               "random taggers vs trained runners"]
+    assert _hline(tagger, "random taggers vs trained runners") == 1.5  # runner trained
+    assert _legend(runner) == ["mean of 2 seeds", "95% interval over seeds",
+                               "random runners vs trained taggers"]
+    assert _hline(runner, "random runners vs trained taggers") == -5.0  # tagger trained
+    assert sorted(_legend(tags)[2:]) == ["random runners vs trained taggers",
+                                         "random taggers vs trained runners"]
+    assert _hline(tags, "random runners vs trained taggers") == 3.5
+    for ax in fig.axes:
+        assert not any("random policy" in label for label in _legend(ax))
+    assert tagger.get_title() == ("tagger/episode_return (vs training runners)\neval vs random "
+                                  "runners (update 3, 2 seeds): trained 7 vs random 2, +5 ± 0.5")
+    assert runner.get_title().startswith("runner/episode_return (vs training taggers)\neval vs "
+                                         "random taggers (update 3, 2 seeds): trained -0.5 vs "
+                                         "random -1, +0.5 ± 0.25")
+    # The mean line is the mean over seeds: tagger 2 + u + s, s in {0, 1}.
+    mean = next(line for line in tagger.get_lines() if line.get_label() == "mean of 2 seeds")
+    np.testing.assert_allclose(mean.get_ydata(), [3.5, 4.5, 5.5])
+
+
+def test_plot_of_a_single_group_and_of_a_frozen_opponent(tmp_path, monkeypatch):
+    spread_eval = {"env": "mpe_simple_spread", "update": 3, "episodes": 4,
+                   "matchups": {"trained": {"agent/return": _fig(-20.0), "finished": _fig(1.0)},
+                                "random": {"agent/return": _fig(-27.5), "finished": _fig(1.0)}},
+                   "gain": {"agent": {"trained": -20.0, "random": -27.5, "delta": 7.5,
+                                      "ci95": 1.0, "beats_random": True}}}
+    out = _fake_run(tmp_path / "spread", {"agent/episode_return": lambda u, s: -26.0 + u},
+                    seeds=1, eval_json=spread_eval)
+    ax = _figure_of(out, monkeypatch).axes[0]
+    assert _legend(ax) == ["seed 0", "random agents (jaxwarp eval)"]
+    assert _hline(ax, "random agents (jaxwarp eval)") == -27.5
+    assert ax.get_title() == ("agent/episode_return\neval vs random (update 3): trained -20 vs "
+                              "random -27.5, +7.5 ± 1")
+    # Runners not trained: the taggers' level is against their fixed policy.
+    config = load_config("tag_small_cpu", ["policies.runner.train=false"])
+    out = _fake_run(tmp_path / "frozen", {"tagger/episode_return": lambda u, s: float(u),
+                                          "runner/episode_return": lambda u, s: -float(u)},
+                    seeds=1, eval_json=TAG_EVAL, config=config)
+    axes = _figure_of(out, monkeypatch).axes
+    assert _legend(axes[1]) == ["seed 0", "random taggers vs runners' fixed (untrained) policy"]
+
+
+def test_plot_ignores_an_eval_json_with_unfinished_episodes(tmp_path, monkeypatch):
+    from jaxwarp.train.runner import _random_levels
+
+    stale = json.loads(json.dumps(TAG_EVAL))
+    stale["matchups"]["random"]["finished"] = _fig(0.0)  # written before the eval fix
+    out = _fake_run(tmp_path / "stale", {"tagger/episode_return": lambda u, s: float(u),
+                                         "runner/episode_return": lambda u, s: -float(u)},
+                    seeds=1, eval_json=stale)
+    assert _random_levels(out) == {}
+    for ax in _figure_of(out, monkeypatch).axes[:2]:
+        assert _legend(ax) == ["seed 0"] and "eval" not in ax.get_title()
+
+
+def test_seed_band_is_the_t_interval_over_the_seeds_that_have_a_value():
+    from jaxwarp.train.runner import _seed_band
+
+    vals = np.array([[1.0, 3.0], [np.nan, 2.0], [np.nan, np.nan], [2.0, 2.0]])
+    mean, lo, hi = _seed_band(vals)
+    # Row 0: mean 2, sd sqrt(2), half width t(0.975, 1) * sqrt(2) / sqrt(2) = 12.706.
+    np.testing.assert_allclose(mean[[0, 1, 3]], [2.0, 2.0, 2.0])
+    np.testing.assert_allclose([lo[0], hi[0]], [2.0 - 12.7062047, 2.0 + 12.7062047], rtol=1e-6)
+    assert np.isnan(lo[1]) and np.isnan(hi[1])  # one seed: no interval
+    assert np.isnan(mean[2])
+    assert lo[3] == hi[3] == 2.0

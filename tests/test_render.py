@@ -113,3 +113,31 @@ def test_cli_render_unknown_env(capsys):
     assert err.count("\n") == 1
     assert cli_main(["render"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name, params", [("mpe_simple_spread", {}),
+                                          ("mpe_simple_spread", {"truncation": "mpe2"}),
+                                          ("tag_gridworld", {"episode_length": 9})])
+def test_rollout_of_one_episode_ends_on_its_last_state(name, params):
+    """steps=None: the env's episode length (jaxwarp.core.episode_length), the
+    last step without auto-reset, so the final frame is the episode's end (an
+    MPE episode of JaxMARL's 26 steps: timestep 26, not a fresh 0)."""
+    env = jaxwarp.make(name, backend="jax", **params)
+    length = jaxwarp.core.episode_length(env)
+    states = rollout_states(env, jax.random.key(2), num_envs=2)
+    t = np.asarray(states.timestep)
+    assert t.shape == (length + 1, 2)
+    if name.startswith("mpe"):  # no early end: the whole episode, 0 .. length
+        np.testing.assert_array_equal(t, np.arange(length + 1)[:, None].repeat(2, 1))
+    # The same steps with auto-reset differ only in the last state.
+    reset = rollout_states(env, jax.random.key(2), num_envs=2, steps=length)
+    np.testing.assert_array_equal(np.asarray(reset.x)[:-1], np.asarray(states.x)[:-1])
+    if name.startswith("mpe"):
+        np.testing.assert_array_equal(np.asarray(reset.timestep)[-1], 0)
+
+
+def test_rollout_steps_must_be_an_int():
+    env = jaxwarp.make("cartpole", backend="jax")
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="steps must be None or an int >= 0"):
+            rollout_states(env, jax.random.key(0), 1, steps=bad)

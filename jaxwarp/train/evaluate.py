@@ -12,16 +12,25 @@ uniformly random:
   same opponents.
 
 Each matchup runs ``episodes`` envs from fresh resets with the same keys
-(common random numbers: the starts are identical across matchups) until each
-env has finished its first episode; the figures are means over those
-episodes with a 95% confidence interval (1.96 standard errors).
+(common random numbers: the starts are identical across matchups) for
+`jaxwarp.core.episode_length(env)` steps, the most an episode lasts, and
+records each env's first episode; the figures are means over those episodes
+with a 95% confidence interval (1.96 standard errors). Should an episode not
+finish in that many steps (an env whose stated length is wrong), `evaluate`
+raises `EpisodesUnfinished` instead of reporting the zeros it started from.
+
+A run trained with ``--seeds S`` holds S policies per group: `evaluate_seeds`
+(or `evaluate_run` on the run folder) evaluates each seed as above and pools
+them: figures over all S x episodes episodes, and each group's gain with the
+95% interval of the mean over seeds (Student's t with S - 1 degrees of
+freedom: the seeds are the independent training runs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +44,12 @@ from jaxwarp.sampler import sample_actions
 Policy = Callable[[jax.Array, jax.Array, Any], jax.Array]
 
 
+class EpisodesUnfinished(ValueError):
+    """Some evaluated episodes did not finish within the steps rolled out
+    (`jaxwarp.core.episode_length` of the env): their returns would be partial
+    sums, or the zeros they started from, so `evaluate` reports none."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LoadedRun:
     """A run's trainer (env, groups, models) and one seed's restored policies."""
@@ -46,12 +61,8 @@ class LoadedRun:
     seed: int                   # the training seed these policies come from
 
 
-def load_run(run_dir: str | Path, seed_index: int = 0) -> LoadedRun:
-    """Restores the newest intact checkpoint of the run in `run_dir`.
-
-    seed_index: which of the run's seeds (``--seeds S`` trains S at once).
-    Raises FileNotFoundError when `run_dir` holds no run or no checkpoint.
-    """
+def _restore(run_dir: str | Path):
+    """(config, seeds, trainer, update, runner state with a leading seed axis)."""
     from jaxwarp.train.runner import _read_saved_config, _restore_intact
     from jaxwarp.train.trainer import build_trainer
 
@@ -59,8 +70,6 @@ def load_run(run_dir: str | Path, seed_index: int = 0) -> LoadedRun:
     if not (out / "config.yaml").exists():
         raise FileNotFoundError(f"--run {out}: no config.yaml there (not a jaxwarp run)")
     config, seeds = _read_saved_config(out)
-    if not 0 <= seed_index < seeds:
-        raise ValueError(f"seed_index must be in [0, {seeds}) for this run; got {seed_index}")
     # One device: evaluation plays a few hundred envs; the checkpoint's global
     # arrays restore onto any device count.
     trainer = build_trainer(dataclasses.replace(config, devices=1))
@@ -71,9 +80,32 @@ def load_run(run_dir: str | Path, seed_index: int = 0) -> LoadedRun:
         raise FileNotFoundError(f"--run {out}: no checkpoint to evaluate (the run saves one "
                                 f"every {config.checkpoint_every} updates and at the end)")
     update, rs = restored
-    params, stats = jax.tree.map(lambda x: x[seed_index], (rs.params, rs.obs_stats))
-    return LoadedRun(trainer=trainer, params=params, obs_stats=stats,
-                     update=int(update), seed=config.seed + seed_index)
+    return config, seeds, trainer, int(update), rs
+
+
+def _seed_run(config, trainer, update: int, rs, i: int) -> LoadedRun:
+    params, stats = jax.tree.map(lambda x: x[i], (rs.params, rs.obs_stats))
+    return LoadedRun(trainer=trainer, params=params, obs_stats=stats, update=update,
+                     seed=config.seed + i)
+
+
+def load_run(run_dir: str | Path, seed_index: int = 0) -> LoadedRun:
+    """Restores the newest intact checkpoint of the run in `run_dir`.
+
+    seed_index: which of the run's seeds (``--seeds S`` trains S at once).
+    Raises FileNotFoundError when `run_dir` holds no run or no checkpoint.
+    """
+    config, seeds, trainer, update, rs = _restore(run_dir)
+    if not 0 <= seed_index < seeds:
+        raise ValueError(f"seed_index must be in [0, {seeds}) for this run; got {seed_index}")
+    return _seed_run(config, trainer, update, rs, seed_index)
+
+
+def load_runs(run_dir: str | Path) -> list[LoadedRun]:
+    """Every seed of the run in `run_dir` (one restore): ``[load_run(run_dir,
+    i) for i in range(seeds)]``."""
+    config, seeds, trainer, update, rs = _restore(run_dir)
+    return [_seed_run(config, trainer, update, rs, i) for i in range(seeds)]
 
 
 def make_policy(run: LoadedRun, trained: Mapping[str, bool]) -> Policy:
@@ -100,8 +132,9 @@ def play(run: LoadedRun, trained: Mapping[str, bool], episodes: int, seed: int
 
     Names: ``<group>/return`` (mean over the group's agents) and the env's
     episode metrics (e.g. Tag's ``tags``); ``finished``: 1.0 where the env
-    finished an episode within the episode length (always, for envs that
-    truncate there).
+    finished an episode within `jaxwarp.core.episode_length(env)` steps, the
+    steps rolled out (always, for an env whose stated length is right; the
+    figures of an unfinished episode stay 0). `evaluate` checks it.
     """
     t = run.trainer
     env, groups = t.env, t.groups
@@ -159,38 +192,131 @@ def matchups(groups: Mapping[str, Any]) -> dict[str, dict[str, bool]]:
     return out
 
 
-def evaluate(run: LoadedRun, episodes: int = 256, seed: int = 0) -> dict[str, Any]:
-    """Every matchup of `matchups`; JSON-ready.
+def _check_finished(run: LoadedRun, name: str, figs: Mapping[str, np.ndarray]) -> None:
+    done = int(figs["finished"].sum())
+    total = len(figs["finished"])
+    if done < total:
+        env = run.trainer.config.env
+        steps = episode_length(run.trainer.env)
+        raise EpisodesUnfinished(
+            f"eval of {env}: only {done} of {total} episodes finished within the {steps} "
+            f"steps rolled out (matchup {name!r}); jaxwarp.core.episode_length({env}) = "
+            f"{steps} must be the most steps an episode lasts (the env's params."
+            "max_episode_steps), so no figures are reported")
 
-    Returns {"update", "seed", "episodes", "matchups": {name: {figure: {mean,
-    ci95}}}, "gain": {group: {"trained", "random", "delta", "ci95",
-    "beats_random"}}}: a group's gain compares its return trained vs random,
-    the other groups random in both (all trained vs all random for a single
-    group); the interval is that of the paired difference (same starts).
-    """
+
+def _raw(run: LoadedRun, episodes: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
+    """matchup -> `play` figures; raises EpisodesUnfinished."""
     if episodes < 2:
         raise ValueError(f"episodes must be >= 2 (for a confidence interval); got {episodes}")
+    raw = {name: play(run, which, episodes, seed)
+           for name, which in matchups(run.trainer.groups).items()}
+    for name, figs in raw.items():
+        _check_finished(run, name, figs)
+    return raw
+
+
+def _gain_diffs(groups, raw) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """group -> (trained returns, random returns, paired differences), f64[episodes]."""
+    out = {}
+    for g in groups:
+        mine = raw[f"{g} trained"] if len(groups) > 1 else raw["trained"]
+        trained, rand = mine[f"{g}/return"], raw["random"][f"{g}/return"]
+        out[g] = trained, rand, trained - rand
+    return out
+
+
+def _result(run: LoadedRun, raw, episodes: int, seed: int) -> dict[str, Any]:
     groups = run.trainer.groups
-    raw = {name: play(run, which, episodes, seed) for name, which in matchups(groups).items()}
     result: dict[str, Any] = {
         "env": run.trainer.config.env, "update": run.update, "training_seed": run.seed,
         "eval_seed": seed, "episodes": episodes,
+        "episode_length": episode_length(run.trainer.env),
         "matchups": {name: {k: _stat(v) for k, v in figs.items()} for name, figs in raw.items()},
         "gain": {}}
-    for g in groups:
-        mine = raw[f"{g} trained"] if len(groups) > 1 else raw["trained"]
-        diff = mine[f"{g}/return"] - raw["random"][f"{g}/return"]
+    for g, (trained, rand, diff) in _gain_diffs(groups, raw).items():
         d = _stat(diff)
         result["gain"][g] = {
-            "trained": float(mine[f"{g}/return"].mean()),
-            "random": float(raw["random"][f"{g}/return"].mean()),
+            "trained": float(trained.mean()), "random": float(rand.mean()),
             "delta": d["mean"], "ci95": d["ci95"],
             "beats_random": bool(d["mean"] - d["ci95"] > 0)}
     return result
 
 
+def evaluate(run: LoadedRun, episodes: int = 256, seed: int = 0) -> dict[str, Any]:
+    """Every matchup of `matchups`; JSON-ready.
+
+    Returns {"env", "update", "training_seed", "eval_seed", "episodes",
+    "episode_length" (steps rolled out), "matchups": {name: {figure: {mean,
+    ci95}}}, "gain": {group: {"trained", "random", "delta", "ci95",
+    "beats_random"}}}: a group's gain compares its return trained vs random,
+    the other groups random in both (all trained vs all random for a single
+    group); the interval is that of the paired difference (same starts).
+
+    Raises:
+        ValueError: episodes < 2.
+        EpisodesUnfinished: an episode of some matchup did not finish within
+            the env's episode length (naming the env, the steps and the count).
+    """
+    return _result(run, _raw(run, episodes, seed), episodes, seed)
+
+
+def _t95(n: int) -> float:
+    """Two-sided 95% quantile of Student's t with n - 1 degrees of freedom."""
+    from scipy import stats  # a dependency of jax
+
+    return float(stats.t.ppf(0.975, n - 1))
+
+
+def evaluate_seeds(runs: Sequence[LoadedRun], episodes: int = 256, seed: int = 0
+                   ) -> dict[str, Any]:
+    """Each seed's `evaluate` and the seeds pooled; JSON-ready.
+
+    runs: the seeds of one run (`load_runs`), same update. Returns the keys of
+    `evaluate` for the pool, plus "seeds" (S), "training_seeds", "per_seed"
+    (each seed's `evaluate` result) and, per group of "gain", "interval":
+    "matchups" are over all S x episodes episodes; "gain" is the mean of the
+    seeds' gains with the 95% interval over seeds (Student's t, S - 1 degrees
+    of freedom; "interval": "seeds"), or with one seed that seed's paired
+    interval over episodes ("interval": "episodes").
+    """
+    if not runs:
+        raise ValueError("evaluate_seeds: runs is empty; expected the seeds of one run "
+                         "(load_runs)")
+    if len({r.update for r in runs}) != 1:
+        raise ValueError(f"evaluate_seeds: runs come from different updates "
+                         f"{sorted({r.update for r in runs})}; expected one run's seeds")
+    raws = [_raw(r, episodes, seed) for r in runs]
+    per_seed = [_result(r, raw, episodes, seed) for r, raw in zip(runs, raws)]
+    first, n = runs[0], len(runs)
+    pooled_raw = {name: {k: np.concatenate([raw[name][k] for raw in raws]) for k in figs}
+                  for name, figs in raws[0].items()}
+    result = _result(first, pooled_raw, episodes, seed)
+    del result["training_seed"]
+    result.update(seeds=n, training_seeds=[r.seed for r in runs], per_seed=per_seed)
+    for g, s in result["gain"].items():
+        if n == 1:
+            s.update(per_seed[0]["gain"][g], interval="episodes")
+            continue
+        deltas = np.array([p["gain"][g]["delta"] for p in per_seed])
+        ci = _t95(n) * float(np.std(deltas, ddof=1)) / math.sqrt(n)
+        s.update(delta=float(deltas.mean()), ci95=ci,
+                 beats_random=bool(deltas.mean() - ci > 0), interval="seeds")
+    return result
+
+
+def evaluate_run(run_dir: str | Path, episodes: int = 256, seed: int = 0,
+                 seed_index: int | None = None) -> dict[str, Any]:
+    """`jaxwarp eval`'s figures for the run in `run_dir`: every seed and the
+    pool (`evaluate_seeds`), or one seed (`evaluate`) where seed_index is set."""
+    if seed_index is not None:
+        return evaluate(load_run(run_dir, seed_index), episodes, seed)
+    return evaluate_seeds(load_runs(run_dir), episodes, seed)
+
+
 def summary_line(result: Mapping[str, Any]) -> str:
-    """One line: each group's return trained vs random, with the gain's 95% CI."""
+    """One line: each group's return trained vs random, with the gain's 95% CI
+    (over seeds for a pooled `evaluate_seeds` result of several seeds)."""
     groups = result["gain"]
     parts = []
     for g, s in groups.items():
@@ -198,14 +324,28 @@ def summary_line(result: Mapping[str, Any]) -> str:
         verdict = "beats random" if s["beats_random"] else "not above random"
         parts.append(f"{g}: trained {s['trained']:.3g} vs random {s['random']:.3g}{vs}, "
                      f"gain {s['delta']:+.3g} ± {s['ci95']:.2g} ({verdict})")
-    return (f"{result['env']} update {result['update']}, {result['episodes']} episodes: "
+    seeds = result.get("seeds", 1)
+    pool = f" x {seeds} seeds (gain interval over seeds)" if seeds > 1 else ""
+    return (f"{result['env']} update {result['update']}, {result['episodes']} episodes{pool}: "
             + "; ".join(parts))
 
 
-def render_run(run: LoadedRun, steps: int = 100, size: int = 128, seed: int = 0) -> jax.Array:
+def seed_lines(result: Mapping[str, Any]) -> list[str]:
+    """One `summary_line` per seed of an `evaluate_seeds` result, each
+    prefixed ``seed N:`` (the training seed); [] for a one-seed result."""
+    per_seed = result.get("per_seed", [])
+    if len(per_seed) < 2:
+        return []
+    return [f"seed {r['training_seed']}: {summary_line(r)}" for r in per_seed]
+
+
+def render_run(run: LoadedRun, steps: int | None = None, size: int = 128, seed: int = 0
+               ) -> jax.Array:
     """u8[steps + 1, size, 2 * size + gap, 3]: env 0 with the trained policies
     (left) and uniformly random ones (right), from the same start (same key).
-    Raises ValueError for an env with no renderer."""
+    steps None: one episode, `jaxwarp.core.episode_length(env)` steps (see
+    `jaxwarp.render.rollout_states`). Raises ValueError for an env with no
+    renderer."""
     from jaxwarp.render import render_frames, rollout_states
 
     env, groups = run.trainer.env, run.trainer.groups
