@@ -419,10 +419,14 @@ def test_bad_actions(name, backend):
             with pytest.raises(ValueError, match=r"actions must have shape .*got "
                                + re.escape(str(shape))):
                 env.step(key, state, jnp.zeros(shape, jnp.int32))
-        for dtype in (jnp.float32, jnp.uint8, jnp.int16):
+        for dtype in (jnp.float32, jnp.bool_):
             with pytest.raises(TypeError, match=r"actions must have dtype int32; got "
                                + jnp.dtype(dtype).name):
                 env.step(key, state, actions.astype(dtype))
+        # Other integer dtypes are cast (NumPy's default int64 among them): the same step.
+        ref = env.step(key, state, actions)[0]
+        for dtype in (jnp.uint8, jnp.int16):
+            np.testing.assert_array_equal(env.step(key, state, actions.astype(dtype))[0], ref)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
