@@ -290,7 +290,8 @@ def test_mpe2_truncation_matches_mpe2_max_cycles(name):
 
 @pytest.mark.parametrize("cls", [mpe.MPESimpleSpreadParams, mpe.MPESimpleTagParams])
 def test_truncation_validation(cls):
-    with pytest.raises(ValueError, match=r"truncation='gym'; expected one of \('jaxmarl', 'mpe2'\)"):
+    expected = r"truncation='gym'; expected one of \('jaxmarl', 'mpe2'\)"
+    with pytest.raises(ValueError, match=expected):
         cls(truncation="gym")
     with pytest.raises(ValueError, match=r"max_steps=0; expected an int >= 1"):
         cls(max_steps=0, truncation="mpe2")

@@ -48,14 +48,14 @@ counter-based ones, not ``jax.random``'s.
 | observation (f32[envs, N, 4 + 2 L + 4 (N - 1)]) | vel, pos, landmark - pos (L), other agent - pos (N - 1, by index), comm (2 (N - 1) zeros) |
 | action (i32[envs, N, 1]) | 0 no-op, 1 left, 2 right, 3 down, 4 up |
 | reward | ``local_ratio * -(agents collided with) + (1 - local_ratio) * -sum_l min_i dist(agent i, landmark l)`` |
-| end | truncated after max_steps + 1 = 26 steps (``truncation="mpe2"``: max_steps = 25) |
+| end | truncated after max_steps + 1 = 26 steps (``truncation="mpe2"``: max_steps = 25 steps) |
 
 | simple_tag (agents 0..A-1 adversaries, A..N-1 good; G = N - A) | |
 |---|---|
 | observation (f32[envs, N, 4 + 2 L + 2 (N - 1) + 2 G]) | vel, pos, obstacle - pos, other agent - pos, velocity of every other good agent (by index); good agents' rows end in 2 zeros (mpe2's are 2 shorter: `MPESimpleTag.agent_obs_dims`) |
 | action (i32[envs, N, 1]) | as simple_spread; accel 3 (adversary) / 4 (good), max speed 1.0 / 1.3 |
 | reward | adversary: +10 per adversary/good contact (any); good: -10 per adversary touching it, minus the boundary penalty |
-| end | truncated after max_steps + 1 = 26 steps (``truncation="mpe2"``: max_steps = 25) |
+| end | truncated after max_steps + 1 = 26 steps (``truncation="mpe2"``: max_steps = 25 steps) |
 
 simple_tag's rewards and observations follow mpe2 (``simple_tag.py``); JaxMARL
 agrees with one good agent (the default) and differs with more (each good
