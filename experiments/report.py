@@ -4,7 +4,9 @@ Every figure on the page is read from a file under experiments/results/, and
 every table names its file(s) with the device, commit and command that the
 file records (``commit: not recorded`` for files written before
 ``jaxwarp.benchmark.run_meta`` existed; the command is then the one that
-makes such a file, marked so). Nothing here runs a benchmark.
+makes such a file, marked so). Nothing here runs a benchmark. Where result
+files were merged into one to keep the folder small, each keeps its old name
+as a part of the merged file (``Source.part``), cited as such.
 
     python experiments/report.py                 # write docs/benchmarks.md
     python experiments/report.py --check         # exit 1 if it is not up to date
@@ -48,14 +50,21 @@ class Source:
     makes: the command that makes such a file, shown where the file does not
       record its own.
     device: for files that do not record it (logs, CSV, images).
+    part: where several result files were merged into one (to keep the folder
+      small), the name the part was committed under: a merged JSON holds it
+      unchanged under ``files[part]``, a merged log under a ``==> part <==``
+      header (then ``$ command``), a merged CSV in the rows whose ``file``
+      column is ``part``.
     """
     path: str
     makes: str
     device: str | None = None
+    part: str | None = None
 
 
 def _read_json(root: Path, src: Source) -> dict:
-    return json.loads((root / RESULTS / src.path).read_text())
+    data = json.loads((root / RESULTS / src.path).read_text())
+    return data["files"][src.part] if src.part else data
 
 
 def _meta(root: Path, src: Source) -> dict:
@@ -79,16 +88,24 @@ def cite(root: Path, src: Source) -> str:
     if device is None and "cpu" in meta:
         device = f"{meta['cpu']}, {meta.get('cores', '?')} cores"
     commit = meta.get("commit") or "not recorded"
+    if meta.get("dirty") is True and not commit.endswith("+dirty"):
+        commit += "+dirty"  # files that record it apart: tracked files differed from the commit
     if meta.get("command"):
-        command = f"`{meta['command']}`"
+        command = code(meta["command"])
     elif meta.get("argv") is not None:
         script = shlex.split(src.makes)[1]
         command = f"`{shlex.join(['python', script, *meta['argv']])}` (from the file's argv)"
     else:
         command = f"not recorded; made by `{src.makes}`"
     date = f" · {meta['date']}" if meta.get("date") else ""
-    return (f"`{RESULTS / src.path}` · {device or 'device not recorded'}{date} · "
+    part = f" (part `{src.part}`)" if src.part else ""
+    return (f"`{RESULTS / src.path}`{part} · {device or 'device not recorded'}{date} · "
             f"commit: {commit} · command: {command}")
+
+
+def code(text: str) -> str:
+    """text as a markdown code span (double backticks where it holds one)."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
 def sources_block(root: Path, sources: Iterable[Source]) -> list[str]:
@@ -134,12 +151,13 @@ TAG = Source("tag_final_h100.json",
              "--tag-configs warpdrive_default large")
 TAG_HASHED = Source("tag_final_hashed_h100.json",
                     "python experiments/bench_contract_envs.py --tag --hashed --no-jax")
-TAG_10K = Source("tag_final_10000_h100.json",
+TAG_10K = Source("tag_final_10000_runs_h100.json",
                  "python experiments/bench_contract_envs.py --tag --tag-configs agents_10000 "
-                 "--no-jax")
-TAG_10K_HASHED = Source("tag_final_10000_hashed_h100.json",
+                 "--no-jax", part="tag_final_10000_h100.json")
+TAG_10K_HASHED = Source("tag_final_10000_runs_h100.json",
                         "python experiments/bench_contract_envs.py --tag "
-                        "--tag-configs agents_10000 --no-jax --hashed")
+                        "--tag-configs agents_10000 --no-jax --hashed",
+                        part="tag_final_10000_hashed_h100.json")
 
 
 def _shipped(rows: list[dict]) -> list[dict]:
@@ -416,17 +434,82 @@ def section_training(root: Path) -> tuple[list[str], list[Source]]:
     return lines + sources_block(root, [SAMPLER]), [TRAIN, TRAIN_PARTS, SAMPLER]
 
 
+LEARNER = Source("train_learner_variants_h200.json", "bash experiments/tools/gpu_learner_ab.sh")
+PROFILE = Source("profile_phases_h200.json", "python experiments/profile_phases.py")
+
+
+def _case(config: str, overrides: list[str]) -> str:
+    return " ".join(f"`{o}`" for o in [config, *overrides])
+
+
+def section_learner(root: Path) -> tuple[list[str], list[Source]]:
+    data = _read_json(root, LEARNER)
+    base = {r["config"]: r for r in data["results"]["base"]}
+    rows = []
+    for name, results in data["results"].items():
+        for r in results:
+            rows.append([f"`{name}`", f"`{r['config']}`", r["algorithm"],
+                         f"{r['num_envs']:,} × {r['num_agents']}", _dtype(r),
+                         kilo_or_mega(r["env_steps_per_s"]),
+                         f"{r['seconds_per_update'] * 1e3:.1f}",
+                         ratio(r["env_steps_per_s"] / base[r["config"]]["env_steps_per_s"]),
+                         f"{r['compile_s']:.1f}"])
+    lines = [
+        "### Learner variants",
+        "",
+        "Variants of the trainer, each `experiments/bench_train.py --backends cuda` in its own "
+        "process, one after another on one GPU: "
+        + "; ".join(f"`{k}`: {v}" for k, v in data["meta"]["variants"].items())
+        + ". Cases: " + "; ".join(f"{_case(r['config'], r['overrides'])}"
+                                  for r in data["results"]["base"])
+        + ". env-steps/s, ms per update, env-steps/s against `base`, compile in seconds:",
+        "",
+        *table(["variant", "config", "algorithm", "envs × agents", "matmuls", "env-steps/s",
+                "ms / update", "vs `base`", "compile s"], rows),
+        *sources_block(root, [LEARNER]),
+    ]
+    prof = _read_json(root, PROFILE)
+    cases = prof["cases"]
+    names = list(cases)
+    phases = [ph["phase"] for ph in cases[names[0]]["phases"]]
+    prow = []
+    for phase in phases:
+        row = [phase]
+        for name in names:
+            ph = next(x for x in cases[name]["phases"] if x["phase"] == phase)
+            row += [f"{ph['ms']:.2f}", f"{ph['share']:.1%}", f"{ph['matmul_tflop']:.2f}"]
+        prow.append(row)
+    prow.append(["whole update", *(v for name in names for v in (
+        f"{cases[name]['ms_per_update']:.2f}",
+        f"{sum(ph['share'] for ph in cases[name]['phases']):.0%}",
+        f"{sum(ph['matmul_tflop'] for ph in cases[name]['phases']):.2f}"))])
+    lines += [
+        "### Where an update's time goes",
+        "",
+        "`experiments/profile_phases.py`: one update's GPU kernels from a profiler trace, each "
+        "attributed to a phase of the update; per phase ms per update, share of the update "
+        "and matmul TFLOP per update. Cases: "
+        + "; ".join(f"`{n}` = {_case(c['config'], c['overrides'])}" for n, c in cases.items())
+        + f" (the command the file records is the first's). The file's note: {prof['note']}.",
+        "",
+        *table(["phase", *(f"{h} (`{n}`)" for n in names
+                           for h in ("ms", "share", "TFLOP"))], prow),
+        *sources_block(root, [PROFILE]),
+    ]
+    return lines, [LEARNER, PROFILE]
+
+
 DUEL_LOG = Source("duel_h100/train.log",
                   "time jaxwarp train --config tag_duel_cpu --out runs/duel", device=H100)
 DUEL_EVAL = Source("duel_h100/eval.json", "jaxwarp eval --run runs/duel", device=H100)
-CARTPOLE_LOG = Source("train_cartpole_ppo_h100.log", "jaxwarp train --config cartpole_ppo",
-                      device=H100)
-CARTPOLE_CSV = Source("train_cartpole_ppo_h100_metrics.csv", "jaxwarp train --config cartpole_ppo",
-                      device=H100)
-SPREAD_LOG = Source("train_mpe_simple_spread_ppo_h100.log",
-                    "jaxwarp train --config mpe_simple_spread_ppo", device=H100)
-SPREAD_CSV = Source("train_mpe_simple_spread_ppo_h100_metrics.csv",
-                    "jaxwarp train --config mpe_simple_spread_ppo", device=H100)
+CARTPOLE_LOG = Source("train_ppo_h100.log", "jaxwarp train --config cartpole_ppo",
+                      device=H100, part="train_cartpole_ppo_h100.log")
+CARTPOLE_CSV = Source("train_ppo_h100_metrics.csv", "jaxwarp train --config cartpole_ppo",
+                      device=H100, part="train_cartpole_ppo_h100_metrics.csv")
+SPREAD_LOG = Source("train_ppo_h100.log", "jaxwarp train --config mpe_simple_spread_ppo",
+                    device=H100, part="train_mpe_simple_spread_ppo_h100.log")
+SPREAD_CSV = Source("train_ppo_h100_metrics.csv", "jaxwarp train --config mpe_simple_spread_ppo",
+                    device=H100, part="train_mpe_simple_spread_ppo_h100_metrics.csv")
 LEARN_TAG = Source("learn_tag_h100/learn_tag.json",
                    "python experiments/learn_tag.py --config tag_chase --minutes 5",
                    device=H100)
@@ -440,12 +523,21 @@ LEARN_PPO = Source("learn_compare_ppo_h100/learn_compare.json",
 
 
 def _text(root: Path, src: Source) -> str:
-    return (root / RESULTS / src.path).read_text()
+    """A log's text; of a merged log, the part's (between its header and the next)."""
+    text = (root / RESULTS / src.path).read_text()
+    if not src.part:
+        return text
+    m = re.search(rf"^==> {re.escape(src.part)} <==\n\$ [^\n]*\n(.*?)(?=^==> |\Z)", text,
+                  re.M | re.S)
+    if m is None:
+        raise ValueError(f"{RESULTS / src.path} has no part {src.part!r}")
+    return m.group(1)
 
 
 def _csv(root: Path, src: Source) -> list[dict]:
     with open(root / RESULTS / src.path, newline="") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    return [r for r in rows if r["file"] == src.part] if src.part else rows
 
 
 def _process_wall_s(log: str) -> float:
@@ -539,14 +631,123 @@ def section_time_to_policy(root: Path) -> tuple[list[str], list[Source]]:
         LEARN_TAG_CSV, LEARN_A2C, LEARN_PPO]
 
 
+TAG_RUNS = [Source(f"tag_{n}_agents_h100/eval.json", f"jaxwarp train --config tag_{n}_agents")
+            for n in (100, 1000)]
+
+
+def _decimals(ci95: float) -> int:
+    """Decimals that show a 95% interval to two significant digits."""
+    return max(0, 1 - int(math.floor(math.log10(ci95)))) if ci95 > 0 else 1
+
+
+def pm(mean: float, ci95: float, sign: str = "") -> str:
+    """mean ± ci95, the interval to two significant digits and the mean to as many
+    decimals (sign="+": the mean's sign always shown)."""
+    d = _decimals(ci95)
+    return f"{mean:{sign},.{d}f} ± {ci95:,.{d}f}"
+
+
+def section_tag_runs(root: Path) -> tuple[list[str], list[Source]]:
+    rows, grows = [], []
+    for src in TAG_RUNS:
+        d = _read_json(root, src)
+        meta, summary, ev = d["meta"], d["summary"], d["eval"]
+        config = shlex.split(meta["command"])[3]
+        rows.append([f"`{config}`", f"{summary['env_steps_per_seed']:,}",
+                     kilo_or_mega(summary["env_steps_per_s"]), f"{summary['compile_s']:.0f}",
+                     f"{summary['run_s']:.0f}", f"{meta['wall_s_including_compile_and_eval']:.0f}"])
+        for group, g in ev["gain"].items():
+            # The group trained, the other at random; and both at random.
+            trained, random = ev["matchups"][f"{group} trained"], ev["matchups"]["random"]
+            grows.append([f"`{config}`", group,
+                          pm(**trained[f"{group}/return"]), pm(**random[f"{group}/return"]),
+                          pm(g["delta"], g["ci95"], sign="+"),
+                          "yes" if g["beats_random"] else "no",
+                          f"{pm(**trained['tags_per_episode'])} vs "
+                          f"{pm(**random['tags_per_episode'])}"])
+    episodes = {_read_json(root, s)["eval"]["episodes"] for s in TAG_RUNS}
+    lines = [
+        "## Many-agent Tag: trained against random",
+        "",
+        "`jaxwarp train --config tag_100_agents` and `tag_1000_agents` (both groups trained, "
+        "one seed, H100), then `jaxwarp eval`: env-steps, env-steps/s and compile and run "
+        "seconds as the run reports them, and the wall clock of the whole command (start-up, "
+        "compile, training, eval and GIF):",
+        "",
+        *table(["config", "env-steps", "env-steps/s", "compile s", "run s", "wall clock s"],
+               rows),
+        "",
+        f"Each group's trained policy against the other group playing at random, and both "
+        f"groups at random ({', '.join(map(str, sorted(episodes)))} episodes per matchup; "
+        f"mean return per agent ± 95% interval; gain = trained − random, its own 95% interval); "
+        f"tags per episode in the same two matchups:",
+        "",
+        *table(["config", "group", "trained", "random", "gain", "beats random",
+                "tags per episode, trained vs random"], grows),
+        *sources_block(root, TAG_RUNS),
+    ]
+    return lines, list(TAG_RUNS)
+
+
+TIME_TO_RETURN = Source("time_to_return_h100.json",
+                        "python experiments/bench_time_to_return.py --cases mpe,cartpole,tag "
+                        "--scale both")
+
+
+def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
+    data = _read_json(root, TIME_TO_RETURN)
+    rows = []
+    for case, c in data["cases"].items():
+        for scale, sc in c["scales"].items():
+            ours, peer = sc["runs"]["jaxwarp"], sc["runs"]["peer"]
+            steps = ours["steps_per_update_per_env"]
+            envs = ours["batch_env_steps"] // steps
+            rows.append([
+                f"`{case}`, {scale} sizes: {peer['label']}",
+                f"{envs:,} × {steps}", f"{sc['threshold']:.1f}",
+                " vs ".join(f"{r['to_threshold']['seconds']:.2f} s" for r in (ours, peer)),
+                ratio(sc["jaxwarp_speedup"]["time_to_threshold"]),
+                " vs ".join(kilo_or_mega(r["env_steps_per_s"]) for r in (ours, peer)),
+                " vs ".join(pm(r["final_return"]["mean"], r["final_return"]["ci95"])
+                            for r in (ours, peer)),
+                " vs ".join(f"{r['compile_s']:.0f}" for r in (ours, peer))])
+    meta = data["meta"]
+    runs = [m["command"] for m in data.get("meta_runs", [meta])]
+    lines = [
+        "## Time to a return: jaxwarp's trainer against peers",
+        "",
+        f"`experiments/bench_time_to_return.py`: the jaxwarp trainer (`cuda` backend) and a "
+        f"peer trained on the same problem at the same hyperparameters, {meta['seeds']} seeds "
+        f"in one program per trainer, at the peer's published sizes (paper) and at GPU-sized "
+        f"batches (gpu). Time to threshold: training seconds (compile apart) until the "
+        f"seed-mean return curve reaches the (case, scale)'s threshold ({meta['threshold']}, "
+        f"frac {meta['threshold_frac']}); > 1× means jaxwarp is ahead. Final return: "
+        f"{meta['final_return']}. Return: {meta['return']}. Each pair jaxwarp vs peer:",
+        "",
+        *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
+                "env-steps/s", "final return", "compile s"], rows),
+        "",
+        *(f"The file's note on `{case}` at {scale} sizes: {sc['threshold_note']}"
+          for case, c in data["cases"].items()
+          for scale, sc in c["scales"].items() if sc.get("threshold_note")),
+        "",
+        "The file holds the runs of " + " and ".join(code(r) for r in runs) + ".",
+        *sources_block(root, [TIME_TO_RETURN]),
+    ]
+    return lines, [TIME_TO_RETURN]
+
+
 SANITIZE = [
-    Source("sanitize_kernels_rows_h100.json", "python experiments/sanitize_kernels.py --targets "
-           "goal_reach,mpe_simple_spread,tag_continuous,tag_gridworld"),
-    Source("sanitize_kernels_tag_h100.json",
-           "python experiments/sanitize_kernels.py --targets tag_continuous"),
-    Source("sanitize_kernels_single_agent_h100.json",
+    Source("sanitize_kernels_runs_h100.json", "python experiments/sanitize_kernels.py --targets "
+           "goal_reach,mpe_simple_spread,tag_continuous,tag_gridworld",
+           part="sanitize_kernels_rows_h100.json"),
+    Source("sanitize_kernels_runs_h100.json",
+           "python experiments/sanitize_kernels.py --targets tag_continuous",
+           part="sanitize_kernels_tag_h100.json"),
+    Source("sanitize_kernels_runs_h100.json",
            "python experiments/sanitize_kernels.py "
-           "--targets cartpole,acrobot,pendulum,mountain_car"),
+           "--targets cartpole,acrobot,pendulum,mountain_car",
+           part="sanitize_kernels_single_agent_h100.json"),
 ]
 
 
@@ -560,7 +761,7 @@ def section_sanitizers(root: Path) -> tuple[list[str], list[Source]]:
         ours = sum(r["reports_in_our_kernels"] for r in res)
         rows.append([", ".join(f"`{t}`" for t in targets), ", ".join(tools),
                      str(sum(r["cases_run"] for r in res)), str(ours),
-                     "clean" if d["clean"] else "reports", f"`{src.path}`"])
+                     "clean" if d["clean"] else "reports", f"`{src.path}` (`{src.part}`)"])
     lines = [
         "## GPU kernels under compute-sanitizer",
         "",
@@ -576,21 +777,23 @@ def section_sanitizers(root: Path) -> tuple[list[str], list[Source]]:
     return lines + sources_block(root, SANITIZE), SANITIZE
 
 
+# The previous round's four logs, merged into one file (each under its old name).
+PYTEST_LOG = "pytest_gpu_h100.log"
 PYTEST = [
-    (Source("pytest_review_gpu_h100.log",
-            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
-            "tests/test_authoring_gpu.py", device=H100), "Tag and authoring GPU tests"),
-    (Source("pytest_parts_all_gpu_h100.log",
-            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
+    (Source(PYTEST_LOG, "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
+            "tests/test_authoring_gpu.py", device=H100, part="pytest_review_gpu_h100.log"),
+     "Tag and authoring GPU tests"),
+    (Source(PYTEST_LOG, "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
             "tests/test_authoring_gpu.py tests/test_mpe_gpu.py tests/test_tag_gridworld_gpu.py "
-            "tests/test_classic_control_kernels_gpu.py", device=H100),
+            "tests/test_classic_control_kernels_gpu.py", device=H100,
+            part="pytest_parts_all_gpu_h100.log"),
      "Tag, authoring, MPE, gridworld and classic-control GPU tests"),
-    (Source("pytest_conformance_gpu_h100.log",
-            "python -m pytest -q -m gpu tests/test_conformance.py", device=H100),
+    (Source(PYTEST_LOG, "python -m pytest -q -m gpu tests/test_conformance.py", device=H100,
+            part="pytest_conformance_gpu_h100.log"),
      "conformance suite on the `cuda` backend"),
-    (Source("pytest_gpu_tag_adapters_train_h100.log",
-            "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
-            "tests/test_adapters_gpu.py tests/test_train_gpu.py", device=H100),
+    (Source(PYTEST_LOG, "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
+            "tests/test_adapters_gpu.py tests/test_train_gpu.py", device=H100,
+            part="pytest_gpu_tag_adapters_train_h100.log"),
      "Tag, adapter and trainer GPU tests"),
 ]
 
@@ -600,7 +803,7 @@ def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:
     for src, what in PYTEST:
         last = _text(root, src).strip().splitlines()[-1]
         counts = re.sub(r"\s+in [\d.]+s.*$", "", last).strip()
-        rows.append([what, counts, f"`{src.path}`"])
+        rows.append([what, counts, f"`{src.path}` (`{src.part}`)"])
     return ["## GPU test runs", "",
             "The `gpu`-marked tests run where a GPU is present (one device call is limited to "
             "10 minutes, so the suite runs in parts):", "",
@@ -622,6 +825,12 @@ CURVES = [
      "shared torso", Source("learn_compare_ppo_h100/learn_compare.csv", LEARN_PPO.makes,
                             device=H100),
      [Source("learn_compare_ppo_h100/learn_compare.png", LEARN_PPO.makes, device=H100)]),
+    *((f"`jaxwarp train --config tag_{n}_agents`: per-update metrics of both groups; the "
+       f"run's trained-vs-random GIF",
+       Source(f"tag_{n}_agents_h100/metrics.csv", src.makes, device=H100),
+       [Source(f"tag_{n}_agents_h100/{f}", src.makes, device=H100)
+        for f in ("learning_curve.png", "trained_vs_random.gif")])
+      for n, src in zip((100, 1000), TAG_RUNS)),
     ("`jaxwarp train --config cartpole_ppo`", CARTPOLE_CSV, []),
     ("`jaxwarp train --config mpe_simple_spread_ppo`", SPREAD_CSV, []),
 ]
@@ -630,7 +839,8 @@ CURVES = [
 def section_curves(root: Path) -> tuple[list[str], list[Source]]:
     rows, srcs = [], []
     for what, data, images in CURVES:
-        rows.append([what, f"`{RESULTS / data.path}`" if data else "—",
+        part = f" (part `{data.part}`)" if data and data.part else ""
+        rows.append([what, f"`{RESULTS / data.path}`{part}" if data else "—",
                      ", ".join(f"[`{Path(i.path).name}`](../{RESULTS / i.path})" for i in images)
                      or "—"])
         srcs += ([data] if data else []) + images
@@ -643,8 +853,9 @@ def section_curves(root: Path) -> tuple[list[str], list[Source]]:
 
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
-                           section_time_to_policy, section_curves, section_sanitizers,
-                           section_gpu_tests]
+                           section_learner, section_time_to_policy, section_tag_runs,
+                           section_time_to_return,
+                           section_curves, section_sanitizers, section_gpu_tests]
 
 
 def render(root: Path = ROOT) -> tuple[str, list[Path]]:

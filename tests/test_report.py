@@ -160,3 +160,42 @@ def test_curves_to_csv_keeps_every_value(tmp_path):
     assert [(r["variant"], float(r["tags_per_episode"])) for r in rows] == [("a", 1.5), ("b", 2.5)]
     assert json.loads(path.read_text())["variants"]["b"] == {"final_tags_per_episode": 1.0,
                                                             "curve": "learn_compare.csv"}
+
+
+def test_parts_of_merged_files_read_as_the_files_they_were(tmp_path):
+    # Result files merged into one (the folder's cap) keep each part under its old name.
+    report = _report()
+    results = tmp_path / "experiments" / "results"
+    results.mkdir(parents=True)
+    (results / "runs.log").write_text(
+        "# two logs\n\n==> a.log <==\n$ python -m pytest -q a\n1 passed in 2.0s\n\n"
+        "==> b.log <==\n$ python -m pytest -q b\n.\n3 passed, 1 skipped in 5.0s\n")
+    (results / "runs.json").write_text(json.dumps({"merged": "x", "files": {
+        "a.json": {"meta": {"device": "GPU A", "commit": "abcdef0"}, "v": 1},
+        "b.json": {"meta": {"device": "GPU B"}, "v": 2}}}))
+    (results / "runs.csv").write_text("file,update,x\na.csv,1,0.5\nb.csv,1,7\nb.csv,2,8\n")
+    src = report.Source
+    assert report._text(tmp_path, src("runs.log", "m", part="b.log")) == (
+        ".\n3 passed, 1 skipped in 5.0s\n")
+    assert report._text(tmp_path, src("runs.log", "m", part="a.log")).strip() == (
+        "1 passed in 2.0s")
+    with pytest.raises(ValueError, match="c.log"):
+        report._text(tmp_path, src("runs.log", "m", part="c.log"))
+    assert report._read_json(tmp_path, src("runs.json", "m", part="b.json"))["v"] == 2
+    assert [r["x"] for r in report._csv(tmp_path, src("runs.csv", "m", part="b.csv"))] == [
+        "7", "8"]
+    line = report.cite(tmp_path, src("runs.json", "m", part="a.json"))
+    assert line.startswith("`experiments/results/runs.json` (part `a.json`) · GPU A ")
+    assert "commit: abcdef0" in line
+    assert "GPU B" in report.cite(tmp_path, src("runs.json", "m", part="b.json"))
+
+
+def test_cite_marks_a_dirty_tree_and_quotes_backticks(tmp_path):
+    report = _report()
+    (tmp_path / "experiments" / "results").mkdir(parents=True)
+    meta = {"device": "GPU X", "commit": "0123abc", "dirty": True,
+            "command": "bash run.sh (each `python b.py` in turn)"}
+    (tmp_path / "experiments" / "results" / "d.json").write_text(json.dumps({"meta": meta}))
+    line = report.cite(tmp_path, report.Source("d.json", "bash run.sh"))
+    assert "commit: 0123abc+dirty · " in line
+    assert line.endswith("command: `` bash run.sh (each `python b.py` in turn) ``")
