@@ -516,7 +516,8 @@ def test_step_any_int32_actions_kernel_equals_reference(name, data, seed):
     """int32 actions of any value (out of range too, checks=False), after 0-3
     steps (episodes of 3 steps end on the way): the kernels and the reference
     give the same step, inside the spaces, with float32 or bfloat16
-    observations; jit gives the eager step's bits; step(autoreset=False)
+    observations; jit gives the eager step's bits (kernels; the reference to
+    float32 rounding); step(autoreset=False)
     differs only in the observations of the envs that finished; in_place=False
     leaves the state it was given as it was."""
     from jaxwarp.authoring import reference_takes_autoreset
@@ -545,7 +546,11 @@ def test_step_any_int32_actions_kernel_equals_reference(name, data, seed):
             np.testing.assert_array_equal(x, np.asarray(y))  # in_place=False: untouched
         jitted = jitted_step(env)(k, state, a, in_place=False)
         for x, y in zip(jax.tree.leaves(out), jax.tree.leaves(jitted)):
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+            if backend == "cpu":  # one custom call either way: the same bits
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+            else:  # found here: XLA fuses the jitted reference (FMAs), op by op it
+                # rounds each op (tag_continuous: 1 ulp; the kernels match the jitted one)
+                finite_or_close(x, y, rtol=1e-5, atol=1e-6)
         if backend == "jax" and not reference_takes_autoreset(env.spec):
             with pytest.raises(ValueError, match="autoreset"):
                 env.step(k, state, a, autoreset=False, in_place=False)
@@ -1035,6 +1040,19 @@ def test_gymnasium_reset_seed(seed):
     if seed is not None:
         again, _ = envs.reset(seed=seed)
         np.testing.assert_array_equal(obs, again)
+
+
+@pytest.mark.xfail(reason="adapters/_batched.py (not this suite's files): seeds in "
+                   "[2**32, 2**63) are accepted, but jax.random.key keeps their low 32 bits "
+                   "(x64 off): reset(seed=2**32) starts exactly as reset(seed=0)", strict=False)
+def test_gymnasium_seeds_past_32_bits_do_not_alias():
+    envs = vector_env("cartpole", 3)
+    try:
+        obs, _ = envs.reset(seed=2**32)
+    except ValueError as e:
+        assert_clear(e, "seed")
+        return
+    assert not np.array_equal(obs, envs.reset(seed=0)[0])
 
 
 @examples(20)
