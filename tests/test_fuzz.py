@@ -1097,6 +1097,56 @@ def test_pettingzoo_actions(name, data, seed):
 
 
 @examples(10)
+@given(name=st.sampled_from(["mpe_simple_spread", "mpe_simple_tag", "tag_continuous"]),
+       ops=st.lists(st.one_of(st.tuples(st.just("reset"), st.integers(0, 2**31 - 1)),
+                              st.tuples(st.just("step"), st.integers(0, 2**32 - 1)),
+                              st.tuples(st.just("step"), st.integers(0, 2**32 - 1))),
+                    max_size=8))
+def test_pettingzoo_sequences(name, ops):
+    """Resets and steps in any order: obs and state() inside their spaces,
+    every agent gone when the episode ends (a step then raises a clear
+    RuntimeError until reset), and a fresh adapter repeats it exactly."""
+    from jaxwarp.adapters.pettingzoo import JaxwarpParallelEnv
+
+    ops = [("reset", 0)] + ops
+    runs = []
+    for _ in range(2):
+        env, out = JaxwarpParallelEnv(small_env(name, "cpu")), []
+        for kind, arg in ops:
+            if kind == "reset":
+                obs, infos = env.reset(seed=arg)
+                assert env.agents == env.possible_agents
+                assert all(contains(env.observation_space(a), obs[a]) for a in obs)
+                out.append((obs, None))
+                continue
+            acts = {}
+            for i, a in enumerate(env.possible_agents):
+                env.action_space(a).seed(arg + i)
+                acts[a] = env.action_space(a).sample()
+            if not env.agents:
+                with pytest.raises(RuntimeError, match="reset"):
+                    env.step(acts)
+                out.append(None)
+                continue
+            obs, rewards, terms, truncs, infos = env.step(acts)
+            assert set(rewards) == set(terms) == set(truncs) == set(env.possible_agents)
+            assert all(math.isfinite(r) for r in rewards.values())
+            ended = any(terms.values()) or any(truncs.values())
+            assert env.agents == ([] if ended else env.possible_agents)
+            assert all(contains(env.observation_space(a), obs[a]) for a in obs), obs
+            out.append((obs, rewards))
+        state = env.state()
+        assert state.shape == env.state_space.shape and contains(env.state_space, state)
+        runs.append(out)
+    for a, b in zip(*runs):
+        assert (a is None) == (b is None)
+        if a is not None:
+            for agent in a[0]:
+                np.testing.assert_array_equal(a[0][agent], b[0][agent])
+            assert a[1] == b[1]
+
+
+@examples(10)
 @given(name=st.sampled_from(["cartpole", "mpe_simple_spread"]), num_envs=st.sampled_from(
     [0, -1, 2.0, True, "2", None, np.int64(2), 2]), copy=st.sampled_from([True, False]),
     render_mode=st.sampled_from([None, "rgb_array", "human", 1]),
