@@ -94,7 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--env", help="env name (random actions)")
     r.add_argument("--run", metavar="DIR", help="a training run folder (trained vs random)")
     r.add_argument("--config", help="the env's named configuration, e.g. warpdrive_default")
-    r.add_argument("--steps", type=int, default=100, help="steps (frames: steps + 1)")
+    r.add_argument("--steps", type=int, default=None,
+                   help="steps (frames: steps + 1); default: one episode")
     r.add_argument("--out", help="GIF path (default <env>.gif)")
     r.add_argument("--backend", default="auto", help="auto, cuda, cpu or jax")
     r.add_argument("--fps", type=float, default=20.0)
@@ -109,8 +110,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--run", metavar="DIR", required=True, help="a training run folder")
     e.add_argument("--episodes", type=int, default=256, help="episodes per matchup")
     e.add_argument("--seed", type=int, default=0, help="evaluation seed (env starts, actions)")
-    e.add_argument("--seed-index", type=int, default=0,
-                   help="which of the run's trained seeds (runs with --seeds S)")
+    e.add_argument("--seed-index", type=int, default=None,
+                   help="one of the run's trained seeds (runs with --seeds S); "
+                        "default: every seed and the seeds pooled")
     e.add_argument("--json", metavar="FILE", help="JSON output (default DIR/eval.json)")
     return p
 
@@ -126,16 +128,18 @@ def _eval(args: argparse.Namespace) -> int:
     import json
 
     from jaxwarp.authoring import EnvBuildError
-    from jaxwarp.train.evaluate import evaluate, load_run, summary_line
+    from jaxwarp.train.evaluate import evaluate_run, seed_lines, summary_line
     from jaxwarp.train.runner import RunError
 
     try:
-        run = load_run(args.run, args.seed_index)
-        result = evaluate(run, episodes=args.episodes, seed=args.seed)
+        result = evaluate_run(args.run, episodes=args.episodes, seed=args.seed,
+                              seed_index=args.seed_index)
         path = Path(args.json) if args.json else Path(args.run) / "eval.json"
         path.write_text(json.dumps(result, indent=2))
     except (ConfigError, ValueError, TypeError, OSError, RunError, EnvBuildError) as e:
         return _fail("eval", e)
+    for line in seed_lines(result):
+        print(line)
     print(summary_line(result))
     print(f"figures in {path}")
     return 0
@@ -149,7 +153,7 @@ def _render(args: argparse.Namespace) -> int:
         return fail("give either --env NAME (random actions) or --run DIR (trained policies)")
     if args.run and args.config:
         return fail("--config goes with --env; a run's env comes from its saved config")
-    if args.steps < 0:
+    if args.steps is not None and args.steps < 0:
         return fail(f"--steps must be >= 0; got {args.steps}")
     if args.size < 8:
         return fail(f"--size must be >= 8; got {args.size}")
@@ -300,21 +304,24 @@ def _after_training(out: Path, episodes: int) -> None:
     import json
 
     from jaxwarp.render import write_gif
-    from jaxwarp.train.evaluate import evaluate, load_run, render_run, summary_line
+    from jaxwarp.train.evaluate import evaluate_run, load_run, render_run, seed_lines
+    from jaxwarp.train.evaluate import summary_line
     from jaxwarp.train.runner import plot_run
 
     try:
-        run = load_run(out)
-        result = evaluate(run, episodes=max(episodes, 2))
+        result = evaluate_run(out, episodes=max(episodes, 2))
         (out / "eval.json").write_text(json.dumps(result, indent=2))
+        for line in seed_lines(result):
+            print(line)
         print(summary_line(result))
+        run = load_run(out)
         plot_run(out)  # redrawn with the random levels from eval.json
     except Exception as e:  # noqa: BLE001 - reported in one line, the run is saved
         print(f"jaxwarp train: warning: evaluation skipped: {' '.join(str(e).split())}",
               file=sys.stderr)
         return
     try:
-        write_gif(render_run(run, steps=100), out / "trained_vs_random.gif")
+        write_gif(render_run(run), out / "trained_vs_random.gif")  # one episode
     except ValueError as e:  # an env without a renderer
         print(f"jaxwarp train: warning: no GIF: {' '.join(str(e).split())}", file=sys.stderr)
 
