@@ -413,6 +413,15 @@ def generate_source(spec: EnvSpec, header_path: Path, platform: str, params: Any
     kernels, CPU loop and handlers of cuda/jaxwarp_ffi.h for ``platform``
     ("cpu" or "cuda": the same text; nvcc or g++ picks the platform)."""
     ns = f"jaxwarp_env_{spec.name}"
+    # The header is included by its name and found through `-I <its folder>`:
+    # the generated text then names no absolute path, so it is the same on
+    # every machine (reviewable, and kept as golden files in tests/golden).
+    # The framework's folder comes first on the include path, so a header
+    # named like one of its files would never be read.
+    if (API_DIR / header_path.name).exists() and (
+            (API_DIR / header_path.name).resolve() != header_path.resolve()):
+        raise EnvBuildError(f"{spec.name}: header {header_path} has the name of jaxwarp's own "
+                            f"{API_DIR / header_path.name}; rename it")
     values = kernel_param_values(spec, params if params is not None else spec.params_type())
     decls = _param_decls(values, _static_params(spec, values))
     fields = [*spec.fields, *spec.scratch]
@@ -437,7 +446,7 @@ struct State {{  // one env's rows: state fields, then scratch
 {members}
 }};
 using namespace ::jaxwarp::defaults;  // what the header may leave out
-#include "{header_path.resolve()}"
+#include "{header_path.name}"
 struct Env {{
   using Params = {ns}::Params;
   using State = {ns}::State;
@@ -457,6 +466,43 @@ struct Env {{
 #include "jaxwarp_ffi.h"
 JAXWARP_DEFINE_ENV({spec.name}, {ns}::Env)
 """
+
+
+def generated_source(env: EnvSpec | str, backend: str = "cpu", params: Any = None,
+                     header: str | Path | None = None) -> str:
+    """The C++ source of an env's FFI library, exactly as `build_env` and
+    ``jaxwarp build`` compile it for `backend` (``jaxwarp build ENV --emit DIR``
+    writes it out for review).
+
+    Args:
+        env: an `EnvSpec`, or the name of a registered env built through the
+            authoring contract (then its params default to those
+            ``jaxwarp.make(name)`` uses).
+        backend: "cpu" (g++) or "cuda" (nvcc).
+        params: the env's params (static params are compiled in); default: the
+            registered env's, or the spec's params type's defaults.
+        header: the env's header; default: the spec's.
+    Returns:
+        The source text (str).
+    """
+    if backend not in ("cpu", "cuda"):
+        raise ValueError(f"backend must be 'cpu' or 'cuda'; got {backend!r}")
+    if isinstance(env, str):
+        from jaxwarp.registry import _REGISTRY, make
+
+        cls = _REGISTRY.get(env, (None,))[0]
+        if not (isinstance(cls, type) and issubclass(cls, ContractEnv)):
+            contract = [n for n, (c, _, _) in _REGISTRY.items()
+                        if isinstance(c, type) and issubclass(c, ContractEnv)]
+            raise ValueError(f"env {env!r} is not an env built through the authoring "
+                             f"contract; those are {contract}")
+        made = make(env, backend="jax")
+        spec, params = made.spec, (made.params if params is None else params)
+    elif isinstance(env, EnvSpec):
+        spec = env
+    else:
+        raise TypeError(f"env must be an EnvSpec or an env name; got {type(env).__name__}")
+    return generate_source(spec, Path(header or spec.header), backend, params)
 
 
 # ---------------------------------------------------------------------------
@@ -558,7 +604,7 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
     alone as a CUDA module for PyCUDA), from the cache or freshly compiled."""
     import jaxlib
 
-    src = generate_source(spec, header, platform, params)
+    src = generated_source(spec, platform, params, header)
     compiler = _find_nvcc() if platform == "cuda" else _find_cxx()
     arch = _gpu_arch() if platform == "cuda" else ""
     h = hashlib.sha256()

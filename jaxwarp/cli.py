@@ -8,6 +8,7 @@
     jaxwarp configs          # list the shipped training configs
     jaxwarp build [--backend cpu|cuda|all] [ENV ...]   # build contract envs into the cache now
                              # (cuda needs a GPU or JAXWARP_CUDA_ARCH, e.g. 90)
+    jaxwarp build [ENV ...] --emit DIR   # write the generated <env>_ffi.cc, don't compile
 
 Overrides use the config's keys, nested with dots:
 ``num_envs=2000 policies.tagger.lr=1e-3 env_params.grid_length=40``.
@@ -85,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("envs", nargs="*", metavar="ENV")
     b.add_argument("--backend", default="all", choices=("cpu", "cuda", "all"),
                    help="all: cpu, plus cuda when nvcc is found")
+    b.add_argument("--emit", metavar="DIR",
+                   help="write each env's generated FFI source to DIR as <env>_ffi.cc (the "
+                   "text compiled for cpu; <env>_ffi.cu where the cuda text differs or only "
+                   "cuda is asked for) and print the paths, without compiling")
     r = sub.add_parser("render", help="write a GIF of an env: random actions (--env), or a "
                        "run's trained policies beside random ones (--run)",
                        description="Rolls out one env and writes env 0's frames as a GIF, then "
@@ -183,7 +188,42 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build(names: list[str], backend: str) -> int:
+def _emit(names: list[str], backend: str, out: str) -> int:
+    """`jaxwarp build --emit DIR`: the sources `_build` would compile, written
+    out (same generator, `authoring.generated_source`); nothing compiled."""
+    from pathlib import Path as _Path
+
+    from jaxwarp import authoring
+
+    texts: list[tuple[str, str]] = []  # (file name, source)
+    try:
+        for n in names:
+            cpu = authoring.generated_source(n, "cpu") if backend != "cuda" else None
+            cuda = authoring.generated_source(n, "cuda") if backend != "cpu" else None
+            if cpu is not None:
+                texts.append((f"{n}_ffi.cc", cpu))
+            if cuda is not None and cuda != cpu:
+                texts.append((f"{n}_ffi.cu", cuda))
+    except (authoring.EnvBuildError, ValueError) as e:
+        print(f"jaxwarp build: error: {e}", file=sys.stderr)
+        return 2
+    folder = _Path(out)
+    paths = []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in texts:
+            (folder / name).write_text(text)
+            paths.append(folder / name)
+    except OSError as e:
+        print(f"jaxwarp build: error: --emit {out}: cannot write there ({e.strerror or e})",
+              file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0
+
+
+def _build(names: list[str], backend: str, emit: str | None = None) -> int:
     import time as _time
     from pathlib import Path as _Path
 
@@ -199,6 +239,8 @@ def _build(names: list[str], backend: str) -> int:
             print(f"jaxwarp build: error: {n!r} is not an env built through the authoring "
                   f"contract; those are {contract}", file=sys.stderr)
             return 2
+    if emit is not None:
+        return _emit(names, backend, emit)
     platforms = ["cpu", "cuda"] if backend == "all" else [backend]
     if backend == "all":  # cuda only where nvcc and a target architecture are known
         try:
@@ -229,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:{width}}  {config_description(name)}".rstrip())
         return 0
     if args.command == "build":
-        return _build(list(args.envs), args.backend)
+        return _build(list(args.envs), args.backend, args.emit)
     if args.command == "render":
         return _render(args)
     if args.command == "eval":
