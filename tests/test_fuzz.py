@@ -1042,6 +1042,21 @@ def test_gymnasium_reset_seed(seed):
         np.testing.assert_array_equal(obs, again)
 
 
+@pytest.mark.xfail(reason="adapters/gymnasium.py, pettingzoo.py (not this suite's files): "
+                   "over an env made with obs_dtype='bfloat16' the adapters return bfloat16 "
+                   "arrays (ml_dtypes' type, which many NumPy consumers do not take) while their "
+                   "observation spaces say float32", strict=False)
+def test_adapters_bf16_observations_have_the_space_dtype():
+    from jaxwarp.adapters.gymnasium import JaxwarpVectorEnv
+    from jaxwarp.adapters.pettingzoo import JaxwarpParallelEnv
+
+    envs = JaxwarpVectorEnv(small_env("cartpole", "cpu", "bfloat16"), 3)
+    assert envs.reset(seed=0)[0].dtype == envs.observation_space.dtype
+    env = JaxwarpParallelEnv(small_env("mpe_simple_spread", "cpu", "bfloat16"))
+    obs, _ = env.reset(seed=0)
+    assert all(obs[a].dtype == env.observation_space(a).dtype for a in obs)
+
+
 @pytest.mark.xfail(reason="adapters/_batched.py (not this suite's files): seeds in "
                    "[2**32, 2**63) are accepted, but jax.random.key keeps their low 32 bits "
                    "(x64 off): reset(seed=2**32) starts exactly as reset(seed=0)", strict=False)
