@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,35 @@ def register_spec(spec: EnvSpec, configs: dict[str, dict[str, Any]] | None = Non
     """Makes an env declared by its `EnvSpec` available to `make` under
     ``spec.name``; env_cls only where a subclass of `ContractEnv` adds
     behaviour (default: `env_class(spec)`)."""
-    _REGISTRY[spec.name] = (env_cls or env_class(spec), spec.params_type, dict(configs or {}))
+    if not isinstance(spec, EnvSpec):
+        raise TypeError(f"register_spec: spec must be a jaxwarp.authoring.EnvSpec; got "
+                        f"{type(spec).__name__} {spec!r}")
+    env_cls = env_cls or env_class(spec)
+    _check_registration("register_spec", spec.name, env_cls, spec.params_type, configs)
+    _REGISTRY[spec.name] = (env_cls, spec.params_type, dict(configs or {}))
+
+
+def _check_registration(where: str, name: Any, env_cls: Any, params_cls: Any,
+                        configs: Any) -> None:
+    """Types of what `register_env` / `register_spec` store, checked when they
+    are given (not at the first `make`, with a message naming something else)."""
+    if not isinstance(name, str):
+        raise TypeError(f"{where}: the env name must be a str; got {name!r}")
+    if not name.strip():
+        raise ValueError(f"{where}: the env name must not be empty or blank; got {name!r}")
+    if not callable(env_cls):
+        raise TypeError(f"{where}({name!r}): env_cls must be a class (called as "
+                        f"env_cls(params, backend=..., checks=..., obs_dtype=...)); got "
+                        f"{env_cls!r}")
+    if not dataclasses.is_dataclass(params_cls) or not isinstance(params_cls, type):
+        raise TypeError(f"{where}({name!r}): params_cls must be a dataclass; got "
+                        f"{params_cls!r}")
+    if configs is None:
+        return
+    if not isinstance(configs, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, Mapping) for k, v in configs.items()):
+        raise TypeError(f"{where}({name!r}): configs must map config names (str) to "
+                        f"mappings of params; got {configs!r}")
 
 
 # The built-in envs: one spec each (a class only where it adds behaviour).
@@ -42,9 +71,7 @@ def register_env(name: str, env_cls: type, params_cls: type,
     env_cls(params, backend=..., checks=...) builds the env; params_cls is its
     params dataclass; configs are optional named parameter sets.
     """
-    if not dataclasses.is_dataclass(params_cls):
-        raise TypeError(f"register_env({name!r}): params_cls must be a dataclass; got "
-                        f"{params_cls!r}")
+    _check_registration("register_env", name, env_cls, params_cls, configs)
     _REGISTRY[name] = (env_cls, params_cls, dict(configs or {}))
 
 

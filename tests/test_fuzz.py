@@ -250,6 +250,58 @@ def test_make_pinned_params_errors():
     assert type(env.params.gravity) is float and env.params.gravity == 10.0
 
 
+@dataclasses.dataclass(frozen=True)
+class _UserParams:
+    speed: float = 1.0
+    count: int = 2
+
+
+class _UserEnv:
+    def __init__(self, params, backend="auto", checks=False, obs_dtype="float32"):
+        self.params = params
+
+
+@examples(20)
+@given(name=st.sampled_from(["fuzz_user_env", "", " ", 3, None, b"x"]),
+       env_cls=st.sampled_from([_UserEnv, 3, None, "cls"]),
+       params_cls=st.sampled_from([_UserParams, _UserParams(), dict, None]),
+       configs=st.sampled_from([None, {}, {"fast": {"speed": 2.0}}, {"fast": 3}, [1],
+                                {3: {}}, {"fast": {"speed": "x"}}, {"fast": {"nope": 1}}]),
+       spec=st.sampled_from([None, "x", 3]))
+# Found by this test (fixed in registry.py): register_env took a non-str or
+# empty name, an env_cls that is not callable and configs that are not
+# mappings; make then failed with "'int' object is not callable" or "'int'
+# object is not iterable". register_spec("x") raised AttributeError.
+@example(name="fuzz_user_env", env_cls=3, params_cls=_UserParams, configs={"fast": 3},
+         spec="x")
+def test_register_env_arguments(name, env_cls, params_cls, configs, spec):
+    """register_env / register_spec: bad arguments are refused when given;
+    a registered env is made with its configs (or a clear error for bad ones)."""
+    if spec is not None:
+        with pytest.raises(TypeError, match="EnvSpec"):
+            jaxwarp.register_spec(spec)
+    try:
+        jaxwarp.register_env(name, env_cls, params_cls, configs)
+    except (ValueError, TypeError) as e:
+        assert_clear(e, "name", "env_cls", "params_cls", "configs")
+        return
+    try:
+        assert name == "fuzz_user_env" and env_cls is _UserEnv and params_cls is _UserParams
+        assert configs is None or isinstance(configs, dict) and all(
+            isinstance(v, dict) for v in configs.values())
+        env = jaxwarp.make(name, speed=3)
+        assert env.params == _UserParams(speed=3.0)
+        for config in configs or {}:
+            try:
+                env = jaxwarp.make(name, config=config)
+            except (ValueError, TypeError) as e:
+                assert_clear(e, name)
+                continue
+            assert env.params == _UserParams(**configs[config])
+    finally:
+        _REGISTRY.pop(name, None)
+
+
 # ---------------------------------------------------------------------------
 # 2. Fuzzed params: reset and step on both backends, kernels == reference.
 # ---------------------------------------------------------------------------
