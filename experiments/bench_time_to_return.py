@@ -31,8 +31,10 @@ output of the jitted program (jaxwarp: ``agent/episode_return``,
 MPE logs report this value times the number of agents (3).
 
 Time to threshold: each (case, scale) gets one threshold that every run in it
-reaches: ``start + frac * (end - start)`` with ``start`` the mean return of the
-first update that saw an episode end (near-random play) over its runs and
+reaches: ``start + frac * (end - start)`` with ``start`` the mean over its runs
+of the return at the first update by which about one episode per env has ended
+(near-random play; `start_update`: updates before it saw only episodes that
+ended early, such as Tag's with every runner caught, and are not searched) and
 ``end`` the lowest final return among them (``--threshold-frac``, default
 0.9; ``--threshold CASE=VALUE`` fixes it). The curve is the mean over seeds of
 the per-update returns, smoothed by a trailing moving mean over 2% of the
@@ -49,17 +51,29 @@ seeds.
 
 Writes ``--out`` (default ``experiments/results/time_to_return_<gpu>.json``: meta
 with commit, device, jax version and command; per run the timings, per-update
-seed-mean curve, thresholds and returns) and prints a markdown table.
+seed-mean curve, thresholds and returns; per (case, scale) ``jaxwarp_speedup``,
+where > 1 means jaxwarp is ahead) and prints a markdown table.
 
 On the GPU machine (no network; jaxmarl and gymnax travel as wheels in
-``.whl``, downloaded with ``pip download --no-deps``: jaxmarl 0.2.0, gymnax
-1.0.1, gymnasium 1.2.2, cloudpickle 3.1.1, farama-notifications 0.0.4), carry
-``.whl`` and start the command with::
+``.whl``, downloaded here with ``python3 -m pip download --no-deps
+--only-binary=:all: --python-version 3.12 --implementation cp --platform
+manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform
+manylinux2014_x86_64 -d .whl jaxmarl==0.2.0 gymnax==1.0.1 gymnasium==1.2.2
+cloudpickle==3.1.1 farama-notifications==0.0.4``, 1.3 MB; the machine has jax,
+flax, optax, chex, jaxtyping, matplotlib, pillow, safetensors and seaborn;
+where seaborn is missing, `ippo_reference.import_gymnax` stands in for it),
+carry ``.whl`` and run::
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; \
-    python3 -m pip install -q --no-build-isolation --no-deps -e . && \
-    JAXWARP_COMMIT=<sha> python3 experiments/bench_time_to_return.py ...
+        --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
+    python3 -m pip install -q --no-build-isolation --no-deps -e .
+    JAXWARP_COMMIT=<sha> python3 experiments/bench_time_to_return.py --cases mpe \
+        --scale both --out $OUT/ttr_mpe.json          # about 200 s on an H100
+    JAXWARP_COMMIT=<sha> python3 experiments/bench_time_to_return.py \
+        --cases cartpole,tag --scale both --out $OUT/ttr_cp_tag.json   # about 220 s
+
+(two calls of the 10-minute limit; ``--update`` merges a run into an existing
+``--out``).
 """
 
 from __future__ import annotations
@@ -75,6 +89,7 @@ import shlex
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +97,12 @@ import jax
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ippo_reference  # noqa: E402  (the peer trainers, beside this script)
+import ippo_reference
 
 # Hyperparameters shared by both sides of a case (the PPO algorithm's settings).
-COMMON = dict(update_epochs=4, num_minibatches=4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,
-              clip_eps=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
-              hidden_sizes=(64, 64), activation="tanh")
+COMMON = {"update_epochs": 4, "num_minibatches": 4, "anneal_lr": True, "gamma": 0.99, "gae_lambda": 0.95,
+              "clip_eps": 0.2, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
+              "hidden_sizes": (64, 64), "activation": "tanh"}
 
 # case -> what it compares, and per scale the sizes (env-steps are per seed).
 CASES: dict[str, dict[str, Any]] = {
@@ -98,10 +113,10 @@ CASES: dict[str, dict[str, Any]] = {
         "peer_label": "pure-JAX IPPO on JaxMARL MPE_simple_spread_v3",
         "scales": {
             # JaxMARL baselines/IPPO/config/ippo_ff_mpe.yaml
-            "paper": dict(num_envs=16, num_steps=128, total_env_steps=10_000_000, lr=2.5e-4),
+            "paper": {"num_envs": 16, "num_steps": 128, "total_env_steps": 10_000_000, "lr": 2.5e-4},
             # GPU-sized batch: 64x the envs, a rollout of 32 steps (about one 26-step
             # episode), JaxMARL's other settings; 2x the env-steps.
-            "gpu": dict(num_envs=1024, num_steps=32, total_env_steps=20_000_000, lr=2.5e-4),
+            "gpu": {"num_envs": 1024, "num_steps": 32, "total_env_steps": 20_000_000, "lr": 2.5e-4},
         },
     },
     "cartpole": {
@@ -111,9 +126,9 @@ CASES: dict[str, dict[str, Any]] = {
         "peer_label": "pure-JAX PPO on gymnax CartPole-v1",
         "scales": {
             # PureJaxRL purejaxrl/ppo.py's CartPole-v1 config
-            "paper": dict(num_envs=4, num_steps=128, total_env_steps=500_000, lr=2.5e-4),
+            "paper": {"num_envs": 4, "num_steps": 128, "total_env_steps": 500_000, "lr": 2.5e-4},
             # GPU-sized batch: 512x the envs, 32-step rollouts, jaxwarp cartpole_ppo's lr
-            "gpu": dict(num_envs=2048, num_steps=32, total_env_steps=10_000_000, lr=2.5e-3),
+            "gpu": {"num_envs": 2048, "num_steps": 32, "total_env_steps": 10_000_000, "lr": 2.5e-3},
         },
     },
     "tag": {
@@ -123,9 +138,9 @@ CASES: dict[str, dict[str, Any]] = {
         "peer_label": "jaxwarp trainer, pure-JAX `jax` backend",
         "scales": {
             # tag_duel_cpu as shipped (its own hyperparameters, both sides)
-            "paper": dict(),
+            "paper": {},
             # 32x the envs, 100 updates
-            "gpu": dict(num_envs=2048, total_env_steps=10_240_000),
+            "gpu": {"num_envs": 2048, "total_env_steps": 10_240_000},
         },
     },
 }
@@ -177,6 +192,13 @@ def first_reach(curve: np.ndarray, threshold: float) -> int | None:
     return int(hit[0]) if len(hit) else None
 
 
+def _nanmean(x: Any, axis: int | None = None) -> Any:
+    """np.nanmean without its warning for all-NaN slices (NaN there)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(x, axis=axis)
+
+
 def window_of(num_updates: int) -> int:
     return max(1, round(0.02 * num_updates))
 
@@ -184,16 +206,30 @@ def window_of(num_updates: int) -> int:
 def final_per_seed(returns: np.ndarray) -> np.ndarray:
     """f64[seeds]: mean of each seed's returns over the last 5% of updates."""
     tail = max(1, round(0.05 * returns.shape[1]))
-    with np.errstate(all="ignore"):
-        return np.nanmean(returns[:, -tail:], axis=1)
+    return _nanmean(returns[:, -tail:], axis=1)
 
 
-def start_level(returns: np.ndarray) -> float:
-    """Seed-mean return of the first update where any seed saw an episode end."""
-    curve = np.nanmean(np.where(np.isfinite(returns), returns, np.nan), axis=0) \
-        if np.isfinite(returns).any() else np.full(returns.shape[1], np.nan)
-    finite = np.nonzero(np.isfinite(curve))[0]
-    return float(curve[finite[0]]) if len(finite) else math.nan
+def seed_mean(x: np.ndarray) -> np.ndarray:
+    """f64[updates]: mean over seeds (axis 0) of the finite values; NaN where none."""
+    x = np.asarray(x, np.float64)
+    n = np.isfinite(x).sum(axis=0)
+    total = np.where(np.isfinite(x), x, 0.0).sum(axis=0)
+    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
+
+
+def start_update(episodes: np.ndarray, num_envs: int) -> int | None:
+    """The first update by which, on the mean over seeds, as many episodes have
+    finished as there are envs (about one per env): updates before it see only
+    episodes that ended early (Tag: all runners caught), whose returns are far
+    from the typical near-random one."""
+    hit = np.nonzero(np.cumsum(seed_mean(episodes)) >= num_envs)[0]
+    return int(hit[0]) if len(hit) else None
+
+
+def start_level(returns: np.ndarray, episodes: np.ndarray, num_envs: int) -> float:
+    """Seed-mean return at `start_update` (near-random play); NaN if none."""
+    u = start_update(episodes, num_envs)
+    return math.nan if u is None else float(seed_mean(returns)[u])
 
 
 # --------------------------------------------------------------------------- runs
@@ -259,11 +295,12 @@ def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: i
     compile_s, run_s, (_, metrics) = _timed(train, keys)
     groups = sorted(k.split("/")[0] for k in metrics if k.endswith("/episode_return"))
     returns = {g: np.asarray(metrics[f"{g}/episode_return"], np.float64) for g in groups}
-    return dict(impl="jaxwarp", label=f"jaxwarp trainer, `{backend}` backend",
-                env=config.env, backend=backend, config=CASES[case]["jaxwarp_config"],
-                overrides=overrides, num_updates=d.num_updates,
-                batch_env_steps=d.batch_env_steps, num_agents=None,
-                compile_s=compile_s, run_s=run_s, returns=returns)
+    return {"impl": "jaxwarp", "label": f"jaxwarp trainer, `{backend}` backend",
+                "env": config.env, "backend": backend, "config": CASES[case]["jaxwarp_config"],
+                "overrides": overrides, "num_updates": d.num_updates,
+                "batch_env_steps": d.batch_env_steps, "num_agents": None,
+                "num_envs": config.num_envs, "compile_s": compile_s, "run_s": run_s, "returns": returns,
+                "episodes": np.asarray(metrics["episodes"], np.float64)}
 
 
 def run_peer(case: str, hp: dict[str, Any], seeds: int, seed: int) -> dict[str, Any]:
@@ -284,24 +321,27 @@ def run_peer(case: str, hp: dict[str, Any], seeds: int, seed: int) -> dict[str, 
     keys = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
     compile_s, run_s, (_, metrics) = _timed(train, keys)
     group = CASES[case]["group"]
-    return dict(impl=CASES[case]["peer"], label=CASES[case]["peer_label"], env=venv.name,
-                backend="jax", num_updates=config.num_updates,
-                batch_env_steps=config.num_envs * config.num_steps,
-                num_agents=venv.num_agents, compile_s=compile_s, run_s=run_s,
-                returns={group: np.asarray(metrics["episode_return"], np.float64)})
+    return {"impl": CASES[case]["peer"], "label": CASES[case]["peer_label"], "env": venv.name,
+                "backend": "jax", "num_updates": config.num_updates,
+                "batch_env_steps": config.num_envs * config.num_steps,
+                "num_agents": venv.num_agents, "compile_s": compile_s, "run_s": run_s,
+                "num_envs": config.num_envs, "returns": {group: np.asarray(metrics["episode_return"],
+                                                                   np.float64)},
+                "episodes": np.asarray(metrics["episodes"], np.float64)}
 
 
 def summarise(run: dict[str, Any], group: str, seeds: int) -> dict[str, Any]:
     """Adds curve, final return and throughput; keeps the raw returns aside."""
     r = run["returns"][group]
     u = run["num_updates"]
-    with np.errstate(all="ignore"):
-        curve = np.nanmean(r, axis=0)
-    out = {k: v for k, v in run.items() if k != "returns"}
+    curve = seed_mean(r)
+    out = {k: v for k, v in run.items() if k not in ("returns", "episodes")}
     out.update(group=group, seeds=seeds, seconds_per_update=run["run_s"] / u,
                env_steps_per_s=u * run["batch_env_steps"] * seeds / run["run_s"],
                curve=[None if not np.isfinite(v) else float(v) for v in curve],
-               smoothing_window=window_of(u), start_return=start_level(r),
+               smoothing_window=window_of(u),
+               start_update=start_update(run["episodes"], run["num_envs"]),
+               start_return=start_level(r, run["episodes"], run["num_envs"]),
                final_return=mean_ci(final_per_seed(r)),
                finite_returns=bool(np.isfinite(final_per_seed(r)).all()))
     out["final_return_other_groups"] = {g: mean_ci(final_per_seed(v))
@@ -312,11 +352,14 @@ def summarise(run: dict[str, Any], group: str, seeds: int) -> dict[str, Any]:
 def time_to(run: dict[str, Any], returns: np.ndarray, threshold: float) -> dict[str, Any]:
     """Time (s, compile excluded), updates and env-steps to `threshold`: from
     the seed-mean curve, and per seed (mean ± 95% interval over the seeds that
-    reach it)."""
+    reach it); updates before `start_update` are not searched."""
     u, w = run["num_updates"], window_of(run["num_updates"])
     per_update = run["run_s"] / u
-    with np.errstate(all="ignore"):
-        hit = first_reach(smooth(np.nanmean(returns, axis=0), w), threshold)
+    # Updates before the start level's saw only early-ended episodes: they do not count.
+    first = start_update(run["episodes"], run["num_envs"]) or 0
+    returns = np.array(returns, np.float64)
+    returns[:, :first] = np.nan
+    hit = first_reach(smooth(seed_mean(returns), w), threshold)
     per_seed = [first_reach(smooth(s, w), threshold) for s in returns]
     times = np.array([np.nan if h is None else (h + 1) * per_update for h in per_seed])
     return {
@@ -330,9 +373,9 @@ def time_to(run: dict[str, Any], returns: np.ndarray, threshold: float) -> dict[
 
 
 def threshold_for(runs: list[dict[str, Any]], group: str, frac: float) -> float | None:
-    starts = [start_level(r["returns"][group]) for r in runs]
-    finals = [float(np.nanmean(final_per_seed(r["returns"][group]))) for r in runs]
-    start, end = float(np.nanmean(starts)), min(finals)
+    starts = [start_level(r["returns"][group], r["episodes"], r["num_envs"]) for r in runs]
+    finals = [float(_nanmean(final_per_seed(r["returns"][group]))) for r in runs]
+    start, end = float(_nanmean(starts)), min(finals)
     if not (np.isfinite(start) and np.isfinite(end)) or end <= start:
         return None  # nothing learned: no threshold that means anything
     return start + frac * (end - start)
@@ -405,9 +448,9 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = ["| case | scale | trainer | envs x steps | updates | compile s | run s | "
+    lines = [("| case | scale | trainer | envs x steps | updates | compile s | run s | "
              "env-steps/s | threshold | time to threshold s | env-steps to threshold | "
-             "final return (±95%) | sooner |",
+             "final return (±95%) | sooner |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for case, cd in result["cases"].items():
         for scale, sd in cd["scales"].items():
@@ -478,7 +521,7 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                 final = final_per_seed(r["returns"][group])
                 print(f"{case}/{scale} {key}: compile {r['compile_s']:.1f} s, run "
                       f"{r['run_s']:.1f} s, {r['num_updates']} updates, final return "
-                      f"{np.nanmean(final):.4g}", flush=True)
+                      f"{_nanmean(final):.4g}", flush=True)
             threshold = fixed.get(case, threshold_for(list(raw.values()), group,
                                                       args.threshold_frac))
             runs = {}
@@ -494,7 +537,8 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                                   "runs": runs}
             a = runs["jaxwarp"].get("to_threshold", {}).get("seconds")
             b = runs["peer"].get("to_threshold", {}).get("seconds")
-            sd["peer_over_jaxwarp"] = {
+            # > 1: jaxwarp ahead (less time to the threshold, less run time, more env-steps/s)
+            sd["jaxwarp_speedup"] = {
                 "time_to_threshold": b / a if a and b else None,
                 "run_s": runs["peer"]["run_s"] / runs["jaxwarp"]["run_s"],
                 "env_steps_per_s": runs["jaxwarp"]["env_steps_per_s"]

@@ -39,10 +39,11 @@ def test_smooth_and_first_reach(bench):
 def test_threshold_and_time_to_it(bench):
     # Two runs of 2 seeds x 50 updates (window 1): returns rise from -30 by 0.5 per update.
     rise = -30.0 + 0.5 * np.arange(50)
+    eps = np.full((2, 50), 8.0)  # 8 envs, each ending an episode every update
     fast = {"returns": {"agent": np.stack([rise, rise])}, "num_updates": 50, "run_s": 10.0,
-            "batch_env_steps": 100}
+            "batch_env_steps": 100, "episodes": eps, "num_envs": 8}
     slow = {"returns": {"agent": np.stack([rise - 2.0, rise - 2.0])}, "num_updates": 50,
-            "run_s": 20.0, "batch_env_steps": 100}
+            "run_s": 20.0, "batch_env_steps": 100, "episodes": eps, "num_envs": 8}
     # start: mean of the first updates (-30, -32) = -31; end: the lower final return, the
     # mean of slow's last 5% (2 updates: -6 and -5.5, minus 2) = -7.75; 0.9 of the way:
     # -31 + 0.9 * 23.25 = -10.075.
@@ -56,8 +57,23 @@ def test_threshold_and_time_to_it(bench):
     # slow at update 44 (-32 + 22 = -10), 45 updates x 0.4 s.
     assert bench.time_to(slow, slow["returns"]["agent"], thr)["seconds"] == pytest.approx(18.0)
     flat = {"returns": {"agent": np.full((2, 10), -5.0)}, "num_updates": 10, "run_s": 1.0,
-            "batch_env_steps": 1}
+            "batch_env_steps": 1, "episodes": np.ones((2, 10)), "num_envs": 1}
     assert bench.threshold_for([flat], "agent", 0.9) is None  # nothing learned
+
+
+def test_start_level_skips_updates_with_only_early_endings(bench):
+    # Tag at 2048 envs x 50 steps, 100-step episodes: update 0 sees only the few episodes
+    # that ended early (every runner caught: a high tagger return), update 1 all the rest.
+    returns = np.array([[25.0, 6.5, 7.0], [np.nan, 6.9, 7.2]])
+    episodes = np.array([[3.0, 2045.0, 2048.0], [0.0, 2048.0, 2048.0]])
+    # mean episodes per update over the seeds: 1.5, 2046.5 -> cumulative 2048 at update 1
+    assert bench.start_update(episodes, 2048) == 1
+    assert bench.start_level(returns, episodes, 2048) == pytest.approx(6.7)
+    assert bench.start_update(episodes[:, :1], 2048) is None
+    # The early endings of update 0 do not count as reaching a threshold.
+    run = {"num_updates": 3, "run_s": 3.0, "batch_env_steps": 1, "episodes": episodes,
+           "num_envs": 2048}
+    assert bench.time_to(run, returns, 7.0)["updates"] == 3  # (7.0 + 7.2) / 2 at update 2
 
 
 def test_mean_ci_uses_student_t(bench):
