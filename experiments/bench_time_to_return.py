@@ -67,13 +67,14 @@ carry ``.whl`` and run::
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
         --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
     python3 -m pip install -q --no-build-isolation --no-deps -e .
-    JAXWARP_COMMIT=<sha> python3 experiments/bench_time_to_return.py --cases mpe \
+    JAXWARP_COMMIT=$SHA python3 experiments/bench_time_to_return.py --cases mpe \
         --scale both --out $OUT/ttr_mpe.json          # about 200 s on an H100
-    JAXWARP_COMMIT=<sha> python3 experiments/bench_time_to_return.py \
+    JAXWARP_COMMIT=$SHA python3 experiments/bench_time_to_return.py \
         --cases cartpole,tag --scale both --out $OUT/ttr_cp_tag.json   # about 220 s
 
-(two calls of the 10-minute limit; ``--update`` merges a run into an existing
-``--out``).
+with SHA the commit here (``git rev-parse HEAD``; the machine's copy of the tree
+carries no usable .git). Two calls of the 10-minute limit; ``--update`` merges a
+run into an existing ``--out``.
 """
 
 from __future__ import annotations
@@ -383,8 +384,11 @@ def threshold_for(runs: list[dict[str, Any]], group: str, frac: float) -> float 
 
 # --------------------------------------------------------------------------- meta
 def git_commit() -> tuple[str, bool | None]:
-    """(commit, dirty) of the working tree, or $JAXWARP_COMMIT where there is no
-    git checkout (the GPU machine gets a copy of the tree without .git)."""
+    """(commit, dirty) of the code that runs: $JAXWARP_COMMIT where set (the GPU
+    machine gets a copy of the working tree whose .git, if any, is not this
+    checkout's), else git's HEAD and whether tracked files differ from it."""
+    if os.environ.get("JAXWARP_COMMIT"):
+        return os.environ["JAXWARP_COMMIT"], None
     root = Path(__file__).resolve().parent.parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
@@ -394,7 +398,7 @@ def git_commit() -> tuple[str, bool | None]:
                                     check=True).stdout.strip())
         return sha, dirty
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("JAXWARP_COMMIT", "unknown"), None
+        return "unknown", None
 
 
 def _version(name: str) -> str | None:

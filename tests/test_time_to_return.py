@@ -134,3 +134,13 @@ def test_tiny_mpe_run_writes_the_documented_json(bench, tmp_path):
     assert sd["runs"]["jaxwarp"]["backend"] == "cpu"
     assert sd["runs"]["peer"]["env"] == "MPE_simple_spread_v3"
     assert sd["runs"]["peer"]["num_agents"] == 3
+
+
+def test_commit_comes_from_jaxwarp_commit_where_set(bench, monkeypatch):
+    # The GPU machine's copy of the tree has a .git that is not this checkout's: the
+    # commit passed in must win over what git says there.
+    monkeypatch.setenv("JAXWARP_COMMIT", "0123abc")
+    assert bench.git_commit() == ("0123abc", None)
+    monkeypatch.delenv("JAXWARP_COMMIT")
+    sha, _ = bench.git_commit()
+    assert sha != "0123abc"
