@@ -26,6 +26,32 @@ _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 
+def orthogonal(scale: float) -> Callable[..., jax.Array]:
+    """Flax's orthogonal initializer (the same values), whose QR runs one
+    matrix at a time under `jax.vmap` (a `lax.map` over the batch).
+
+    Batched over seeds, the QR would be one batched LAPACK call that splits
+    its batch over XLA:CPU's intra-op thread pool and waits for it; two such
+    calls running at once (two layers or groups initialised concurrently) on
+    a pool of two threads wait for each other forever (seen on a 2-core CPU:
+    ``jax.jit(jax.vmap(make_train(config)))`` hanging in ``lapack_sgeqrf``).
+    """
+    base = nn.initializers.orthogonal(scale)
+
+    def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+        @jax.custom_batching.custom_vmap
+        def one(k):
+            return base(k, shape, dtype)
+
+        @one.def_vmap
+        def _batched(axis_size, in_batched, k):
+            return jax.lax.map(one, k), True
+
+        return one(key)
+
+    return init
+
+
 def _row_blocks(rows: int) -> int:
     """How many row blocks a weight gradient over `rows` rows is summed
     over: the largest divisor of `rows` in [8, 128] that leaves blocks of at
@@ -150,7 +176,7 @@ class MLPActorCritic(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         act = _ACTIVATIONS[self.activation]
-        hidden = nn.initializers.orthogonal(np.sqrt(2))
+        hidden = orthogonal(np.sqrt(2))
         widths = list(self.hidden_sizes)
         in_dims = [obs.shape[-1]] + widths[:-1]
         last = widths[-1] if widths else obs.shape[-1]
@@ -158,9 +184,9 @@ class MLPActorCritic(nn.Module):
         towers = 1 if self.shared_torso else 2
         torsos = [[DenseParams(w, hidden, name=next(names))(d) for w, d in zip(widths, in_dims)]
                   for _ in range(towers)]
-        policy = DenseParams(int(sum(self.action_dims)), nn.initializers.orthogonal(0.01),
+        policy = DenseParams(int(sum(self.action_dims)), orthogonal(0.01),
                              name=next(names))(last)
-        value = DenseParams(1, nn.initializers.orthogonal(1.0), name=next(names))(last)
+        value = DenseParams(1, orthogonal(1.0), name=next(names))(last)
 
         # Two towers' first layers could share one matmul of the observations,
         # but slicing its [rows, 2 x width] output in two costs XLA:GPU a copy
