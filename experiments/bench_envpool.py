@@ -105,8 +105,10 @@ def make_envpool(env_id: str, n: int, threads: int):
 
 def make_jaxwarp_gym(name: str, n: int, copy: bool, first_actions: np.ndarray,
                      final_obs: bool = True):
+    # Same-step autoreset with the final observation in infos: the mode the
+    # published figures were measured in (Gymnasium's default is NEXT_STEP).
     envs = JaxwarpVectorEnv(jaxwarp.make(name, backend="cpu"), n, copy=copy,
-                            final_obs=final_obs)
+                            final_obs=final_obs, autoreset_mode="same_step")
     t = time.perf_counter()
     envs.reset(seed=0)
     envs.step(first_actions)
