@@ -160,8 +160,8 @@ def _render(args: argparse.Namespace) -> int:
         return fail("--config goes with --env; a run's env comes from its saved config")
     if args.steps is not None and args.steps < 0:
         return fail(f"--steps must be >= 0; got {args.steps}")
-    if args.size < 8:
-        return fail(f"--size must be >= 8; got {args.size}")
+    if not 8 <= args.size <= 2048:  # a frame is size x 2*size pixels per step, in memory
+        return fail(f"--size must be in [8, 2048]; got {args.size}")
     if not args.fps > 0:
         return fail(f"--fps must be > 0; got {args.fps}")
     import jax

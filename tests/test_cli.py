@@ -194,3 +194,11 @@ def test_custom_env_usage_blocks_run_as_the_script_the_page_names(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert "cpu vs jax: 83 steps x 8 envs, 16 episodes finished, max |diff| 0: consistent" \
         in run.stdout
+
+
+@pytest.mark.parametrize("size", ["4", "60000"])
+def test_render_size_is_bounded(size, capsys):
+    """A huge --size asked XLA for gigabytes per frame and aborted the process."""
+    assert main(["render", "--env", "cartpole", "--steps", "2", "--size", size]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"jaxwarp render: error: --size must be in [8, 2048]; got {size}", err
