@@ -19,12 +19,11 @@ subprocess started with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from _workers import run_workers
 
 DEVICES = 4
 NUM_ENVS = 8
@@ -255,23 +254,7 @@ def _envs() -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                        f" --xla_force_host_platform_device_count={DEVICES}").strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    parts = max(1, min(2, os.cpu_count() or 1))
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(i), str(parts)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for i in range(parts)]
-    outs = [p.communicate(timeout=900) for p in procs]
-    report: dict = {"envs": {}}
-    for p, (stdout, stderr) in zip(procs, outs):
-        if p.returncode != 0:
-            pytest.fail(f"partitioning worker failed (rc {p.returncode}):\n{stderr[-6000:]}")
-        part = json.loads(stdout.strip().splitlines()[-1])
-        report["envs"].update(part.pop("envs"))
-        report.update(part)
-    return report
+    return run_workers(__file__, DEVICES, 2, "partitioning")
 
 
 def _clean(entry: dict) -> None:

@@ -25,12 +25,11 @@ messages. The plain-jit path (no ShardedEnv) is tests/test_partitioning.py.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 
 import pytest
+from _workers import run_workers
 
 DEVICES = 4
 WORKERS = 2  # subprocesses, each on its share of the (env, backend) pairs
@@ -241,26 +240,9 @@ def _envs() -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                        f" --xla_force_host_platform_device_count={DEVICES}").strip()
-    env["JAX_PLATFORMS"] = "cpu"
     t0 = time.perf_counter()
-    # Mostly XLA compiles (single-threaded): one worker per CPU core, at most 2.
-    parts = max(1, min(WORKERS, os.cpu_count() or 1))
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(i), str(parts)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for i in range(parts)]
-    outs = [p.communicate(timeout=900) for p in procs]
-    report: dict = {}
-    for p, (stdout, stderr) in zip(procs, outs):
-        if p.returncode != 0:
-            pytest.fail(f"sharding worker failed (rc {p.returncode}):\n{stderr[-6000:]}")
-        part = json.loads(stdout.strip().splitlines()[-1])
-        envs = report.get("envs", {})
-        envs.update(part.pop("envs"))
-        report.update(part)
-        report["envs"] = envs
+    # Mostly XLA compiles (single-threaded): one worker per CPU core, at most WORKERS.
+    report = run_workers(__file__, DEVICES, WORKERS, "sharding")
     report["wall_seconds"] = round(time.perf_counter() - t0, 1)
     return report
 

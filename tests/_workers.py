@@ -1,0 +1,39 @@
+"""Subprocess workers on forced CPU devices, shared by the sharding tests.
+
+XLA's host device count is fixed when jax initialises, so tests that need
+several devices run their checks in fresh processes started with
+``XLA_FLAGS=--xla_force_host_platform_device_count=N``. Each worker
+(``python SCRIPT --worker I PARTS``) does its share and prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run_workers(script: str, devices: int, parts: int, what: str, timeout: int = 900) -> dict:
+    """Runs `parts` workers of `script` on `devices` forced CPU devices and
+    merges their reports: the ``"envs"`` dicts key by key, the other keys as
+    they come. A failed worker fails the test with its stderr's tail."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                        f" --xla_force_host_platform_device_count={devices}").strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    parts = max(1, min(parts, os.cpu_count() or 1))
+    procs = [subprocess.Popen([sys.executable, script, "--worker", str(i), str(parts)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(parts)]
+    outs = [p.communicate(timeout=timeout) for p in procs]
+    report: dict = {"envs": {}}
+    for p, (stdout, stderr) in zip(procs, outs):
+        if p.returncode != 0:
+            pytest.fail(f"{what} worker failed (rc {p.returncode}):\n{stderr[-6000:]}")
+        part = json.loads(stdout.strip().splitlines()[-1])
+        report["envs"].update(part.pop("envs", {}))
+        report.update(part)
+    return report
