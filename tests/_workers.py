@@ -37,3 +37,27 @@ def run_workers(script: str, devices: int, parts: int, what: str, timeout: int =
         report["envs"].update(part.pop("envs", {}))
         report.update(part)
     return report
+
+
+def leaves_differ(a, b) -> list[str]:
+    """Paths of the leaves of pytrees a and b that differ in shape, dtype or bits."""
+    import jax
+    import numpy as np
+
+    la, lb = jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b)
+    if len(la) != len(lb):
+        return [f"{len(la)} leaves vs {len(lb)}"]
+    return [jax.tree_util.keystr(p) for (p, x), y in zip(la, lb)
+            if x.shape != y.shape or x.dtype != y.dtype
+            or not np.array_equal(np.asarray(x), np.asarray(y))]
+
+
+def not_split(tree, mesh, axis: int = 0) -> list[str]:
+    """Paths of the leaves whose axis `axis` is not split over the mesh's "envs" axis."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    want = NamedSharding(mesh, P(*([None] * axis), "envs"))
+    return [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(tree)
+            if not x.sharding.is_equivalent_to(want, x.ndim)]

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 import pytest
-from _workers import run_workers
+from _workers import leaves_differ, not_split, run_workers
 
 DEVICES = 4
 NUM_ENVS = 8
@@ -52,20 +52,7 @@ def _worker(part: int, parts: int) -> dict:
     key = jax.random.key(5)
     report: dict = {"envs": {}, "shardy": bool(jax.config.jax_use_shardy_partitioner)}
 
-    def differ(a, b):
-        """Paths of the leaves of a and b that differ in shape, dtype or bits."""
-        la, lb = jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b)
-        if len(la) != len(lb):
-            return [f"{len(la)} leaves vs {len(lb)}"]
-        return [jax.tree_util.keystr(p) for (p, x), y in zip(la, lb)
-                if x.shape != y.shape or x.dtype != y.dtype
-                or not np.array_equal(np.asarray(x), np.asarray(y))]
-
-    def not_split(tree, mesh, axis=0):
-        """Leaves whose axis `axis` is not split over the mesh's "envs" axis."""
-        want = NamedSharding(mesh, P(*([None] * axis), "envs"))
-        return [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(tree)
-                if not x.sharding.is_equivalent_to(want, x.ndim)]
+    differ = leaves_differ
 
     def not_replicated(tree):
         return [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(tree)

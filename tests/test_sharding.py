@@ -29,7 +29,7 @@ import sys
 import time
 
 import pytest
-from _workers import run_workers
+from _workers import leaves_differ, not_split, run_workers
 
 DEVICES = 4
 WORKERS = 2  # subprocesses, each on its share of the (env, backend) pairs
@@ -61,8 +61,7 @@ def _worker(part: int, parts: int) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import Mesh
 
     import jaxwarp
     from jaxwarp import sharding
@@ -76,19 +75,7 @@ def _worker(part: int, parts: int) -> dict:
                                    for k, m in meshes.items()}}
     key = jax.random.key(2024)
 
-    def leaves_equal(a, b):
-        la, lb = jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b)
-        if len(la) != len(lb):
-            return [f"{len(la)} leaves vs {len(lb)}"]
-        return [jax.tree_util.keystr(p) for (p, x), y in zip(la, lb)
-                if x.shape != y.shape or x.dtype != y.dtype
-                or not np.array_equal(np.asarray(x), np.asarray(y))]
-
-    def sharded_over(tree, mesh, env_axis=0):
-        """Leaves whose axis env_axis is not split over the mesh's "envs" axis."""
-        want = NamedSharding(mesh, P(*([None] * env_axis), "envs"))
-        return [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(tree)
-                if not x.sharding.is_equivalent_to(want, x.ndim)]
+    leaves_equal, sharded_over = leaves_differ, not_split
 
     def rollout_fn(e):
         nvec = jnp.asarray(np.asarray(e.action_space.nvec), jnp.int32)
@@ -122,7 +109,7 @@ def _worker(part: int, parts: int) -> dict:
             entry["equal"][mname] = leaves_equal(want, got)
             # got = (final state, per-step outputs stacked on a leading step axis)
             entry.setdefault("unsharded_outputs", {})[mname] = (
-                sharded_over(got[0], mesh) + sharded_over(got[1], mesh, env_axis=1))
+                sharded_over(got[0], mesh) + sharded_over(got[1], mesh, axis=1))
             if mname == "auto4":
                 entry["rollout_collectives"] = sharding.collectives_in(compiled.as_text())
         # One reset and step on 4 devices: outputs placed, compiled step clean.
