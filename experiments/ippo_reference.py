@@ -42,6 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxwarp.train.models import orthogonal
+
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
@@ -177,7 +179,9 @@ class ActorCritic(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         act = nn.tanh if self.activation == "tanh" else nn.relu
-        ortho = nn.initializers.orthogonal
+        # Flax's orthogonal initializer, one QR per matrix under vmap over seeds
+        # (batched LAPACK QRs can deadlock XLA:CPU on 2 cores; same values).
+        ortho = orthogonal
         zeros = nn.initializers.zeros
 
         def tower(h: jax.Array) -> jax.Array:
