@@ -12,6 +12,10 @@ throughput) and <out>/learn_compare.png (tags per episode vs env-steps).
     python experiments/learn_compare.py --config tag_chase --env-steps 30000000 \
         --variant f32 --variant bf16 policies.tagger.dtype=bfloat16 obs_dtype=bfloat16 \
         --out experiments/results/learn_compare_h100
+
+With ``--seeds S`` every variant trains seeds 0..S-1 (one run each) and the
+summary gives the mean final tags per episode with a 95% interval over seeds
+(t distribution), so that two variants, or two commits, can be compared.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxwarp.benchmark import run_meta
 from jaxwarp.train import load_config
 from jaxwarp.train.runner import read_metrics, train_run
 
@@ -35,6 +40,19 @@ def moving_mean(values: list[float], window: int) -> list[float]:
         part = [v for v in values[max(0, i + 1 - window):i + 1] if not math.isnan(v)]
         out.append(float(np.mean(part)) if part else math.nan)
     return out
+
+
+def summarize(finals: list[float]) -> dict[str, float]:
+    """Mean of the seeds' final values and the half-width of its 95% interval
+    (Student's t with n - 1 degrees of freedom; 0 for one seed)."""
+    x = np.asarray(finals, np.float64)
+    n = len(x)
+    if n < 2:
+        return {"n": n, "mean": float(x.mean()), "ci95": 0.0}
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n)
+    return {"n": n, "mean": float(x.mean()), "ci95": float(half)}
 
 
 def plot(res: dict, path: Path) -> None:
@@ -66,6 +84,8 @@ def main() -> None:
     ap.add_argument("--variant", nargs="+", action="append", required=True,
                     metavar=("NAME", "KEY=VALUE"), help="a name and its overrides (repeatable)")
     ap.add_argument("--env-steps", type=int, default=30_000_000)
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="seeds per variant (0..S-1); the summary's interval is over them")
     ap.add_argument("--baseline-updates", type=int, default=20)
     ap.add_argument("--out", default="experiments/results/learn_compare")
     ap.add_argument("--work", default=None,
@@ -90,29 +110,39 @@ def main() -> None:
     updates = max(1, args.env_steps // batch)
     chunk = min(config.chunk_updates, updates)
     window = max(5, updates // 20)
-    res = {"config": args.config, "overrides": args.overrides, "env_steps": updates * batch,
+    res = {"meta": run_meta(), "config": args.config, "seeds": args.seeds, "overrides": args.overrides, "env_steps": updates * batch,
            "random_tags_per_episode": base, "window": window, "variants": {}}
     for name, *extra in args.variant:
-        cfg = load_config(args.config, [*args.overrides, *extra,
-                                        f"total_env_steps={updates * batch}",
-                                        f"chunk_updates={chunk}",
-                                        f"checkpoint_every={updates // chunk * chunk}"])
-        run = train_run(cfg, work / name, progress=False)
-        rows = sorted(read_metrics(work / name), key=lambda r: r["update"])
-        tags = [float(r["tags_per_episode"]) for r in rows]
-        smooth = moving_mean(tags, window)
-        res["variants"][name] = {
-            "overrides": extra, "env_steps_per_s": run.summary["env_steps_per_s"],
-            "final_tags_per_episode": smooth[-1], "ratio_to_random": smooth[-1] / base,
-            "env_steps": [r["env_steps"] for r in rows], "tags_per_episode": tags,
-            "tags_per_episode_smoothed": smooth,
-            "tagger_episode_return": [float(r["tagger/episode_return"]) for r in rows]}
-        print(f"{name}: {smooth[-1]:.2f} tags per episode after {updates * batch:,} env-steps "
-              f"({smooth[-1] / base:.2f}x random, {run.summary['env_steps_per_s']:,.0f} "
-              f"env-steps/s)", flush=True)
-        (out / "learn_compare.json").write_text(json.dumps(
-            res, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v)
-            else v))
+        for seed in range(args.seeds):
+            label = name if args.seeds == 1 else f"{name}/seed{seed}"
+            cfg = load_config(args.config, [*args.overrides, *extra, f"seed={seed}",
+                                            f"total_env_steps={updates * batch}",
+                                            f"chunk_updates={chunk}",
+                                            f"checkpoint_every={updates // chunk * chunk}"])
+            run = train_run(cfg, work / label.replace("/", "_"), progress=False)
+            rows = sorted(read_metrics(work / label.replace("/", "_")), key=lambda r: r["update"])
+            tags = [float(r["tags_per_episode"]) for r in rows]
+            smooth = moving_mean(tags, window)
+            res["variants"][label] = {
+                "overrides": extra, "seed": seed,
+                "env_steps_per_s": run.summary["env_steps_per_s"],
+                "final_tags_per_episode": smooth[-1], "ratio_to_random": smooth[-1] / base,
+                "env_steps": [r["env_steps"] for r in rows], "tags_per_episode": tags,
+                "tags_per_episode_smoothed": smooth,
+                "tagger_episode_return": [float(r["tagger/episode_return"]) for r in rows]}
+            print(f"{label}: {smooth[-1]:.2f} tags per episode after {updates * batch:,} "
+                  f"env-steps ({smooth[-1] / base:.2f}x random, "
+                  f"{run.summary['env_steps_per_s']:,.0f} env-steps/s)", flush=True)
+            res.setdefault("summary", {})[name] = summarize(
+                [v["final_tags_per_episode"] for k, v in res["variants"].items()
+                 if k == name or k.startswith(name + "/")])
+            (out / "learn_compare.json").write_text(json.dumps(
+                res, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v)
+                else v))
+        if args.seeds > 1:
+            sm = res["summary"][name]
+            print(f"{name}: {sm['mean']:.2f} +- {sm['ci95']:.2f} tags per episode "
+                  f"(95% interval over {sm['n']} seeds)", flush=True)
     plot(res, out / "learn_compare.png")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
