@@ -44,9 +44,9 @@ from jaxwarp.spaces import Box, MultiDiscrete
 
 # The API headers: installed with the package (jaxwarp/include), or the
 # repository's cuda/ folder in a source checkout / editable install.
-_INSTALLED = Path(__file__).resolve().parent / "include"
+_INSTALLED = Path(__file__).resolve().parent.parent / "include"
 API_DIR = _INSTALLED if (_INSTALLED / "jaxwarp_env.h").exists() else (
-    Path(__file__).resolve().parent.parent / "cuda")
+    Path(__file__).resolve().parent.parent.parent / "cuda")
 # The framework's headers: every built env depends on them (cache key).
 API_HEADERS = ("jaxwarp_env.h", "jaxwarp_common.h", "jaxwarp_team.h", "jaxwarp_kernels.h",
                "jaxwarp_ffi.h")
