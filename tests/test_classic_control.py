@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 from jax.extend.random import threefry2x32_p
 
-from jaxwarp.envs import classic_control as cc
+from jaxwarp.envs import acrobot, cartpole, mountain_car, pendulum
 
 gym = pytest.importorskip("gymnasium")
 
@@ -69,27 +69,28 @@ class Case:
 
 CASES = {
     "cartpole": Case(
-        "CartPole-v1", cc.CartPoleParams, cc.cartpole_reset, cc.cartpole_step,
-        cc._cartpole_dynamics, cc.cartpole_observe, cc.CartPoleState,
+        "CartPole-v1", cartpole.CartPoleParams, cartpole.cartpole_reset, cartpole.cartpole_step,
+        cartpole._cartpole_dynamics, cartpole.cartpole_observe, cartpole.CartPoleState,
         ("x", "x_dot", "theta", "theta_dot"), (1e-6, 1e-6), 0.0,
         lambda p, a: int(a),
         lambda s: int(s[2] + 0.5 * s[3] > 0)),
     "acrobot": Case(
-        "Acrobot-v1", cc.AcrobotParams, cc.acrobot_reset, cc.acrobot_step,
-        cc._acrobot_dynamics, cc.acrobot_observe, cc.AcrobotState,
+        "Acrobot-v1", acrobot.AcrobotParams, acrobot.acrobot_reset, acrobot.acrobot_step,
+        acrobot._acrobot_dynamics, acrobot.acrobot_observe, acrobot.AcrobotState,
         ("theta1", "theta2", "dtheta1", "dtheta2"), (2e-6, 2e-6), 0.0,
         lambda p, a: int(a),
         lambda s: 0 if s[2] > 0 else 2),
     "pendulum": Case(
-        "Pendulum-v1", cc.PendulumParams, cc.pendulum_reset, cc.pendulum_step,
-        cc._pendulum_dynamics, cc.pendulum_observe, cc.PendulumState,
+        "Pendulum-v1", pendulum.PendulumParams, pendulum.pendulum_reset, pendulum.pendulum_step,
+        pendulum._pendulum_dynamics, pendulum.pendulum_observe, pendulum.PendulumState,
         ("theta", "theta_dot"), (0.0, 1e-5), 1e-4,
         lambda p, a: np.array([p.torques[a]], np.float32),
         lambda s: 4 if s[1] > 0 else 0),
     "mountain_car": Case(
-        "MountainCar-v0", cc.MountainCarParams, cc.mountain_car_reset,
-        cc.mountain_car_step, cc._mountain_car_dynamics, cc.mountain_car_observe,
-        cc.MountainCarState, ("position", "velocity"), (1e-6, 1e-6), 0.0,
+        "MountainCar-v0", mountain_car.MountainCarParams, mountain_car.mountain_car_reset,
+        mountain_car.mountain_car_step, mountain_car._mountain_car_dynamics,
+        mountain_car.mountain_car_observe, mountain_car.MountainCarState,
+        ("position", "velocity"), (1e-6, 1e-6), 0.0,
         lambda p, a: int(a),
         lambda s: 2 if s[1] >= 0 else 0),
 }
@@ -202,19 +203,30 @@ def test_matches_gymnasium_step_by_step(name):
 # ---------------------------------------------------------------------------
 # Functional API: reset distribution, shapes, determinism, auto-reset, jit, vmap.
 # ---------------------------------------------------------------------------
-NAMES = sorted(cc.CLASSIC_CONTROL)
+# name -> (Params, reset, step, obs_dim, nvec) with default params (Pendulum's nvec
+# follows `PendulumParams.num_torque_levels`).
+CLASSIC_CONTROL = {
+    "cartpole": (cartpole.CartPoleParams, cartpole.cartpole_reset, cartpole.cartpole_step,
+                 4, (2,)),
+    "acrobot": (acrobot.AcrobotParams, acrobot.acrobot_reset, acrobot.acrobot_step, 6, (3,)),
+    "pendulum": (pendulum.PendulumParams, pendulum.pendulum_reset, pendulum.pendulum_step,
+                 3, (5,)),
+    "mountain_car": (mountain_car.MountainCarParams, mountain_car.mountain_car_reset,
+                     mountain_car.mountain_car_step, 2, (3,)),
+}
+NAMES = sorted(CLASSIC_CONTROL)
 RESET_RANGES = {
-    "cartpole": cc.CARTPOLE_RESET,
-    "acrobot": cc.ACROBOT_RESET,
-    "pendulum": cc.PENDULUM_RESET,
-    "mountain_car": cc.MOUNTAIN_CAR_RESET,
+    "cartpole": cartpole.CARTPOLE_RESET,
+    "acrobot": acrobot.ACROBOT_RESET,
+    "pendulum": pendulum.PENDULUM_RESET,
+    "mountain_car": mountain_car.MOUNTAIN_CAR_RESET,
 }
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reset_distribution_shapes_and_draws(name):
     case = CASES[name]
-    params_cls, reset, _, obs_dim, nvec = cc.CLASSIC_CONTROL[name]
+    params_cls, reset, _, obs_dim, nvec = CLASSIC_CONTROL[name]
     p = params_cls()
     assert p.obs_dim == obs_dim and p.nvec == nvec
     n = 4096
@@ -248,7 +260,7 @@ def test_reset_distribution_shapes_and_draws(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_determinism_by_key(name):
-    params_cls, reset, step, _, nvec = cc.CLASSIC_CONTROL[name]
+    params_cls, reset, step, _, nvec = CLASSIC_CONTROL[name]
     p = params_cls()
 
     def rollout(seed):
@@ -271,7 +283,7 @@ def test_determinism_by_key(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_auto_reset_and_episode_return(name):
     case = CASES[name]
-    params_cls, reset, step, _, _ = cc.CLASSIC_CONTROL[name]
+    params_cls, reset, step, _, _ = CLASSIC_CONTROL[name]
     p = params_cls()
     n = N
     obs, state = reset(p, KEY, n)
@@ -305,27 +317,27 @@ def test_auto_reset_and_episode_return(name):
 
 def test_terminated_env_resets_alone():
     """Only the env that terminates restarts; the others carry on."""
-    p = cc.CartPoleParams()
-    _, state = cc.cartpole_reset(p, KEY, N)
+    p = cartpole.CartPoleParams()
+    _, state = cartpole.cartpole_reset(p, KEY, N)
     state = state.replace(theta=state.theta.at[1, 0].set(0.25),  # beyond 12 degrees
                           timestep=jnp.full((N,), 7, jnp.int32))
     a = jnp.ones((N, 1, 1), jnp.int32)
-    obs, new, reward, done, info = cc.cartpole_step(p, KEY, state, a)
+    obs, new, reward, done, info = cartpole.cartpole_step(p, KEY, state, a)
     np.testing.assert_array_equal(done, [False, True, False, False])
     np.testing.assert_array_equal(info["terminated"], [False, True, False, False])
     np.testing.assert_array_equal(new.timestep, [8, 0, 8, 8])
     np.testing.assert_array_equal(reward, 1.0)
-    _, fresh = cc.cartpole_reset(p, KEY, N)
+    _, fresh = cartpole.cartpole_reset(p, KEY, N)
     assert new.theta[1, 0] == fresh.theta[1, 0] and new.x[1, 0] == fresh.x[1, 0]
 
 
 def test_terminated_and_truncated_on_the_same_step():
     """As gymnasium's TimeLimit: truncation does not depend on termination."""
-    p = cc.CartPoleParams()
-    _, state = cc.cartpole_reset(p, KEY, N)
+    p = cartpole.CartPoleParams()
+    _, state = cartpole.cartpole_reset(p, KEY, N)
     state = state.replace(x=jnp.full((N, 1), 2.45, jnp.float32),
                           timestep=jnp.array([499, 498, 499, 0], jnp.int32))
-    _, _, _, done, info = cc.cartpole_step(p, KEY, state, jnp.ones((N, 1, 1), jnp.int32))
+    _, _, _, done, info = cartpole.cartpole_step(p, KEY, state, jnp.ones((N, 1, 1), jnp.int32))
     np.testing.assert_array_equal(info["terminated"], True)
     np.testing.assert_array_equal(info["truncated"], [True, False, True, False])
     np.testing.assert_array_equal(done, True)
@@ -333,7 +345,7 @@ def test_terminated_and_truncated_on_the_same_step():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_jit_and_vmap(name):
-    params_cls, reset, step, obs_dim, nvec = cc.CLASSIC_CONTROL[name]
+    params_cls, reset, step, obs_dim, nvec = CLASSIC_CONTROL[name]
     p = params_cls()
     keys = jax.vmap(jax.random.key_data)(jax.random.split(jax.random.key(5), 6))
     reset_keys, step_keys = keys[:3], keys[3:]
@@ -359,16 +371,16 @@ def test_jit_and_vmap(name):
 
 
 def test_pendulum_discrete_torques():
-    p = cc.PendulumParams()  # 5 levels
+    p = pendulum.PendulumParams()  # 5 levels
     np.testing.assert_array_equal(p.torques, np.float32([-2, -1, 0, 1, 2]))
-    np.testing.assert_array_equal(cc.PendulumParams(num_torque_levels=3).torques,
+    np.testing.assert_array_equal(pendulum.PendulumParams(num_torque_levels=3).torques,
                                   np.float32([-2, 0, 2]))
-    assert cc.PendulumParams(num_torque_levels=3).nvec == (3,)
-    _, state = cc.pendulum_reset(p, KEY, N)
+    assert pendulum.PendulumParams(num_torque_levels=3).nvec == (3,)
+    _, state = pendulum.pendulum_reset(p, KEY, N)
     state = state.replace(theta=jnp.zeros((N, 1), jnp.float32),
                           theta_dot=jnp.zeros((N, 1), jnp.float32))
     a = np.int32([0, 1, 3, 4])
-    _, new, reward, _, _ = cc.pendulum_step(p, KEY, state, jnp.asarray(a).reshape(N, 1, 1))
+    _, new, reward, _, _ = pendulum.pendulum_step(p, KEY, state, jnp.asarray(a).reshape(N, 1, 1))
     # From rest at the top: theta_dot' = 3 / (m l^2) * u * dt, cost 0.001 u^2.
     u = p.torques[a]
     np.testing.assert_allclose(new.theta_dot[:, 0], 3 * u * 0.05, rtol=1e-6)
@@ -384,30 +396,30 @@ def test_acrobot_wrap_matches_while_loop():
         while v < np.float32(-math.pi):
             v = np.float32(v + np.float32(2 * math.pi))
         expect.append(v)
-    np.testing.assert_array_equal(cc._wrap_pi(jnp.asarray(x)), np.float32(expect))
+    np.testing.assert_array_equal(acrobot._wrap_pi(jnp.asarray(x)), np.float32(expect))
 
 
 def test_errors():
-    p = cc.CartPoleParams()
-    _, state = cc.cartpole_reset(p, KEY, N)
+    p = cartpole.CartPoleParams()
+    _, state = cartpole.cartpole_reset(p, KEY, N)
     with pytest.raises(ValueError, match="actions must have shape"):
-        cc.cartpole_step(p, KEY, state, jnp.zeros((N, 1), jnp.int32))
+        cartpole.cartpole_step(p, KEY, state, jnp.zeros((N, 1), jnp.int32))
     with pytest.raises(TypeError, match="int32"):
-        cc.cartpole_step(p, KEY, state, jnp.zeros((N, 1, 1), jnp.float32))
+        cartpole.cartpole_step(p, KEY, state, jnp.zeros((N, 1, 1), jnp.float32))
     with pytest.raises(ValueError, match="num_envs"):
-        cc.cartpole_reset(p, KEY, 0)
+        cartpole.cartpole_reset(p, KEY, 0)
     with pytest.raises(ValueError, match="key_data"):
-        cc.cartpole_reset(p, jnp.zeros((2,), jnp.int32), 2)
+        cartpole.cartpole_reset(p, jnp.zeros((2,), jnp.int32), 2)
     with pytest.raises(ValueError, match="max_steps"):
-        cc.CartPoleParams(max_steps=0)
+        cartpole.CartPoleParams(max_steps=0)
     with pytest.raises(ValueError, match="num_torque_levels"):
-        cc.PendulumParams(num_torque_levels=1)
+        pendulum.PendulumParams(num_torque_levels=1)
     with pytest.raises(ValueError, match="min_position"):
-        cc.MountainCarParams(min_position=1.0)
+        mountain_car.MountainCarParams(min_position=1.0)
     # Out-of-range actions are clamped.
-    lo = cc.cartpole_step(p, KEY, state, jnp.full((N, 1, 1), -3, jnp.int32))
-    hi = cc.cartpole_step(p, KEY, state, jnp.full((N, 1, 1), 9, jnp.int32))
-    np.testing.assert_array_equal(lo[0], cc.cartpole_step(p, KEY, state,
+    lo = cartpole.cartpole_step(p, KEY, state, jnp.full((N, 1, 1), -3, jnp.int32))
+    hi = cartpole.cartpole_step(p, KEY, state, jnp.full((N, 1, 1), 9, jnp.int32))
+    np.testing.assert_array_equal(lo[0], cartpole.cartpole_step(p, KEY, state,
                                                           jnp.zeros((N, 1, 1), jnp.int32))[0])
-    np.testing.assert_array_equal(hi[0], cc.cartpole_step(p, KEY, state,
+    np.testing.assert_array_equal(hi[0], cartpole.cartpole_step(p, KEY, state,
                                                           jnp.ones((N, 1, 1), jnp.int32))[0])

@@ -1,6 +1,6 @@
 """Acrobot, Pendulum and MountainCar as built-in kernels through the authoring
 contract (cuda/envs/{acrobot,pendulum,mountain_car}.h), against their pure-JAX
-references (jaxwarp/envs/classic_control.py) on XLA:CPU; CartPole's constants
+references (jaxwarp/envs/<name>.py) on XLA:CPU; CartPole's constants
 folded in Python (its spec's kernel_params)."""
 
 from __future__ import annotations
@@ -11,15 +11,16 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp.envs import classic_control as cc
+from jaxwarp.envs import acrobot, mountain_car, pendulum
 from jaxwarp.envs.acrobot import Acrobot
 from jaxwarp.envs.mountain_car import MountainCar
 from jaxwarp.envs.pendulum import Pendulum
 
 ENVS = {
-    "acrobot": (Acrobot, cc.AcrobotParams, cc.AcrobotState, 6, 3),
-    "pendulum": (Pendulum, cc.PendulumParams, cc.PendulumState, 3, 5),
-    "mountain_car": (MountainCar, cc.MountainCarParams, cc.MountainCarState, 2, 3),
+    "acrobot": (Acrobot, acrobot.AcrobotParams, acrobot.AcrobotState, 6, 3),
+    "pendulum": (Pendulum, pendulum.PendulumParams, pendulum.PendulumState, 3, 5),
+    "mountain_car": (MountainCar, mountain_car.MountainCarParams, mountain_car.MountainCarState,
+                     2, 3),
 }
 
 
@@ -108,10 +109,10 @@ def _terminal_start(name):
     common = dict(timestep=jnp.array([0, 3, 7], jnp.int32),
                   episode_return=jnp.array([[5.0], [-3.0], [-7.0]], jnp.float32))
     if name == "acrobot":  # both links pointing up: -cos t1 - cos(t1 + t2) = 2 > 1
-        return cc.AcrobotState(theta1=f(3.0), theta2=f(0.0), dtheta1=f(0.0),
+        return acrobot.AcrobotState(theta1=f(3.0), theta2=f(0.0), dtheta1=f(0.0),
                                dtheta2=f(0.0), **common), 1
     if name == "mountain_car":  # just below the flag, moving right
-        return cc.MountainCarState(position=f(0.49), velocity=f(0.05), **common), 2
+        return mountain_car.MountainCarState(position=f(0.49), velocity=f(0.05), **common), 2
     return None, None
 
 
@@ -181,7 +182,7 @@ def test_cartpole_constants_are_folded_as_the_reference_folds_them():
     from jaxwarp.envs import cartpole
 
     params = dict(masspole=0.37, masscart=1.3, length=0.71, force_mag=7.3)
-    vals = authoring.kernel_param_values(cartpole.SPEC, cc.CartPoleParams(**params))
+    vals = authoring.kernel_param_values(cartpole.SPEC, cartpole.CartPoleParams(**params))
     total = 0.37 + 1.3
     expected = {"inv_total_mass": 1.0 / total, "polemass_length": 0.37 * 0.71,
                 "four_thirds_length": 0.71 * 4.0 / 3.0,

@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp.envs import classic_control as cc
+from jaxwarp.envs import acrobot, mountain_car, pendulum
 from jaxwarp.envs.acrobot import Acrobot
 from jaxwarp.envs.mountain_car import MountainCar
 from jaxwarp.envs.pendulum import Pendulum
 
 pytestmark = pytest.mark.gpu
 
-ENVS = {"acrobot": (Acrobot, cc.AcrobotParams), "pendulum": (Pendulum, cc.PendulumParams),
-        "mountain_car": (MountainCar, cc.MountainCarParams)}
+ENVS = {"acrobot": (Acrobot, acrobot.AcrobotParams),
+        "pendulum": (Pendulum, pendulum.PendulumParams),
+        "mountain_car": (MountainCar, mountain_car.MountainCarParams)}
 for _name, (_cls, _params) in ENVS.items():
     jaxwarp.register_env(_name, _cls, _params)
 

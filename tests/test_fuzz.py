@@ -52,7 +52,7 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp.envs.classic_control import MOUNTAIN_CAR_RESET
+from jaxwarp.envs.mountain_car import MOUNTAIN_CAR_RESET
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import _REGISTRY
 
@@ -423,7 +423,7 @@ def test_params_reset_step(name, data, seed):
 
 def reset_outside_space(name: str, params: dict) -> bool:
     """Classic-control params whose observation bounds do not hold the fixed
-    reset ranges (Gymnasium's, see jaxwarp/envs/classic_control.py): the
+    reset ranges (Gymnasium's, ``XXX_RESET`` in jaxwarp/envs/<name>.py): the
     first observations fall outside the space (the xfail test below)."""
     p = {f.name: f.default for f in _fields(name).values()} | params
     if name == "mountain_car":
@@ -438,7 +438,7 @@ def reset_outside_space(name: str, params: dict) -> bool:
     return False
 
 
-@pytest.mark.xfail(reason="envs/classic_control.py (not this suite's files): params that "
+@pytest.mark.xfail(reason="jaxwarp/envs/<classic env>.py (not this suite's files): params that "
                    "shrink the observation bounds below Gymnasium's fixed reset ranges are "
                    "accepted, and the first observations fall outside the observation space",
                    strict=False)

@@ -1,26 +1,152 @@
-"""CartPole (Gymnasium CartPole-v1) through jaxwarp's authoring contract.
+"""CartPole (Gymnasium CartPole-v1): params, pure-JAX reference, spec and env.
 
 The kernel is `cuda/envs/cartpole.h`, written against `cuda/jaxwarp_env.h`
-exactly as a user env would be; its FFI bindings are generated from `SPEC`
-and built on first use (`jaxwarp.authoring.build_env`, cached). The pure-JAX
-reference is `jaxwarp.envs.classic_control.cartpole_reset/step`.
+exactly as a user env would be; its FFI bindings are generated from `SPEC` and
+built on first use (`jaxwarp.authoring.build_env`, cached). The pure-JAX
+reference is ``cartpole_reset``, ``cartpole_step`` and ``cartpole_observe``
+below, with the conventions the four classic-control envs share (time limit,
+returns, auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 4]) | x, x_dot, theta, theta_dot |
 |---|---|
 | action (i32[envs, 1, 1]) | 0: push left, 1: push right |
 | reward | 1 every step |
 | end | terminated: abs(x) > 2.4 or abs(theta) > 12 degrees; truncated: 500 steps |
+
+Gymnasium's options are fixed to their defaults: the Euler integrator and
+the +1 reward (no ``sutton_barto_reward``). Reset: draws ``d = 0..3`` for
+(x, x_dot, theta, theta_dot) in [-0.05, 0.05) (``CARTPOLE_RESET``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from functools import partial
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
-from jaxwarp.authoring import API_DIR, EnvSpec, env_class
-from jaxwarp.envs.classic_control import (CartPoleParams, CartPoleState, cartpole_constants,
-                                          cartpole_reset, cartpole_step)
+from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
+from jaxwarp.core import sincos_fixed
+from jaxwarp.envs._classic import (F32, action_index, check_reset_args, finish_step, new_state,
+                                   uniform_draw, validate)
+
+# Reset range [low, high) of each drawn state variable, in draw order.
+CARTPOLE_RESET = ((-0.05, 0.05),) * 4  # x, x_dot, theta, theta_dot
+
+
+@dataclasses.dataclass(frozen=True)
+class CartPoleParams:
+    """CartPole-v1 (gymnasium `CartPoleEnv`): push a cart to balance a pole."""
+
+    gravity: float = 9.8
+    masscart: float = 1.0
+    masspole: float = 0.1
+    length: float = 0.5  # half the pole's length
+    force_mag: float = 10.0
+    tau: float = 0.02  # seconds per step (Euler integration)
+    theta_threshold_radians: float = 12 * 2 * math.pi / 360
+    x_threshold: float = 2.4
+    max_steps: int = 500  # TimeLimit of CartPole-v1
+
+    obs_dim = 4
+    num_actions = 2
+
+    def __post_init__(self) -> None:
+        validate(self, "cartpole", ("max_steps",),
+                 ("masscart", "masspole", "length", "tau", "theta_threshold_radians",
+                  "x_threshold"))
+
+    @property
+    def nvec(self) -> tuple[int, ...]:
+        return (self.num_actions,)
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode at most (the TimeLimit; terminated episodes end sooner;
+        ``jaxwarp.core.episode_length``)."""
+        return self.max_steps
+
+
+@struct.dataclass
+class CartPoleState:
+    """x, x_dot, theta, theta_dot: f32[envs, 1]; timestep: i32[envs];
+    episode_return: f32[envs, 1]."""
+
+    x: jax.Array = state_field("f32")
+    x_dot: jax.Array = state_field("f32")
+    theta: jax.Array = state_field("f32")
+    theta_dot: jax.Array = state_field("f32")
+    timestep: jax.Array = state_field("i32", "env")
+    episode_return: jax.Array = state_field("f32")
+
+
+def _cartpole_start(p: CartPoleParams, key_data: jax.Array, num_envs: int):
+    names = ("x", "x_dot", "theta", "theta_dot")
+    return {n: uniform_draw(key_data, num_envs, d, lo, hi)
+            for d, (n, (lo, hi)) in enumerate(zip(names, CARTPOLE_RESET))}
+
+
+def cartpole_constants(p: CartPoleParams) -> dict[str, np.float32]:
+    """The constants of CartPole's dynamics, folded in float64 from the
+    Python params and rounded to float32 once: the reference uses them, and
+    the kernel gets them as params (`kernel_params` below)."""
+    total_mass = p.masspole + p.masscart
+    polemass_length = p.masspole * p.length
+    return dict(polemass_length=F32(polemass_length), inv_total_mass=F32(1.0 / total_mass),
+                four_thirds_length=F32(p.length * 4.0 / 3.0),
+                length_masspole=F32(p.length * p.masspole / total_mass),
+                polemass_length_over_mass=F32(polemass_length / total_mass))
+
+
+def _cartpole_dynamics(p: CartPoleParams, s: CartPoleState, a: jax.Array):
+    """Gymnasium's Euler step. a: i32[envs, 1] -> (fields, reward, terminated)."""
+    c = cartpole_constants(p)
+    force = jnp.where(a == 1, F32(p.force_mag), F32(-p.force_mag))
+    sintheta, costheta = sincos_fixed(s.theta)
+    temp = (force + c["polemass_length"] * (s.theta_dot * s.theta_dot) * sintheta) \
+        * c["inv_total_mass"]
+    # length * (4/3 - masspole cos^2 / total_mass)
+    denom = c["four_thirds_length"] - c["length_masspole"] * (costheta * costheta)
+    thetaacc = (F32(p.gravity) * sintheta - costheta * temp) / denom
+    xacc = temp - c["polemass_length_over_mass"] * thetaacc * costheta
+    tau = F32(p.tau)
+    x = s.x + tau * s.x_dot
+    x_dot = s.x_dot + tau * xacc
+    theta = s.theta + tau * s.theta_dot
+    theta_dot = s.theta_dot + tau * thetaacc
+    xt, tt = F32(p.x_threshold), F32(p.theta_threshold_radians)
+    terminated = ((x < -xt) | (x > xt) | (theta < -tt) | (theta > tt))[:, 0]
+    reward = jnp.ones_like(x)
+    return dict(x=x, x_dot=x_dot, theta=theta, theta_dot=theta_dot), reward, terminated
+
+
+@partial(jax.jit, static_argnums=(0,))
+def cartpole_observe(p: CartPoleParams, state: CartPoleState) -> jax.Array:
+    """obs: f32[envs, 1, 4] = (x, x_dot, theta, theta_dot)."""
+    return jnp.stack([state.x, state.x_dot, state.theta, state.theta_dot], axis=-1)
+
+
+@partial(jax.jit, static_argnums=(0, 2))
+def cartpole_reset(p: CartPoleParams, key_data: jax.Array, num_envs: int):
+    """key_data: u32[2] -> (obs f32[envs, 1, 4], CartPoleState)."""
+    num_envs = check_reset_args(key_data, num_envs)
+    state = new_state(CartPoleState, _cartpole_start(p, key_data, num_envs), num_envs)
+    return cartpole_observe(p, state), state
+
+
+@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
+def cartpole_step(p: CartPoleParams, key_data: jax.Array, state: CartPoleState,
+                  actions: jax.Array, autoreset: bool = True):
+    """actions: i32[envs, 1, 1] in {0, 1} -> (obs, state, reward, done, info)."""
+    a = action_index(actions, state.timestep.shape[0], p.num_actions)
+    moved, reward, terminated = _cartpole_dynamics(p, state, a)
+    return finish_step(p, key_data, state, moved, reward, terminated, _cartpole_start,
+                       cartpole_observe, autoreset)
 
 
 def kernel_params(p: CartPoleParams) -> dict[str, Any]:
@@ -54,3 +180,4 @@ SPEC = EnvSpec(
 
 
 CartPole = env_class(SPEC)  # Gymnasium CartPole-v1; see the module docstring
+ENV = CartPole  # what jaxwarp.registry registers under SPEC.name

@@ -1,24 +1,131 @@
-"""MountainCar (Gymnasium MountainCar-v0) through jaxwarp's authoring contract.
+"""MountainCar (Gymnasium MountainCar-v0): params, pure-JAX reference, spec and env.
 
 The kernel is `cuda/envs/mountain_car.h`, written against `cuda/jaxwarp_env.h`
-exactly as a user env would be; its FFI bindings are generated from `SPEC`
-and built on first use (`jaxwarp.authoring.build_env`, cached). The pure-JAX
-reference is `jaxwarp.envs.classic_control.mountain_car_reset/step`.
+exactly as a user env would be; its FFI bindings are generated from `SPEC` and
+built on first use (`jaxwarp.authoring.build_env`, cached). The pure-JAX
+reference is ``mountain_car_reset``, ``mountain_car_step`` and
+``mountain_car_observe`` below, with the conventions the four classic-control
+envs share (time limit, returns, auto-reset, float32, random draws) in
+`jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 2]) | position, velocity |
 |---|---|
 | action (i32[envs, 1, 1]) | 0: push left, 1: no push, 2: push right |
 | reward | -1 every step |
 | end | terminated: position >= 0.5 and velocity >= 0; truncated: 200 steps |
+
+Reset: draw ``d = 0`` position in [-0.6, -0.4) (``MOUNTAIN_CAR_RESET``),
+velocity 0.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
+from functools import partial
 
-from jaxwarp.authoring import API_DIR, EnvSpec, env_class
-from jaxwarp.envs.classic_control import (MountainCarParams, MountainCarState,
-                                          mountain_car_reset, mountain_car_step)
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
+from jaxwarp.core import sincos_fixed
+from jaxwarp.envs._classic import (F32, action_index, check_reset_args, finish_step, new_state,
+                                   uniform_draw, validate)
+
+# Reset range [low, high) of each drawn state variable, in draw order.
+MOUNTAIN_CAR_RESET = ((-0.6, -0.4),)  # position (velocity starts at 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class MountainCarParams:
+    """MountainCar-v0 (gymnasium `MountainCarEnv`): drive an underpowered car uphill."""
+
+    min_position: float = -1.2
+    max_position: float = 0.6
+    max_speed: float = 0.07
+    goal_position: float = 0.5
+    goal_velocity: float = 0.0
+    force: float = 0.001
+    gravity: float = 0.0025
+    max_steps: int = 200  # TimeLimit of MountainCar-v0
+
+    obs_dim = 2
+    num_actions = 3
+
+    def __post_init__(self) -> None:
+        validate(self, "mountain_car", ("max_steps",), ("max_speed",))
+        if not self.min_position < self.max_position:
+            raise ValueError(f"mountain_car: min_position={self.min_position!r} must be < "
+                             f"max_position={self.max_position!r}")
+
+    @property
+    def nvec(self) -> tuple[int, ...]:
+        return (self.num_actions,)
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode at most (the TimeLimit; terminated episodes end sooner;
+        ``jaxwarp.core.episode_length``)."""
+        return self.max_steps
+
+
+@struct.dataclass
+class MountainCarState:
+    """position, velocity: f32[envs, 1]; timestep: i32[envs];
+    episode_return: f32[envs, 1]."""
+
+    position: jax.Array = state_field("f32")
+    velocity: jax.Array = state_field("f32")
+    timestep: jax.Array = state_field("i32", "env")
+    episode_return: jax.Array = state_field("f32")
+
+
+def _mountain_car_start(p: MountainCarParams, key_data: jax.Array, num_envs: int):
+    (lo, hi), = MOUNTAIN_CAR_RESET
+    return dict(position=uniform_draw(key_data, num_envs, 0, lo, hi),
+                velocity=jnp.zeros((num_envs, 1), jnp.float32))
+
+
+def _mountain_car_dynamics(p: MountainCarParams, s: MountainCarState, a: jax.Array):
+    push = jnp.asarray(np.array([-p.force, 0.0, p.force], np.float32))[a]  # (a - 1) * force
+    _, c3 = sincos_fixed(F32(3) * s.position)
+    velocity = s.velocity + (push + c3 * F32(-p.gravity))
+    vmax = F32(p.max_speed)
+    velocity = jnp.minimum(jnp.maximum(velocity, -vmax), vmax)
+    lo, hi = F32(p.min_position), F32(p.max_position)
+    position = jnp.minimum(jnp.maximum(s.position + velocity, lo), hi)
+    velocity = jnp.where((position == lo) & (velocity < 0), F32(0), velocity)
+    terminated = ((position >= F32(p.goal_position))
+                  & (velocity >= F32(p.goal_velocity)))[:, 0]
+    reward = jnp.full_like(position, F32(-1))
+    return dict(position=position, velocity=velocity), reward, terminated
+
+
+@partial(jax.jit, static_argnums=(0,))
+def mountain_car_observe(p: MountainCarParams, state: MountainCarState) -> jax.Array:
+    """obs: f32[envs, 1, 2] = (position, velocity)."""
+    return jnp.stack([state.position, state.velocity], axis=-1)
+
+
+@partial(jax.jit, static_argnums=(0, 2))
+def mountain_car_reset(p: MountainCarParams, key_data: jax.Array, num_envs: int):
+    """key_data: u32[2] -> (obs f32[envs, 1, 2], MountainCarState)."""
+    num_envs = check_reset_args(key_data, num_envs)
+    state = new_state(MountainCarState, _mountain_car_start(p, key_data, num_envs),
+                       num_envs)
+    return mountain_car_observe(p, state), state
+
+
+@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
+def mountain_car_step(p: MountainCarParams, key_data: jax.Array, state: MountainCarState,
+                      actions: jax.Array, autoreset: bool = True):
+    """actions: i32[envs, 1, 1] in {0, 1, 2} (push left, none, right)."""
+    a = action_index(actions, state.timestep.shape[0], p.num_actions)
+    moved, reward, terminated = _mountain_car_dynamics(p, state, a)
+    return finish_step(p, key_data, state, moved, reward, terminated, _mountain_car_start,
+                       mountain_car_observe, autoreset)
+
 
 SPEC = EnvSpec(
     name="mountain_car",
@@ -37,3 +144,4 @@ SPEC = EnvSpec(
 
 
 MountainCar = env_class(SPEC)  # Gymnasium MountainCar-v0; see the module docstring
+ENV = MountainCar  # what jaxwarp.registry registers under SPEC.name

@@ -1,25 +1,153 @@
-"""Pendulum (Gymnasium Pendulum-v1, discrete torques) through jaxwarp's
-authoring contract.
+"""Pendulum (Gymnasium Pendulum-v1, discrete torques): params, pure-JAX
+reference, spec and env.
 
 The kernel is `cuda/envs/pendulum.h`, written against `cuda/jaxwarp_env.h`
-exactly as a user env would be; its FFI bindings are generated from `SPEC`
-and built on first use (`jaxwarp.authoring.build_env`, cached). The pure-JAX
-reference is `jaxwarp.envs.classic_control.pendulum_reset/step`.
+exactly as a user env would be; its FFI bindings are generated from `SPEC` and
+built on first use (`jaxwarp.authoring.build_env`, cached). The pure-JAX
+reference is ``pendulum_reset``, ``pendulum_step`` and ``pendulum_observe``
+below, with the conventions the four classic-control envs share (time limit,
+returns, auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 3]) | cos theta, sin theta, theta_dot |
 |---|---|
 | action (i32[envs, 1, 1]) | i in [0, num_torque_levels): torque ``PendulumParams.torques[i]`` (default 5 levels, -2 .. 2) |
 | reward | -(normalize(theta)^2 + 0.1 theta_dot^2 + 0.001 u^2) of the state before the step |
 | end | never terminated; truncated: 200 steps |
+
+The reward is that of the state *before* the step and the applied torque
+``u``. **The action is discrete** (unlike Gymnasium's continuous
+``Box(-2, 2)`` torque): ``num_torque_levels`` (default 5) choices, action
+``i`` applies ``linspace(-max_torque, max_torque, n)[i]`` (computed in
+float64, rounded to float32). Reset: draw ``d = 0`` theta in [-pi, pi),
+``d = 1`` theta_dot in [-1, 1) (``PENDULUM_RESET``).
 """
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
+import math
+from functools import partial
 
-from jaxwarp.authoring import API_DIR, EnvSpec, env_class
-from jaxwarp.envs.classic_control import (PendulumParams, PendulumState, pendulum_reset,
-                                          pendulum_step)
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
+from jaxwarp.core import sincos_fixed
+from jaxwarp.envs._classic import (F32, action_index, check_reset_args, finish_step, new_state,
+                                   uniform_draw, validate)
+
+# Reset range [low, high) of each drawn state variable, in draw order.
+PENDULUM_RESET = ((-math.pi, math.pi), (-1.0, 1.0))  # theta, theta_dot
+
+
+@dataclasses.dataclass(frozen=True)
+class PendulumParams:
+    """Pendulum-v1 (gymnasium `PendulumEnv`) with a DISCRETE action:
+    action i applies torque ``linspace(-max_torque, max_torque, num_torque_levels)[i]``."""
+
+    max_speed: float = 8.0
+    max_torque: float = 2.0
+    dt: float = 0.05
+    g: float = 10.0
+    m: float = 1.0
+    l: float = 1.0  # noqa: E741 (gymnasium's name)
+    num_torque_levels: int = 5
+    max_steps: int = 200  # TimeLimit of Pendulum-v1
+
+    obs_dim = 3
+
+    def __post_init__(self) -> None:
+        validate(self, "pendulum", ("max_steps",),
+                 ("max_speed", "max_torque", "dt", "m", "l"))
+        n = self.num_torque_levels
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+            raise ValueError(f"pendulum: num_torque_levels={n!r} is invalid; "
+                             "expected an int >= 2")
+
+    @property
+    def num_actions(self) -> int:
+        return self.num_torque_levels
+
+    @property
+    def nvec(self) -> tuple[int, ...]:
+        return (self.num_torque_levels,)
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode at most (the TimeLimit; Pendulum never terminates;
+        ``jaxwarp.core.episode_length``)."""
+        return self.max_steps
+
+    @property
+    def torques(self) -> np.ndarray:
+        """f32[num_torque_levels]: the torque of each action."""
+        return np.linspace(-self.max_torque, self.max_torque,
+                           self.num_torque_levels).astype(np.float32)
+
+
+@struct.dataclass
+class PendulumState:
+    """theta (not wrapped), theta_dot: f32[envs, 1]; timestep: i32[envs];
+    episode_return: f32[envs, 1]."""
+
+    theta: jax.Array = state_field("f32")
+    theta_dot: jax.Array = state_field("f32")
+    timestep: jax.Array = state_field("i32", "env")
+    episode_return: jax.Array = state_field("f32")
+
+
+def _pendulum_start(p: PendulumParams, key_data: jax.Array, num_envs: int):
+    (lo0, hi0), (lo1, hi1) = PENDULUM_RESET
+    return dict(theta=uniform_draw(key_data, num_envs, 0, lo0, hi0),
+                theta_dot=uniform_draw(key_data, num_envs, 1, lo1, hi1))
+
+
+def _angle_normalize(x: jax.Array) -> jax.Array:
+    """((x + pi) % (2 pi)) - pi, with Python's sign convention for %."""
+    return jnp.mod(x + F32(math.pi), F32(2 * math.pi)) - F32(math.pi)
+
+
+def _pendulum_dynamics(p: PendulumParams, s: PendulumState, a: jax.Array):
+    u = jnp.asarray(p.torques)[a]
+    th, thdot = s.theta, s.theta_dot
+    an = _angle_normalize(th)
+    costs = an * an + F32(0.1) * (thdot * thdot) + F32(0.001) * (u * u)
+    sin_th, _ = sincos_fixed(th)
+    acc = F32(3 * p.g / (2 * p.l)) * sin_th + F32(3.0 / (p.m * p.l**2)) * u
+    newthdot = thdot + acc * F32(p.dt)
+    vmax = F32(p.max_speed)
+    newthdot = jnp.minimum(jnp.maximum(newthdot, -vmax), vmax)
+    newth = th + newthdot * F32(p.dt)
+    terminated = jnp.zeros(th.shape[:1], bool)
+    return dict(theta=newth, theta_dot=newthdot), -costs, terminated
+
+
+@partial(jax.jit, static_argnums=(0,))
+def pendulum_observe(p: PendulumParams, state: PendulumState) -> jax.Array:
+    """obs: f32[envs, 1, 3] = (cos theta, sin theta, theta_dot)."""
+    s, c = sincos_fixed(state.theta)
+    return jnp.stack([c, s, state.theta_dot], axis=-1)
+
+
+@partial(jax.jit, static_argnums=(0, 2))
+def pendulum_reset(p: PendulumParams, key_data: jax.Array, num_envs: int):
+    """key_data: u32[2] -> (obs f32[envs, 1, 3], PendulumState)."""
+    num_envs = check_reset_args(key_data, num_envs)
+    state = new_state(PendulumState, _pendulum_start(p, key_data, num_envs), num_envs)
+    return pendulum_observe(p, state), state
+
+
+@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
+def pendulum_step(p: PendulumParams, key_data: jax.Array, state: PendulumState,
+                  actions: jax.Array, autoreset: bool = True):
+    """actions: i32[envs, 1, 1] in [0, num_torque_levels) (see `PendulumParams.torques`)."""
+    a = action_index(actions, state.timestep.shape[0], p.num_actions)
+    moved, reward, terminated = _pendulum_dynamics(p, state, a)
+    return finish_step(p, key_data, state, moved, reward, terminated, _pendulum_start,
+                       pendulum_observe, autoreset)
+
 
 SPEC = EnvSpec(
     name="pendulum",
@@ -38,3 +166,4 @@ SPEC = EnvSpec(
 
 
 Pendulum = env_class(SPEC)  # Gymnasium Pendulum-v1 (5 torques); see the module docstring
+ENV = Pendulum  # what jaxwarp.registry registers under SPEC.name

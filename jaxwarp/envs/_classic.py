@@ -1,0 +1,163 @@
+"""What the four classic-control envs share (not an env: no SPEC).
+
+CartPole (`cartpole.py`), Acrobot (`acrobot.py`), Pendulum (`pendulum.py`)
+and MountainCar (`mountain_car.py`) are pure-JAX references of Gymnasium's
+classic-control environments (checked against gymnasium 1.x,
+`gymnasium/envs/classic_control/`), in jaxwarp's batched functional form:
+one agent per env, state fields ``f32[envs, 1]``, ``obs: f32[envs, 1,
+obs_dim]``, ``actions: i32[envs, 1, 1]``, ``reward: f32[envs, 1]``,
+``done: bool[envs]``. Each env module ``xxx`` has:
+
+* ``xxx_reset(params, key_data, num_envs) -> (obs, state)``;
+* ``xxx_step(params, key_data, state, actions) -> (obs, state, reward, done, info)``
+  with ``info = {"terminated": bool[envs], "truncated": bool[envs],
+  "episode_return": f32[envs, 1]}``; finished envs restart inside the step
+  from fresh starts drawn with its key, and the returned obs is then the new
+  episode's first observation;
+* ``xxx_observe(params, state) -> obs``.
+
+Semantics shared by the four envs (as Gymnasium with its ``TimeLimit``):
+
+* ``terminated``: the env's own end condition on the *new* state;
+  ``truncated``: ``timestep + 1 >= max_steps`` (independent of terminated, so
+  both can be true on the same step, as in Gymnasium); ``done = terminated |
+  truncated``. The reward of the final step is always paid.
+* ``timestep: i32[envs]``: steps taken in the current episode (0 right after
+  a reset). ``episode_return: f32[envs, 1]``: the current episode's return so
+  far; after a done step, the finished episode's return (restarted lazily on
+  the next step, where ``timestep == 0``).
+* Out-of-range actions are clamped to ``[0, num_actions - 1]``.
+* ``xxx_reset``, ``xxx_step`` and ``xxx_observe`` are ``jax.jit``-compiled
+  (params static, and ``num_envs`` for reset), so that a call outside a jit
+  rounds like one inside: XLA contracts ``a * b + c`` into an fma only in a
+  compiled program, and the random draws below are defined with that fma.
+
+Differences from Gymnasium shared by the four (each env's module lists its
+own):
+
+* **float32.** Gymnasium integrates in float64 (Acrobot even resets to
+  float32 values and then integrates in float64) and casts observations to
+  float32; here every operation is float32 with float32 constants (a product
+  or quotient of Gymnasium's constants is folded in float64 first, then
+  rounded once). One step from the same state agrees with Gymnasium to about
+  1e-6 relative (see ``tests/test_classic_control.py`` for the tolerances);
+  trajectories of the chaotic envs (Acrobot) drift apart over many steps.
+* **sin/cos** use jaxwarp's fixed polynomial (`jaxwarp.core.sincos_fixed`,
+  ~1 ulp) so the C++ kernels can reproduce the reference bit for bit.
+* Options Gymnasium exposes as attributes/kwargs are fixed to their
+  defaults, and so are the reset ranges (no ``options`` bounds).
+
+Random draws (the C++ kernels reproduce them bit for bit): draw ``d`` of env
+``e`` is ``u = uniform01(x0)`` with ``(x0, x1) = threefry2x32(key_data, (e, d))``
+and ``uniform01(b) = f32(b >> 8) * 2**-24``; a value in ``[low, high)`` is
+``min(u * span, span) + f32(low)`` with ``span = f32(high) - f32(low)``, every
+operation rounded in float32 (the min, a no-op on the value, keeps XLA from
+contracting the multiply-add, so the bits do not depend on the program).
+Each env's module lists its draws (``XXX_RESET``: the range of each drawn
+state variable, in draw order).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.random import threefry2x32_p
+
+from jaxwarp.core import auto_reset, reset_mask
+
+F32 = np.float32
+
+
+def validate(obj: Any, env: str, ints: tuple[str, ...], positive: tuple[str, ...]) -> None:
+    """Params checks: the fields `ints` are ints >= 1, the fields `positive`
+    finite numbers > 0; ValueError naming the env and field otherwise."""
+    for name in ints:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{env}: {name}={value!r} is invalid; expected an int >= 1")
+    for name in positive:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
+                                                               np.integer)) \
+                or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{env}: {name}={value!r} is invalid; expected a finite float > 0")
+
+
+def uniform_draw(key_data: jax.Array, num_envs: int, draw: int, low: float,
+                 high: float) -> jax.Array:
+    """f32[envs, 1]: draw number `draw` of every env, uniform in [low, high)."""
+    shape = (num_envs,)
+    k0 = jnp.broadcast_to(key_data[0], shape)
+    k1 = jnp.broadcast_to(key_data[1], shape)
+    env = jnp.arange(num_envs, dtype=jnp.uint32)
+    d = jnp.full(shape, draw, jnp.uint32)
+    bits, _ = threefry2x32_p.bind(k0, k1, env, d)
+    u = (bits >> 8).astype(jnp.float32) * F32(2.0**-24)
+    # span and low in float32 as the kernels compute them; the min (a no-op on
+    # the value, since u < 1) keeps XLA from contracting u * span + low into
+    # an fma in some programs and not in others, so the bits never depend on
+    # the surrounding program (jaxwarp::Agent::uniform(draw, low, high)).
+    span = F32(high) - F32(low)
+    return (jnp.minimum(u * span, span) + F32(low))[:, None]
+
+
+def check_reset_args(key_data: jax.Array, num_envs: int) -> int:
+    """num_envs as an int, after checking it and key_data (u32[2])."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
+            or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+    if key_data.dtype != jnp.uint32 or tuple(key_data.shape) != (2,):
+        raise ValueError(f"key_data must be u32[2] (jax.random.key_data of one key); got "
+                         f"{key_data.dtype}{list(key_data.shape)}")
+    return int(num_envs)
+
+
+def action_index(actions: jax.Array, num_envs: int, num_actions: int) -> jax.Array:
+    """i32[envs, 1]: the clamped action of the single agent."""
+    expected = (num_envs, 1, 1)
+    if not hasattr(actions, "shape") or tuple(actions.shape) != expected:
+        raise ValueError(f"actions must have shape {expected} (envs, agents=1, 1); got "
+                         f"{getattr(actions, 'shape', type(actions).__name__)}")
+    if actions.dtype != jnp.int32:
+        raise TypeError(f"actions must have dtype int32; got {actions.dtype}")
+    return jnp.clip(actions[:, :, 0], 0, num_actions - 1)
+
+
+def finish_step(p: Any, key_data: jax.Array, state: Any, moved: dict[str, jax.Array],
+                reward: jax.Array, terminated: jax.Array,
+                start: Callable[[Any, jax.Array, int], dict[str, jax.Array]],
+                observe: Callable[[Any, Any], jax.Array], autoreset: bool = True):
+    """Time limit, returns and auto-reset, common to the four envs.
+
+    moved: the env's fields after the transition, f32[envs, 1] each;
+    reward: f32[envs, 1]; terminated: bool[envs].
+    """
+    if key_data.dtype != jnp.uint32 or tuple(key_data.shape) != (2,):
+        raise ValueError(f"key_data must be u32[2]; got {key_data.dtype}{list(key_data.shape)}")
+    num_envs = state.timestep.shape[0]
+    t = state.timestep + 1
+    truncated = t >= p.max_steps
+    done = terminated | truncated
+    episode_return = jnp.where((state.timestep == 0)[:, None], F32(0),
+                               state.episode_return) + reward
+    # Fresh starts are drawn for every env and selected where done (no
+    # lax.cond: on XLA:GPU its predicate would be copied to the host).
+    fresh = start(p, key_data, num_envs)
+    reset = reset_mask(done, autoreset)
+    fields = auto_reset(reset, {k: fresh[k] for k in moved}, moved)
+    after = type(state)(**fields, timestep=jnp.where(reset, 0, t),
+                        episode_return=episode_return)
+    info = {"terminated": terminated, "truncated": truncated,
+            "episode_return": episode_return}
+    return observe(p, after), after, reward, done, info
+
+
+def new_state(state_cls: type, fields: dict[str, jax.Array], num_envs: int) -> Any:
+    """A first state: `fields` (f32[envs, 1] each), timestep 0, episode_return 0."""
+    return state_cls(**fields, timestep=jnp.zeros((num_envs,), jnp.int32),
+                     episode_return=jnp.zeros((num_envs, 1), jnp.float32))
