@@ -229,6 +229,7 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
 
     import jaxwarp
     from jaxwarp import authoring
+    from jaxwarp.authoring import build
     from jaxwarp.registry import _REGISTRY
 
     contract = [n for n, (cls, _, _) in _REGISTRY.items()
@@ -244,8 +245,8 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
     platforms = ["cpu", "cuda"] if backend == "all" else [backend]
     if backend == "all":  # cuda only where nvcc and a target architecture are known
         try:
-            authoring._find_nvcc()
-            authoring._gpu_arch()
+            build._find_nvcc()
+            build._gpu_arch()
         except authoring.EnvBuildError:
             platforms = ["cpu"]
     for n in names:
@@ -254,7 +255,7 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
             try:
                 env = jaxwarp.make(n, backend="jax")
                 spec = env.spec
-                lib = authoring._compile(spec, _Path(spec.header), platform, params=env.params)
+                lib = build._compile(spec, _Path(spec.header), platform, params=env.params)
             except authoring.EnvBuildError as e:
                 print(f"jaxwarp build: error: {e}", file=sys.stderr)
                 return 2

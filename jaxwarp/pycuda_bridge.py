@@ -26,7 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.authoring import _DTYPES, ContractEnv, _compile, launch_layout
+from jaxwarp.authoring import ContractEnv, launch_layout
+from jaxwarp.authoring.build import _compile
+from jaxwarp.authoring.spec import _DTYPES
 from jaxwarp.core import key_data_of
 
 
@@ -112,7 +114,7 @@ assert CALL_DTYPE.itemsize == 1376 and CALL_DTYPE.alignment == 8
 assert CALL_DTYPE.fields["actions"][1] == 48 and CALL_DTYPE.fields["base"][1] == 96
 assert CALL_DTYPE.fields["per_env"][1] == 608 and CALL_DTYPE.fields["stride"][1] == 864
 
-# jaxwarp::Layout: seven int32 (authoring._Layout is the same struct in ctypes).
+# jaxwarp::Layout: seven int32 (authoring.build._Layout is the same struct in ctypes).
 LAYOUT_DTYPE = np.dtype([(name, "<i4") for name in
                          ("tpe", "epb", "staged", "obs_staged", "words", "scratch_words",
                           "smem_bytes")])

@@ -15,7 +15,7 @@ import pytest
 
 import jaxwarp
 from jaxwarp import authoring
-from jaxwarp.authoring import EnvBuildError, StateField, build_env
+from jaxwarp.authoring import EnvBuildError, StateField, build, build_env
 from jaxwarp.envs.cartpole import SPEC as CARTPOLE
 
 
@@ -182,7 +182,7 @@ def test_state_field_and_param_validation():
                     reason="nvcc not installed")
 def test_generated_cuda_bindings_compile(cache, monkeypatch):
     monkeypatch.setenv("JAXWARP_CUDA_ARCH", "90")
-    lib = authoring._compile(CARTPOLE, Path(CARTPOLE.header), "cuda")
+    lib = build._compile(CARTPOLE, Path(CARTPOLE.header), "cuda")
     assert lib.exists() and lib.stat().st_size > 0
 
 
@@ -231,12 +231,12 @@ def test_truncated_cached_library_is_rebuilt(cache, tmp_path):
     process when loaded: its checksum no longer matches and it is rebuilt."""
     hdr = header_copy(tmp_path)
     spec = dataclasses.replace(CARTPOLE, name="cache_trunc", header=hdr)
-    lib = authoring._compile(spec, hdr, "cpu")
+    lib = build._compile(spec, hdr, "cpu")
     good = lib.read_bytes()
     lib.write_bytes(good[: len(good) // 3])
-    assert not authoring._intact(lib)
-    assert authoring._compile(spec, hdr, "cpu") == lib
-    assert lib.read_bytes() == good and authoring._intact(lib)
+    assert not build._intact(lib)
+    assert build._compile(spec, hdr, "cpu") == lib
+    assert lib.read_bytes() == good and build._intact(lib)
     env = build_env(spec, backend="cpu")
     obs, _ = env.reset(jax.random.PRNGKey(0), 3)
     assert obs.shape == (3, 1, 4)
@@ -248,9 +248,9 @@ def test_included_header_in_a_subfolder_is_part_of_the_cache_key(cache, tmp_path
     (sub / "helper.h").write_text("JW_HD float jw_test_push() { return 1.0f; }\n")
     hdr = header_copy(tmp_path, lambda t: t.replace("#pragma once", '#pragma once\n#include "sub/helper.h"'))
     spec = dataclasses.replace(CARTPOLE, name="cache_sub", header=hdr)
-    first = authoring._compile(spec, hdr, "cpu")
+    first = build._compile(spec, hdr, "cpu")
     (sub / "helper.h").write_text("JW_HD float jw_test_push() { return 2.0f; }\n")
-    second = authoring._compile(spec, hdr, "cpu")
+    second = build._compile(spec, hdr, "cpu")
     assert first != second  # the edit is a new build, not the old code
 
 
@@ -263,7 +263,7 @@ def test_unwritable_cache_names_the_variable(tmp_path, monkeypatch):
     hdr = header_copy(tmp_path)
     spec = dataclasses.replace(CARTPOLE, name="cache_ro", header=hdr)
     with pytest.raises(EnvBuildError, match="JAXWARP_CACHE_DIR"):
-        authoring._compile(spec, hdr, "cpu")
+        build._compile(spec, hdr, "cpu")
 
 
 def test_state_type_generated_from_the_spec_fields(cache):
@@ -282,3 +282,27 @@ def test_state_type_generated_from_the_spec_fields(cache):
         state.x = state.x
     _, state2, *_ = env.step(jax.random.PRNGKey(1), state, jnp.zeros((3, 1), jnp.int32))
     assert type(state2) is type(state) and env.checks
+
+
+def test_authoring_is_split_by_layer_and_reexports_every_public_name():
+    """jaxwarp.authoring is one module per layer (spec, codegen, build, env),
+    each importing at its top only the layers before it; the package itself
+    re-exports every public name the layers define."""
+    import ast
+
+    layers = ["spec", "codegen", "build", "env"]
+    for i, name in enumerate(layers):
+        module = getattr(authoring, name)
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = {node.module.rsplit(".", 1)[-1] for node in tree.body
+                    if isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.startswith("jaxwarp.authoring.")}
+        assert imported <= set(layers[:i]), (name, imported)
+        defined = [node.name for node in tree.body
+                   if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+        defined += [t.id for node in tree.body if isinstance(node, ast.Assign)
+                    for t in node.targets if isinstance(t, ast.Name)]
+        public = {k for k in defined if not k.startswith("_")}
+        assert public <= set(authoring.__all__), (name, public - set(authoring.__all__))
+    for k in authoring.__all__:
+        assert getattr(authoring, k) is not None

@@ -81,10 +81,10 @@ def test_resume_refuses_overrides_given_after_a_flag(captured_train, tmp_path, c
 
 
 def test_build_env_names_on_both_sides_of_a_flag(monkeypatch, capsys):
-    from jaxwarp import authoring
+    from jaxwarp.authoring import build
 
     built = []
-    monkeypatch.setattr(authoring, "_compile",
+    monkeypatch.setattr(build, "_compile",
                         lambda spec, header, platform, params=None:
                         built.append((spec.name, platform)) or Path("/cache/lib.so"))
     assert main(["build", "cartpole", "--backend", "cpu", "acrobot"]) == 0, \

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from jaxwarp import authoring
+from jaxwarp.authoring import build
 from jaxwarp.cli import main
 from jaxwarp.envs.cartpole import SPEC as CARTPOLE
 
@@ -33,10 +34,10 @@ def test_generated_source_is_what_the_build_compiles(tmp_path, monkeypatch):
     """_compile writes the text it compiles into the cache; building with a
     compiler that only succeeds (no real compile) shows it is generated_source's."""
     monkeypatch.setenv("JAXWARP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(authoring, "_find_cxx", lambda: "true")
-    monkeypatch.setattr(authoring, "_compiler_id", lambda path: "true")
-    monkeypatch.setattr(authoring, "_seal", lambda tmp, lib: None)
-    authoring._compile(CARTPOLE, Path(CARTPOLE.header), "cpu")
+    monkeypatch.setattr(build, "_find_cxx", lambda: "true")
+    monkeypatch.setattr(build, "_compiler_id", lambda path: "true")
+    monkeypatch.setattr(build, "_seal", lambda tmp, lib: None)
+    build._compile(CARTPOLE, Path(CARTPOLE.header), "cpu")
     (written,) = tmp_path.glob("cartpole-cpu-*/cartpole_ffi.cc")
     assert written.read_text() == authoring.generated_source(CARTPOLE, "cpu")
 
@@ -83,7 +84,7 @@ def test_cli_emit_writes_the_sources_and_prints_their_paths(tmp_path, monkeypatc
     def no_compile(*args, **kwargs):
         raise AssertionError("--emit must not compile")
 
-    monkeypatch.setattr(authoring, "_compile", no_compile)
+    monkeypatch.setattr(build, "_compile", no_compile)
     out = tmp_path / "new" / "gen"
     assert main(["build", "cartpole", "acrobot", "--emit", str(out)]) == 0
     printed = capsys.readouterr().out.split()

@@ -71,10 +71,12 @@ def test_kernel_argument_structs_match_the_cpp_layout(tmp_path):
     """CALL_DTYPE / LAYOUT_DTYPE against offsetof in cuda/jaxwarp_kernels.h (g++),
     and the three arguments packed as PyCUDA packs np.void ("<n>s", no alignment)
     against where the C ABI puts them. No PyCUDA or GPU needed."""
-    from jaxwarp import authoring, pycuda_bridge as pb
+    from jaxwarp import authoring
+    from jaxwarp import pycuda_bridge as pb
+    from jaxwarp.authoring import build
 
     try:
-        cxx = authoring._find_cxx()
+        cxx = build._find_cxx()
     except authoring.EnvBuildError as e:
         pytest.skip(str(e))
     (tmp_path / "offsets.cc").write_text(_OFFSETS_CC)
@@ -93,7 +95,7 @@ def test_kernel_argument_structs_match_the_cpp_layout(tmp_path):
             assert cpp[prefix + name] == [offset], name
     assert pb.CALL_DTYPE.fields["base"][0].shape == (pb.MAX_FIELDS,)
 
-    layout = pb.layout_arg(authoring._Layout(*range(1, 8)))
+    layout = pb.layout_arg(build._Layout(*range(1, 8)))
     assert isinstance(layout, np.void) and layout.tolist() == tuple(range(1, 8))
     call = np.zeros((), pb.CALL_DTYPE)[()]
     for words in (1, 2, 3, 4, 7):

@@ -1,5 +1,71 @@
-"""Write an env as a C++/CUDA header, get a jitted JAX env (see `env`)."""
+"""Write an env as a C++/CUDA header, get a jitted JAX env.
 
-from jaxwarp.authoring.env import *  # noqa: F401,F403
-from jaxwarp.authoring.env import (  # noqa: F401
-    _DTYPES, _Layout, _compile, _compiler_id, _find_cxx, _find_nvcc, _gpu_arch, _intact, _seal)
+An env is two things:
+
+* a header (``my_env.h``) with ``reset``, ``step`` and ``observe`` for one
+  agent, written against `cuda/jaxwarp_env.h` (see that file for the
+  contract), compiled by g++ for XLA:CPU and by nvcc for CUDA;
+* an `EnvSpec`: its params dataclass, its state fields, spaces and the
+  pure-JAX reference (the oracle of the consistency tests and the
+  benchmarks' baseline).
+
+`build_env(spec, backend)` generates the FFI handlers from the spec (no
+hand-written binding code, no positional argument lists: every param is a
+named attribute, every state field a typed buffer), compiles them with the
+same flags as jaxwarp's built-ins, caches the library in the user cache
+directory keyed by the sources, compiler, jaxlib version and GPU
+architecture, registers the FFI targets and returns a `ContractEnv`.
+Nothing is ever written into the installed package.
+
+The package has one module per layer, each importing only those above it:
+
+* `jaxwarp.authoring.spec`: the spec types (`EnvSpec`, `StateField`,
+  `ScratchField`, `ParamArray`, ...), params as the kernels see them, state
+  tagging, `agent_uniform`;
+* `jaxwarp.authoring.codegen`: the env's generated C++ (`generated_source`)
+  and the header check;
+* `jaxwarp.authoring.build`: compilers, flags, the cache, registration and
+  the launch layout;
+* `jaxwarp.authoring.env`: `ContractEnv`, `env_class`, `build_env`.
+
+Every public name is importable from `jaxwarp.authoring` itself.
+"""
+
+from jaxwarp.authoring.build import CXX_FLAGS, NVCC_FLAGS, cache_dir, launch_layout
+from jaxwarp.authoring.codegen import (
+                                       API_DIR,
+                                       API_HEADERS,
+                                       check_header,
+                                       generate_source,
+                                       generated_source,
+)
+from jaxwarp.authoring.env import ContractEnv, build_env, env_class, reference_takes_autoreset
+from jaxwarp.authoring.spec import (
+                                       EnvBuildError,
+                                       EnvSpec,
+                                       ParamArray,
+                                       ScratchField,
+                                       StateField,
+                                       agent_uniform,
+                                       check_params_id,
+                                       fields_of,
+                                       grid_scratch,
+                                       grid_side,
+                                       kernel_param_values,
+                                       make_state_type,
+                                       pack_params,
+                                       params_id,
+                                       per_env_words,
+                                       state_field,
+                                       tag_state,
+                                       tagged_state_type,
+)
+
+__all__ = [
+    "API_DIR", "API_HEADERS", "CXX_FLAGS", "NVCC_FLAGS", "ContractEnv", "EnvBuildError",
+    "EnvSpec", "ParamArray", "ScratchField", "StateField", "agent_uniform", "build_env",
+    "cache_dir", "check_header", "check_params_id", "env_class", "fields_of",
+    "generate_source", "generated_source", "grid_scratch", "grid_side", "kernel_param_values",
+    "launch_layout", "make_state_type", "pack_params", "params_id", "per_env_words",
+    "reference_takes_autoreset", "state_field", "tag_state", "tagged_state_type",
+]

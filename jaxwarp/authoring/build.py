@@ -1,0 +1,260 @@
+"""The build layer: compilers, flags, the cache, loading and registration.
+
+`_compile` compiles an env's generated source with the same flags as
+jaxwarp's built-ins (cuda/compile_flags.txt) and caches the library in the
+user cache directory (`cache_dir`), keyed by the sources, compiler, jaxlib
+version and GPU architecture, with a checksum beside it (`_seal`,
+`_intact`); `_register` loads it and registers its FFI targets;
+`launch_layout` asks the library for its launch layout. Nothing is ever
+written into the installed package.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from jaxwarp.authoring.codegen import API_DIR, API_HEADERS, generated_source
+from jaxwarp.authoring.spec import EnvBuildError, EnvSpec, per_env_words
+
+
+def cache_dir() -> Path:
+    """Where built user envs live: $JAXWARP_CACHE_DIR, else the user cache
+    directory ($XDG_CACHE_HOME or ~/.cache)/jaxwarp."""
+    if os.environ.get("JAXWARP_CACHE_DIR"):
+        return Path(os.environ["JAXWARP_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "jaxwarp"
+
+
+def _flags(compiler: str) -> tuple[str, ...]:
+    """Flags of `compiler` ("cxx" or "nvcc") from cuda/compile_flags.txt, the
+    one place they are defined (CMakeLists.txt reads it too)."""
+    for line in (API_DIR / "compile_flags.txt").read_text().splitlines():
+        if line.startswith(compiler + " "):
+            return tuple(line.split()[1:])
+    raise EnvBuildError(f"{API_DIR / 'compile_flags.txt'} has no {compiler!r} line")
+
+
+CXX_FLAGS = _flags("cxx")
+
+
+def _sanitize_flags() -> list[str]:
+    """Extra g++/clang flags of the CPU build from JAXWARP_SANITIZE (e.g.
+    ``address,undefined``): the env libraries are built with those
+    sanitizers (part of the cache key), any finding aborts. Loading an
+    ASan-built library into Python needs the ASan runtime preloaded
+    (``LD_PRELOAD=$(g++ -print-file-name=libasan.so)``); tests/test_sanitizers.py
+    runs every env that way."""
+    kinds = os.environ.get("JAXWARP_SANITIZE", "").strip()
+    if not kinds:
+        return []
+    if not re.fullmatch(r"[a-z]+(,[a-z]+)*", kinds):
+        raise EnvBuildError(f"JAXWARP_SANITIZE must be a comma-separated list of sanitizers, "
+                            f"e.g. address,undefined; got {kinds!r}")
+    return [f"-fsanitize={kinds}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
+NVCC_FLAGS = _flags("nvcc")
+
+
+def _find_cxx() -> str:
+    for cand in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)  # type: ignore[return-value]
+    raise EnvBuildError("no C++ compiler found to build the env for XLA:CPU: install g++ "
+                        "(e.g. `apt install g++`) or set CXX to a C++17 compiler")
+
+
+def _find_nvcc() -> str:
+    cands = [os.environ.get("NVCC")]
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            cands.append(os.path.join(home, "bin", "nvcc"))
+    cands.append(shutil.which("nvcc"))
+    for c in cands:
+        if c and os.path.exists(c):
+            return c
+    raise EnvBuildError("nvcc not found to build the env for CUDA: install the CUDA toolkit, "
+                        "put nvcc on PATH or set CUDA_HOME (or NVCC); or use backend='cpu' "
+                        "or backend='jax'")
+
+
+@functools.cache
+def _compiler_id(path: str) -> str:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return path
+
+
+def _gpu_arch() -> str:
+    """Compute capability to build for ("90"): $JAXWARP_CUDA_ARCH, else the first GPU's."""
+    if os.environ.get("JAXWARP_CUDA_ARCH"):
+        return os.environ["JAXWARP_CUDA_ARCH"]
+    try:
+        cc = jax.devices("gpu")[0].compute_capability
+    except (RuntimeError, AttributeError) as e:
+        raise EnvBuildError("no CUDA GPU to build for: set JAXWARP_CUDA_ARCH (e.g. 90) to "
+                            f"compile without one ({e})") from None
+    return str(cc).replace(".", "")
+
+
+def _readable_errors(text: str, header: Path, generated: Path) -> str:
+    """Compiler output with the user's header first; generated-file lines last."""
+    lines = text.splitlines()
+    mine = [ln for ln in lines if str(header) in ln or header.name in ln]
+    rest = [ln for ln in lines if ln not in mine]
+    return "\n".join(mine + (["", "(more compiler output:)"] if mine and rest else [])
+                     + rest[:60])
+
+
+def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
+             params: Any = None) -> Path:
+    """The env's FFI library for `platform` (or, with cubin=True, the device code
+    alone as a CUDA module for PyCUDA), from the cache or freshly compiled."""
+    import jaxlib
+
+    src = generated_source(spec, platform, params, header)
+    compiler = _find_nvcc() if platform == "cuda" else _find_cxx()
+    arch = _gpu_arch() if platform == "cuda" else ""
+    h = hashlib.sha256()
+    # Every file the build reads: the framework's headers and, followed
+    # recursively, every header the env's header includes (subfolders too).
+    sources = _included_files(header, [API_DIR, header.parent])
+    sources |= {API_DIR / f for f in API_HEADERS} | {API_DIR / "compile_flags.txt"}
+    files = "".join(str(f) + f.read_text() for f in sorted(sources))
+    extra = shlex.split(os.environ.get("JAXWARP_NVCC_FLAGS", "")) if platform == "cuda" else []
+    if platform == "cpu":
+        extra = _sanitize_flags() + shlex.split(os.environ.get("JAXWARP_CXX_FLAGS", ""))
+    for part in (src, files, _compiler_id(compiler), jaxlib.__version__,
+                 arch, sys.platform, " ".join(extra), " ".join(CXX_FLAGS + NVCC_FLAGS)):
+        h.update(part.encode())
+    digest = h.hexdigest()[:16]
+    out_dir = cache_dir() / f"{spec.name}-{platform}-{digest}"
+    lib = out_dir / (f"{spec.name}.cubin" if cubin else f"lib{spec.name}_{platform}.so")
+    if _intact(lib):
+        return lib
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        gen = out_dir / (f"{spec.name}_ffi.cu" if platform == "cuda" else f"{spec.name}_ffi.cc")
+        gen.write_text(src)
+    except OSError as e:
+        raise EnvBuildError(f"{spec.name}: cannot write the build cache {out_dir} ({e}); set "
+                            "JAXWARP_CACHE_DIR to a writable folder") from None
+    includes = ["-I", str(API_DIR), "-I", str(header.parent), "-I", jax.ffi.include_dir()]
+    tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+    if cubin:
+        cmd = [compiler, *NVCC_FLAGS, "-cubin", f"-arch=sm_{arch}", "-w",
+               *extra, *includes, str(gen), "-o", str(tmp)]
+    elif platform == "cuda":
+        cmd = [compiler, *NVCC_FLAGS, "-shared", "-Xcompiler", "-fPIC,-w", "-cudart", "static",
+               f"-gencode=arch=compute_{arch},code=[sm_{arch},compute_{arch}]",
+               *extra, *includes, str(gen), "-o", str(tmp)]
+    else:
+        cmd = [compiler, *CXX_FLAGS, *extra, "-shared", "-fPIC", "-w", *includes, str(gen), "-o",
+               str(tmp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EnvBuildError(
+            f"{spec.name}: compiling {header} for {platform} failed "
+            f"({Path(compiler).name}); generated bindings: {gen}\n"
+            + _readable_errors(proc.stderr + proc.stdout, header, gen))
+    _seal(tmp, lib)
+    return lib
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def _included_files(header: Path, search: list[Path]) -> set[Path]:
+    """`header` and every file it includes with #include "...", recursively:
+    each name is looked up next to the including file, then in `search`."""
+    seen: set[Path] = set()
+    todo = [header.resolve()]
+    while todo:
+        f = todo.pop()
+        if f in seen or not f.is_file():
+            continue
+        seen.add(f)
+        for name in _INCLUDE.findall(f.read_text(errors="replace")):
+            for d in [f.parent, *search]:
+                cand = (d / name).resolve()
+                if cand.is_file():
+                    todo.append(cand)
+                    break
+    return seen
+
+
+def _seal(tmp: Path, lib: Path) -> None:
+    """Moves a fresh build into place with its checksum beside it (written
+    first: a library without a matching checksum is never used)."""
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    side = lib.with_name(lib.name + ".sha256")
+    side_tmp = side.with_name(side.name + f".{os.getpid()}.tmp")
+    side_tmp.write_text(digest)
+    os.replace(side_tmp, side)
+    os.replace(tmp, lib)
+
+
+def _intact(lib: Path) -> bool:
+    """Whether a cached library exists and matches its checksum (a truncated
+    or half-copied file would crash the process when loaded)."""
+    side = lib.with_name(lib.name + ".sha256")
+    try:
+        return lib.is_file() and side.read_text().strip() == hashlib.sha256(
+            lib.read_bytes()).hexdigest()
+    except OSError:
+        return False
+
+
+_REGISTERED: dict[str, Any] = {}
+
+
+def _register(spec: EnvSpec, header: Path, platform: str, params: Any = None) -> str:
+    """Builds (or loads from the cache) and registers; returns the target prefix."""
+    import ctypes
+
+    lib_path = _compile(spec, header, platform, params=params)
+    prefix = f"jaxwarp_user_{spec.name}_{lib_path.parent.name.rsplit('-', 1)[-1]}"
+    if (prefix, platform) not in _REGISTERED:
+        lib = ctypes.cdll.LoadLibrary(str(lib_path))
+        for kind in ("reset", "step"):
+            fn = getattr(lib, f"jaxwarp_{spec.name}_{kind}_{platform}")
+            jax.ffi.register_ffi_target(f"{prefix}_{kind}_{platform}", jax.ffi.pycapsule(fn),
+                                        platform="CUDA" if platform == "cuda" else "cpu")
+        _REGISTERED[(prefix, platform)] = lib
+    return prefix
+
+
+class _Layout(__import__("ctypes").Structure):
+    """jaxwarp::Layout (cuda/jaxwarp_kernels.h)."""
+
+    _fields_ = [(name, __import__("ctypes").c_int32) for name in
+                ("tpe", "epb", "staged", "obs_staged", "words", "scratch_words", "smem_bytes")]
+
+
+def launch_layout(spec: EnvSpec, params: Any, platform: str, header: Path | None = None
+                  ) -> _Layout:
+    """The launch layout the built library computes for these params
+    (`jaxwarp_<env>_layout`, exported by the library: one implementation)."""
+    import ctypes
+
+    prefix = _register(spec, Path(header or spec.header).resolve(), platform, params)
+    lib = _REGISTERED[(prefix, platform)]
+    per_env = per_env_words(spec, params)
+    out = _Layout()
+    fn = getattr(lib, f"jaxwarp_{spec.name}_layout")
+    fn(ctypes.c_int32(int(spec.num_agents(params))), ctypes.c_int32(int(spec.obs_dim(params))),
+       per_env.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), ctypes.byref(out))
+    return out
+
