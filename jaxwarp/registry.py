@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from jaxwarp.authoring import EnvSpec, env_class
-from jaxwarp.envs import (acrobot, cartpole, mountain_car, mpe, pendulum, tag_continuous,
-                          tag_gridworld)
+from jaxwarp.envs import (acrobot, cartpole, mountain_car, mpe_simple_spread, mpe_simple_tag,
+                          pendulum, tag_continuous, tag_gridworld)
 from jaxwarp.params_check import check_params, check_values
 
 # name -> (env class, params class, named configurations)
@@ -56,8 +56,8 @@ def _check_registration(where: str, name: Any, env_cls: Any, params_cls: Any,
 # The built-in envs: one spec each (a class only where it adds behaviour).
 register_spec(tag_continuous.SPEC, tag_continuous.CONFIGS, tag_continuous.TagContinuous)
 register_spec(tag_gridworld.SPEC, tag_gridworld.CONFIGS, tag_gridworld.TagGridworld)
-register_spec(mpe.SPREAD_SPEC, env_cls=mpe.MPESimpleSpread)
-register_spec(mpe.TAG_SPEC, env_cls=mpe.MPESimpleTag)
+register_spec(mpe_simple_spread.SPEC, env_cls=mpe_simple_spread.MPESimpleSpread)
+register_spec(mpe_simple_tag.SPEC, env_cls=mpe_simple_tag.MPESimpleTag)
 register_spec(cartpole.SPEC, env_cls=cartpole.CartPole)
 register_spec(acrobot.SPEC, env_cls=acrobot.Acrobot)
 register_spec(pendulum.SPEC, env_cls=pendulum.Pendulum)

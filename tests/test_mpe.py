@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp.envs import mpe
+from jaxwarp.envs.mpe_simple_spread import MPESimpleSpread, MPESimpleSpreadParams
+from jaxwarp.envs.mpe_simple_tag import MPESimpleTag, MPESimpleTagParams
 
 
 # The kernel's expf/log1pf (contact force) and summation order differ from
@@ -28,7 +29,7 @@ def test_spread_cpu_matches_reference(params):
 
 
 def test_spread_shapes_spaces_and_episode_length():
-    env = mpe.MPESimpleSpread(backend="cpu")
+    env = MPESimpleSpread(backend="cpu")
     assert env.num_agents == 3 and env.obs_dim == 18
     assert env.action_space.nvec == (5,)
     assert set(env.policy_groups) == {"agent"}
@@ -50,9 +51,9 @@ def test_spread_shapes_spaces_and_episode_length():
 
 def test_spread_params_validation():
     with pytest.raises(ValueError, match="num_landmarks"):
-        mpe.MPESimpleSpreadParams(num_agents=2, num_landmarks=3)
+        MPESimpleSpreadParams(num_agents=2, num_landmarks=3)
     with pytest.raises(ValueError, match="local_ratio"):
-        mpe.MPESimpleSpreadParams(local_ratio=1.5)
+        MPESimpleSpreadParams(local_ratio=1.5)
 
 
 def _to_jaxmarl(s, num_landmarks):
@@ -78,14 +79,14 @@ def test_matches_jaxmarl_step_by_step(case):
     if case.startswith("spread"):
         n, nl = (3, 3) if case == "spread" else (4, 2)
         ref = SimpleSpreadMPE(num_agents=n, num_landmarks=nl)
-        p = mpe.MPESimpleSpreadParams(num_agents=n, num_landmarks=nl)
-        cls = mpe.MPESimpleSpread
+        p = MPESimpleSpreadParams(num_agents=n, num_landmarks=nl)
+        cls = MPESimpleSpread
     else:
         ng, na, nl = (1, 3, 2) if case == "tag" else (2, 2, 3)
         n = ng + na
         ref = SimpleTagMPE(num_good_agents=ng, num_adversaries=na, num_obs=nl)
-        p = mpe.MPESimpleTagParams(num_good_agents=ng, num_adversaries=na, num_obs=nl)
-        cls = mpe.MPESimpleTag
+        p = MPESimpleTagParams(num_good_agents=ng, num_adversaries=na, num_obs=nl)
+        cls = MPESimpleTag
     envs = [cls(p, backend=b) for b in ("jax", "cpu")]
     num_envs = 64
     _, s = envs[0].reset(jax.random.PRNGKey(0), num_envs)
@@ -136,18 +137,18 @@ def test_tag_cpu_matches_reference_and_groups():
                                           resync=True, **TOL)
     assert r.ok, r
     assert r.episodes_finished == 32
-    env = mpe.MPESimpleTag(backend="cpu")
+    env = MPESimpleTag(backend="cpu")
     assert env.num_agents == 4 and env.obs_dim == 16
     np.testing.assert_array_equal(env.policy_groups["adversary"], [0, 1, 2])
     np.testing.assert_array_equal(env.policy_groups["agent"], [3])
     with pytest.raises(ValueError, match="num_obs"):
-        mpe.MPESimpleTagParams(num_good_agents=1, num_adversaries=1, num_obs=3)
+        MPESimpleTagParams(num_good_agents=1, num_adversaries=1, num_obs=3)
 
 
 # --- simple_tag against mpe2 (the original MPE, PettingZoo's successor) ----------------
 def _tag_env(backend, ng, na, nl, **kw):
-    return mpe.MPESimpleTag(mpe.MPESimpleTagParams(num_good_agents=ng, num_adversaries=na,
-                                                   num_obs=nl, **kw), backend=backend)
+    return MPESimpleTag(MPESimpleTagParams(num_good_agents=ng, num_adversaries=na,
+                                           num_obs=nl, **kw), backend=backend)
 
 
 @pytest.mark.parametrize("backend", ["jax", "cpu"])
@@ -264,7 +265,7 @@ def test_episode_length_conventions(name, backend, truncation, max_steps, length
 
 
 def test_default_episode_is_jaxmarl_s_26_steps():
-    for p in (mpe.MPESimpleSpreadParams(), mpe.MPESimpleTagParams()):
+    for p in (MPESimpleSpreadParams(), MPESimpleTagParams()):
         assert p.truncation == "jaxmarl" and p.max_steps == 25 and p.max_episode_steps == 26
 
 
@@ -288,7 +289,7 @@ def test_mpe2_truncation_matches_mpe2_max_cycles(name):
         assert _done_steps(env, 2, steps) == [[steps]] * 2
 
 
-@pytest.mark.parametrize("cls", [mpe.MPESimpleSpreadParams, mpe.MPESimpleTagParams])
+@pytest.mark.parametrize("cls", [MPESimpleSpreadParams, MPESimpleTagParams])
 def test_truncation_validation(cls):
     expected = r"truncation='gym'; expected one of \('jaxmarl', 'mpe2'\)"
     with pytest.raises(ValueError, match=expected):

@@ -1,0 +1,207 @@
+"""What the two MPE envs share (not an env: no SPEC): state, physics, episode length.
+
+``mpe_simple_spread`` (`mpe_simple_spread.py`) and ``mpe_simple_tag``
+(`mpe_simple_tag.py`) are MPE's simple_spread and simple_tag as JaxMARL has
+them, through the authoring contract. Same dynamics, observations, rewards,
+episode length, reset ranges and discrete action decoding as JaxMARL's
+``simple_spread_v3`` / ``simple_tag_v3`` (``jaxmarl/environments/mpe/simple.py``,
+``simple_spread.py``, ``simple_tag.py``, ``default_params.py``; checked against
+jaxmarl 0.2.0 by ``tests/test_mpe.py``), in jaxwarp's stacked layout: state
+fields ``[envs, agents]`` instead of per-entity rows, ``obs: f32[envs, agents,
+obs_dim]``, ``actions: i32[envs, agents, 1]``. The kernels are
+``cuda/envs/mpe_simple_spread.h`` and ``cuda/envs/mpe_simple_tag.h``, written
+against ``cuda/jaxwarp_env.h`` exactly like a user env; the pure-JAX
+references in the env modules are their oracles.
+
+Physics (JaxMARL's ``SimpleMPE._world_step``), per step of ``dt = 0.1``:
+
+* action force ``u``: 0 none, 1 ``-x``, 2 ``+x``, 3 ``-y``, 4 ``+y``, times the
+  agent's ``accel`` (JaxMARL's decoding is applied to any int);
+* soft contact between colliding entities at distance ``d`` with radii sum
+  ``d_min``: ``contact_force * delta / d * k * logaddexp(0, -(d - d_min) / k)``,
+  ``k = contact_margin``;
+* ``pos += vel dt``; ``vel = vel (1 - damping) + force / mass dt``; speed
+  capped at ``max_speed`` where the env has one (simple_tag).
+
+Episode length (param ``truncation``; there is no termination):
+
+* ``"jaxmarl"`` (default): truncated when the step count *before* the step is
+  ``>= max_steps`` (JaxMARL's ``done = state.step >= max_steps``), i.e. an
+  episode lasts ``max_steps + 1`` steps (26 by default);
+* ``"mpe2"``: truncated on the ``max_steps``-th step, as mpe2 / PettingZoo MPE
+  with ``max_cycles=max_steps`` (25 by default). Random play over 25 steps
+  instead of 26 changes returns too (simple_spread, uniform random actions:
+  -26.3 instead of -27.5 per agent over 1000 episodes), so compare with the
+  library whose counting you chose.
+
+``params.max_episode_steps`` (and ``jaxwarp.core.episode_length(env)``) is that
+number of steps under either convention. Finished envs restart inside
+``step`` (positions uniform in ``[-1, 1)``, velocities 0) and the returned obs
+is the new episode's first.
+
+Deviations from JaxMARL (layout, not behaviour): landmark ``l`` is stored in
+slot ``l`` of the per-agent fields ``lm_x``, ``lm_y``, so ``num_landmarks <=
+num_agents``; ``force_x``, ``force_y`` hold the last step's total force
+(scratch between the kernel's phases); random draws are jaxwarp's
+counter-based ones, not ``jax.random``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxwarp.authoring import agent_uniform, state_field
+from jaxwarp.core import auto_reset, reset_mask
+
+F32 = np.float32
+
+
+def check_int(env: str, name: str, v, lo: int) -> None:
+    """ValueError naming env and param unless v is an int >= lo."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ValueError(f"{env}: {name}={v!r}; expected an int >= {lo}")
+
+
+def check_positive(env: str, name: str, v) -> None:
+    """ValueError naming env and param unless v is a number > 0."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise ValueError(f"{env}: {name}={v!r}; expected a number > 0")
+
+
+TRUNCATIONS = ("jaxmarl", "mpe2")  # MPE episode-length conventions (module docstring)
+
+
+def check_episode(env: str, p) -> None:
+    """Checks ``truncation`` and ``max_steps`` (>= 1 episode step either way)."""
+    if p.truncation not in TRUNCATIONS:
+        raise ValueError(f"{env}: truncation={p.truncation!r}; expected one of {TRUNCATIONS} "
+                         "(episodes of max_steps + 1 or max_steps steps)")
+    check_int(env, "max_steps", p.max_steps, 0 if p.truncation == "jaxmarl" else 1)
+
+
+def episode_steps(p) -> int:
+    """Steps per episode: max_steps + 1 (JaxMARL) or max_steps (mpe2)."""
+    return p.max_steps + 1 if p.truncation == "jaxmarl" else p.max_steps
+
+
+def kernel_params(p) -> dict:
+    """The C++ Params: every field but ``truncation`` (a string). The headers
+    truncate when the step count before the step reaches ``max_steps``
+    (JaxMARL's test), so they get ``max_episode_steps - 1`` for either
+    convention (``max_steps`` itself with JaxMARL's)."""
+    out = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "truncation"}
+    out["max_steps"] = episode_steps(p) - 1
+    return out
+
+
+@struct.dataclass
+class MPEState:
+    """State of simple_spread / simple_tag (fields in the spec's order)."""
+
+    x: jax.Array = state_field("f32")  # f32[envs, agents] position
+    y: jax.Array = state_field("f32")  # f32[envs, agents]
+    vx: jax.Array = state_field("f32")  # f32[envs, agents] velocity
+    vy: jax.Array = state_field("f32")  # f32[envs, agents]
+    # f32[envs, agents]: landmark l in slot l (< num_landmarks), else 0
+    lm_x: jax.Array = state_field("f32")
+    lm_y: jax.Array = state_field("f32")  # f32[envs, agents]
+    # f32[envs, agents] total force of the last step (0 after a reset)
+    force_x: jax.Array = state_field("f32")
+    force_y: jax.Array = state_field("f32")  # f32[envs, agents]
+    timestep: jax.Array = state_field("i32", "env")  # i32[envs] steps taken in this episode
+    episode_return: jax.Array = state_field("f32")  # f32[envs, agents]
+
+
+def fresh_episode(num_landmarks: int, key_data: jax.Array, num_envs: int, n: int) -> dict:
+    """A new episode: the draws reset() makes in the headers."""
+
+    def u(draw):  # a.uniform(draw, -1, 1): fmaf(u, 2, -1)
+        return agent_uniform(key_data, num_envs, n, draw) * F32(2) + F32(-1)
+
+    slot = jnp.arange(n)[None, :] < num_landmarks
+    zeros = jnp.zeros((num_envs, n), jnp.float32)
+    return dict(x=u(0), y=u(1), vx=zeros, vy=zeros,
+                lm_x=jnp.where(slot, u(2), F32(0)), lm_y=jnp.where(slot, u(3), F32(0)),
+                force_x=zeros, force_y=zeros)
+
+
+def decode_actions(actions: jax.Array, accel: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """JaxMARL's ``_decode_discrete_action`` for i32[envs, agents, 1]."""
+    m = actions[..., 0]
+    sign = jnp.where(jnp.mod(m, 2) == 0, F32(1), F32(-1))
+    u = jnp.where(m != 0, sign * accel, F32(0))
+    return jnp.where(m <= 2, u, F32(0)), jnp.where(m <= 2, F32(0), u)
+
+
+def _penetration(dist: jax.Array, dist_min, k) -> jax.Array:
+    return jnp.logaddexp(F32(0), -(dist - dist_min) / F32(k)) * F32(k)
+
+
+def contact(px, py, qx, qy, dist_min, mask, p) -> tuple[jax.Array, jax.Array]:
+    """Force on entities p [envs, A] from entities q [envs, B], summed over q
+    where mask [A, B] (or [envs, A, B]) holds."""
+    dx = px[:, :, None] - qx[:, None, :]
+    dy = py[:, :, None] - qy[:, None, :]
+    dist = jnp.sqrt(dx * dx + dy * dy)
+    pen = _penetration(dist, dist_min, p.contact_margin)
+    cf = F32(p.contact_force)
+    fx = jnp.where(mask, cf * dx / dist * pen, F32(0))
+    fy = jnp.where(mask, cf * dy / dist * pen, F32(0))
+    return fx.sum(-1), fy.sum(-1)
+
+
+def integrate(p, s: MPEState, fx, fy, max_speed=None):
+    """Semi-implicit Euler step of every agent: (x, y, vx, vy), f32[envs, N] each."""
+    dt, keep = F32(p.dt), F32(1) - F32(p.damping)
+    x = s.x + s.vx * dt
+    y = s.y + s.vy * dt
+    vx = s.vx * keep + fx / F32(p.mass) * dt
+    vy = s.vy * keep + fy / F32(p.mass) * dt
+    if max_speed is not None:
+        speed = jnp.sqrt(vx * vx + vy * vy)
+        over = speed > max_speed
+        vx = jnp.where(over, vx / speed * max_speed, vx)
+        vy = jnp.where(over, vy / speed * max_speed, vy)
+    return x, y, vx, vy
+
+
+def others_rel(v: jax.Array) -> jax.Array:
+    """f32[envs, N] -> f32[envs, N, N-1]: v[j] - v[i] for j != i, by index."""
+    n = v.shape[1]
+    idx = np.array([[j for j in range(n) if j != i] for i in range(n)], np.int32).reshape(n,
+                                                                                          n - 1)
+    return v[:, idx] - v[:, :, None]
+
+
+def landmarks_rel(v: jax.Array, lm: jax.Array, num_landmarks: int) -> jax.Array:
+    """f32[envs, N, L]: lm[l] - v[i]."""
+    return lm[:, None, :num_landmarks] - v[:, :, None]
+
+
+def interleave(*parts: tuple[jax.Array, jax.Array]) -> jax.Array:
+    """(x-part [envs, N, K], y-part) pairs -> [envs, N, sum 2K], x and y alternating."""
+    out = []
+    for px, py in parts:
+        out.append(jnp.stack([px, py], axis=-1).reshape(px.shape[0], px.shape[1], -1))
+    return jnp.concatenate(out, axis=-1)
+
+
+def finish_step(p, key_data, s: MPEState, moved: dict, reward: jax.Array, observe,
+                num_landmarks: int, autoreset: bool = True):
+    """Episode bookkeeping and masked auto-reset, as the generated kernels do."""
+    t = s.timestep + 1
+    episode_return = jnp.where((t == 1)[:, None], F32(0), s.episode_return) + reward
+    truncated = t >= episode_steps(p)  # JaxMARL: s.timestep >= max_steps
+    terminated = jnp.zeros_like(truncated)
+    done = truncated
+    fresh = fresh_episode(num_landmarks, key_data, s.x.shape[0], s.x.shape[1])
+    reset = reset_mask(done, autoreset)
+    pick = auto_reset(reset, {k: fresh[k] for k in moved}, moved)
+    new = MPEState(**pick, timestep=jnp.where(reset, 0, t), episode_return=episode_return)
+    info = {"terminated": terminated, "truncated": truncated, "episode_return": episode_return}
+    return observe(p, new), new, reward, done, info

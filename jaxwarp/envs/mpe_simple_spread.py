@@ -1,0 +1,139 @@
+"""MPE simple_spread (JaxMARL's ``simple_spread_v3``, discrete actions):
+params, pure-JAX reference, spec and env.
+
+N agents cover L landmarks while avoiding each other. The kernel is
+``cuda/envs/mpe_simple_spread.h``; the physics, the state and the episode
+length (param ``truncation``) that both MPE envs share are in
+`jaxwarp/envs/_mpe.py`.
+
+| mpe_simple_spread | |
+|---|---|
+| observation (f32[envs, N, 4 + 2 L + 4 (N - 1)]) | vel, pos, landmark - pos (L), other agent - pos (N - 1, by index), comm (2 (N - 1) zeros) |
+| action (i32[envs, N, 1]) | 0 no-op, 1 left, 2 right, 3 down, 4 up |
+| reward | ``local_ratio * -(agents collided with) + (1 - local_ratio) * -sum_l min_i dist(agent i, landmark l)`` |
+| end | truncated after max_steps + 1 = 26 steps (``truncation="mpe2"``: max_steps = 25 steps) |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwarp.authoring import API_DIR, EnvSpec, env_class
+from jaxwarp.envs._mpe import (F32, MPEState, check_episode, check_int, check_positive, contact,
+                               decode_actions, episode_steps, finish_step, fresh_episode,
+                               integrate, interleave, kernel_params, landmarks_rel, others_rel)
+
+
+@dataclasses.dataclass(frozen=True)
+class MPESimpleSpreadParams:
+    """JaxMARL ``SimpleSpreadMPE`` defaults (and ``default_params.py``)."""
+
+    num_agents: int = 3
+    num_landmarks: int = 3  # <= num_agents (landmarks live in per-agent slots)
+    local_ratio: float = 0.5  # weight of the local collision penalty
+    max_steps: int = 25  # an episode has max_steps + 1 steps, as in JaxMARL (see truncation)
+    # "jaxmarl": max_steps + 1 steps per episode; "mpe2": max_steps (max_cycles)
+    truncation: str = "jaxmarl"
+    dt: float = 0.1
+    damping: float = 0.25
+    contact_force: float = 100.0
+    contact_margin: float = 1e-3
+    agent_size: float = 0.15  # agent radius
+    accel: float = 5.0  # action force scale
+    mass: float = 1.0
+
+    def __post_init__(self) -> None:
+        env = "mpe_simple_spread"
+        check_int(env, "num_agents", self.num_agents, 1)
+        check_int(env, "num_landmarks", self.num_landmarks, 0)
+        if self.num_landmarks > self.num_agents:
+            raise ValueError(f"{env}: num_landmarks={self.num_landmarks} > num_agents="
+                             f"{self.num_agents}; jaxwarp stores landmark l in agent slot l, "
+                             "so at most num_agents landmarks are supported")
+        check_episode(env, self)
+        if not 0.0 <= self.local_ratio <= 1.0:
+            raise ValueError(f"{env}: local_ratio={self.local_ratio!r}; expected 0 <= "
+                             "local_ratio <= 1")
+        for name in ("dt", "contact_margin", "agent_size", "mass"):
+            check_positive(env, name, getattr(self, name))
+        if not 0.0 <= self.damping <= 1.0:
+            raise ValueError(f"{env}: damping={self.damping!r}; expected 0 <= damping <= 1")
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode (``jaxwarp.core.episode_length``): max_steps + 1
+        with JaxMARL's truncation, max_steps with mpe2's."""
+        return episode_steps(self)
+
+
+def spread_obs_dim(p: MPESimpleSpreadParams) -> int:
+    """Observation width: 4 + 2 L + 4 (N - 1)."""
+    return 4 + 2 * p.num_landmarks + 4 * (p.num_agents - 1)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def spread_observe(p: MPESimpleSpreadParams, s: MPEState) -> jax.Array:
+    """obs: f32[envs, agents, spread_obs_dim(p)]."""
+    e, n = s.x.shape
+    own = jnp.stack([s.vx, s.vy, s.x, s.y], axis=-1)
+    rel = interleave((landmarks_rel(s.x, s.lm_x, p.num_landmarks),
+                      landmarks_rel(s.y, s.lm_y, p.num_landmarks)),
+                     (others_rel(s.x), others_rel(s.y)))
+    comm = jnp.zeros((e, n, 2 * (n - 1)), jnp.float32)
+    return jnp.concatenate([own, rel, comm], axis=-1)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def spread_reset(p: MPESimpleSpreadParams, key_data: jax.Array, num_envs: int):
+    n = p.num_agents
+    s = MPEState(**fresh_episode(p.num_landmarks, key_data, num_envs, n),
+                 timestep=jnp.zeros((num_envs,), jnp.int32),
+                 episode_return=jnp.zeros((num_envs, n), jnp.float32))
+    return spread_observe(p, s), s
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames="autoreset")
+def spread_step(p: MPESimpleSpreadParams, key_data: jax.Array, s: MPEState,
+                actions: jax.Array, autoreset: bool = True):
+    n, nl = p.num_agents, p.num_landmarks
+    ux, uy = decode_actions(actions, F32(p.accel))
+    dist_min = F32(p.agent_size) + F32(p.agent_size)
+    not_self = ~np.eye(n, dtype=bool)
+    cx, cy = contact(s.x, s.y, s.x, s.y, dist_min, not_self, p)
+    fx, fy = cx + ux, cy + uy
+    x, y, vx, vy = integrate(p, s, fx, fy)
+    # Rewards on the new positions.
+    dx, dy = x[:, :, None] - x[:, None, :], y[:, :, None] - y[:, None, :]
+    hit = (jnp.sqrt(dx * dx + dy * dy) < dist_min) & not_self
+    collisions = hit.sum(-1).astype(jnp.int32)
+    lx, ly = s.lm_x[:, None, :nl] - x[:, :, None], s.lm_y[:, None, :nl] - y[:, :, None]
+    nearest = jnp.sqrt(lx * lx + ly * ly).min(axis=1)  # [envs, L]
+    shared = (-nearest).sum(-1)
+    reward = ((-collisions).astype(jnp.float32) * F32(p.local_ratio)
+              + shared[:, None] * (F32(1) - F32(p.local_ratio)))
+    moved = dict(x=x, y=y, vx=vx, vy=vy, lm_x=s.lm_x, lm_y=s.lm_y, force_x=fx, force_y=fy)
+    return finish_step(p, key_data, s, moved, reward, spread_observe, nl, autoreset)
+
+
+SPEC = EnvSpec(
+    name="mpe_simple_spread",
+    header=API_DIR / "envs" / "mpe_simple_spread.h",
+    params_type=MPESimpleSpreadParams,
+    state_type=MPEState,
+    fields=None,  # declared on the state dataclass (state_field)
+    num_agents=lambda p: p.num_agents,
+    obs_dim=spread_obs_dim,
+    nvec=lambda p: (5,),
+    reference_reset=spread_reset,
+    reference_step=spread_step,
+    kernel_params=kernel_params,
+)
+
+
+MPESimpleSpread = env_class(SPEC)  # JaxMARL simple_spread_v3 (discrete)
+ENV = MPESimpleSpread  # what jaxwarp.registry registers under SPEC.name
