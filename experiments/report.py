@@ -364,8 +364,7 @@ def section_host(root: Path) -> tuple[list[str], list[Source]]:
 
 
 TRAIN = Source("bench_train_h100.json", "python experiments/bench_train.py")
-TRAIN_PARTS = Source("bench_train_parts_h100.json",
-                     "python experiments/bench_train.py --backends cuda --cases 3,6")
+EQUIV = Source("learner_equivalence_h100.json", "bash experiments/tools/gpu_learner_check.sh")
 SAMPLER = Source("bench_sampler_h100.json", "python experiments/bench_sampler.py")
 
 
@@ -409,11 +408,23 @@ def section_training(root: Path) -> tuple[list[str], list[Source]]:
         *table([*head, "cuda", "jax", "cuda / jax", "MFU (cuda)", "compile s"],
                _train_rows(_read_json(root, TRAIN)["results"], ("cuda", "jax"))),
         *sources_block(root, [TRAIN]),
-        "Two of the rows again with the current Tag kernel (observations by parts), `cuda` only:",
+    ]
+    eq = _read_json(root, EQUIV)
+    erows = [[f"`{c}`", p["trainer"], ", ".join(f"{x:.1f}" for x in p["final_tags_per_episode"]),
+              pm(p["summary"]["mean"], p["summary"]["ci95"]),
+              kilo_or_mega(sum(p["env_steps_per_s"]) / len(p["env_steps_per_s"]))]
+             for c, p in eq["commits"].items()]
+    lines += [
+        "### The same learning",
         "",
-        *table([*head, "cuda", "MFU (cuda)", "compile s"],
-               _train_rows(_read_json(root, TRAIN_PARTS)["results"], ("cuda",))),
-        *sources_block(root, [TRAIN_PARTS]),
+        f"`{eq['config']}` with {' '.join(f'`{o}`' for o in eq['overrides'])} (taggers against "
+        f"runners moving at random), {eq['env_steps']:,} env-steps, seeds 0-{eq['seeds'] - 1}, "
+        "each commit's whole tree on the same GPU; tags per episode at the end (moving mean over "
+        "the last 5% of updates; random taggers "
+        f"{eq['random_tags_per_episode']:.1f}), mean ± 95% interval over seeds:",
+        "",
+        *table(["commit", "trainer", "per seed", "mean", "env-steps/s"], erows),
+        *sources_block(root, [EQUIV]),
     ]
     data = _read_json(root, SAMPLER)
     rows = []
@@ -431,7 +442,7 @@ def section_training(root: Path) -> tuple[list[str], list[Source]]:
         "",
         *table(["rows", "nvec", "kernel", "`jax.random.categorical`", "speed-up"], rows),
     ]
-    return lines + sources_block(root, [SAMPLER]), [TRAIN, TRAIN_PARTS, SAMPLER]
+    return lines + sources_block(root, [SAMPLER]), [TRAIN, EQUIV, SAMPLER]
 
 
 LEARNER = Source("train_learner_variants_h200.json", "bash experiments/tools/gpu_learner_ab.sh")
