@@ -8,7 +8,7 @@
     jaxwarp configs          # list the shipped training configs
     jaxwarp build [--backend cpu|cuda|all] [ENV ...]   # build contract envs into the cache now
                              # (cuda needs a GPU or JAXWARP_CUDA_ARCH, e.g. 90)
-    jaxwarp build [ENV ...] --emit DIR   # write the generated <env>_ffi.cc, don't compile
+    jaxwarp build [ENV ...] --emit DIR   # write the generated <env>_layout.h, don't compile
 
 Overrides use the config's keys, nested with dots:
 ``num_envs=2000 policies.tagger.lr=1e-3 env_params.grid_length=40``.
@@ -87,9 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--backend", default="all", choices=("cpu", "cuda", "all"),
                    help="all: cpu, plus cuda when nvcc is found")
     b.add_argument("--emit", metavar="DIR",
-                   help="write each env's generated FFI source to DIR as <env>_ffi.cc (the "
-                   "text compiled for cpu; <env>_ffi.cu where the cuda text differs or only "
-                   "cuda is asked for) and print the paths, without compiling")
+                   help="write each env's generated layout header (Params, State, the Env "
+                   "traits; the same text for cpu and cuda) to DIR as <env>_layout.h, the file "
+                   "that the checked-in ffi/env_ffi.cc compiles as env_layout.h; print the "
+                   "paths, without compiling")
     r = sub.add_parser("render", help="write a GIF of an env: random actions (--env), or a "
                        "run's trained policies beside random ones (--run)",
                        description="Rolls out one env and writes env 0's frames as a GIF, then "
@@ -189,8 +190,11 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _emit(names: list[str], backend: str, out: str) -> int:
-    """`jaxwarp build --emit DIR`: the sources `_build` would compile, written
-    out (same generator, `authoring.generated_source`); nothing compiled."""
+    """`jaxwarp build --emit DIR`: the generated part of what `_build` would
+    compile, each env's layout header (same generator,
+    `authoring.generated_source`), written out as DIR/<env>_layout.h; its
+    paths on stdout, and on stderr the checked-in file that compiles them.
+    Nothing compiled."""
     from pathlib import Path as _Path
 
     from jaxwarp import authoring
@@ -198,12 +202,9 @@ def _emit(names: list[str], backend: str, out: str) -> int:
     texts: list[tuple[str, str]] = []  # (file name, source)
     try:
         for n in names:
-            cpu = authoring.generated_source(n, "cpu") if backend != "cuda" else None
-            cuda = authoring.generated_source(n, "cuda") if backend != "cpu" else None
-            if cpu is not None:
-                texts.append((f"{n}_ffi.cc", cpu))
-            if cuda is not None and cuda != cpu:
-                texts.append((f"{n}_ffi.cu", cuda))
+            # One text for both platforms (g++ or nvcc picks the code path).
+            text = authoring.generated_source(n, "cuda" if backend == "cuda" else "cpu")
+            texts.append((f"{n}_layout.h", text))
     except (authoring.EnvBuildError, ValueError) as e:
         print(f"jaxwarp build: error: {e}", file=sys.stderr)
         return 2
@@ -220,6 +221,8 @@ def _emit(names: list[str], backend: str, out: str) -> int:
         return 2
     for path in paths:
         print(path)
+    print(f"jaxwarp build: each env's library is {authoring.FFI_DIR / authoring.FFI_SOURCE} "
+          f"compiled with its layout as {authoring.LAYOUT_NAME}", file=sys.stderr)
     return 0
 
 

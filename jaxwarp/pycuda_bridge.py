@@ -84,7 +84,7 @@ def as_gpuarray(x: jax.Array):
 
 
 # ---------------------------------------------------------------------------
-# The kernels' arguments. Every env's kernels (cuda/jaxwarp_ffi.h,
+# The kernels' arguments. Every env's kernels (ffi/jaxwarp_ffi.h,
 # JAXWARP_DEFINE_ENV) are
 #     jaxwarp_<env>_{reset,step}_kernel[_staged](Params p, jaxwarp::Call c,
 #                                                jaxwarp::Layout l)

@@ -1,6 +1,6 @@
 """The cpu backend's thread split: a big batch (envs handed to XLA's CPU
 thread pool) gives the bits of the same envs stepped in small batches (below
-`kMinParallelWork` in cuda/jaxwarp_ffi.h: one thread), resets included."""
+`kMinParallelWork` in ffi/jaxwarp_ffi.h: one thread), resets included."""
 
 from __future__ import annotations
 

@@ -1,11 +1,14 @@
-"""The generated FFI source made visible: `authoring.generated_source` (the
-one generator the build compiles), `jaxwarp build ENV --emit DIR`, and golden
+"""The generated part of an env's FFI library made visible: its layout header,
+`authoring.generated_source` (the one generator the build compiles, through
+the checked-in ffi/env_ffi.cc), `jaxwarp build ENV --emit DIR`, and golden
 files in tests/golden that keep the generated text reviewable."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import jax
 import pytest
 
 from jaxwarp import authoring
@@ -18,28 +21,84 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 @pytest.mark.parametrize("name", ["cartpole", "tag_continuous"])
 def test_generated_source_matches_the_golden_file(name):
-    golden = GOLDEN / f"{name}_ffi.cc"
+    golden = GOLDEN / f"{name}_layout.h"
     text = authoring.generated_source(name, "cpu")
     assert text == golden.read_text(), (
-        f"the generated FFI source of {name!r} differs from {golden}; if the change is "
+        f"the generated layout of {name!r} differs from {golden}; if the change is "
         f"intended, regenerate with `jaxwarp build {name} --emit tests/golden` and review "
         "the diff")
-    # One text for both platforms today (g++ or nvcc picks the code path), so
-    # --emit writes no .cu beside the golden .cc.
+    # One text for both platforms (g++ or nvcc picks the code path).
     assert authoring.generated_source(name, "cuda") == text
-    assert not (GOLDEN / f"{name}_ffi.cu").exists()
+    # Data only: the handlers are instantiated by the checked-in ffi/env_ffi.cc.
+    assert "JAXWARP_DEFINE_ENV" not in text and '#include "jaxwarp_ffi.h"' not in text
+    assert f"#define JAXWARP_ENV_NAME {name}\n" in text
 
 
-def test_generated_source_is_what_the_build_compiles(tmp_path, monkeypatch):
-    """_compile writes the text it compiles into the cache; building with a
-    compiler that only succeeds (no real compile) shows it is generated_source's."""
-    monkeypatch.setenv("JAXWARP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(build, "_find_cxx", lambda: "true")
-    monkeypatch.setattr(build, "_compiler_id", lambda path: "true")
+def _recording_compiler(tmp_path: Path) -> tuple[Path, Path]:
+    """A "compiler" that writes its arguments, one a line, and succeeds."""
+    argv = tmp_path / "argv.txt"
+    tool = tmp_path / "fake_cc"
+    tool.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv}\n')
+    tool.chmod(0o755)
+    return tool, argv
+
+
+@pytest.mark.parametrize("platform", ["cpu", "cuda"])
+def test_build_compiles_the_checked_in_source_with_the_generated_layout(tmp_path, monkeypatch,
+                                                                       platform):
+    """_compile writes generated_source's text into the env's cache folder as
+    env_layout.h and compiles ffi/env_ffi.cc (nvcc: as CUDA) with that folder,
+    the framework's folders and the env header's folder on the include path
+    (the layout's folder before the header's)."""
+    tool, argv = _recording_compiler(tmp_path)
+    monkeypatch.setenv("JAXWARP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAXWARP_CUDA_ARCH", "90")
+    monkeypatch.setattr(build, "_find_cxx", lambda: str(tool))
+    monkeypatch.setattr(build, "_find_nvcc", lambda: str(tool))
+    monkeypatch.setattr(build, "_compiler_id", lambda path: "fake")
     monkeypatch.setattr(build, "_seal", lambda tmp, lib: None)
-    build._compile(CARTPOLE, Path(CARTPOLE.header), "cpu")
-    (written,) = tmp_path.glob("cartpole-cpu-*/cartpole_ffi.cc")
-    assert written.read_text() == authoring.generated_source(CARTPOLE, "cpu")
+    build._compile(CARTPOLE, Path(CARTPOLE.header), platform)
+    (written,) = (tmp_path / "cache").glob(f"cartpole-{platform}-*/env_layout.h")
+    assert written.read_text() == authoring.generated_source(CARTPOLE, platform)
+    args = argv.read_text().splitlines()
+    source = str(authoring.FFI_DIR / "env_ffi.cc")
+    assert args[-3:] == [source, "-o", args[-1]] and args.count(source) == 1
+    includes = [args[i + 1] for i, a in enumerate(args) if a == "-I"]
+    assert includes == [str(authoring.API_DIR), str(authoring.FFI_DIR), str(written.parent),
+                        str(Path(CARTPOLE.header).parent), jax.ffi.include_dir()]
+    if platform == "cuda":
+        assert args[-5:-3] == ["-x", "cu"]
+    else:
+        assert "-x" not in args
+
+
+def test_checked_in_ffi_sources_exist_and_key_the_cache():
+    """ffi/env_ffi.cc includes the layout by its fixed name and instantiates
+    the handlers through a macro that expands the env's name first; both FFI
+    sources are part of every build's cache key."""
+    source = (authoring.FFI_DIR / "env_ffi.cc").read_text()
+    assert '#include "env_layout.h"' in source and '#include "jaxwarp_ffi.h"' in source
+    assert "JAXWARP_DEFINE_ENV_EXPANDED(JAXWARP_ENV_NAME, JAXWARP_ENV)" in source
+    assert (authoring.FFI_DIR / "jaxwarp_ffi.h").is_file()
+    assert set(authoring.FFI_SOURCES) == {"env_ffi.cc", "jaxwarp_ffi.h"}
+    assert not (authoring.API_DIR / "jaxwarp_ffi.h").exists() or (
+        authoring.API_DIR == authoring.FFI_DIR)
+
+
+def test_cache_key_follows_the_checked_in_ffi_source(tmp_path, monkeypatch):
+    """An edit of ffi/env_ffi.cc (or jaxwarp_ffi.h) makes a new library."""
+    tool, _ = _recording_compiler(tmp_path)
+    ffi_dir = tmp_path / "ffi"
+    shutil.copytree(authoring.FFI_DIR, ffi_dir)
+    monkeypatch.setenv("JAXWARP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "_find_cxx", lambda: str(tool))
+    monkeypatch.setattr(build, "_compiler_id", lambda path: "fake")
+    monkeypatch.setattr(build, "_seal", lambda tmp, lib: None)
+    monkeypatch.setattr(build, "FFI_DIR", ffi_dir)
+    first = build._compile(CARTPOLE, Path(CARTPOLE.header), "cpu")
+    (ffi_dir / "env_ffi.cc").write_text((ffi_dir / "env_ffi.cc").read_text() + "// edit\n")
+    second = build._compile(CARTPOLE, Path(CARTPOLE.header), "cpu")
+    assert first.parent != second.parent
 
 
 def test_generated_source_names_no_absolute_path():
@@ -57,10 +116,18 @@ def test_generated_source_bad_arguments():
         authoring.generated_source(3, "cpu")
 
 
-def test_header_named_like_a_framework_header_is_refused(tmp_path):
-    header = tmp_path / "jaxwarp_env.h"
+@pytest.mark.parametrize("name", ["jaxwarp_env.h", "jaxwarp_ffi.h"])
+def test_header_named_like_a_framework_header_is_refused(tmp_path, name):
+    header = tmp_path / name
     header.write_text(Path(CARTPOLE.header).read_text())
     with pytest.raises(authoring.EnvBuildError, match=r"has the name of jaxwarp's own"):
+        authoring.generated_source(CARTPOLE, "cpu", header=header)
+
+
+def test_header_named_like_the_generated_layout_is_refused(tmp_path):
+    header = tmp_path / "env_layout.h"
+    header.write_text(Path(CARTPOLE.header).read_text())
+    with pytest.raises(authoring.EnvBuildError, match=r"name of the generated layout"):
         authoring.generated_source(CARTPOLE, "cpu", header=header)
 
 
@@ -80,24 +147,26 @@ def test_params_are_part_of_the_generated_source():
 # ---------------------------------------------------------------------------
 # The command line.
 # ---------------------------------------------------------------------------
-def test_cli_emit_writes_the_sources_and_prints_their_paths(tmp_path, monkeypatch, capsys):
+def test_cli_emit_writes_the_layouts_and_prints_their_paths(tmp_path, monkeypatch, capsys):
     def no_compile(*args, **kwargs):
         raise AssertionError("--emit must not compile")
 
     monkeypatch.setattr(build, "_compile", no_compile)
     out = tmp_path / "new" / "gen"
     assert main(["build", "cartpole", "acrobot", "--emit", str(out)]) == 0
-    printed = capsys.readouterr().out.split()
-    assert printed == [str(out / "cartpole_ffi.cc"), str(out / "acrobot_ffi.cc")]
-    assert sorted(p.name for p in out.iterdir()) == ["acrobot_ffi.cc", "cartpole_ffi.cc"]
-    assert (out / "cartpole_ffi.cc").read_text() == (GOLDEN / "cartpole_ffi.cc").read_text()
-    assert (out / "acrobot_ffi.cc").read_text() == authoring.generated_source("acrobot", "cpu")
+    captured = capsys.readouterr()
+    assert captured.out.split() == [str(out / "cartpole_layout.h"), str(out / "acrobot_layout.h")]
+    # stderr names the checked-in file that compiles them.
+    assert str(authoring.FFI_DIR / "env_ffi.cc") in captured.err
+    assert sorted(p.name for p in out.iterdir()) == ["acrobot_layout.h", "cartpole_layout.h"]
+    assert (out / "cartpole_layout.h").read_text() == (GOLDEN / "cartpole_layout.h").read_text()
+    assert (out / "acrobot_layout.h").read_text() == authoring.generated_source("acrobot", "cpu")
 
 
-def test_cli_emit_cuda_only_writes_the_cu_file(tmp_path, capsys):
+def test_cli_emit_cuda_writes_the_same_layout(tmp_path, capsys):
     assert main(["build", "cartpole", "--backend", "cuda", "--emit", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.split() == [str(tmp_path / "cartpole_ffi.cu")]
-    assert (tmp_path / "cartpole_ffi.cu").read_text() == authoring.generated_source(
+    assert capsys.readouterr().out.split() == [str(tmp_path / "cartpole_layout.h")]
+    assert (tmp_path / "cartpole_layout.h").read_text() == authoring.generated_source(
         "cartpole", "cuda")
 
 
@@ -108,7 +177,7 @@ def test_cli_emit_without_names_writes_every_contract_env(tmp_path, capsys):
     capsys.readouterr()
     contract = {n for n, (cls, _, _) in _REGISTRY.items()
                 if isinstance(cls, type) and issubclass(cls, authoring.ContractEnv)}
-    assert {p.name for p in tmp_path.iterdir()} == {f"{n}_ffi.cc" for n in contract}
+    assert {p.name for p in tmp_path.iterdir()} == {f"{n}_layout.h" for n in contract}
 
 
 def test_cli_emit_unknown_env_is_an_error(tmp_path, capsys):

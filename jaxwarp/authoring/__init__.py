@@ -17,55 +17,39 @@ directory keyed by the sources, compiler, jaxlib version and GPU
 architecture, registers the FFI targets and returns a `ContractEnv`.
 Nothing is ever written into the installed package.
 
-The package has one module per layer, each importing only those above it:
+The package has one module per layer, each importing (at its top) only those
+above it:
 
 * `jaxwarp.authoring.spec`: the spec types (`EnvSpec`, `StateField`,
   `ScratchField`, `ParamArray`, ...), params as the kernels see them, state
   tagging, `agent_uniform`;
-* `jaxwarp.authoring.codegen`: the env's generated C++ (`generated_source`)
-  and the header check;
-* `jaxwarp.authoring.build`: compilers, flags, the cache, registration and
-  the launch layout;
+* `jaxwarp.authoring.codegen`: the env's generated C++, its layout header
+  (`generated_source`), and the header check;
+* `jaxwarp.authoring.build`: compilers, flags (`compile_command`: the
+  checked-in ffi/env_ffi.cc with the layout beside it), the cache,
+  registration and the launch layout;
 * `jaxwarp.authoring.env`: `ContractEnv`, `env_class`, `build_env`.
 
 Every public name is importable from `jaxwarp.authoring` itself.
 """
 
-from jaxwarp.authoring.build import CXX_FLAGS, NVCC_FLAGS, cache_dir, launch_layout
-from jaxwarp.authoring.codegen import (
-                                       API_DIR,
-                                       API_HEADERS,
-                                       check_header,
-                                       generate_source,
-                                       generated_source,
-)
+from jaxwarp.authoring.build import CXX_FLAGS, NVCC_FLAGS, cache_dir, compile_command, launch_layout
+from jaxwarp.authoring.codegen import (API_DIR, API_HEADERS, FFI_DIR, FFI_SOURCE, FFI_SOURCES,
+                                       LAYOUT_NAME, check_header, generate_source,
+                                       generated_source)
 from jaxwarp.authoring.env import ContractEnv, build_env, env_class, reference_takes_autoreset
-from jaxwarp.authoring.spec import (
-                                       EnvBuildError,
-                                       EnvSpec,
-                                       ParamArray,
-                                       ScratchField,
-                                       StateField,
-                                       agent_uniform,
-                                       check_params_id,
-                                       fields_of,
-                                       grid_scratch,
-                                       grid_side,
-                                       kernel_param_values,
-                                       make_state_type,
-                                       pack_params,
-                                       params_id,
-                                       per_env_words,
-                                       state_field,
-                                       tag_state,
-                                       tagged_state_type,
-)
+from jaxwarp.authoring.spec import (EnvBuildError, EnvSpec, ParamArray, ScratchField,
+                                    StateField, agent_uniform, check_params_id, fields_of,
+                                    grid_scratch, grid_side, kernel_param_values,
+                                    make_state_type, pack_params, params_id, per_env_words,
+                                    state_field, tag_state, tagged_state_type)
 
 __all__ = [
-    "API_DIR", "API_HEADERS", "CXX_FLAGS", "NVCC_FLAGS", "ContractEnv", "EnvBuildError",
-    "EnvSpec", "ParamArray", "ScratchField", "StateField", "agent_uniform", "build_env",
-    "cache_dir", "check_header", "check_params_id", "env_class", "fields_of",
-    "generate_source", "generated_source", "grid_scratch", "grid_side", "kernel_param_values",
-    "launch_layout", "make_state_type", "pack_params", "params_id", "per_env_words",
+    "API_DIR", "API_HEADERS", "CXX_FLAGS", "FFI_DIR", "FFI_SOURCE", "FFI_SOURCES",
+    "LAYOUT_NAME", "NVCC_FLAGS", "ContractEnv", "EnvBuildError", "EnvSpec", "ParamArray",
+    "ScratchField", "StateField", "agent_uniform", "build_env", "cache_dir", "check_header",
+    "check_params_id", "compile_command", "env_class", "fields_of", "generate_source",
+    "generated_source", "grid_scratch", "grid_side", "kernel_param_values", "launch_layout",
+    "make_state_type", "pack_params", "params_id", "per_env_words",
     "reference_takes_autoreset", "state_field", "tag_state", "tagged_state_type",
 ]

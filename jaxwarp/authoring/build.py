@@ -1,6 +1,7 @@
 """The build layer: compilers, flags, the cache, loading and registration.
 
-`_compile` compiles an env's generated source with the same flags as
+`_compile` compiles an env's library, the checked-in ffi/env_ffi.cc with
+the env's generated layout header beside it, with the same flags as
 jaxwarp's built-ins (cuda/compile_flags.txt) and caches the library in the
 user cache directory (`cache_dir`), keyed by the sources, compiler, jaxlib
 version and GPU architecture, with a checksum beside it (`_seal`,
@@ -24,7 +25,8 @@ from typing import Any
 
 import jax
 
-from jaxwarp.authoring.codegen import API_DIR, API_HEADERS, generated_source
+from jaxwarp.authoring.codegen import (API_DIR, API_HEADERS, FFI_DIR, FFI_SOURCE, FFI_SOURCES,
+                                       LAYOUT_NAME, generated_source)
 from jaxwarp.authoring.spec import EnvBuildError, EnvSpec, per_env_words
 
 
@@ -128,10 +130,12 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
     compiler = _find_nvcc() if platform == "cuda" else _find_cxx()
     arch = _gpu_arch() if platform == "cuda" else ""
     h = hashlib.sha256()
-    # Every file the build reads: the framework's headers and, followed
-    # recursively, every header the env's header includes (subfolders too).
-    sources = _included_files(header, [API_DIR, header.parent])
+    # Every file the build reads: the framework's headers and FFI sources
+    # and, followed recursively, every header the env's header includes
+    # (subfolders too).
+    sources = _included_files(header, [API_DIR, FFI_DIR, header.parent])
     sources |= {API_DIR / f for f in API_HEADERS} | {API_DIR / "compile_flags.txt"}
+    sources |= {FFI_DIR / f for f in FFI_SOURCES}
     files = "".join(str(f) + f.read_text() for f in sorted(sources))
     extra = shlex.split(os.environ.get("JAXWARP_NVCC_FLAGS", "")) if platform == "cuda" else []
     if platform == "cpu":
@@ -144,33 +148,57 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
     lib = out_dir / (f"{spec.name}.cubin" if cubin else f"lib{spec.name}_{platform}.so")
     if _intact(lib):
         return lib
+    gen = out_dir / LAYOUT_NAME
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        gen = out_dir / (f"{spec.name}_ffi.cu" if platform == "cuda" else f"{spec.name}_ffi.cc")
-        gen.write_text(src)
+        # Written whole or not at all: a concurrent build of the same env
+        # compiles from this folder too.
+        gen_tmp = gen.with_name(f"{gen.name}.{os.getpid()}.tmp")
+        gen_tmp.write_text(src)
+        os.replace(gen_tmp, gen)
     except OSError as e:
         raise EnvBuildError(f"{spec.name}: cannot write the build cache {out_dir} ({e}); set "
                             "JAXWARP_CACHE_DIR to a writable folder") from None
-    includes = ["-I", str(API_DIR), "-I", str(header.parent), "-I", jax.ffi.include_dir()]
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-    if cubin:
-        cmd = [compiler, *NVCC_FLAGS, "-cubin", f"-arch=sm_{arch}", "-w",
-               *extra, *includes, str(gen), "-o", str(tmp)]
-    elif platform == "cuda":
-        cmd = [compiler, *NVCC_FLAGS, "-shared", "-Xcompiler", "-fPIC,-w", "-cudart", "static",
-               f"-gencode=arch=compute_{arch},code=[sm_{arch},compute_{arch}]",
-               *extra, *includes, str(gen), "-o", str(tmp)]
-    else:
-        cmd = [compiler, *CXX_FLAGS, *extra, "-shared", "-fPIC", "-w", *includes, str(gen), "-o",
-               str(tmp)]
+    cmd = compile_command(compiler, platform, out_dir, header, tmp, arch=arch, cubin=cubin,
+                          extra=extra)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise EnvBuildError(
             f"{spec.name}: compiling {header} for {platform} failed "
-            f"({Path(compiler).name}); generated bindings: {gen}\n"
+            f"({Path(compiler).name}); generated layout: {gen}, compiled through "
+            f"{FFI_DIR / FFI_SOURCE}\n"
             + _readable_errors(proc.stderr + proc.stdout, header, gen))
     _seal(tmp, lib)
     return lib
+
+
+def compile_command(compiler: str, platform: str, layout_dir: Path, header: Path, out: Path,
+                    arch: str = "", cubin: bool = False, extra: list[str] | None = None
+                    ) -> list[str]:
+    """The compiler's argv that builds an env's library: ffi/env_ffi.cc, with
+    the env's generated layout as ``layout_dir/env_layout.h`` and its header
+    found in ``header``'s folder, for `platform` ("cpu": g++, a shared
+    library; "cuda": nvcc, a shared library with machine code and PTX for
+    `arch`, e.g. "90"; cubin=True: nvcc, the device code alone as a cubin).
+
+    The include path: the framework's headers, the FFI sources, the layout's
+    folder, the env header's folder, XLA's FFI headers. The layout's folder
+    comes before the header's, so "env_layout.h" is always the generated one.
+    """
+    includes = ["-I", str(API_DIR), "-I", str(FFI_DIR), "-I", str(layout_dir),
+                "-I", str(header.parent), "-I", jax.ffi.include_dir()]
+    src = str(FFI_DIR / FFI_SOURCE)
+    extra = list(extra or [])
+    if cubin:
+        return [compiler, *NVCC_FLAGS, "-cubin", f"-arch=sm_{arch}", "-w",
+                *extra, *includes, "-x", "cu", src, "-o", str(out)]
+    if platform == "cuda":
+        return [compiler, *NVCC_FLAGS, "-shared", "-Xcompiler", "-fPIC,-w", "-cudart", "static",
+                f"-gencode=arch=compute_{arch},code=[sm_{arch},compute_{arch}]",
+                *extra, *includes, "-x", "cu", src, "-o", str(out)]
+    return [compiler, *CXX_FLAGS, *extra, "-shared", "-fPIC", "-w", *includes, src, "-o",
+            str(out)]
 
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)

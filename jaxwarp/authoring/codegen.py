@@ -1,10 +1,13 @@
 """The code generation layer: an env's spec -> the C++ text of its layout.
 
-`generate_source` writes the env-specific part of an env's FFI library (its
-Params and State structs and the traits struct `Env`); the kernels, CPU loop
-and handlers are the framework's templates. `check_header` compares the
-optional JAXWARP_STATE lines of a header with the spec. `generated_source`
-is what ``jaxwarp build ENV --emit DIR`` writes.
+`generate_source` writes the one env-specific file of an env's FFI library,
+its layout header (the Params and State structs and the traits struct
+`Env`, derived from the spec). Every env's library is the checked-in
+translation unit ffi/env_ffi.cc compiled with that header as
+"env_layout.h"; the kernels, CPU loop and handlers are the framework's
+templates (cuda/jaxwarp_kernels.h, ffi/jaxwarp_ffi.h). `check_header`
+compares the optional JAXWARP_STATE lines of a header with the spec.
+`generated_source` is what ``jaxwarp build ENV --emit DIR`` writes.
 """
 
 from __future__ import annotations
@@ -16,23 +19,24 @@ from typing import Any
 
 import numpy as np
 
-from jaxwarp.authoring.spec import (
-    _DTYPES,
-    EnvBuildError,
-    EnvSpec,
-    ParamArray,
-    _static_params,
-    kernel_param_values,
-)
+from jaxwarp.authoring.spec import (_DTYPES, EnvBuildError, EnvSpec, ParamArray,
+                                    _static_params, kernel_param_values)
 
-# The API headers: installed with the package (jaxwarp/include), or the
-# repository's cuda/ folder in a source checkout / editable install.
+# The API headers and the FFI sources: installed with the package
+# (jaxwarp/include holds both), or the repository's cuda/ and ffi/ folders in
+# a source checkout / editable install.
 _INSTALLED = Path(__file__).resolve().parent.parent / "include"
-API_DIR = _INSTALLED if (_INSTALLED / "jaxwarp_env.h").exists() else (
-    Path(__file__).resolve().parent.parent.parent / "cuda")
-# The framework's headers: every built env depends on them (cache key).
-API_HEADERS = ("jaxwarp_env.h", "jaxwarp_common.h", "jaxwarp_team.h", "jaxwarp_kernels.h",
-               "jaxwarp_ffi.h")
+_REPO = Path(__file__).resolve().parent.parent.parent
+API_DIR = _INSTALLED if (_INSTALLED / "jaxwarp_env.h").exists() else _REPO / "cuda"
+FFI_DIR = _INSTALLED if (_INSTALLED / "env_ffi.cc").exists() else _REPO / "ffi"
+# The framework's headers in API_DIR: every built env depends on them (cache key).
+API_HEADERS = ("jaxwarp_env.h", "jaxwarp_common.h", "jaxwarp_team.h", "jaxwarp_kernels.h")
+# In FFI_DIR: the translation unit every env's library compiles (FFI_SOURCE)
+# and the handler templates it instantiates; in the cache key too.
+FFI_SOURCE = "env_ffi.cc"
+FFI_SOURCES = (FFI_SOURCE, "jaxwarp_ffi.h")
+# The name under which FFI_SOURCE includes the generated layout.
+LAYOUT_NAME = "env_layout.h"
 _FIELD_DECL = re.compile(r"^\s*JAXWARP_STATE\s*\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)", re.M)
 _C_TYPES = {np.dtype(np.float32): ("float", "f"), np.dtype(np.int32): ("int32_t", "i"),
             np.dtype(np.uint32): ("uint32_t", "I")}
@@ -94,20 +98,28 @@ def check_header(spec: EnvSpec, header_text: str, header_name: str) -> None:
 
 
 def generate_source(spec: EnvSpec, header_path: Path, platform: str, params: Any = None) -> str:
-    """The env-specific part of its FFI library: the Params and State structs,
-    the traits struct `Env` and one JAXWARP_DEFINE_ENV, which instantiates the
-    kernels, CPU loop and handlers of cuda/jaxwarp_ffi.h for ``platform``
-    ("cpu" or "cuda": the same text; nvcc or g++ picks the platform)."""
+    """The env's layout header, the env-specific part of its FFI library: the
+    Params and State structs, the traits struct `Env` (inside namespace
+    ``jaxwarp_env_<name>``, around the env's header) and the macros
+    JAXWARP_ENV_NAME and JAXWARP_ENV, through which ffi/env_ffi.cc (which
+    includes this text as "env_layout.h") instantiates the kernels, CPU loop
+    and handlers of ffi/jaxwarp_ffi.h for ``platform`` ("cpu" or "cuda": the
+    same text; nvcc or g++ picks the platform)."""
     ns = f"jaxwarp_env_{spec.name}"
     # The header is included by its name and found through `-I <its folder>`:
     # the generated text then names no absolute path, so it is the same on
     # every machine (reviewable, and kept as golden files in tests/golden).
-    # The framework's folder comes first on the include path, so a header
-    # named like one of its files would never be read.
-    if (API_DIR / header_path.name).exists() and (
-            (API_DIR / header_path.name).resolve() != header_path.resolve()):
-        raise EnvBuildError(f"{spec.name}: header {header_path} has the name of jaxwarp's own "
-                            f"{API_DIR / header_path.name}; rename it")
+    # The framework's folders come first on the include path (and the layout
+    # itself is "env_layout.h"), so a header named like one of their files
+    # would never be read.
+    for d in (API_DIR, FFI_DIR):
+        if (d / header_path.name).exists() and (
+                (d / header_path.name).resolve() != header_path.resolve()):
+            raise EnvBuildError(f"{spec.name}: header {header_path} has the name of jaxwarp's "
+                                f"own {d / header_path.name}; rename it")
+    if header_path.name == LAYOUT_NAME:
+        raise EnvBuildError(f"{spec.name}: header {header_path} has the name of the generated "
+                            f"layout ({LAYOUT_NAME}); rename it")
     values = kernel_param_values(spec, params if params is not None else spec.params_type())
     decls = _param_decls(values, _static_params(spec, values))
     fields = [*spec.fields, *spec.scratch]
@@ -118,11 +130,16 @@ def generate_source(spec: EnvSpec, header_path: Path, platform: str, params: Any
     params = "\n".join(f"  {d}" for d in decls)
     ptrs = "\n".join(f"    f[{i}] = reinterpret_cast<int32_t*>(s.{f.name});"
                       for i, f in enumerate(fields))
-    return f"""// Generated by jaxwarp.authoring for env '{spec.name}'. Do not edit: the
-// kernels, CPU loop and handlers are cuda/jaxwarp_kernels.h and jaxwarp_ffi.h.
+    return f"""// Generated by jaxwarp.authoring for env '{spec.name}' from its spec. Do not
+// edit. The env's FFI library is ffi/env_ffi.cc compiled with this file as
+// "env_layout.h"; the kernels, CPU loop and handlers are the templates of
+// cuda/jaxwarp_kernels.h and ffi/jaxwarp_ffi.h.
+#pragma once
 #include <stdint.h>
-#include "xla/ffi/api/ffi.h"
 #include "jaxwarp_env.h"
+
+#define JAXWARP_ENV_NAME {spec.name}
+#define JAXWARP_ENV {ns}::Env
 
 namespace {ns} {{
 struct Params {{
@@ -148,17 +165,15 @@ struct Env {{
   }}
 }};
 }}  // namespace {ns}
-
-#include "jaxwarp_ffi.h"
-JAXWARP_DEFINE_ENV({spec.name}, {ns}::Env)
 """
 
 
 def generated_source(env: EnvSpec | str, backend: str = "cpu", params: Any = None,
                      header: str | Path | None = None) -> str:
-    """The C++ source of an env's FFI library, exactly as `build_env` and
-    ``jaxwarp build`` compile it for `backend` (``jaxwarp build ENV --emit DIR``
-    writes it out for review).
+    """The generated part of an env's FFI library, its layout header, exactly
+    as `build_env` and ``jaxwarp build`` compile it for `backend` (through
+    ffi/env_ffi.cc, as "env_layout.h"; ``jaxwarp build ENV --emit DIR`` writes
+    it out for review as ``<env>_layout.h``).
 
     Args:
         env: an `EnvSpec`, or the name of a registered env built through the
@@ -169,7 +184,7 @@ def generated_source(env: EnvSpec | str, backend: str = "cpu", params: Any = Non
             registered env's, or the spec's params type's defaults.
         header: the env's header; default: the spec's.
     Returns:
-        The source text (str).
+        The header text (str).
     """
     if backend not in ("cpu", "cuda"):
         raise ValueError(f"backend must be 'cpu' or 'cuda'; got {backend!r}")

@@ -22,18 +22,9 @@ import numpy as np
 from jaxwarp import _ffi
 from jaxwarp.authoring.build import _register, launch_layout
 from jaxwarp.authoring.codegen import check_header
-from jaxwarp.authoring.spec import (
-    _DTYPES,
-    EnvBuildError,
-    EnvSpec,
-    _static_params,
-    check_params_id,
-    kernel_param_values,
-    pack_params,
-    params_id,
-    per_env_words,
-    tag_state,
-)
+from jaxwarp.authoring.spec import (_DTYPES, EnvBuildError, EnvSpec, _static_params,
+                                    check_params_id, kernel_param_values, pack_params,
+                                    params_id, per_env_words, tag_state)
 from jaxwarp.core import key_data_of, resolve_backend
 from jaxwarp.spaces import Box, MultiDiscrete
 

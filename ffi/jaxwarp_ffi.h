@@ -1,11 +1,11 @@
 // XLA FFI handlers of every jaxwarp env, templated on the env (see
-// jaxwarp_kernels.h for the traits struct). One macro,
-// JAXWARP_DEFINE_ENV(name, Env), defines for the platform being compiled:
+// cuda/jaxwarp_kernels.h for the traits struct). ffi/env_ffi.cc, compiled
+// once per env, instantiates them through one macro,
+// JAXWARP_DEFINE_ENV(name, Env), which defines for the platform being compiled:
 //   jaxwarp_<name>_reset_{cpu,cuda}, jaxwarp_<name>_step_{cpu,cuda}: FFI handlers;
 //   jaxwarp_<name>_layout: the launch layout (exported for Python and PyCUDA);
-//   jaxwarp_<name>_scratch_elems: size of the scratch buffer Python passes;
-//   (CUDA) jaxwarp_<name>_{reset,step}_kernel: the kernels, with C names so
-//   that PyCUDA can launch the very same code.
+//   (CUDA) jaxwarp_<name>_{reset,step}_kernel[_staged], _step_kernel_solo: the
+//   kernels, with C names so that PyCUDA can launch the very same code.
 //
 // Buffers (Python: jaxwarp.authoring.ContractEnv):
 //   reset(keys u32[members*3]) -> (state fields..., scratch i32[*], obs f32[envs, n, obs_dim])
