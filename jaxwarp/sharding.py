@@ -66,18 +66,6 @@ def collectives_in(hlo_text: str) -> list[str]:
 _COLLECTIVE_RE = re.compile(r"\b(" + "|".join(map(re.escape, COLLECTIVES)) + r")(?:-start)?\(")
 
 
-def _shard_map(f, mesh: Mesh, in_specs, out_specs):
-    """``jax.shard_map`` without the replication (vma) check: the FFI calls
-    have no vma rule. jax >= 0.6 spells the flag check_vma; older releases had
-    jax.experimental.shard_map.shard_map(..., check_rep=...)."""
-    if hasattr(jax, "shard_map"):
-        return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                             check_vma=False)
-    from jax.experimental.shard_map import shard_map  # pragma: no cover (jax < 0.6)
-    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                     check_rep=False)
-
-
 def _axes(mesh: Any, axis: Any, where: str) -> tuple[str, ...]:
     """The mesh axes that the env axis is split over (one name or a tuple)."""
     if not isinstance(mesh, Mesh):
@@ -138,14 +126,6 @@ class _Placement:
         self.replicated = NamedSharding(mesh, P())
         self.explicit = _explicit(mesh, names)
         self.auto = NamedSharding(_auto_mesh(mesh), self.spec)
-
-    def for_shard_map(self, tree: Any, replicated: bool = False) -> Any:
-        """Explicit axes: shard_map wants inputs whose type already matches
-        its in_specs (Auto axes reshard by themselves)."""
-        if not self.explicit:
-            return tree
-        target = self.replicated if replicated else self.sharding
-        return jax.tree_util.tree_map(lambda x: jax.sharding.reshard(x, target), tree)
 
     def constrain(self, tree: Any) -> Any:
         """Pins leading axes to P(axis) for jit's partitioner (on the Auto copy
@@ -276,13 +256,12 @@ class ShardedEnv:
         return self._fns["step"](key_data, state, actions)
 
     def sample_actions(self, key: jax.Array, logits: jax.Array, *,
-                       backend: str | None = None, per_shard_keys: bool = False):
+                       backend: str | None = None):
         """`sample_actions` with this env's ``action_space.nvec``, mesh and
         axis; backend defaults to the env's."""
         return sample_actions(key, logits, tuple(int(v) for v in self.env.action_space.nvec),
                               self.mesh, self.axis,
-                              backend=self.env.backend if backend is None else backend,
-                              per_shard_keys=per_shard_keys)
+                              backend=self.env.backend if backend is None else backend)
 
     # -- the compiled calls ------------------------------------------------
     # The env's own calls partition themselves (their partitioning rule, or
@@ -324,8 +303,8 @@ def shard(env: Any, mesh: Mesh, axis: str | tuple[str, ...] = "envs") -> Sharded
 # The sampler.
 # ---------------------------------------------------------------------------
 def sample_actions(key: jax.Array, logits: jax.Array, nvec: Sequence[int], mesh: Mesh,
-                   axis: str | tuple[str, ...] = "envs", backend: str = "auto", *,
-                   per_shard_keys: bool = False) -> tuple[jax.Array, jax.Array]:
+                   axis: str | tuple[str, ...] = "envs", backend: str = "auto"
+                   ) -> tuple[jax.Array, jax.Array]:
     """`jaxwarp.sample_actions` on logits whose leading axis is split over ``axis``.
 
     Outputs (actions i32[..., H], log_prob f32[...]) are sharded like the
@@ -337,12 +316,6 @@ def sample_actions(key: jax.Array, logits: jax.Array, nvec: Sequence[int], mesh:
     reference is partitioned by jit (jax's partitionable threefry counts by
     global element). No collective. Equally, a plain ``jax.jit`` of
     `jaxwarp.sample_actions` over logits split along axis 0 does the same.
-
-    per_shard_keys=True (kernel backends only; deprecated, kept for runs made
-    before the row offset existed): shard ``s`` runs
-    ``jaxwarp.sample_actions(jax.random.fold_in(key, s), logits_s, nvec)`` on
-    its block of rows: the same distribution, but draws that depend on the
-    device count.
     """
     from jaxwarp import sampler
 
@@ -357,11 +330,6 @@ def sample_actions(key: jax.Array, logits: jax.Array, nvec: Sequence[int], mesh:
     key_data_of(key)
     backend = resolve_backend(backend)
     place = _placement(mesh, names)
-    if per_shard_keys:
-        if backend == "jax":
-            raise ValueError("sample_actions: per_shard_keys applies to the kernel backends; "
-                             "backend='jax' is sharded bit for bit without it")
-        return _shard_map_sample(place, nvec, backend)(key, logits)
     return _jit_sample(place, nvec, backend)(key, logits)
 
 
@@ -373,18 +341,3 @@ def _jit_sample(place: _Placement, nvec: tuple[int, ...], backend: str):
         return place.finish(sampler.sample_actions(key, place.constrain(logits), nvec,
                                                    backend=backend))
     return jax.jit(f)
-
-
-@functools.lru_cache(maxsize=64)
-def _shard_map_sample(place: _Placement, nvec: tuple[int, ...], backend: str):
-    from jaxwarp import sampler
-
-    axis = _spec_axis(place.names)
-
-    def local(key, logits):
-        k = jax.random.fold_in(key, jax.lax.axis_index(axis))
-        return sampler.sample_actions(k, logits, nvec, backend=backend)
-
-    mapped = _shard_map(local, place.mesh, in_specs=(P(), place.spec), out_specs=place.spec)
-    return jax.jit(lambda key, logits: mapped(place.for_shard_map(key, replicated=True),
-                                              place.for_shard_map(logits)))

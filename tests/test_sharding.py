@@ -157,25 +157,6 @@ def _worker(part: int, parts: int) -> dict:
             jax.jit(lambda k, x, b=backend, m=mesh: sharding.sample_actions(k, x, nvec, m,
                                                                             backend=b))
             .lower(skey, logits).compile().as_text())
-    per = {}
-    for mname in ("auto2", "auto4"):
-        m = meshes[mname]
-        d = m.shape["envs"]
-        got = sharding.sample_actions(skey, logits, nvec, m, backend="cpu", per_shard_keys=True)
-        rows = NUM_ENVS // d
-        blocks = [jaxwarp.sample_actions(jax.random.fold_in(skey, s), logits[s * rows:(s + 1) * rows],
-                                         nvec, backend="cpu") for s in range(d)]
-        expected = tuple(jnp.concatenate(x) for x in zip(*blocks))
-        per[mname] = {"equal_per_shard_definition": leaves_equal(expected, got),
-                      "unsharded_outputs": sharded_over(got, m),
-                      "actions": np.asarray(got[0]).tolist()}
-        if mname == "auto4":
-            per["collectives"] = sharding.collectives_in(
-                jax.jit(lambda k, x, m=m: sharding.sample_actions(
-                    k, x, nvec, m, backend="cpu", per_shard_keys=True))
-                .lower(skey, logits).compile().as_text())
-    per["differs_across_device_counts"] = per["auto2"]["actions"] != per["auto4"]["actions"]
-    sampler_report["per_shard"] = per
     report["sampler"] = sampler_report
 
     # shard_state and the errors.
@@ -279,16 +260,6 @@ def test_sampler_bitwise_on_every_backend(report):
     for case, bad in s["equal"].items():
         assert bad == [], f"sampler {case}: {bad}"
     assert s["collectives"] == {"jax": [], "cpu": []}
-
-
-def test_sampler_per_shard_keys(report):
-    # Deprecated: shard s draws with fold_in(key, s), as before the row offset.
-    per = report["sampler"]["per_shard"]
-    for mesh in ("auto2", "auto4"):
-        assert per[mesh]["equal_per_shard_definition"] == []
-        assert per[mesh]["unsharded_outputs"] == []
-    assert per["collectives"] == []
-    assert per["differs_across_device_counts"]
 
 
 def test_shard_state(report):
