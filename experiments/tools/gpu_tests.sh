@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Every GPU test (`pytest -m gpu`) in five processes at once on one GPU (no
+# preallocation, so they share its memory), then compute-sanitizer over every
+# kernel when called with `sanitize`. Run from a checkout holding .snap/src.tar
+# (`git archive HEAD`, with .snap_commit inside); logs under $OUT.
+#   bash experiments/tools/gpu_tests.sh tests
+#   bash experiments/tools/gpu_tests.sh sanitize
+set -o pipefail
+export PYTHONUNBUFFERED=1
+W=/tmp/w; mkdir -p $W && tar -xf .snap/src.tar -C $W && cd $W || exit 1
+export JAXWARP_COMMIT=$(cat .snap_commit 2>/dev/null || echo unknown)
+SUF=_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]\+' | tr 'H' 'h')
+python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | tail -2
+case "$1" in
+tests)
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  T="python3 -m pytest -m gpu -q -p no:cacheprovider"
+  K="tag_ or mpe"
+  $T tests/test_conformance.py -k "$K" > $OUT/g1.log 2>&1 &
+  $T tests/test_conformance.py -k "not ($K)" > $OUT/g2.log 2>&1 &
+  $T tests/test_authoring_gpu.py tests/test_classic_control_kernels_gpu.py tests/test_mpe_gpu.py \
+    tests/test_mpe.py tests/test_pycuda_bridge.py > $OUT/g3.log 2>&1 &
+  $T tests/test_tag_continuous_gpu.py tests/test_tag_continuous.py tests/test_tag_gridworld_gpu.py \
+    > $OUT/g4.log 2>&1 &
+  $T tests/test_sampler_gpu.py tests/test_train_gpu.py tests/test_adapters_gpu.py > $OUT/g5.log 2>&1 &
+  wait
+  { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+    echo "# bash experiments/tools/gpu_tests.sh tests"
+    for g in 1 2 3 4 5; do echo "## group $g"; grep -v "^W1\|bfc_alloc\|^I1" $OUT/g$g.log; done
+  } > $OUT/pytest_gpu$SUF.log
+  grep -h "passed\|failed\|error" $OUT/g?.log | grep -v "^W1" | tail -10 ;;
+sanitize)
+  JAXWARP_NVCC_FLAGS=-lineinfo timeout 560 python3 experiments/sanitize_kernels.py --jobs 12 \
+    --out $OUT/sanitize_kernels$SUF.json 2>&1 | tail -25 ;;
+esac
