@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from jaxwarp.authoring import EnvSpec, env_class
-from jaxwarp.envs import (acrobot, cartpole, mountain_car, mpe_simple_spread, mpe_simple_tag,
-                          pendulum, tag_continuous, tag_gridworld)
+import jaxwarp.envs
+from jaxwarp.authoring import ContractEnv, EnvSpec, env_class
 from jaxwarp.params_check import check_params, check_values
 
 # name -> (env class, params class, named configurations)
@@ -18,16 +21,18 @@ _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {}
 
 
 def register_spec(spec: EnvSpec, configs: dict[str, dict[str, Any]] | None = None,
-                  env_cls: type | None = None) -> None:
+                  env_cls: type | None = None) -> type:
     """Makes an env declared by its `EnvSpec` available to `make` under
     ``spec.name``; env_cls only where a subclass of `ContractEnv` adds
-    behaviour (default: `env_class(spec)`)."""
+    behaviour (default: `env_class(spec)`). Returns the env class registered
+    (``ENV = jaxwarp.register_spec(SPEC)`` in a user's env module)."""
     if not isinstance(spec, EnvSpec):
         raise TypeError(f"register_spec: spec must be a jaxwarp.authoring.EnvSpec; got "
                         f"{type(spec).__name__} {spec!r}")
     env_cls = env_cls or env_class(spec)
     _check_registration("register_spec", spec.name, env_cls, spec.params_type, configs)
     _REGISTRY[spec.name] = (env_cls, spec.params_type, dict(configs or {}))
+    return env_cls
 
 
 def _check_registration(where: str, name: Any, env_cls: Any, params_cls: Any,
@@ -53,15 +58,55 @@ def _check_registration(where: str, name: Any, env_cls: Any, params_cls: Any,
                         f"mappings of params; got {configs!r}")
 
 
-# The built-in envs: one spec each (a class only where it adds behaviour).
-register_spec(tag_continuous.SPEC, tag_continuous.CONFIGS, tag_continuous.TagContinuous)
-register_spec(tag_gridworld.SPEC, tag_gridworld.CONFIGS, tag_gridworld.TagGridworld)
-register_spec(mpe_simple_spread.SPEC, env_cls=mpe_simple_spread.MPESimpleSpread)
-register_spec(mpe_simple_tag.SPEC, env_cls=mpe_simple_tag.MPESimpleTag)
-register_spec(cartpole.SPEC, env_cls=cartpole.CartPole)
-register_spec(acrobot.SPEC, env_cls=acrobot.Acrobot)
-register_spec(pendulum.SPEC, env_cls=pendulum.Pendulum)
-register_spec(mountain_car.SPEC, env_cls=mountain_car.MountainCar)
+def env_modules(package: ModuleType = jaxwarp.envs) -> list[str]:
+    """The env modules of `package` (default: the built-ins, `jaxwarp.envs`):
+    its modules whose names do not start with ``_`` (those hold what several
+    envs share), sorted by name, as dotted names."""
+    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__)
+                   if not m.name.startswith("_"))
+    return [f"{package.__name__}.{name}" for name in names]
+
+
+def register_module(module: ModuleType) -> None:
+    """Registers the env of an env module, the one recipe every built-in follows:
+    the module ``<name>.py`` exports ``SPEC`` (its `EnvSpec`, with
+    ``SPEC.name == "<name>"``), ``ENV`` (its env class: ``env_class(SPEC)`` or
+    a subclass of `ContractEnv`) and optionally ``CONFIGS`` (named params).
+
+    Raises ValueError (a missing name, or SPEC.name not the file's name) or
+    TypeError (SPEC, ENV or CONFIGS of the wrong kind), naming the file."""
+    where = getattr(module, "__file__", None) or module.__name__
+    path = Path(where)
+    stem = (path.parent.name if path.name == "__init__.py" else path.stem) \
+        if path.suffix == ".py" else module.__name__.rpartition(".")[2]
+    missing = [n for n in ("SPEC", "ENV") if not hasattr(module, n)]
+    if missing:
+        raise ValueError(f"{where}: an env module must export SPEC (its EnvSpec) and ENV (its "
+                         f"env class), and may export CONFIGS; {' and '.join(missing)} missing")
+    spec, env_cls = module.SPEC, module.ENV
+    if not isinstance(spec, EnvSpec):
+        raise TypeError(f"{where}: SPEC must be a jaxwarp.authoring.EnvSpec; got "
+                        f"{type(spec).__name__}")
+    if spec.name != stem:
+        raise ValueError(f"{where}: SPEC.name is {spec.name!r}; an env module is named after "
+                         f"its env, so expected {stem!r} (rename the file or the spec)")
+    if not (isinstance(env_cls, type) and issubclass(env_cls, ContractEnv)):
+        raise TypeError(f"{where}: ENV must be the env class, env_class(SPEC) or a subclass "
+                        f"of jaxwarp.authoring.ContractEnv; got {env_cls!r}")
+    try:
+        register_spec(spec, getattr(module, "CONFIGS", None), env_cls)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{where}: {e}") from None
+
+
+def _register_builtins(package: ModuleType = jaxwarp.envs) -> None:
+    """The built-in envs, found by discovery: every env module of jaxwarp/envs/
+    (no list to keep: a new ``jaxwarp/envs/<name>.py`` is registered as it is)."""
+    for name in env_modules(package):
+        register_module(importlib.import_module(name))
+
+
+_register_builtins()
 
 
 def register_env(name: str, env_cls: type, params_cls: type,
@@ -76,7 +121,8 @@ def register_env(name: str, env_cls: type, params_cls: type,
 
 
 def registered_envs() -> tuple[str, ...]:
-    """Names accepted by `make`."""
+    """Names accepted by `make`: the built-ins sorted by name, then the envs
+    registered since, in the order of registration."""
     return tuple(_REGISTRY)
 
 

@@ -511,3 +511,6 @@ class TagContinuous(ContractEnv):
             return {}
         tagger_total = episode_return[:, :p.num_taggers].sum(axis=1)
         return {"tags_per_episode": tagger_total * np.float32(1 / p.tag_reward_for_tagger)}
+
+
+ENV = TagContinuous  # what jaxwarp.registry registers under SPEC.name

@@ -238,3 +238,4 @@ SPEC = EnvSpec(
 
 
 TagGridworld = env_class(SPEC)  # WarpDrive's tag_gridworld; see the module docstring
+ENV = TagGridworld  # what jaxwarp.registry registers under SPEC.name
