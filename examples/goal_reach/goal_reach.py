@@ -1,9 +1,10 @@
 """Goal reach: the tutorial env of docs/custom_env.md, written as a user would.
 
-The env is two files: the kernel `goal_reach.h` (next to this file) and this
-module, its spec: the params dataclass, the state fields, the pure-JAX
-reference and `SPEC`. Importing it registers the env under "goal_reach", so
-that `jaxwarp.make("goal_reach")` and
+The env follows the recipe of every built-in env: the kernel `goal_reach.h`
+(next to this file), this module, its spec (the params dataclass, the state
+fields, the pure-JAX reference, `SPEC` and the env class `ENV`), and its
+doc, `README.md` (rules, spaces, rewards). Importing it registers the env
+under "goal_reach", so that `jaxwarp.make("goal_reach")` and
 `jaxwarp train env_module=examples/goal_reach/goal_reach.py env=goal_reach`
 find it; the kernels are compiled at first use (`jaxwarp.build_env`).
 The code blocks of docs/custom_env.md are excerpts of this file
@@ -119,4 +120,4 @@ SPEC = EnvSpec(
     reference_reset=reference_reset,
     reference_step=reference_step,
 )
-jaxwarp.register_spec(SPEC)
+ENV = jaxwarp.register_spec(SPEC)  # registers "goal_reach"; ENV: its env class
