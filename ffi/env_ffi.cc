@@ -5,10 +5,11 @@
 // nvcc -cubin for the PyCUDA bridge; the same text each time, the platform
 // picks its code path through __CUDACC__. Nothing here names an env: the env
 // arrives through "env_layout.h", the one generated file of the build
-// (jaxwarp/authoring/codegen.py writes it into the env's cache folder, found
-// through `-I <that folder>`; `jaxwarp build ENV --emit DIR` writes the same
-// text as DIR/<env>_layout.h for review). It holds what the env's spec
-// declares, in C++:
+// (jaxwarp/authoring/codegen.py generates it from the env's spec, build.py
+// writes it into the env's cache folder and puts that folder on the include
+// path; `jaxwarp build ENV --emit DIR` writes the same text as
+// DIR/<env>_layout.h for review, and tests/golden/ keeps two of them). It
+// holds what the spec declares, in C++:
 //   namespace jaxwarp_env_<env> {
 //     struct Params;  // the kernel params (static ones as constexpr members)
 //     struct State;   // one pointer per state field, then per scratch field
