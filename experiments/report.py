@@ -68,6 +68,13 @@ def _read_json(root: Path, src: Source) -> dict:
 
 
 def _meta(root: Path, src: Source) -> dict:
+    if src.path.endswith(".log"):
+        # A log may open with "# commit SHA, device..." and "# command" lines.
+        head = (root / RESULTS / src.path).read_text().splitlines()[:2]
+        m = re.match(r"# commit (\w+)", head[0]) if head else None
+        if m and len(head) == 2 and head[1].startswith("# "):
+            return {"commit": m.group(1), "command": head[1][2:].split(" (")[0]}
+        return {}
     if not src.path.endswith(".json"):
         return {}
     data = _read_json(root, src)
@@ -748,64 +755,48 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
     return lines, [TIME_TO_RETURN]
 
 
-SANITIZE = [
-    Source("sanitize_kernels_runs_h100.json", "python experiments/sanitize_kernels.py --targets "
-           "goal_reach,mpe_simple_spread,tag_continuous,tag_gridworld",
-           part="sanitize_kernels_rows_h100.json"),
-    Source("sanitize_kernels_runs_h100.json",
-           "python experiments/sanitize_kernels.py --targets tag_continuous",
-           part="sanitize_kernels_tag_h100.json"),
-    Source("sanitize_kernels_runs_h100.json",
-           "python experiments/sanitize_kernels.py "
-           "--targets cartpole,acrobot,pendulum,mountain_car",
-           part="sanitize_kernels_single_agent_h100.json"),
-]
+SANITIZE = [Source("sanitize_kernels_h100.json", "bash experiments/tools/gpu_tests.sh sanitize")]
 
 
 def section_sanitizers(root: Path) -> tuple[list[str], list[Source]]:
     rows = []
-    for src in SANITIZE:
-        d = _read_json(root, src)
-        res = d["results"]
-        targets = sorted({r["target"] for r in res})
-        tools = sorted({r["tool"] for r in res})
-        ours = sum(r["reports_in_our_kernels"] for r in res)
-        rows.append([", ".join(f"`{t}`" for t in targets), ", ".join(tools),
-                     str(sum(r["cases_run"] for r in res)), str(ours),
-                     "clean" if d["clean"] else "reports", f"`{src.path}` (`{src.part}`)"])
+    d = _read_json(root, SANITIZE[0])
+    res = d["results"]
+    for target in sorted({r["target"] for r in res}):
+        mine = [r for r in res if r["target"] == target]
+        ours = sum(r["reports_in_our_kernels"] for r in mine)
+        rows.append([f"`{target}`", ", ".join(sorted({r["tool"] for r in mine})),
+                     str(sum(r["cases_run"] for r in mine)), str(ours),
+                     "clean" if ours == 0 and all(r["returncode"] == 0 for r in mine)
+                     else "reports"])
     lines = [
         "## GPU kernels under compute-sanitizer",
         "",
         "`experiments/sanitize_kernels.py`: an env's reset and step kernels (small and "
         "many-agent sizes, both launch layouts, auto-resets, out-of-range actions) under "
         "compute-sanitizer's memcheck, racecheck, initcheck and synccheck; the script covers "
-        "every registered env, the tutorial's `goal_reach` and the sampler, and the runs below "
-        "cover the envs they list:",
+        "every registered env, the tutorial's `goal_reach` and the sampler; a planted "
+        f"out-of-bounds write is {'reported' if d['planted_write_caught'] else 'NOT reported'} "
+        "by memcheck:",
         "",
-        *table(["envs", "tools", "cases (all tools)", "reports in jaxwarp kernels", "result",
-                "file"], rows),
+        *table(["target", "tools", "cases (all tools)", "reports in jaxwarp kernels", "result"],
+               rows),
     ]
     return lines + sources_block(root, SANITIZE), SANITIZE
 
 
-# The previous round's four logs, merged into one file (each under its old name).
 PYTEST_LOG = "pytest_gpu_h100.log"
+PYTEST_MAKES = "bash experiments/tools/gpu_tests.sh tests"
 PYTEST = [
-    (Source(PYTEST_LOG, "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
-            "tests/test_authoring_gpu.py", device=H100, part="pytest_review_gpu_h100.log"),
-     "Tag and authoring GPU tests"),
-    (Source(PYTEST_LOG, "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
-            "tests/test_authoring_gpu.py tests/test_mpe_gpu.py tests/test_tag_gridworld_gpu.py "
-            "tests/test_classic_control_kernels_gpu.py", device=H100,
-            part="pytest_parts_all_gpu_h100.log"),
-     "Tag, authoring, MPE, gridworld and classic-control GPU tests"),
-    (Source(PYTEST_LOG, "python -m pytest -q -m gpu tests/test_conformance.py", device=H100,
-            part="pytest_conformance_gpu_h100.log"),
-     "conformance suite on the `cuda` backend"),
-    (Source(PYTEST_LOG, "python -m pytest -q -m gpu tests/test_tag_continuous_gpu.py "
-            "tests/test_adapters_gpu.py tests/test_train_gpu.py", device=H100,
-            part="pytest_gpu_tag_adapters_train_h100.log"),
-     "Tag, adapter and trainer GPU tests"),
+    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group1"),
+     "conformance suite on `cuda`: Tag, gridworld and MPE envs"),
+    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group2"),
+     "conformance suite on `cuda`: the other envs"),
+    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group3"),
+     "authoring, classic-control, MPE and PyCUDA GPU tests"),
+    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group4"), "Tag and gridworld GPU tests"),
+    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group5"),
+     "sampler, trainer and adapter GPU tests"),
 ]
 
 
@@ -816,8 +807,8 @@ def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:
         counts = re.sub(r"\s+in [\d.]+s.*$", "", last).strip()
         rows.append([what, counts, f"`{src.path}` (`{src.part}`)"])
     return ["## GPU test runs", "",
-            "The `gpu`-marked tests run where a GPU is present (one device call is limited to "
-            "10 minutes, so the suite runs in parts):", "",
+            "Every `gpu`-marked test, in five pytest processes sharing one GPU (the log's first "
+            "line names the commit):", "",
             *table(["tests", "result", "file"], rows),
             *sources_block(root, [s for s, _ in PYTEST])], [s for s, _ in PYTEST]
 
