@@ -195,7 +195,7 @@ def test_gym_final_obs_off_and_unsupported(cartpole):
 
 
 def test_gym_truncation_at_the_time_limit():
-    # MPE episodes are max_steps + 1 steps long and never terminate (jaxwarp/envs/mpe.py).
+    # MPE episodes are max_steps + 1 steps long and never terminate (jaxwarp/envs/_mpe.py).
     env = jaxwarp.make("mpe_simple_spread", backend="cpu", max_steps=4)
     envs = JaxwarpVectorEnv(env, 4, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     envs.reset(seed=0)
@@ -618,7 +618,7 @@ def test_pettingzoo_values_and_episode_end(spread):
     assert env.action_space("agent_1") == gym.spaces.Discrete(5)
     assert env.action_space("agent_1") is not env.action_space("agent_2")
     assert env.observation_space("agent_0").shape == (18,)
-    steps = spread.params.max_steps + 1  # an MPE episode (jaxwarp/envs/mpe.py)
+    steps = spread.params.max_steps + 1  # an MPE episode (jaxwarp/envs/_mpe.py)
     acts = random_actions(np.random.default_rng(4), spread, steps, 1)
     ref = direct_rollout(spread, 11, acts)
     obs, infos = env.reset(seed=11)

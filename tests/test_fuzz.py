@@ -488,7 +488,7 @@ def test_reset_arguments(name, backend, num_envs, key_kind, offset):
         and 0 <= offset < 2**32 and (offset == 0 or backend == "cpu"), f"env_offset={offset!r}"
 
 
-# Found by test_reset_arguments (fixed in authoring.py): None or "0" raised
+# Found by test_reset_arguments (fixed in jaxwarp/authoring): None or "0" raised
 # jnp's message without naming env_offset, 2**40 an OverflowError, and -1
 # wrapped to env 2**32 - 1 silently.
 @pytest.mark.parametrize("offset", [None, "0", 2**40, -1])

@@ -1,7 +1,7 @@
 """The CPU kernels under AddressSanitizer and UndefinedBehaviorSanitizer.
 
 `JAXWARP_SANITIZE=address,undefined` builds the env libraries with those
-sanitizers (jaxwarp/authoring.py, `_sanitize_flags`); a Python process that
+sanitizers (jaxwarp/authoring/build.py, `_sanitize_flags`); a Python process that
 loads them needs the ASan runtime (and libstdc++, whose `__cxa_throw` ASan
 intercepts) preloaded, so every check runs in a subprocess. Any finding
 aborts that process. The first test runs every registered env (and Tag's

@@ -2,7 +2,7 @@
 // the tip of a two-link pendulum above a line by torquing the middle joint.
 // Written against jaxwarp's authoring API (cuda/jaxwarp_env.h), like any user
 // env; spec: jaxwarp/envs/acrobot.py, pure-JAX reference:
-// jaxwarp/envs/classic_control.py (same expressions, operation for operation).
+// jaxwarp/envs/acrobot.py (same expressions, operation for operation).
 //
 // Gymnasium integrates in float64; this env and its reference in float32,
 // with sin/cos from jaxwarp's fixed polynomial and cos(a - pi/2) written sin(a).

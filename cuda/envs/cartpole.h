@@ -1,7 +1,7 @@
 // CartPole (Gymnasium CartPole-v1): push a cart left or right to keep a pole
 // upright. Written against jaxwarp's authoring API (cuda/jaxwarp_env.h), like
 // any user env; spec: jaxwarp/envs/cartpole.py, pure-JAX reference:
-// jaxwarp/envs/classic_control.py (same expressions, operation for operation).
+// jaxwarp/envs/cartpole.py (same expressions, operation for operation).
 //
 // Gymnasium computes in float64; this env and its reference in float32, with
 // sin/cos from jaxwarp's fixed polynomial.

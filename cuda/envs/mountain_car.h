@@ -1,7 +1,7 @@
 // MountainCar (Gymnasium MountainCar-v0): drive an underpowered car up a hill
 // by rocking it. Written against jaxwarp's authoring API (cuda/jaxwarp_env.h),
 // like any user env; spec: jaxwarp/envs/mountain_car.py, pure-JAX reference:
-// jaxwarp/envs/classic_control.py (same expressions, operation for operation).
+// jaxwarp/envs/mountain_car.py (same expressions, operation for operation).
 //
 // Gymnasium computes in float64; this env and its reference in float32, with
 // cos from jaxwarp's fixed polynomial.

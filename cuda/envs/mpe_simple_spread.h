@@ -2,7 +2,7 @@
 // cover L landmarks; shared reward -sum over landmarks of the distance to the
 // nearest agent, local penalty -1 per agent collided with. Written against
 // jaxwarp's authoring API (cuda/jaxwarp_env.h) like any user env; spec and
-// pure-JAX reference: jaxwarp/envs/mpe.py (same expressions as JaxMARL's
+// pure-JAX reference: jaxwarp/envs/mpe_simple_spread.py (same expressions as JaxMARL's
 // jaxmarl/environments/mpe/simple.py and simple_spread.py).
 //
 // Landmark l lives in slot l of the per-agent fields lm_x / lm_y, so

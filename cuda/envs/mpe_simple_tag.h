@@ -4,7 +4,7 @@
 // adversary per adversary/good contact, -10 to a good agent per adversary
 // touching it, and a penalty for good agents leaving [-1, 1].
 // Written against jaxwarp's authoring API (cuda/jaxwarp_env.h) like any user
-// env; spec and pure-JAX reference: jaxwarp/envs/mpe.py (same expressions as
+// env; spec and pure-JAX reference: jaxwarp/envs/mpe_simple_tag.py (same expressions as
 // JaxMARL's jaxmarl/environments/mpe/simple.py and simple_tag.py for the
 // physics; rewards and observations as mpe2's simple_tag.py, which JaxMARL
 // reproduces only with one good agent: see docs/envs/mpe_simple_tag.md).

@@ -1,7 +1,7 @@
 // Pendulum (Gymnasium Pendulum-v1) with discrete torques: swing a pendulum up
 // and hold it. Written against jaxwarp's authoring API (cuda/jaxwarp_env.h),
 // like any user env; spec: jaxwarp/envs/pendulum.py, pure-JAX reference:
-// jaxwarp/envs/classic_control.py (same expressions, operation for operation).
+// jaxwarp/envs/pendulum.py (same expressions, operation for operation).
 //
 // Action i applies torque linspace(-max_torque, max_torque, num_torque_levels)[i],
 // computed in double as numpy does and rounded once to float. Gymnasium
