@@ -16,6 +16,10 @@ obs_dim]``, ``actions: i32[envs, 1, 1]``, ``reward: f32[envs, 1]``,
   episode's first observation;
 * ``xxx_observe(params, state) -> obs``.
 
+``xxx_reset`` and ``xxx_step`` are made by `reference` below from the env's
+state class, start draws, dynamics and observation; the params classes take
+``nvec`` and ``max_episode_steps`` from `ClassicParams`.
+
 Semantics shared by the four envs (as Gymnasium with its ``TimeLimit``):
 
 * ``terminated``: the env's own end condition on the *new* state;
@@ -60,7 +64,8 @@ state variable, in draw order).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import jax
@@ -88,6 +93,22 @@ def validate(obj: Any, env: str, ints: tuple[str, ...], positive: tuple[str, ...
             raise ValueError(f"{env}: {name}={value!r} is invalid; expected a finite float > 0")
 
 
+class ClassicParams:
+    """Base of the four params dataclasses (no fields of its own): what their
+    ``num_actions`` and ``max_steps`` imply."""
+
+    @property
+    def nvec(self) -> tuple[int, ...]:
+        """One action head of ``num_actions`` choices."""
+        return (self.num_actions,)
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode at most (the TimeLimit ``max_steps``; an episode that
+        terminates ends sooner; ``jaxwarp.core.episode_length``)."""
+        return self.max_steps
+
+
 def uniform_draw(key_data: jax.Array, num_envs: int, draw: int, low: float,
                  high: float) -> jax.Array:
     """f32[envs, 1]: draw number `draw` of every env, uniform in [low, high)."""
@@ -104,6 +125,14 @@ def uniform_draw(key_data: jax.Array, num_envs: int, draw: int, low: float,
     # the surrounding program (jaxwarp::Agent::uniform(draw, low, high)).
     span = F32(high) - F32(low)
     return (jnp.minimum(u * span, span) + F32(low))[:, None]
+
+
+def uniform_start(key_data: jax.Array, num_envs: int, names: Sequence[str],
+                  ranges: Sequence[tuple[float, float]]) -> dict[str, jax.Array]:
+    """{name: f32[envs, 1]}: draw ``d`` of every env for ``names[d]``, uniform in
+    ``ranges[d]`` (an env's ``XXX_RESET``)."""
+    return {n: uniform_draw(key_data, num_envs, d, lo, hi)
+            for d, (n, (lo, hi)) in enumerate(zip(names, ranges, strict=True))}
 
 
 def check_reset_args(key_data: jax.Array, num_envs: int) -> int:
@@ -161,3 +190,47 @@ def new_state(state_cls: type, fields: dict[str, jax.Array], num_envs: int) -> A
     """A first state: `fields` (f32[envs, 1] each), timestep 0, episode_return 0."""
     return state_cls(**fields, timestep=jnp.zeros((num_envs,), jnp.int32),
                      episode_return=jnp.zeros((num_envs, 1), jnp.float32))
+
+
+Start = Callable[[Any, jax.Array, int], dict[str, jax.Array]]
+Dynamics = Callable[[Any, Any, jax.Array], tuple[dict[str, jax.Array], jax.Array, jax.Array]]
+
+
+def reference(name: str, params_cls: type, state_cls: type, start: Start, dynamics: Dynamics,
+              observe: Callable[[Any, Any], jax.Array], actions: str) -> tuple[Callable, Callable]:
+    """The jitted pure-JAX ``(xxx_reset, xxx_step)`` of a classic-control env.
+
+    Args:
+        name: the env's name, prefix of the functions' names (``cartpole``).
+        params_cls, state_cls: its params and state dataclasses.
+        start: ``(params, key_data, num_envs) -> {field: f32[envs, 1]}``, the
+            fresh start of every env (its draws of ``XXX_RESET``).
+        dynamics: ``(params, state, a: i32[envs, 1]) -> (fields, reward f32[envs, 1],
+            terminated bool[envs])``, one transition of the clamped actions.
+        observe: the env's jitted ``xxx_observe``.
+        actions: what the action values mean, for the step's docstring
+            (``"in {0, 1} (push left, right)"``).
+    """
+
+    def reset(p, key_data: jax.Array, num_envs: int):
+        num_envs = check_reset_args(key_data, num_envs)
+        state = new_state(state_cls, start(p, key_data, num_envs), num_envs)
+        return observe(p, state), state
+
+    def step(p, key_data: jax.Array, state, actions: jax.Array, autoreset: bool = True):
+        a = action_index(actions, state.timestep.shape[0], p.num_actions)
+        moved, reward, terminated = dynamics(p, state, a)
+        return finish_step(p, key_data, state, moved, reward, terminated, start, observe,
+                           autoreset)
+
+    obs = f"f32[envs, 1, {params_cls.obs_dim}]"
+    reset.__doc__ = f"key_data: u32[2] -> (obs {obs}, {state_cls.__name__})."
+    step.__doc__ = (f"actions: i32[envs, 1, 1] {actions} -> (obs {obs}, {state_cls.__name__}, "
+                    "reward f32[envs, 1], done bool[envs], info); see the module docstring.")
+    for fn, kind in ((reset, "reset"), (step, "step")):
+        fn.__name__ = fn.__qualname__ = f"{name}_{kind}"
+        fn.__module__ = f"jaxwarp.envs.{name}"
+        fn.__annotations__.update(p=params_cls)
+    step.__annotations__.update(state=state_cls)
+    return (partial(jax.jit, static_argnums=(0, 2))(reset),
+            partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")(step))

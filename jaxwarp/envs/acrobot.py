@@ -42,8 +42,7 @@ from flax import struct
 
 from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import (F32, action_index, check_reset_args, finish_step, new_state,
-                                   uniform_draw, validate)
+from jaxwarp.envs._classic import F32, ClassicParams, reference, uniform_start, validate
 
 ACROBOT_MAX_WRAPS = 8  # unrolled iterations of Gymnasium's `wrap` while-loop, each way
 # Reset range [low, high) of each drawn state variable, in draw order.
@@ -51,7 +50,7 @@ ACROBOT_RESET = ((-0.1, 0.1),) * 4  # theta1, theta2, dtheta1, dtheta2
 
 
 @dataclasses.dataclass(frozen=True)
-class AcrobotParams:
+class AcrobotParams(ClassicParams):
     """Acrobot-v1 (gymnasium `AcrobotEnv`, "book" dynamics, RK4, no torque noise).
 
     Gymnasium's LINK_LENGTH_2 only draws the picture (the goal height ``1.0``
@@ -78,16 +77,6 @@ class AcrobotParams:
                  ("dt", "link_length_1", "link_mass_1", "link_mass_2", "link_com_pos_1",
                   "link_com_pos_2", "link_moi", "max_vel_1", "max_vel_2"))
 
-    @property
-    def nvec(self) -> tuple[int, ...]:
-        return (self.num_actions,)
-
-    @property
-    def max_episode_steps(self) -> int:
-        """Steps per episode at most (the TimeLimit; terminated episodes end sooner;
-        ``jaxwarp.core.episode_length``)."""
-        return self.max_steps
-
 
 ACROBOT_TORQUES = np.array([-1.0, 0.0, 1.0], np.float32)  # AVAIL_TORQUE
 
@@ -106,9 +95,8 @@ class AcrobotState:
 
 
 def _acrobot_start(p: AcrobotParams, key_data: jax.Array, num_envs: int):
-    names = ("theta1", "theta2", "dtheta1", "dtheta2")
-    return {n: uniform_draw(key_data, num_envs, d, lo, hi)
-            for d, (n, (lo, hi)) in enumerate(zip(names, ACROBOT_RESET))}
+    return uniform_start(key_data, num_envs, ("theta1", "theta2", "dtheta1", "dtheta2"),
+                         ACROBOT_RESET)
 
 
 def _f32_value(x: float) -> float:
@@ -192,22 +180,9 @@ def acrobot_observe(p: AcrobotParams, state: AcrobotState) -> jax.Array:
     return jnp.stack([c1, s1, c2, s2, state.dtheta1, state.dtheta2], axis=-1)
 
 
-@partial(jax.jit, static_argnums=(0, 2))
-def acrobot_reset(p: AcrobotParams, key_data: jax.Array, num_envs: int):
-    """key_data: u32[2] -> (obs f32[envs, 1, 6], AcrobotState)."""
-    num_envs = check_reset_args(key_data, num_envs)
-    state = new_state(AcrobotState, _acrobot_start(p, key_data, num_envs), num_envs)
-    return acrobot_observe(p, state), state
-
-
-@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
-def acrobot_step(p: AcrobotParams, key_data: jax.Array, state: AcrobotState,
-                 actions: jax.Array, autoreset: bool = True):
-    """actions: i32[envs, 1, 1] in {0, 1, 2} (torque -1, 0, +1)."""
-    a = action_index(actions, state.timestep.shape[0], p.num_actions)
-    moved, reward, terminated = _acrobot_dynamics(p, state, a)
-    return finish_step(p, key_data, state, moved, reward, terminated, _acrobot_start,
-                       acrobot_observe, autoreset)
+acrobot_reset, acrobot_step = reference(
+    "acrobot", AcrobotParams, AcrobotState, _acrobot_start, _acrobot_dynamics,
+    acrobot_observe, "in {0, 1, 2} (torque -1, 0, +1)")
 
 
 SPEC = EnvSpec(

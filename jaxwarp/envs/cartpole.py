@@ -32,15 +32,14 @@ from flax import struct
 
 from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import (F32, action_index, check_reset_args, finish_step, new_state,
-                                   uniform_draw, validate)
+from jaxwarp.envs._classic import F32, ClassicParams, reference, uniform_start, validate
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 CARTPOLE_RESET = ((-0.05, 0.05),) * 4  # x, x_dot, theta, theta_dot
 
 
 @dataclasses.dataclass(frozen=True)
-class CartPoleParams:
+class CartPoleParams(ClassicParams):
     """CartPole-v1 (gymnasium `CartPoleEnv`): push a cart to balance a pole."""
 
     gravity: float = 9.8
@@ -61,16 +60,6 @@ class CartPoleParams:
                  ("masscart", "masspole", "length", "tau", "theta_threshold_radians",
                   "x_threshold"))
 
-    @property
-    def nvec(self) -> tuple[int, ...]:
-        return (self.num_actions,)
-
-    @property
-    def max_episode_steps(self) -> int:
-        """Steps per episode at most (the TimeLimit; terminated episodes end sooner;
-        ``jaxwarp.core.episode_length``)."""
-        return self.max_steps
-
 
 @struct.dataclass
 class CartPoleState:
@@ -86,9 +75,8 @@ class CartPoleState:
 
 
 def _cartpole_start(p: CartPoleParams, key_data: jax.Array, num_envs: int):
-    names = ("x", "x_dot", "theta", "theta_dot")
-    return {n: uniform_draw(key_data, num_envs, d, lo, hi)
-            for d, (n, (lo, hi)) in enumerate(zip(names, CARTPOLE_RESET))}
+    return uniform_start(key_data, num_envs, ("x", "x_dot", "theta", "theta_dot"),
+                         CARTPOLE_RESET)
 
 
 def cartpole_constants(p: CartPoleParams) -> dict[str, np.float32]:
@@ -131,22 +119,9 @@ def cartpole_observe(p: CartPoleParams, state: CartPoleState) -> jax.Array:
     return jnp.stack([state.x, state.x_dot, state.theta, state.theta_dot], axis=-1)
 
 
-@partial(jax.jit, static_argnums=(0, 2))
-def cartpole_reset(p: CartPoleParams, key_data: jax.Array, num_envs: int):
-    """key_data: u32[2] -> (obs f32[envs, 1, 4], CartPoleState)."""
-    num_envs = check_reset_args(key_data, num_envs)
-    state = new_state(CartPoleState, _cartpole_start(p, key_data, num_envs), num_envs)
-    return cartpole_observe(p, state), state
-
-
-@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
-def cartpole_step(p: CartPoleParams, key_data: jax.Array, state: CartPoleState,
-                  actions: jax.Array, autoreset: bool = True):
-    """actions: i32[envs, 1, 1] in {0, 1} -> (obs, state, reward, done, info)."""
-    a = action_index(actions, state.timestep.shape[0], p.num_actions)
-    moved, reward, terminated = _cartpole_dynamics(p, state, a)
-    return finish_step(p, key_data, state, moved, reward, terminated, _cartpole_start,
-                       cartpole_observe, autoreset)
+cartpole_reset, cartpole_step = reference(
+    "cartpole", CartPoleParams, CartPoleState, _cartpole_start, _cartpole_dynamics,
+    cartpole_observe, "in {0, 1} (push left, push right)")
 
 
 def kernel_params(p: CartPoleParams) -> dict[str, Any]:

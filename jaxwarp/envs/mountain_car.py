@@ -30,15 +30,14 @@ from flax import struct
 
 from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import (F32, action_index, check_reset_args, finish_step, new_state,
-                                   uniform_draw, validate)
+from jaxwarp.envs._classic import F32, ClassicParams, reference, uniform_start, validate
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 MOUNTAIN_CAR_RESET = ((-0.6, -0.4),)  # position (velocity starts at 0)
 
 
 @dataclasses.dataclass(frozen=True)
-class MountainCarParams:
+class MountainCarParams(ClassicParams):
     """MountainCar-v0 (gymnasium `MountainCarEnv`): drive an underpowered car uphill."""
 
     min_position: float = -1.2
@@ -59,16 +58,6 @@ class MountainCarParams:
             raise ValueError(f"mountain_car: min_position={self.min_position!r} must be < "
                              f"max_position={self.max_position!r}")
 
-    @property
-    def nvec(self) -> tuple[int, ...]:
-        return (self.num_actions,)
-
-    @property
-    def max_episode_steps(self) -> int:
-        """Steps per episode at most (the TimeLimit; terminated episodes end sooner;
-        ``jaxwarp.core.episode_length``)."""
-        return self.max_steps
-
 
 @struct.dataclass
 class MountainCarState:
@@ -82,8 +71,7 @@ class MountainCarState:
 
 
 def _mountain_car_start(p: MountainCarParams, key_data: jax.Array, num_envs: int):
-    (lo, hi), = MOUNTAIN_CAR_RESET
-    return dict(position=uniform_draw(key_data, num_envs, 0, lo, hi),
+    return dict(uniform_start(key_data, num_envs, ("position",), MOUNTAIN_CAR_RESET),
                 velocity=jnp.zeros((num_envs, 1), jnp.float32))
 
 
@@ -108,23 +96,9 @@ def mountain_car_observe(p: MountainCarParams, state: MountainCarState) -> jax.A
     return jnp.stack([state.position, state.velocity], axis=-1)
 
 
-@partial(jax.jit, static_argnums=(0, 2))
-def mountain_car_reset(p: MountainCarParams, key_data: jax.Array, num_envs: int):
-    """key_data: u32[2] -> (obs f32[envs, 1, 2], MountainCarState)."""
-    num_envs = check_reset_args(key_data, num_envs)
-    state = new_state(MountainCarState, _mountain_car_start(p, key_data, num_envs),
-                       num_envs)
-    return mountain_car_observe(p, state), state
-
-
-@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
-def mountain_car_step(p: MountainCarParams, key_data: jax.Array, state: MountainCarState,
-                      actions: jax.Array, autoreset: bool = True):
-    """actions: i32[envs, 1, 1] in {0, 1, 2} (push left, none, right)."""
-    a = action_index(actions, state.timestep.shape[0], p.num_actions)
-    moved, reward, terminated = _mountain_car_dynamics(p, state, a)
-    return finish_step(p, key_data, state, moved, reward, terminated, _mountain_car_start,
-                       mountain_car_observe, autoreset)
+mountain_car_reset, mountain_car_step = reference(
+    "mountain_car", MountainCarParams, MountainCarState, _mountain_car_start,
+    _mountain_car_dynamics, mountain_car_observe, "in {0, 1, 2} (push left, none, right)")
 
 
 SPEC = EnvSpec(

@@ -35,15 +35,14 @@ from flax import struct
 
 from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import (F32, action_index, check_reset_args, finish_step, new_state,
-                                   uniform_draw, validate)
+from jaxwarp.envs._classic import F32, ClassicParams, reference, uniform_start, validate
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 PENDULUM_RESET = ((-math.pi, math.pi), (-1.0, 1.0))  # theta, theta_dot
 
 
 @dataclasses.dataclass(frozen=True)
-class PendulumParams:
+class PendulumParams(ClassicParams):
     """Pendulum-v1 (gymnasium `PendulumEnv`) with a DISCRETE action:
     action i applies torque ``linspace(-max_torque, max_torque, num_torque_levels)[i]``."""
 
@@ -71,16 +70,6 @@ class PendulumParams:
         return self.num_torque_levels
 
     @property
-    def nvec(self) -> tuple[int, ...]:
-        return (self.num_torque_levels,)
-
-    @property
-    def max_episode_steps(self) -> int:
-        """Steps per episode at most (the TimeLimit; Pendulum never terminates;
-        ``jaxwarp.core.episode_length``)."""
-        return self.max_steps
-
-    @property
     def torques(self) -> np.ndarray:
         """f32[num_torque_levels]: the torque of each action."""
         return np.linspace(-self.max_torque, self.max_torque,
@@ -99,9 +88,7 @@ class PendulumState:
 
 
 def _pendulum_start(p: PendulumParams, key_data: jax.Array, num_envs: int):
-    (lo0, hi0), (lo1, hi1) = PENDULUM_RESET
-    return dict(theta=uniform_draw(key_data, num_envs, 0, lo0, hi0),
-                theta_dot=uniform_draw(key_data, num_envs, 1, lo1, hi1))
+    return uniform_start(key_data, num_envs, ("theta", "theta_dot"), PENDULUM_RESET)
 
 
 def _angle_normalize(x: jax.Array) -> jax.Array:
@@ -131,22 +118,9 @@ def pendulum_observe(p: PendulumParams, state: PendulumState) -> jax.Array:
     return jnp.stack([c, s, state.theta_dot], axis=-1)
 
 
-@partial(jax.jit, static_argnums=(0, 2))
-def pendulum_reset(p: PendulumParams, key_data: jax.Array, num_envs: int):
-    """key_data: u32[2] -> (obs f32[envs, 1, 3], PendulumState)."""
-    num_envs = check_reset_args(key_data, num_envs)
-    state = new_state(PendulumState, _pendulum_start(p, key_data, num_envs), num_envs)
-    return pendulum_observe(p, state), state
-
-
-@partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")
-def pendulum_step(p: PendulumParams, key_data: jax.Array, state: PendulumState,
-                  actions: jax.Array, autoreset: bool = True):
-    """actions: i32[envs, 1, 1] in [0, num_torque_levels) (see `PendulumParams.torques`)."""
-    a = action_index(actions, state.timestep.shape[0], p.num_actions)
-    moved, reward, terminated = _pendulum_dynamics(p, state, a)
-    return finish_step(p, key_data, state, moved, reward, terminated, _pendulum_start,
-                       pendulum_observe, autoreset)
+pendulum_reset, pendulum_step = reference(
+    "pendulum", PendulumParams, PendulumState, _pendulum_start, _pendulum_dynamics,
+    pendulum_observe, "in [0, num_torque_levels) (torque `PendulumParams.torques`[a])")
 
 
 SPEC = EnvSpec(
