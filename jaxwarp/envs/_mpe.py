@@ -39,6 +39,10 @@ number of steps under either convention. Finished envs restart inside
 ``step`` (positions uniform in ``[-1, 1)``, velocities 0) and the returned obs
 is the new episode's first.
 
+Each env module has its observation, its transition (forces, integration,
+rewards) and its params; `reference` makes its jitted reset/step pair from
+them and `env_spec` its `EnvSpec`.
+
 Deviations from JaxMARL (layout, not behaviour): landmark ``l`` is stored in
 slot ``l`` of the per-agent fields ``lm_x``, ``lm_y``, so ``num_landmarks <=
 num_agents``; ``force_x``, ``force_y`` hold the last step's total force
@@ -49,13 +53,16 @@ counter-based ones, not ``jax.random``'s.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxwarp.authoring import agent_uniform, state_field
+from jaxwarp.authoring import API_DIR, EnvSpec, agent_uniform, state_field
 from jaxwarp.core import auto_reset, reset_mask
 
 F32 = np.float32
@@ -205,3 +212,68 @@ def finish_step(p, key_data, s: MPEState, moved: dict, reward: jax.Array, observ
     new = MPEState(**pick, timestep=jnp.where(reset, 0, t), episode_return=episode_return)
     info = {"terminated": terminated, "truncated": truncated, "episode_return": episode_return}
     return observe(p, new), new, reward, done, info
+
+
+Moved = tuple[tuple[jax.Array, jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array],
+              jax.Array]
+
+
+def reference(params_cls: type, observe: Callable[[Any, MPEState], jax.Array],
+              transition: Callable[[Any, MPEState, jax.Array], Moved],
+              num_landmarks: Callable[[Any], int]) -> tuple[Callable, Callable]:
+    """The jitted pure-JAX ``(xxx_reset, xxx_step)`` of an MPE env, named
+    after its ``xxx_observe``.
+
+    Args:
+        params_cls: the env's params dataclass.
+        observe: its jitted ``xxx_observe(params, state) -> f32[envs, agents, obs_dim]``.
+        transition: ``(params, state, actions i32[envs, agents, 1]) -> ((x, y, vx, vy),
+            (force_x, force_y), reward)``, f32[envs, agents] each: the agents after
+            one step, the total force on them and their rewards.
+        num_landmarks: params -> the landmarks in use (slots of ``lm_x``, ``lm_y``).
+    """
+
+    def reset(p, key_data: jax.Array, num_envs: int):
+        n = p.num_agents
+        s = MPEState(**fresh_episode(num_landmarks(p), key_data, num_envs, n),
+                     timestep=jnp.zeros((num_envs,), jnp.int32),
+                     episode_return=jnp.zeros((num_envs, n), jnp.float32))
+        return observe(p, s), s
+
+    def step(p, key_data: jax.Array, s: MPEState, actions: jax.Array, autoreset: bool = True):
+        (x, y, vx, vy), (fx, fy), reward = transition(p, s, actions)
+        moved = dict(x=x, y=y, vx=vx, vy=vy, lm_x=s.lm_x, lm_y=s.lm_y, force_x=fx, force_y=fy)
+        return finish_step(p, key_data, s, moved, reward, observe, num_landmarks(p), autoreset)
+
+    obs = "f32[envs, agents, obs_dim]"
+    reset.__doc__ = f"key_data: u32[2] -> (obs {obs}, MPEState)."
+    step.__doc__ = (f"actions: i32[envs, agents, 1] (0 no-op, 1 left, 2 right, 3 down, 4 up) -> "
+                    f"(obs {obs}, MPEState, reward f32[envs, agents], done bool[envs], info); "
+                    "see `jaxwarp/envs/_mpe.py`.")
+    for fn, kind in ((reset, "reset"), (step, "step")):
+        fn.__name__ = fn.__qualname__ = observe.__name__.replace("observe", kind)
+        fn.__module__ = observe.__module__
+        fn.__annotations__.update(p=params_cls)
+    return (partial(jax.jit, static_argnums=(0, 2))(reset),
+            partial(jax.jit, static_argnums=0, static_argnames="autoreset")(step))
+
+
+def env_spec(name: str, params_cls: type, obs_dim: Callable[[Any], int], reset: Callable,
+             step: Callable, **more: Any) -> EnvSpec:
+    """The `EnvSpec` of the MPE env ``name`` (kernel ``cuda/envs/<name>.h``):
+    `MPEState`, ``params.num_agents`` agents, one action head of 5 choices,
+    `kernel_params`; ``more``: the env's other `EnvSpec` fields."""
+    return EnvSpec(
+        name=name,
+        header=API_DIR / "envs" / f"{name}.h",
+        params_type=params_cls,
+        state_type=MPEState,
+        fields=None,  # declared on the state dataclass (state_field)
+        num_agents=lambda p: p.num_agents,
+        obs_dim=obs_dim,
+        nvec=lambda p: (5,),
+        reference_reset=reset,
+        reference_step=step,
+        kernel_params=kernel_params,
+        **more,
+    )

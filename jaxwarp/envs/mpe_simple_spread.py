@@ -23,10 +23,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.authoring import API_DIR, EnvSpec, env_class
-from jaxwarp.envs._mpe import (F32, MPEState, check_episode, check_int, check_positive, contact,
-                               decode_actions, episode_steps, finish_step, fresh_episode,
-                               integrate, interleave, kernel_params, landmarks_rel, others_rel)
+from jaxwarp.authoring import env_class
+from jaxwarp.envs._mpe import (
+    F32,
+    MPEState,
+    check_episode,
+    check_int,
+    check_positive,
+    contact,
+    decode_actions,
+    env_spec,
+    episode_steps,
+    integrate,
+    interleave,
+    landmarks_rel,
+    others_rel,
+    reference,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,18 +101,8 @@ def spread_observe(p: MPESimpleSpreadParams, s: MPEState) -> jax.Array:
     return jnp.concatenate([own, rel, comm], axis=-1)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def spread_reset(p: MPESimpleSpreadParams, key_data: jax.Array, num_envs: int):
-    n = p.num_agents
-    s = MPEState(**fresh_episode(p.num_landmarks, key_data, num_envs, n),
-                 timestep=jnp.zeros((num_envs,), jnp.int32),
-                 episode_return=jnp.zeros((num_envs, n), jnp.float32))
-    return spread_observe(p, s), s
-
-
-@functools.partial(jax.jit, static_argnums=0, static_argnames="autoreset")
-def spread_step(p: MPESimpleSpreadParams, key_data: jax.Array, s: MPEState,
-                actions: jax.Array, autoreset: bool = True):
+def _spread_transition(p: MPESimpleSpreadParams, s: MPEState, actions: jax.Array):
+    """Physics and rewards of one step (`jaxwarp.envs._mpe.reference`)."""
     n, nl = p.num_agents, p.num_landmarks
     ux, uy = decode_actions(actions, F32(p.accel))
     dist_min = F32(p.agent_size) + F32(p.agent_size)
@@ -116,23 +119,14 @@ def spread_step(p: MPESimpleSpreadParams, key_data: jax.Array, s: MPEState,
     shared = (-nearest).sum(-1)
     reward = ((-collisions).astype(jnp.float32) * F32(p.local_ratio)
               + shared[:, None] * (F32(1) - F32(p.local_ratio)))
-    moved = dict(x=x, y=y, vx=vx, vy=vy, lm_x=s.lm_x, lm_y=s.lm_y, force_x=fx, force_y=fy)
-    return finish_step(p, key_data, s, moved, reward, spread_observe, nl, autoreset)
+    return (x, y, vx, vy), (fx, fy), reward
 
 
-SPEC = EnvSpec(
-    name="mpe_simple_spread",
-    header=API_DIR / "envs" / "mpe_simple_spread.h",
-    params_type=MPESimpleSpreadParams,
-    state_type=MPEState,
-    fields=None,  # declared on the state dataclass (state_field)
-    num_agents=lambda p: p.num_agents,
-    obs_dim=spread_obs_dim,
-    nvec=lambda p: (5,),
-    reference_reset=spread_reset,
-    reference_step=spread_step,
-    kernel_params=kernel_params,
-)
+spread_reset, spread_step = reference(MPESimpleSpreadParams, spread_observe, _spread_transition,
+                                      lambda p: p.num_landmarks)
+
+SPEC = env_spec("mpe_simple_spread", MPESimpleSpreadParams, spread_obs_dim, spread_reset,
+                spread_step)
 
 
 MPESimpleSpread = env_class(SPEC)  # JaxMARL simple_spread_v3 (discrete)

@@ -27,10 +27,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.authoring import API_DIR, EnvSpec, env_class
-from jaxwarp.envs._mpe import (F32, MPEState, check_episode, check_int, check_positive, contact,
-                               decode_actions, episode_steps, finish_step, fresh_episode,
-                               integrate, interleave, kernel_params, landmarks_rel, others_rel)
+from jaxwarp.authoring import env_class
+from jaxwarp.envs._mpe import (
+    F32,
+    MPEState,
+    check_episode,
+    check_int,
+    check_positive,
+    contact,
+    decode_actions,
+    env_spec,
+    episode_steps,
+    integrate,
+    interleave,
+    landmarks_rel,
+    others_rel,
+    reference,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,15 +132,6 @@ def tag_observe(p: MPESimpleTagParams, s: MPEState) -> jax.Array:
     return jnp.concatenate([own, rel, vel], axis=-1)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def tag_reset(p: MPESimpleTagParams, key_data: jax.Array, num_envs: int):
-    n = p.num_agents
-    s = MPEState(**fresh_episode(p.num_obs, key_data, num_envs, n),
-                 timestep=jnp.zeros((num_envs,), jnp.int32),
-                 episode_return=jnp.zeros((num_envs, n), jnp.float32))
-    return tag_observe(p, s), s
-
-
 def _bound(x: jax.Array) -> jax.Array:
     """JaxMARL's ``map_bounds_reward`` of |coordinate| x."""
     return jnp.where(x < F32(0.9), F32(0),
@@ -135,9 +139,8 @@ def _bound(x: jax.Array) -> jax.Array:
                                jnp.minimum(jnp.exp(F32(2) * x - F32(2)), F32(10))))
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames="autoreset")
-def tag_step(p: MPESimpleTagParams, key_data: jax.Array, s: MPEState, actions: jax.Array,
-             autoreset: bool = True):
+def _tag_transition(p: MPESimpleTagParams, s: MPEState, actions: jax.Array):
+    """Physics and rewards of one step (`jaxwarp.envs._mpe.reference`)."""
     n, na, nl = p.num_agents, p.num_adversaries, p.num_obs
     adversary = np.arange(n) < na
     accel = jnp.asarray(np.where(adversary, p.adversary_accel, p.good_accel), jnp.float32)
@@ -163,25 +166,15 @@ def tag_step(p: MPESimpleTagParams, key_data: jax.Array, s: MPEState, actions: j
                                                     + _bound(jnp.abs(y[:, na:])))
     adv_rew = jnp.broadcast_to((10 * total).astype(jnp.float32)[:, None], (x.shape[0], na))
     reward = jnp.concatenate([adv_rew, good_rew], axis=1)
-    moved = dict(x=x, y=y, vx=vx, vy=vy, lm_x=s.lm_x, lm_y=s.lm_y, force_x=fx, force_y=fy)
-    return finish_step(p, key_data, s, moved, reward, tag_observe, nl, autoreset)
+    return (x, y, vx, vy), (fx, fy), reward
 
 
-SPEC = EnvSpec(
-    name="mpe_simple_tag",
-    header=API_DIR / "envs" / "mpe_simple_tag.h",
-    params_type=MPESimpleTagParams,
-    state_type=MPEState,
-    fields=None,  # declared on the state dataclass (state_field)
-    num_agents=lambda p: p.num_agents,
-    obs_dim=tag_obs_dim,
-    nvec=lambda p: (5,),
-    reference_reset=tag_reset,
-    reference_step=tag_step,
-    kernel_params=kernel_params,
-    policy_groups=lambda p: {"adversary": np.arange(p.num_adversaries),
-                             "agent": np.arange(p.num_adversaries, p.num_agents)},
-)
+tag_reset, tag_step = reference(MPESimpleTagParams, tag_observe, _tag_transition,
+                                lambda p: p.num_obs)
+
+SPEC = env_spec("mpe_simple_tag", MPESimpleTagParams, tag_obs_dim, tag_reset, tag_step,
+                policy_groups=lambda p: {"adversary": np.arange(p.num_adversaries),
+                                         "agent": np.arange(p.num_adversaries, p.num_agents)})
 
 
 class MPESimpleTag(env_class(SPEC)):  # type: ignore[misc]
