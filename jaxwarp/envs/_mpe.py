@@ -96,6 +96,27 @@ def episode_steps(p) -> int:
     return p.max_steps + 1 if p.truncation == "jaxmarl" else p.max_steps
 
 
+class MPEParams:
+    """Base of the MPE params dataclasses (no fields of its own): the episode
+    length and the checks of the fields every MPE env has (``max_steps``,
+    ``truncation``, ``dt``, ``damping``, ``contact_margin``, ``mass``)."""
+
+    def _check_world(self, env: str, positive: tuple[str, ...]) -> None:
+        """`check_episode`; ``dt``, ``contact_margin``, the fields `positive`
+        and ``mass`` > 0; ``0 <= damping <= 1``. ValueError naming env and field."""
+        check_episode(env, self)
+        for name in ("dt", "contact_margin", *positive, "mass"):
+            check_positive(env, name, getattr(self, name))
+        if not 0.0 <= self.damping <= 1.0:
+            raise ValueError(f"{env}: damping={self.damping!r}; expected 0 <= damping <= 1")
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps per episode (``jaxwarp.core.episode_length``): max_steps + 1
+        with JaxMARL's truncation, max_steps with mpe2's."""
+        return episode_steps(self)
+
+
 def kernel_params(p) -> dict:
     """The C++ Params: every field but ``truncation`` (a string). The headers
     truncate when the step count before the step reaches ``max_steps``

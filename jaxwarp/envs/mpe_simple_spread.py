@@ -24,26 +24,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp.authoring import env_class
-from jaxwarp.envs._mpe import (
-    F32,
-    MPEState,
-    check_episode,
-    check_int,
-    check_positive,
-    contact,
-    decode_actions,
-    env_spec,
-    episode_steps,
-    integrate,
-    interleave,
-    landmarks_rel,
-    others_rel,
-    reference,
-)
+from jaxwarp.envs._mpe import (F32, MPEParams, MPEState, check_int, contact, decode_actions,
+                               env_spec, integrate, interleave, landmarks_rel, others_rel,
+                               reference)
 
 
 @dataclasses.dataclass(frozen=True)
-class MPESimpleSpreadParams:
+class MPESimpleSpreadParams(MPEParams):
     """JaxMARL ``SimpleSpreadMPE`` defaults (and ``default_params.py``)."""
 
     num_agents: int = 3
@@ -68,20 +55,10 @@ class MPESimpleSpreadParams:
             raise ValueError(f"{env}: num_landmarks={self.num_landmarks} > num_agents="
                              f"{self.num_agents}; jaxwarp stores landmark l in agent slot l, "
                              "so at most num_agents landmarks are supported")
-        check_episode(env, self)
         if not 0.0 <= self.local_ratio <= 1.0:
             raise ValueError(f"{env}: local_ratio={self.local_ratio!r}; expected 0 <= "
                              "local_ratio <= 1")
-        for name in ("dt", "contact_margin", "agent_size", "mass"):
-            check_positive(env, name, getattr(self, name))
-        if not 0.0 <= self.damping <= 1.0:
-            raise ValueError(f"{env}: damping={self.damping!r}; expected 0 <= damping <= 1")
-
-    @property
-    def max_episode_steps(self) -> int:
-        """Steps per episode (``jaxwarp.core.episode_length``): max_steps + 1
-        with JaxMARL's truncation, max_steps with mpe2's."""
-        return episode_steps(self)
+        self._check_world(env, ("agent_size",))
 
 
 def spread_obs_dim(p: MPESimpleSpreadParams) -> int:

@@ -28,26 +28,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp.authoring import env_class
-from jaxwarp.envs._mpe import (
-    F32,
-    MPEState,
-    check_episode,
-    check_int,
-    check_positive,
-    contact,
-    decode_actions,
-    env_spec,
-    episode_steps,
-    integrate,
-    interleave,
-    landmarks_rel,
-    others_rel,
-    reference,
-)
+from jaxwarp.envs._mpe import (F32, MPEParams, MPEState, check_int, contact, decode_actions,
+                               env_spec, integrate, interleave, landmarks_rel, others_rel,
+                               reference)
 
 
 @dataclasses.dataclass(frozen=True)
-class MPESimpleTagParams:
+class MPESimpleTagParams(MPEParams):
     """JaxMARL ``SimpleTagMPE`` defaults. Agents 0 .. num_adversaries-1 are
     the adversaries, the rest the good agents (JaxMARL's order)."""
 
@@ -80,18 +67,8 @@ class MPESimpleTagParams:
                              f"num_adversaries={self.num_good_agents + self.num_adversaries}; "
                              "jaxwarp stores obstacle l in agent slot l, so at most "
                              "num_agents obstacles are supported")
-        check_episode(env, self)
-        for name in ("dt", "contact_margin", "adversary_size", "good_size", "obs_size", "mass",
-                     "adversary_max_speed", "good_max_speed"):
-            check_positive(env, name, getattr(self, name))
-        if not 0.0 <= self.damping <= 1.0:
-            raise ValueError(f"{env}: damping={self.damping!r}; expected 0 <= damping <= 1")
-
-    @property
-    def max_episode_steps(self) -> int:
-        """Steps per episode (``jaxwarp.core.episode_length``): max_steps + 1
-        with JaxMARL's truncation, max_steps with mpe2's."""
-        return episode_steps(self)
+        self._check_world(env, ("adversary_size", "good_size", "obs_size", "adversary_max_speed",
+                                "good_max_speed"))
 
     @property
     def num_agents(self) -> int:
