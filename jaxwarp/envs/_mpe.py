@@ -221,7 +221,7 @@ def interleave(*parts: tuple[jax.Array, jax.Array]) -> jax.Array:
 
 def finish_step(p, key_data, s: MPEState, moved: dict, reward: jax.Array, observe,
                 num_landmarks: int, autoreset: bool = True):
-    """Episode bookkeeping and masked auto-reset, as the generated kernels do."""
+    """Episode bookkeeping and masked auto-reset, as the kernels do (`cuda/jaxwarp_kernels.h`)."""
     t = s.timestep + 1
     episode_return = jnp.where((t == 1)[:, None], F32(0), s.episode_return) + reward
     truncated = t >= episode_steps(p)  # JaxMARL: s.timestep >= max_steps

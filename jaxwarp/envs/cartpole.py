@@ -1,11 +1,12 @@
 """CartPole (Gymnasium CartPole-v1): params, pure-JAX reference, spec and env.
 
 The kernel is `cuda/envs/cartpole.h`, written against `cuda/jaxwarp_env.h`
-exactly as a user env would be; its FFI bindings are generated from `SPEC` and
-built on first use (`jaxwarp.authoring.build_env`, cached). The pure-JAX
-reference is ``cartpole_reset``, ``cartpole_step`` and ``cartpole_observe``
-below, with the conventions the four classic-control envs share (time limit,
-returns, auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
+exactly as a user env would be, and built on first use with the FFI handlers
+of `ffi/env_ffi.cc` and a layout header generated from `SPEC`
+(`jaxwarp.authoring.build_env`, cached). The pure-JAX reference is
+``cartpole_reset``, ``cartpole_step`` and ``cartpole_observe`` below, with the
+conventions the four classic-control envs share (time limit, returns,
+auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 4]) | x, x_dot, theta, theta_dot |
 |---|---|

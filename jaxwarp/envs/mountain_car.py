@@ -1,12 +1,12 @@
 """MountainCar (Gymnasium MountainCar-v0): params, pure-JAX reference, spec and env.
 
 The kernel is `cuda/envs/mountain_car.h`, written against `cuda/jaxwarp_env.h`
-exactly as a user env would be; its FFI bindings are generated from `SPEC` and
-built on first use (`jaxwarp.authoring.build_env`, cached). The pure-JAX
-reference is ``mountain_car_reset``, ``mountain_car_step`` and
-``mountain_car_observe`` below, with the conventions the four classic-control
-envs share (time limit, returns, auto-reset, float32, random draws) in
-`jaxwarp/envs/_classic.py`.
+exactly as a user env would be, and built on first use with the FFI handlers
+of `ffi/env_ffi.cc` and a layout header generated from `SPEC`
+(`jaxwarp.authoring.build_env`, cached). The pure-JAX reference is
+``mountain_car_reset``, ``mountain_car_step`` and ``mountain_car_observe``
+below, with the conventions the four classic-control envs share (time limit,
+returns, auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 2]) | position, velocity |
 |---|---|

@@ -2,11 +2,12 @@
 reference, spec and env.
 
 The kernel is `cuda/envs/pendulum.h`, written against `cuda/jaxwarp_env.h`
-exactly as a user env would be; its FFI bindings are generated from `SPEC` and
-built on first use (`jaxwarp.authoring.build_env`, cached). The pure-JAX
-reference is ``pendulum_reset``, ``pendulum_step`` and ``pendulum_observe``
-below, with the conventions the four classic-control envs share (time limit,
-returns, auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
+exactly as a user env would be, and built on first use with the FFI handlers
+of `ffi/env_ffi.cc` and a layout header generated from `SPEC`
+(`jaxwarp.authoring.build_env`, cached). The pure-JAX reference is
+``pendulum_reset``, ``pendulum_step`` and ``pendulum_observe`` below, with the
+conventions the four classic-control envs share (time limit, returns,
+auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 3]) | cos theta, sin theta, theta_dot |
 |---|---|

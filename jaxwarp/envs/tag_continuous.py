@@ -1,7 +1,7 @@
 """Tag (continuous): taggers chase runners in a square arena.
 
 The benchmark environment of the WarpDrive paper, specified in
-`docs/tag_continuous.md` (agents, reset, actions, step order, observation,
+`docs/envs/tag_continuous.md` (agents, reset, actions, step order, observation,
 rewards, named configurations). One header and one spec, like every env:
 
 * kernel: `cuda/envs/tag_continuous.h` (phases, team passes with reductions,
