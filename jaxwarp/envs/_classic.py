@@ -18,7 +18,11 @@ obs_dim]``, ``actions: i32[envs, 1, 1]``, ``reward: f32[envs, 1]``,
 
 ``xxx_reset`` and ``xxx_step`` are made by `reference` below from the env's
 state class, start draws, dynamics and observation; the params classes take
-``nvec`` and ``max_episode_steps`` from `ClassicParams`.
+``nvec`` and ``max_episode_steps`` from `ClassicParams`, and `env_spec` makes
+each ``SPEC``. Each env's kernel, ``cuda/envs/xxx.h``, is written against
+``cuda/jaxwarp_env.h`` exactly as a user env would be, and built on first use
+with the FFI handlers of ``ffi/env_ffi.cc`` and a layout header generated from
+its ``SPEC`` (`jaxwarp.authoring.build_env`, cached).
 
 Semantics shared by the four envs (as Gymnasium with its ``TimeLimit``):
 
@@ -73,6 +77,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry2x32_p
 
+from jaxwarp.authoring import API_DIR, EnvSpec
 from jaxwarp.core import auto_reset, reset_mask
 
 F32 = np.float32
@@ -234,3 +239,14 @@ def reference(name: str, params_cls: type, state_cls: type, start: Start, dynami
     step.__annotations__.update(state=state_cls)
     return (partial(jax.jit, static_argnums=(0, 2))(reset),
             partial(jax.jit, static_argnums=(0,), static_argnames="autoreset")(step))
+
+
+def env_spec(name: str, params_cls: type, state_cls: type, reset: Callable, step: Callable,
+             **more: Any) -> EnvSpec:
+    """The `EnvSpec` of the classic-control env ``name`` (kernel
+    ``cuda/envs/<name>.h``): one agent, ``params.obs_dim`` observations, one
+    action head ``params.nvec``, the state fields of `state_cls`; ``more``:
+    the env's other `EnvSpec` fields (``obs_bounds``, ``kernel_params``)."""
+    return EnvSpec(name=name, header=API_DIR / "envs" / f"{name}.h", params_type=params_cls,
+                   state_type=state_cls, num_agents=lambda p: 1, obs_dim=lambda p: p.obs_dim,
+                   nvec=lambda p: p.nvec, reference_reset=reset, reference_step=step, **more)

@@ -284,17 +284,7 @@ def env_spec(name: str, params_cls: type, obs_dim: Callable[[Any], int], reset: 
     """The `EnvSpec` of the MPE env ``name`` (kernel ``cuda/envs/<name>.h``):
     `MPEState`, ``params.num_agents`` agents, one action head of 5 choices,
     `kernel_params`; ``more``: the env's other `EnvSpec` fields."""
-    return EnvSpec(
-        name=name,
-        header=API_DIR / "envs" / f"{name}.h",
-        params_type=params_cls,
-        state_type=MPEState,
-        fields=None,  # declared on the state dataclass (state_field)
-        num_agents=lambda p: p.num_agents,
-        obs_dim=obs_dim,
-        nvec=lambda p: (5,),
-        reference_reset=reset,
-        reference_step=step,
-        kernel_params=kernel_params,
-        **more,
-    )
+    return EnvSpec(name=name, header=API_DIR / "envs" / f"{name}.h", params_type=params_cls,
+                   state_type=MPEState, num_agents=lambda p: p.num_agents, obs_dim=obs_dim,
+                   nvec=lambda p: (5,), reference_reset=reset, reference_step=step,
+                   kernel_params=kernel_params, **more)

@@ -1,12 +1,9 @@
 """Acrobot (Gymnasium Acrobot-v1): params, pure-JAX reference, spec and env.
 
-The kernel is `cuda/envs/acrobot.h`, written against `cuda/jaxwarp_env.h`
-exactly as a user env would be, and built on first use with the FFI handlers
-of `ffi/env_ffi.cc` and a layout header generated from `SPEC`
-(`jaxwarp.authoring.build_env`, cached). The pure-JAX reference is
-``acrobot_reset``, ``acrobot_step`` and ``acrobot_observe`` below, with the
-conventions the four classic-control envs share (time limit, returns,
-auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
+The kernel is `cuda/envs/acrobot.h`; the pure-JAX reference is
+``acrobot_reset``, ``acrobot_step`` and ``acrobot_observe`` below. What the
+four classic-control envs share (how the kernels are built, time limit,
+returns, auto-reset, float32, random draws) is in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 6]) | cos t1, sin t1, cos t2, sin t2, dtheta1, dtheta2 |
 |---|---|
@@ -41,9 +38,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
+from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import F32, ClassicParams, reference, uniform_start, validate
+from jaxwarp.envs._classic import (F32, ClassicParams, env_spec, reference, uniform_start,
+                                   validate)
 
 ACROBOT_MAX_WRAPS = 8  # unrolled iterations of Gymnasium's `wrap` while-loop, each way
 # Reset range [low, high) of each drawn state variable, in draw order.
@@ -186,21 +184,11 @@ acrobot_reset, acrobot_step = reference(
     acrobot_observe, "in {0, 1, 2} (torque -1, 0, +1)")
 
 
-SPEC = EnvSpec(
-    name="acrobot",
-    header=API_DIR / "envs" / "acrobot.h",
-    params_type=AcrobotParams,
-    state_type=AcrobotState,
-    fields=None,  # declared on the state dataclass (state_field)
-    num_agents=lambda p: 1,
-    obs_dim=lambda p: 6,
-    nvec=lambda p: (3,),
-    reference_reset=acrobot_reset,
-    reference_step=acrobot_step,
+SPEC = env_spec(
+    "acrobot", AcrobotParams, AcrobotState, acrobot_reset, acrobot_step,
     obs_bounds=lambda p: (
         np.array([-1.0, -1.0, -1.0, -1.0, -p.max_vel_1, -p.max_vel_2]),
-        np.array([1.0, 1.0, 1.0, 1.0, p.max_vel_1, p.max_vel_2])),
-)
+        np.array([1.0, 1.0, 1.0, 1.0, p.max_vel_1, p.max_vel_2])))
 
 
 Acrobot = env_class(SPEC)  # Gymnasium Acrobot-v1; see the module docstring

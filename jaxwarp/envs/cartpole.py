@@ -1,12 +1,9 @@
 """CartPole (Gymnasium CartPole-v1): params, pure-JAX reference, spec and env.
 
-The kernel is `cuda/envs/cartpole.h`, written against `cuda/jaxwarp_env.h`
-exactly as a user env would be, and built on first use with the FFI handlers
-of `ffi/env_ffi.cc` and a layout header generated from `SPEC`
-(`jaxwarp.authoring.build_env`, cached). The pure-JAX reference is
-``cartpole_reset``, ``cartpole_step`` and ``cartpole_observe`` below, with the
-conventions the four classic-control envs share (time limit, returns,
-auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
+The kernel is `cuda/envs/cartpole.h`; the pure-JAX reference is
+``cartpole_reset``, ``cartpole_step`` and ``cartpole_observe`` below. What the
+four classic-control envs share (how the kernels are built, time limit,
+returns, auto-reset, float32, random draws) is in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 4]) | x, x_dot, theta, theta_dot |
 |---|---|
@@ -31,9 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
+from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import F32, ClassicParams, reference, uniform_start, validate
+from jaxwarp.envs._classic import (F32, ClassicParams, env_spec, reference, uniform_start,
+                                   validate)
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 CARTPOLE_RESET = ((-0.05, 0.05),) * 4  # x, x_dot, theta, theta_dot
@@ -137,22 +135,12 @@ def kernel_params(p: CartPoleParams) -> dict[str, Any]:
         max_steps=np.int32(p.max_steps), **cartpole_constants(p))
 
 
-SPEC = EnvSpec(
-    name="cartpole",
-    header=API_DIR / "envs" / "cartpole.h",
-    params_type=CartPoleParams,
-    state_type=CartPoleState,
-    fields=None,  # declared on the state dataclass (state_field)
-    num_agents=lambda p: 1,
-    obs_dim=lambda p: 4,
-    nvec=lambda p: (2,),
+SPEC = env_spec(
+    "cartpole", CartPoleParams, CartPoleState, cartpole_reset, cartpole_step,
     kernel_params=kernel_params,
-    reference_reset=cartpole_reset,
-    reference_step=cartpole_step,
     obs_bounds=lambda p: (
         np.array([-2 * p.x_threshold, -np.inf, -2 * p.theta_threshold_radians, -np.inf]),
-        np.array([2 * p.x_threshold, np.inf, 2 * p.theta_threshold_radians, np.inf])),
-)
+        np.array([2 * p.x_threshold, np.inf, 2 * p.theta_threshold_radians, np.inf])))
 
 
 CartPole = env_class(SPEC)  # Gymnasium CartPole-v1; see the module docstring

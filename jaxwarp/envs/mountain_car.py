@@ -1,12 +1,10 @@
 """MountainCar (Gymnasium MountainCar-v0): params, pure-JAX reference, spec and env.
 
-The kernel is `cuda/envs/mountain_car.h`, written against `cuda/jaxwarp_env.h`
-exactly as a user env would be, and built on first use with the FFI handlers
-of `ffi/env_ffi.cc` and a layout header generated from `SPEC`
-(`jaxwarp.authoring.build_env`, cached). The pure-JAX reference is
+The kernel is `cuda/envs/mountain_car.h`; the pure-JAX reference is
 ``mountain_car_reset``, ``mountain_car_step`` and ``mountain_car_observe``
-below, with the conventions the four classic-control envs share (time limit,
-returns, auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
+below. What the four classic-control envs share (how the kernels are built,
+time limit, returns, auto-reset, float32, random draws) is in
+`jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 2]) | position, velocity |
 |---|---|
@@ -28,9 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
+from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import F32, ClassicParams, reference, uniform_start, validate
+from jaxwarp.envs._classic import (F32, ClassicParams, env_spec, reference, uniform_start,
+                                   validate)
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 MOUNTAIN_CAR_RESET = ((-0.6, -0.4),)  # position (velocity starts at 0)
@@ -101,20 +100,10 @@ mountain_car_reset, mountain_car_step = reference(
     _mountain_car_dynamics, mountain_car_observe, "in {0, 1, 2} (push left, none, right)")
 
 
-SPEC = EnvSpec(
-    name="mountain_car",
-    header=API_DIR / "envs" / "mountain_car.h",
-    params_type=MountainCarParams,
-    state_type=MountainCarState,
-    fields=None,  # declared on the state dataclass (state_field)
-    num_agents=lambda p: 1,
-    obs_dim=lambda p: 2,
-    nvec=lambda p: (3,),
-    reference_reset=mountain_car_reset,
-    reference_step=mountain_car_step,
+SPEC = env_spec(
+    "mountain_car", MountainCarParams, MountainCarState, mountain_car_reset, mountain_car_step,
     obs_bounds=lambda p: (np.array([p.min_position, -p.max_speed]),
-                          np.array([p.max_position, p.max_speed])),
-)
+                          np.array([p.max_position, p.max_speed])))
 
 
 MountainCar = env_class(SPEC)  # Gymnasium MountainCar-v0; see the module docstring

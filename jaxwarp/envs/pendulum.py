@@ -1,13 +1,10 @@
 """Pendulum (Gymnasium Pendulum-v1, discrete torques): params, pure-JAX
 reference, spec and env.
 
-The kernel is `cuda/envs/pendulum.h`, written against `cuda/jaxwarp_env.h`
-exactly as a user env would be, and built on first use with the FFI handlers
-of `ffi/env_ffi.cc` and a layout header generated from `SPEC`
-(`jaxwarp.authoring.build_env`, cached). The pure-JAX reference is
-``pendulum_reset``, ``pendulum_step`` and ``pendulum_observe`` below, with the
-conventions the four classic-control envs share (time limit, returns,
-auto-reset, float32, random draws) in `jaxwarp/envs/_classic.py`.
+The kernel is `cuda/envs/pendulum.h`; the pure-JAX reference is
+``pendulum_reset``, ``pendulum_step`` and ``pendulum_observe`` below. What the
+four classic-control envs share (how the kernels are built, time limit,
+returns, auto-reset, float32, random draws) is in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 3]) | cos theta, sin theta, theta_dot |
 |---|---|
@@ -34,9 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxwarp.authoring import API_DIR, EnvSpec, env_class, state_field
+from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import F32, ClassicParams, reference, uniform_start, validate
+from jaxwarp.envs._classic import (F32, ClassicParams, env_spec, reference, uniform_start,
+                                   validate)
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 PENDULUM_RESET = ((-math.pi, math.pi), (-1.0, 1.0))  # theta, theta_dot
@@ -124,20 +122,10 @@ pendulum_reset, pendulum_step = reference(
     pendulum_observe, "in [0, num_torque_levels) (torque `PendulumParams.torques`[a])")
 
 
-SPEC = EnvSpec(
-    name="pendulum",
-    header=API_DIR / "envs" / "pendulum.h",
-    params_type=PendulumParams,
-    state_type=PendulumState,
-    fields=None,  # declared on the state dataclass (state_field)
-    num_agents=lambda p: 1,
-    obs_dim=lambda p: 3,
-    nvec=lambda p: (p.num_torque_levels,),
-    reference_reset=pendulum_reset,
-    reference_step=pendulum_step,
+SPEC = env_spec(
+    "pendulum", PendulumParams, PendulumState, pendulum_reset, pendulum_step,
     obs_bounds=lambda p: (np.array([-1.0, -1.0, -p.max_speed]),
-                          np.array([1.0, 1.0, p.max_speed])),
-)
+                          np.array([1.0, 1.0, p.max_speed])))
 
 
 Pendulum = env_class(SPEC)  # Gymnasium Pendulum-v1 (5 torques); see the module docstring
