@@ -27,12 +27,19 @@ BACKENDS = ("cpu", "jax")
 N = 16
 
 
+def seed_words(seed):
+    """The adapters' key for an int seed, built by hand: threefry key data
+    u32[seed >> 32, seed mod 2**32] (jax.random.key(seed) with x64 on; with x64
+    off, as in these tests, jax.random.key(seed) for seed < 2**32)."""
+    return jax.random.wrap_key_data(np.array([seed >> 32, seed & 0xFFFFFFFF], np.uint32))
+
+
 def direct_rollout(env, seed, actions):
     """The direct API with the adapters' key schedule: obs after reset, then per
     step (obs, reward, terminated, truncated, episode_return, final obs: the
     obs of step(autoreset=False) from the same key and state); actions
-    i32[T, envs, agents, heads]."""
-    key = jax.random.key(seed)
+    i32[T, envs, agents, heads]; seed: an int (jax.random.key(seed)) or a key."""
+    key = seed if isinstance(seed, jax.Array) else jax.random.key(seed)
     key, k = jax.random.split(key)
     obs, state = env.reset(k, actions.shape[1])
     out = [np.asarray(obs)]
@@ -308,8 +315,9 @@ def test_gym_errors(cartpole):
         envs.reset(seed=[1, 2.5, 3, 4])
     with pytest.raises(ValueError, match="one per env"):
         envs.reset(seed=[1, 2])
-    for bad in (-1, 2**63, [0, 1, -2, 3]):  # Gymnasium: >= 0; jax.random.key: int64
-        with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*63\)"):
+    # Gymnasium: >= 0; the key holds 64 bits of seed.
+    for bad in (-1, 2**64, [0, 1, -2, 3], [0, 2**64, 1, 2]):
+        with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*64\)"):
             envs.reset(seed=bad)
     assert envs.render() is None  # no render_mode, as Gymnasium does
     with pytest.raises(ValueError, match="render_mode"):
@@ -592,6 +600,91 @@ def test_gym_reset_with_a_list_of_seeds(cartpole):
         envs.reset(seed=[1, 2, 3, 4], options={"reset_mask": np.ones(4, bool)})
 
 
+def test_gym_seeds_keep_all_64_bits(cartpole):
+    """A seed's 64 bits all count: values equal the direct API from the key
+    data [seed >> 32, seed mod 2**32], steps included; seeds 2**32 apart
+    differ (jax.random.key with x64 off kept only the low 32 bits:
+    reset(seed=2**32) was reset(seed=0)); seeds below 2**32 keep their streams
+    (key data [0, seed] is jax.random.key(seed))."""
+    for s in (0, 7, 2**32 - 1):
+        np.testing.assert_array_equal(jax.random.key_data(seed_words(s)),
+                                      jax.random.key_data(jax.random.key(s)))
+    acts = random_actions(np.random.default_rng(5), cartpole, 30, 4)
+    envs = JaxwarpVectorEnv(cartpole, 4, autoreset_mode="same_step")
+    seed = 2**32 + 7
+    ref = direct_rollout(cartpole, seed_words(seed), acts)
+    obs, _ = envs.reset(seed=seed)
+    np.testing.assert_array_equal(obs, ref[0][:, 0])
+    for a, (r_obs, r_rew, *_) in zip(acts, ref[1:]):
+        obs, rew, *_ = envs.step(a[:, 0, 0])
+        np.testing.assert_array_equal(obs, r_obs[:, 0])
+        np.testing.assert_array_equal(rew, r_rew[:, 0])
+    seeds = (0, 2**32, 2**33, 2**32 + 7, 7, 2**63, 2**64 - 1, np.uint64(2**64 - 2))
+    starts = {int(s): envs.reset(seed=s)[0] for s in seeds}
+    assert len({v.tobytes() for v in starts.values()}) == len(seeds)
+    for s in seeds:  # reproducible
+        np.testing.assert_array_equal(envs.reset(seed=s)[0], starts[int(s)])
+    # Per-env seeds past 32 bits (and past int64) too.
+    lst = [2**64 - 1, 2**32, 0, 2**32]
+    obs, _ = envs.reset(seed=lst)
+    for e, s in enumerate(lst):
+        np.testing.assert_array_equal(obs[e], starts[s][e])
+
+
+def test_gym_and_pettingzoo_hand_out_f32_over_a_bf16_env():
+    """obs_dtype="bfloat16": the NumPy adapters' observations are float32 (the
+    spaces' dtype), the bf16 values exactly: the direct API's bf16 obs cast to
+    float32 (bf16 -> f32 is exact)."""
+    env = jaxwarp.make("cartpole", backend="cpu", obs_dtype="bfloat16", max_steps=20)
+    acts = random_actions(np.random.default_rng(6), env, 25, 4)
+    ref = direct_rollout(env, 3, acts)
+    assert ref[0].dtype == jax.numpy.bfloat16
+    envs = JaxwarpVectorEnv(env, 4, autoreset_mode="same_step")
+    assert envs.single_observation_space.dtype == np.float32
+    obs, _ = envs.reset(seed=3)
+    assert obs.dtype == np.float32
+    np.testing.assert_array_equal(obs, ref[0][:, 0].astype(np.float32))
+    ended = 0
+    for a, (r_obs, _, r_term, r_trunc, _, r_final) in zip(acts, ref[1:]):
+        obs, _, _, _, infos = envs.step(a[:, 0, 0])
+        assert obs.dtype == np.float32 and obs in envs.observation_space
+        np.testing.assert_array_equal(obs, r_obs[:, 0].astype(np.float32))
+        for e in np.flatnonzero(r_term | r_trunc):
+            ended += 1
+            assert infos["final_obs"][e].dtype == np.float32
+            np.testing.assert_array_equal(infos["final_obs"][e],
+                                          r_final[e, 0].astype(np.float32))
+    assert ended > 0
+    # The shared core: the env's dtype unless asked (the torch adapter keeps
+    # bf16), the cast inside the jitted call, a clear error for a non-float.
+    from jaxwarp.adapters._batched import BatchedEnv
+
+    kept = BatchedEnv(env, 2)
+    assert kept.obs_dtype == jax.numpy.bfloat16
+    assert kept.reset(seed=0).dtype == jax.numpy.bfloat16
+    cast = BatchedEnv(env, 2, obs_dtype=np.float32)
+    assert cast.obs_dtype == np.float32 and cast.reset(seed=0).dtype == np.float32
+    np.testing.assert_array_equal(cast.reset(seed=0), kept.reset(seed=0).astype(np.float32))
+    for bad in (np.int32, "nope"):
+        with pytest.raises(TypeError, match="obs_dtype must be None or a floating dtype"):
+            BatchedEnv(env, 2, obs_dtype=bad)
+    pytest.importorskip("pettingzoo", reason="pettingzoo (test extra) is not installed")
+    from jaxwarp.adapters.pettingzoo import JaxwarpParallelEnv
+
+    spread16 = jaxwarp.make("mpe_simple_spread", backend="cpu", obs_dtype="bfloat16")
+    acts = random_actions(np.random.default_rng(7), spread16, 3, 1)
+    ref = direct_rollout(spread16, 2, acts)
+    pz = JaxwarpParallelEnv(spread16)
+    obs, _ = pz.reset(seed=2)
+    for t, a in enumerate(acts):
+        rows = (ref[0] if t == 0 else ref[t][0])[0].astype(np.float32)
+        for i, n in enumerate(pz.possible_agents):
+            assert obs[n].dtype == pz.observation_space(n).dtype == np.float32
+            np.testing.assert_array_equal(obs[n], rows[i])
+        assert pz.state().dtype == np.float32
+        obs, *_ = pz.step({n: int(a[0, i, 0]) for i, n in enumerate(pz.possible_agents)})
+
+
 # ---------------------------------------------------------------------------
 # PettingZoo
 # ---------------------------------------------------------------------------
@@ -763,6 +856,30 @@ def test_torch_values_and_dtypes_equal_the_direct_api(cartpole_any):
         np.testing.assert_array_equal(info["episode_return"].numpy(),
                                       np.where(done, r_ret[:, 0], 0))
         np.testing.assert_array_equal(info["final_obs"].numpy(), r_final[:, 0])
+
+
+def test_torch_keeps_bf16_observations_and_64_bit_seeds():
+    """torch has bfloat16: over an env made with obs_dtype="bfloat16" the
+    torch adapter hands out torch.bfloat16 (obs_dtype says so), the direct
+    API's values; seeds keep all 64 bits, as in the Gymnasium adapter."""
+    torch = _torch()
+    from jaxwarp.adapters.torch import TorchVectorEnv
+
+    env = jaxwarp.make("cartpole", backend="cpu", obs_dtype="bfloat16", max_steps=20)
+    acts = random_actions(np.random.default_rng(8), env, 5, 4)
+    ref = direct_rollout(env, seed_words(2**32 + 1), acts)
+    envs = TorchVectorEnv(env, 4)
+    assert envs.obs_dtype == torch.bfloat16
+    obs, _ = envs.reset(seed=2**32 + 1)
+    assert obs.dtype == torch.bfloat16
+    np.testing.assert_array_equal(obs.float().numpy(), ref[0][:, 0].astype(np.float32))
+    for a, (r_obs, *_) in zip(acts, ref[1:]):
+        obs, *_ = envs.step(torch.from_numpy(a[:, 0, 0].copy()))
+        assert obs.dtype == torch.bfloat16
+        np.testing.assert_array_equal(obs.float().numpy(), r_obs[:, 0].astype(np.float32))
+    assert TorchVectorEnv.make("cartpole", 2, backend="cpu").obs_dtype == torch.float32
+    first = envs.reset(seed=1)[0].float().numpy()
+    assert not np.array_equal(first, envs.reset(seed=2**32 + 1)[0].float().numpy())
 
 
 def test_torch_dlpack_shares_buffers():

@@ -1108,33 +1108,86 @@ def test_gymnasium_reset_seed(seed):
 
 
 @needs_adapters
-@pytest.mark.xfail(reason="adapters/gymnasium.py, pettingzoo.py (not this suite's files): "
-                   "over an env made with obs_dtype='bfloat16' the adapters return bfloat16 "
-                   "arrays (ml_dtypes' type, which many NumPy consumers do not take) while their "
-                   "observation spaces say float32", strict=False)
 def test_adapters_bf16_observations_have_the_space_dtype():
+    """Over an env made with obs_dtype="bfloat16" the NumPy adapters hand out
+    float32 observations, their spaces' dtype (NumPy code generally cannot
+    take ml_dtypes' bfloat16), holding the bf16 values exactly: the float32
+    env's observations rounded to bf16, through resets, steps and the
+    auto-resets of max_steps=3 episodes."""
     from jaxwarp.adapters.gymnasium import JaxwarpVectorEnv
     from jaxwarp.adapters.pettingzoo import JaxwarpParallelEnv
 
-    envs = JaxwarpVectorEnv(small_env("cartpole", "cpu", "bfloat16"), 3)
-    assert envs.reset(seed=0)[0].dtype == envs.observation_space.dtype
+    def bf16(x):
+        return np.asarray(x, np.float32).astype(jnp.bfloat16).astype(np.float32)
+
+    for mode in ("next_step", "same_step"):
+        envs = JaxwarpVectorEnv(small_env("cartpole", "cpu", "bfloat16"), 3,
+                                autoreset_mode=mode)
+        ref = JaxwarpVectorEnv(small_env("cartpole", "cpu"), 3, autoreset_mode=mode)
+        assert envs.observation_space.dtype == envs.single_observation_space.dtype == np.float32
+        obs, _ = envs.reset(seed=0)
+        assert obs.dtype == np.float32 and obs in envs.observation_space
+        np.testing.assert_array_equal(obs, bf16(ref.reset(seed=0)[0]))
+        for t in range(5):
+            a = np.array([t % 2, 1, 0])
+            obs, rew, term, trunc, infos = envs.step(a)
+            r_obs, r_rew, r_term, r_trunc, r_infos = ref.step(a)
+            assert obs.dtype == np.float32
+            np.testing.assert_array_equal(obs, bf16(r_obs))
+            np.testing.assert_array_equal(rew, r_rew)
+            np.testing.assert_array_equal(term | trunc, r_term | r_trunc)
+            for e in np.flatnonzero(infos.get("_final_obs", [])):
+                assert infos["final_obs"][e].dtype == np.float32
+                np.testing.assert_array_equal(infos["final_obs"][e],
+                                              bf16(r_infos["final_obs"][e]))
     env = JaxwarpParallelEnv(small_env("mpe_simple_spread", "cpu", "bfloat16"))
+    ref = parallel_env("mpe_simple_spread")
     obs, _ = env.reset(seed=0)
-    assert all(obs[a].dtype == env.observation_space(a).dtype for a in obs)
+    r_obs, _ = ref.reset(seed=0)
+    for t in range(3):
+        for a in obs:
+            assert obs[a].dtype == env.observation_space(a).dtype == np.float32
+            assert obs[a] in env.observation_space(a)
+            np.testing.assert_array_equal(obs[a], bf16(r_obs[a]))
+        assert env.state().dtype == env.state_space.dtype == np.float32
+        np.testing.assert_array_equal(env.state(), bf16(ref.state()))
+        actions = {a: (t + i) % 5 for i, a in enumerate(env.agents)}
+        obs, *_ = env.step(actions)
+        r_obs, *_ = ref.step(actions)
 
 
 @needs_adapters
-@pytest.mark.xfail(reason="adapters/_batched.py (not this suite's files): seeds in "
-                   "[2**32, 2**63) are accepted, but jax.random.key keeps their low 32 bits "
-                   "(x64 off): reset(seed=2**32) starts exactly as reset(seed=0)", strict=False)
-def test_gymnasium_seeds_past_32_bits_do_not_alias():
+@examples(10)
+@example(seed=0, hi=1).via("reset(seed=2**32) started as reset(seed=0)")
+@example(seed=2**64 - 1, hi=2**32 - 1)
+@given(seed=st.integers(0, 2**64 - 1), hi=st.integers(1, 2**32 - 1))
+def test_gymnasium_seeds_past_32_bits_do_not_alias(seed, hi):
+    """Seeds keep all 64 bits: the adapters' key is jax.random.key(seed) as
+    JAX makes it from a 64-bit seed (threefry data [seed >> 32, seed mod
+    2**32]; below 2**32 the key of today's streams), so seed and seed with
+    other high bits (seed ^ hi << 32) start different episodes (with x64 off
+    jax.random.key keeps the low 32 bits and made them equal), in the
+    Gymnasium adapter, per-env seed lists and the PettingZoo adapter."""
+    other = seed ^ (hi << 32)
+    env = small_env("cartpole", "cpu")
     envs = vector_env("cartpole", 3)
-    try:
-        obs, _ = envs.reset(seed=2**32)
-    except ValueError as e:
-        assert_clear(e, "seed")
-        return
-    assert not np.array_equal(obs, envs.reset(seed=0)[0])
+    obs, _ = envs.reset(seed=seed)
+    words = np.array([seed >> 32, seed & 0xFFFFFFFF], np.uint32)
+    _, k = jax.random.split(jax.random.wrap_key_data(words))
+    np.testing.assert_array_equal(obs, np.asarray(env.reset(k, 3)[0])[:, 0])
+    np.testing.assert_array_equal(obs, envs.reset(seed=seed)[0])
+    other_obs, _ = envs.reset(seed=other)
+    assert not np.array_equal(obs, other_obs)
+    mixed, _ = envs.reset(seed=[other, seed, other])
+    np.testing.assert_array_equal(mixed, [other_obs[0], obs[1], other_obs[2]])
+    pz = parallel_env("mpe_simple_spread")
+    pz.reset(seed=seed)
+    first = pz.state()
+    pz.reset(seed=other)
+    assert not np.array_equal(first, pz.state())
+    for bad in (-1, 2**64):
+        with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*64\)"):
+            envs.reset(seed=bad)
 
 
 @needs_adapters

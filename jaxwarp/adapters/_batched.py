@@ -11,9 +11,16 @@ episode ended and (``final_obs=True``) their final observations.
 
 Key schedule (the direct API reproduces every value bit for bit)::
 
-    key = jax.random.key(seed)                   # reset(seed)
+    key = jax.random.key(seed)                   # reset(seed), seed < 2**32
     key, k = jax.random.split(key); obs, state = env.reset(k, num_envs)
     key, k = jax.random.split(key); env.step(k, state, actions)   # each step
+
+Seeds are ints in [0, 2**64), all 64 bits significant: the key is
+``jax.random.key(seed)`` as JAX computes it with 64-bit integers
+(``jax_enable_x64``), key data ``u32[seed >> 32, seed & 0xFFFFFFFF]`` (`seed_key`).
+With x64 off (JAX's default) ``jax.random.key`` keeps only the low 32 bits,
+so seeds 2**32 apart would give the same stream; seeds below 2**32 give
+exactly ``jax.random.key(seed)`` either way.
 
 A reset without a seed continues from the current key. A list of seeds (one
 per env) starts env e as a reset with seed ``seeds[e]`` would (a masked reset
@@ -30,6 +37,12 @@ Autoreset modes (``autoreset_mode``, Gymnasium's names):
   ``env.reset`` with that step's key) with reward 0 and both flags False.
 * ``"disabled"``: steps never reset; the caller resets finished envs with a
   masked reset.
+
+Observation dtype: the env's own (``env.obs_dtype``: float32, or bfloat16
+for an env made with ``obs_dtype="bfloat16"``), or, with ``obs_dtype=``, cast
+to that dtype inside the jitted calls (the NumPy adapters ask for float32:
+NumPy consumers generally cannot take ml_dtypes' bfloat16, and bf16 -> f32 is
+exact).
 
 Layout (``squeeze_agent=True`` and a single-agent env): the agent axis is
 dropped, so ``obs: f32[envs, obs_dim]``, ``reward: f32[envs]`` and actions
@@ -55,7 +68,8 @@ from jaxwarp.core import auto_reset
 class StepOut(NamedTuple):
     """One step's outputs, device arrays in the adapter's layout.
 
-    obs: f32[envs, (agents,) obs_dim] (for done envs: the next episode's first obs);
+    obs: f32 (or the env's / the adapter's obs dtype) [envs, (agents,) obs_dim]
+        (for done envs: the next episode's first obs);
     reward: f32[envs, (agents)]; terminated, truncated: bool[envs];
     final_return: f32[envs, (agents)]: the return of the episode that ended
         where terminated | truncated, 0 elsewhere; None if the env's state
@@ -114,10 +128,14 @@ class BatchedEnv:
         autoreset_mode: "same_step" (default), "next_step" or "disabled" (see
             the module docstring); the last two need an env that steps
             without auto-reset (`supports_final_obs`) and take no final_obs.
+        obs_dtype: None (observations in the env's dtype, ``env.obs_dtype``)
+            or a floating dtype the observations (and final observations)
+            are cast to inside the jitted calls; `obs_dtype` says which.
     """
 
     def __init__(self, env: Any, num_envs: int, squeeze_agent: bool = True,
-                 final_obs: bool = False, autoreset_mode: str = "same_step"):
+                 final_obs: bool = False, autoreset_mode: str = "same_step",
+                 obs_dtype: Any = None):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
@@ -134,6 +152,19 @@ class BatchedEnv:
             raise ValueError(f"autoreset_mode must be one of {AUTORESET_MODES}; got "
                              f"{autoreset_mode!r}")
         self.autoreset_mode = autoreset_mode
+        env_dtype = np.dtype(getattr(env, "obs_dtype", np.float32))
+        cast = None
+        if obs_dtype is not None:
+            try:
+                cast = np.dtype(obs_dtype)
+            except TypeError as e:
+                raise TypeError(f"obs_dtype must be None or a floating dtype; got "
+                                f"{obs_dtype!r}") from e
+            if not jnp.issubdtype(cast, jnp.floating):
+                raise TypeError(f"obs_dtype must be None or a floating dtype; got {cast}")
+        # dtype of the observations handed out: f32[...] or bf16[...].
+        self.obs_dtype: np.dtype = env_dtype if cast is None else cast
+        cast_name = None if cast is None or cast == env_dtype else cast.name
         if autoreset_mode != "same_step":
             if self.final_obs:
                 raise ValueError(f"final_obs=True applies to autoreset_mode 'same_step'; in "
@@ -166,7 +197,7 @@ class BatchedEnv:
         self._pending: jax.Array | None = None
         self._reset_fn, self._masked_fn, self._step_fn = _compiled(
             env, self.num_envs, self.squeezed, bool(getattr(env, "checks", False)),
-            self.final_obs, autoreset_mode)
+            self.final_obs, autoreset_mode, cast_name)
 
     # -- host API ----------------------------------------------------------
     @property
@@ -177,7 +208,7 @@ class BatchedEnv:
         """Resets every env (or, with ``mask: bool[envs]``, those where mask is
         true; the others keep their state and observation). Returns obs.
 
-        seed: an int starts a new key (``jax.random.key(seed)``); None
+        seed: an int in [0, 2**64) starts a new key (`seed_key`); None
         continues from the current key (a first reset without a seed draws one
         from NumPy's entropy); a list of ``num_envs`` ints (or None entries:
         one fresh seed for those) starts env e as ``reset(seeds[e])`` would.
@@ -212,7 +243,7 @@ class BatchedEnv:
         """Env e as ``reset(seed=seeds[e])`` would start it: one full reset
         and a masked reset per other distinct seed, ``seeds[0]``'s last (so
         the key continues from it)."""
-        arr = np.asarray(seeds, np.int64)
+        arr = np.asarray(seeds, np.uint64)  # seeds lie in [0, 2**64)
         order = [s for s in dict.fromkeys(seeds) if s != seeds[0]] + [seeds[0]]
         self.reset(seed=order[0])
         for s in order[1:]:
@@ -285,12 +316,30 @@ def check_seeds(seed: Any, num_envs: int) -> list[int]:
 
 
 def check_seed(seed: Any) -> int:
-    """An int seed in [0, 2**63) (Gymnasium refuses negative seeds,
-    ``jax.random.key`` takes at most int64) as a Python int; ValueError
-    otherwise."""
-    if not 0 <= int(seed) < 2**63:
-        raise ValueError(f"seed must be an int in [0, 2**63); got {seed!r}")
+    """An int seed in [0, 2**64) (Gymnasium refuses negative seeds; a
+    threefry key holds 64 bits of seed, `seed_key`) as a Python int;
+    ValueError otherwise."""
+    if not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed must be an int in [0, 2**64); got {seed!r}")
     return int(seed)
+
+
+def seed_key(seed: int) -> jax.Array:
+    """The adapters' key for an int ``seed`` in [0, 2**64): ``jax.random.key(seed)``
+    as JAX computes it with 64-bit integers on, whatever ``jax_enable_x64`` says.
+
+    With x64 off (JAX's default) ``jax.random.key`` converts the seed to
+    int32 and keeps its low 32 bits, so ``key(2**32) == key(0)``: Gymnasium
+    accepts any non-negative seed, and seeds 2**32 apart would replay the
+    same episodes. Seeds below 2**32 take ``jax.random.key(seed)`` itself
+    (the same stream as before and as the direct API with x64 off); larger
+    ones the 64-bit seed (for the default threefry key: data
+    ``u32[seed >> 32, seed & 0xFFFFFFFF]``, what the key's seeding function
+    makes of a 64-bit seed), so distinct seeds give distinct keys."""
+    if seed < 2**32:
+        return jax.random.key(seed)
+    with jax.enable_x64(True):
+        return jax.random.key(np.uint64(seed))
 
 
 # ---------------------------------------------------------------------------
@@ -298,10 +347,11 @@ def check_seed(seed: Any) -> int:
 # adapter over the same env object (a new adapter does not recompile).
 # ---------------------------------------------------------------------------
 def _key_data(seed: int, device: jax.Device) -> jax.Array:
-    """u32[2]: the raw data of ``jax.random.key(seed)``. The adapters carry the
-    key as raw data between calls: a typed key array costs a Python wrapper
-    per call (about 15 us of a 64-env step on a CPU), the bits are the same."""
-    return jax.device_put(jax.random.key_data(jax.random.key(seed)), device)
+    """u32[2]: the raw data of `seed_key` (``jax.random.key(seed)``). The
+    adapters carry the key as raw data between calls: a typed key array costs
+    a Python wrapper per call (about 15 us of a 64-env step on a CPU), the
+    bits are the same."""
+    return jax.device_put(jax.random.key_data(seed_key(seed)), device)
 
 
 def _split(key_data: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -314,21 +364,30 @@ def _user(x: jax.Array, squeezed: bool) -> jax.Array:
     return x[:, 0] if squeezed else x
 
 
-def _reset_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array):
+def _user_obs(obs: jax.Array, squeezed: bool, obs_dtype: str | None) -> jax.Array:
+    """Observations in the adapter's layout and dtype (a cast inside the jitted
+    call: the buffer handed out is the cast one, no second pass on the host)."""
+    obs = _user(obs, squeezed)
+    return obs if obs_dtype is None else obs.astype(obs_dtype)
+
+
+def _reset_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, *,
+                obs_dtype: str | None = None):
     key, k = _split(key)
     obs, state = env.reset(k, num_envs)
-    return key, state, _user(obs, squeezed)
+    return key, state, _user_obs(obs, squeezed, obs_dtype)
 
 
 def _masked_reset_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, state: Any,
-                       obs: jax.Array, mask: jax.Array):
-    key, fresh_state, fresh_obs = _reset_impl(env, num_envs, squeezed, key)
+                       obs: jax.Array, mask: jax.Array, *, obs_dtype: str | None = None):
+    key, fresh_state, fresh_obs = _reset_impl(env, num_envs, squeezed, key,
+                                              obs_dtype=obs_dtype)
     return key, auto_reset(mask, fresh_state, state), auto_reset(mask, fresh_obs, obs)
 
 
 def _step_impl(env: Any, num_envs: int, squeezed: bool, final_obs: bool, key: jax.Array,
                state: Any, actions: jax.Array, mode: str = "same_step",
-               pending: jax.Array | None = None):
+               pending: jax.Array | None = None, obs_dtype: str | None = None):
     key, k = _split(key)
     heads = len(env.action_space.nvec)
     actions = actions.reshape(num_envs, env.num_agents, heads)
@@ -362,7 +421,7 @@ def _step_impl(env: Any, num_envs: int, squeezed: bool, final_obs: bool, key: ja
             return obs, state_r
 
         obs, state = jax.lax.cond(done.any(), with_reset, lambda _: (final, ended), None)
-        final = _user(final, squeezed)
+        final = _user_obs(final, squeezed, obs_dtype)
     else:
         obs, state, reward, done, info = env.step(k, state, actions)
     truncated = info.get("truncated", jnp.zeros_like(done))
@@ -373,8 +432,8 @@ def _step_impl(env: Any, num_envs: int, squeezed: bool, final_obs: bool, key: ja
         d = done.reshape(done.shape + (1,) * (ret.ndim - 1))
         ret = jnp.where(d, ret, jnp.zeros_like(ret))
         ret = _user(ret, squeezed) if ret.ndim == 2 else ret
-    out = StepOut(_user(obs, squeezed), _user(reward, squeezed), terminated, truncated, ret,
-                  final)
+    out = StepOut(_user_obs(obs, squeezed, obs_dtype), _user(reward, squeezed), terminated,
+                  truncated, ret, final)
     if mode == "next_step":
         return key, state, out, done
     return key, state, out
@@ -382,14 +441,15 @@ def _step_impl(env: Any, num_envs: int, squeezed: bool, final_obs: bool, key: ja
 
 @functools.lru_cache(maxsize=64)
 def _compiled(env: Any, num_envs: int, squeezed: bool, checks: bool, final_obs: bool = False,
-              mode: str = "same_step"):
+              mode: str = "same_step", obs_dtype: str | None = None):
     """(reset, masked reset, step): jitted, key and state donated (step with
     final_obs: the key only; next_step's step also takes and returns the
-    pending mask); with
+    pending mask); observations cast to ``obs_dtype`` (a dtype name) unless
+    None; with
     checks=True the env reports out-of-range actions through checkify and
     the call raises on the host."""
     def make(fn: Any, donate: tuple[int, ...]) -> Any:
-        body = functools.partial(fn, env, num_envs, squeezed)
+        body = functools.partial(fn, env, num_envs, squeezed, obs_dtype=obs_dtype)
         if not checks:
             return jax.jit(body, donate_argnums=donate)
         from jax.experimental import checkify
@@ -403,9 +463,10 @@ def _compiled(env: Any, num_envs: int, squeezed: bool, checks: bool, final_obs: 
         return call
 
     def step_impl(env: Any, num_envs: int, squeezed: bool, key: jax.Array, state: Any,
-                  actions: jax.Array, pending: jax.Array | None = None):
+                  actions: jax.Array, pending: jax.Array | None = None, *,
+                  obs_dtype: str | None = None):
         return _step_impl(env, num_envs, squeezed, final_obs, key, state, actions, mode,
-                          pending)
+                          pending, obs_dtype)
 
     # With final observations the state is read by two steps: donating it
     # would make XLA copy it (small copies cost XLA:CPU ~10 us each).

@@ -8,7 +8,10 @@
 NumPy in, NumPy out; each `step` is one jitted call (see
 `jaxwarp.adapters._batched` for the key schedule); the env state never
 leaves the device. Rewards are float64 (as Gymnasium's SyncVectorEnv gives
-them), observations float32.
+them), observations float32, as the observation spaces say, also over an env
+made with ``obs_dtype="bfloat16"`` (cast inside the jitted call, exactly: NumPy
+code generally cannot take ml_dtypes' bfloat16). Seeds are ints in [0, 2**64),
+all 64 bits significant (`jaxwarp.adapters._batched.seed_key`).
 
 Autoreset (``metadata["autoreset_mode"]``, chosen with ``autoreset_mode=``):
 
@@ -151,7 +154,8 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
             docstring.
 
     Spaces: see `single_spaces`. step returns ``obs: f32[envs, obs_dim]``
-    (multi-agent: ``f32[envs, agents, obs_dim]``), ``reward: f64[envs]``
+    (multi-agent: ``f32[envs, agents, obs_dim]``; float32 over a bfloat16-obs
+    env too, the spaces' dtype), ``reward: f64[envs]``
     (multi-agent: ``f64[envs, agents]``, one reward per agent),
     ``terminated, truncated: bool[envs]`` and infos (see the module docstring).
     `get_attr`, `call` and `set_attr` reach the one jaxwarp env object that
@@ -180,8 +184,10 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
                                  "final observation as obs")
             final_obs = False
         final_obs = supports_final_obs(env) if final_obs is None else final_obs
+        # float32 observations whatever the env's obs_dtype: the spaces are f32
+        # Boxes, and NumPy consumers generally cannot take bfloat16.
         self._batch = BatchedEnv(env, num_envs, squeeze_agent=True, final_obs=final_obs,
-                                 autoreset_mode=_MODES[mode])
+                                 autoreset_mode=_MODES[mode], obs_dtype=np.float32)
         self.num_envs = self._batch.num_envs
         self.copy = bool(copy)
         self.single_observation_space, self.single_action_space = single_spaces(env)
@@ -200,8 +206,10 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         """Resets every env; returns (obs, {}).
 
-        seed: one int seeds the whole batch (``jax.random.key(seed)``; env e
-        draws its own stream from it); a list of ``num_envs`` ints (None
+        seed: one int in [0, 2**64) seeds the whole batch
+        (``jax.random.key(seed)`` with all 64 bits kept,
+        `jaxwarp.adapters._batched.seed_key`; env e draws its own stream
+        from it); a list of ``num_envs`` ints (None
         entries: fresh ones) starts env e as ``reset(seed=seeds[e])`` would
         start it (one reset per distinct seed); None continues from the
         current key.

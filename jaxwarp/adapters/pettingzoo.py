@@ -59,7 +59,8 @@ class JaxwarpParallelEnv(ParallelEnv):
         render_mode: None, or ``"rgb_array"``: `render` returns the env's
             current frame, ``u8[H, W, 3]`` (`jaxwarp.render`).
 
-    Per agent: observation space ``Box(d)`` (f32; d the agent's own width,
+    Per agent: observation space ``Box(d)`` (f32, and f32 observations also
+    over an env made with ``obs_dtype="bfloat16"``; d the agent's own width,
     see the module docstring), action space ``Discrete(n)`` (one action
     head) or ``MultiDiscrete(nvec)``; actions are ints (or int arrays of
     shape ``[heads]``); rewards are Python floats. ``state(): f32[sum d]``
@@ -83,7 +84,9 @@ class JaxwarpParallelEnv(ParallelEnv):
         # env steps without auto-reset where it can: the final observations
         # at the price of one env step.
         mode = "disabled" if supports_final_obs(env) else "same_step"
-        self._batch = BatchedEnv(env, 1, squeeze_agent=False, autoreset_mode=mode)
+        # float32 observations (the spaces' dtype) over a bfloat16-obs env too.
+        self._batch = BatchedEnv(env, 1, squeeze_agent=False, autoreset_mode=mode,
+                                 obs_dtype=np.float32)
         self.possible_agents = list(agent_names(env))
         self.agents: list[str] = []
         self.render_mode = render_mode
@@ -129,8 +132,10 @@ class JaxwarpParallelEnv(ParallelEnv):
 
     def reset(self, seed: int | None = None, options: dict | None = None
               ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
-        """Starts a new episode. seed: an int seeds the key
-        (``jax.random.key(seed)``), None continues from the current key.
+        """Starts a new episode. seed: an int in [0, 2**64) seeds the key
+        (``jax.random.key(seed)`` with all 64 bits kept,
+        `jaxwarp.adapters._batched.seed_key`), None continues from the
+        current key.
         options are accepted and ignored (jaxwarp envs take none)."""
         obs = self._batch.reset(seed=seed)
         self.agents = list(self.possible_agents)

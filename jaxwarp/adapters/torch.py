@@ -13,6 +13,12 @@ contiguous and suitably aligned; an int64 action tensor is cast to int32 by
 torch first). Each step is one jitted call; the state stays on the device
 (`jaxwarp.adapters._batched` has the key schedule and the layout).
 
+Observations keep the env's dtype (`TorchVectorEnv.obs_dtype`): float32, or
+``torch.bfloat16`` for an env made with ``obs_dtype="bfloat16"`` (torch has
+the type, and a cast would cost the bf16 env its halved bytes; the
+Gymnasium and PettingZoo adapters cast to float32 for NumPy). Seeds are ints
+in [0, 2**64), all 64 bits significant (`jaxwarp.adapters._batched.seed_key`).
+
 Autoreset happens inside `step` (Gymnasium's same-step mode): for a done env
 the returned obs is the next episode's first observation; with
 ``final_obs=True`` info also holds ``"final_obs"``, the observation each env
@@ -51,7 +57,8 @@ class TorchVectorEnv:
             elsewhere equal to obs); costs a second env step on steps where
             an episode ends.
 
-    Shapes (single-agent, squeezed): ``obs: f32[envs, obs_dim]``,
+    Shapes (single-agent, squeezed): ``obs: f32[envs, obs_dim]`` (dtype
+    `obs_dtype`: bf16 for an env made with ``obs_dtype="bfloat16"``),
     ``reward: f32[envs]``, actions ``[envs]`` (one action head) or
     ``[envs, heads]``; otherwise ``obs: f32[envs, agents, obs_dim]``,
     ``reward: f32[envs, agents]``, actions ``[envs, agents, heads]``.
@@ -70,6 +77,8 @@ class TorchVectorEnv:
         self.action_shape = self._batch.action_shape
         self.obs_shape = self._batch.obs_shape
         self.nvec = self._batch.nvec
+        # torch.float32 or torch.bfloat16: the env's obs_dtype, kept as is.
+        self.obs_dtype: torch.dtype = getattr(torch, self._batch.obs_dtype.name)
         dev = self._batch.device
         self.device = torch.device("cuda", dev.id) if dev.platform == "gpu" \
             else torch.device("cpu")
@@ -85,7 +94,8 @@ class TorchVectorEnv:
                    squeeze_agent=squeeze_agent, final_obs=final_obs)
 
     def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Resets every env; seed: int (new key) or None (continue). Returns (obs, {})."""
+        """Resets every env; seed: an int in [0, 2**64) (new key, `seed_key`) or
+        None (continue). Returns (obs, {})."""
         return to_torch(self._batch.reset(seed=seed)), {}
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
