@@ -202,7 +202,8 @@ Dynamics = Callable[[Any, Any, jax.Array], tuple[dict[str, jax.Array], jax.Array
 
 
 def reference(name: str, params_cls: type, state_cls: type, start: Start, dynamics: Dynamics,
-              observe: Callable[[Any, Any], jax.Array], actions: str) -> tuple[Callable, Callable]:
+              observe: Callable[[Any, Any], jax.Array],
+              actions_doc: str) -> tuple[Callable, Callable]:
     """The jitted pure-JAX ``(xxx_reset, xxx_step)`` of a classic-control env.
 
     Args:
@@ -213,8 +214,8 @@ def reference(name: str, params_cls: type, state_cls: type, start: Start, dynami
         dynamics: ``(params, state, a: i32[envs, 1]) -> (fields, reward f32[envs, 1],
             terminated bool[envs])``, one transition of the clamped actions.
         observe: the env's jitted ``xxx_observe``.
-        actions: what the action values mean, for the step's docstring
-            (``"in {0, 1} (push left, right)"``).
+        actions_doc: what the action values mean, for the step's docstring
+            (``"in {0, 1} (push left, push right)"``).
     """
 
     def reset(p, key_data: jax.Array, num_envs: int):
@@ -230,7 +231,7 @@ def reference(name: str, params_cls: type, state_cls: type, start: Start, dynami
 
     obs = f"f32[envs, 1, {params_cls.obs_dim}]"
     reset.__doc__ = f"key_data: u32[2] -> (obs {obs}, {state_cls.__name__})."
-    step.__doc__ = (f"actions: i32[envs, 1, 1] {actions} -> (obs {obs}, {state_cls.__name__}, "
+    step.__doc__ = (f"actions: i32[envs, 1, 1] {actions_doc} -> (obs {obs}, {state_cls.__name__}, "
                     "reward f32[envs, 1], done bool[envs], info); see the module docstring.")
     for fn, kind in ((reset, "reset"), (step, "step")):
         fn.__name__ = fn.__qualname__ = f"{name}_{kind}"
