@@ -54,6 +54,11 @@ class _IntermixedParser(argparse.ArgumentParser):
             self._intermixed = False
 
 
+# --seed: the range of a config's `seed` (jax.random.key keeps 32 bits with
+# x64 off, so larger seeds would replay smaller ones).
+SEED_RANGE = 2**31
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jaxwarp", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
@@ -106,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", default="auto", help="auto, cuda, cpu or jax")
     r.add_argument("--fps", type=float, default=20.0)
     r.add_argument("--size", type=int, default=128, help="frame width and height in pixels")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0, help="PRNG seed, in [0, 2**31)")
     e = sub.add_parser("eval", help="trained policies of a run against random ones",
                        description="Loads the newest intact checkpoint of a run and plays "
                        "whole episodes with each policy group trained or uniformly random (all "
@@ -115,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
                        "writes the figures as JSON (default DIR/eval.json).")
     e.add_argument("--run", metavar="DIR", required=True, help="a training run folder")
     e.add_argument("--episodes", type=int, default=256, help="episodes per matchup")
-    e.add_argument("--seed", type=int, default=0, help="evaluation seed (env starts, actions)")
+    e.add_argument("--seed", type=int, default=0,
+                   help="evaluation seed (env starts, actions), in [0, 2**31)")
     e.add_argument("--seed-index", type=int, default=None,
                    help="one of the run's trained seeds (runs with --seeds S); "
                         "default: every seed and the seeds pooled")
@@ -131,6 +137,8 @@ def _fail(command: str, msg: Any) -> int:
 def _eval(args: argparse.Namespace) -> int:
     if args.episodes < 2:
         return _fail("eval", f"--episodes must be >= 2; got {args.episodes}")
+    if not 0 <= args.seed < SEED_RANGE:
+        return _fail("eval", f"--seed must be in [0, 2**31); got {args.seed}")
     import json
 
     from jaxwarp.authoring import EnvBuildError
@@ -161,6 +169,8 @@ def _render(args: argparse.Namespace) -> int:
         return fail("--config goes with --env; a run's env comes from its saved config")
     if args.steps is not None and args.steps < 0:
         return fail(f"--steps must be >= 0; got {args.steps}")
+    if not 0 <= args.seed < SEED_RANGE:
+        return fail(f"--seed must be in [0, 2**31); got {args.seed}")
     if not 8 <= args.size <= 2048:  # a frame is size x 2*size pixels per step, in memory
         return fail(f"--size must be in [8, 2048]; got {args.size}")
     if not args.fps > 0:

@@ -202,3 +202,13 @@ def test_render_size_is_bounded(size, capsys):
     assert main(["render", "--env", "cartpole", "--steps", "2", "--size", size]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"jaxwarp render: error: --size must be in [8, 2048]; got {size}", err
+
+
+@pytest.mark.parametrize("command", [["render", "--env", "cartpole", "--steps", "2"],
+                                     ["eval", "--run", "no-such-run"]])
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_seed_is_bounded(command, seed, capsys):
+    """With x64 off jax.random.key keeps 32 bits: --seed 2**32 replayed seed 0."""
+    assert main([*command, "--seed", seed]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"jaxwarp {command[0]}: error: --seed must be in [0, 2**31); got {seed}", err
