@@ -414,6 +414,10 @@ def test_errors():
         cartpole.CartPoleParams(max_steps=0)
     with pytest.raises(ValueError, match="num_torque_levels"):
         pendulum.PendulumParams(num_torque_levels=1)
+    # The torques are a table in the kernel's params: 2**31 - 1 levels was an 8 GB table.
+    with pytest.raises(ValueError, match=r"num_torque_levels=1025 is invalid; expected an int in \[2, 1024\]"):
+        pendulum.PendulumParams(num_torque_levels=1025)
+    assert pendulum.PendulumParams(num_torque_levels=1024).torques.shape == (1024,)
     with pytest.raises(ValueError, match="min_position"):
         mountain_car.MountainCarParams(min_position=1.0)
     # Out-of-range actions are clamped.

@@ -393,7 +393,7 @@ def test_params_reset_step(name, data, seed):
         params = data.draw(env_params(name, free=True), label="params")
     else:
         params = data.draw(env_params(name), label="params")
-    assume(not reset_outside_space(name, params))  # known: see the xfail test below
+    assume(not reset_outside_space(name, params))  # refused by make: see the test below
     envs = {}
     for backend in backends:
         try:
@@ -424,7 +424,7 @@ def test_params_reset_step(name, data, seed):
 def reset_outside_space(name: str, params: dict) -> bool:
     """Classic-control params whose observation bounds do not hold the fixed
     reset ranges (Gymnasium's, ``XXX_RESET`` in jaxwarp/envs/<name>.py): the
-    first observations fall outside the space (the xfail test below)."""
+    first observations would fall outside the space; make refuses them (the test below)."""
     p = {f.name: f.default for f in _fields(name).values()} | params
     if name == "mountain_car":
         (lo, hi), = MOUNTAIN_CAR_RESET
@@ -438,23 +438,19 @@ def reset_outside_space(name: str, params: dict) -> bool:
     return False
 
 
-@pytest.mark.xfail(reason="jaxwarp/envs/<classic env>.py (not this suite's files): params that "
-                   "shrink the observation bounds below Gymnasium's fixed reset ranges are "
-                   "accepted, and the first observations fall outside the observation space",
-                   strict=False)
 @pytest.mark.parametrize("name, params", [
     ("mountain_car", dict(min_position=-0.3)), ("mountain_car", dict(max_position=-0.5)),
     ("pendulum", dict(max_speed=1e-6)), ("cartpole", dict(x_threshold=0.01)),
     ("cartpole", dict(theta_threshold_radians=0.01)), ("acrobot", dict(max_vel_1=0.01))])
 def test_classic_control_bounds_hold_the_reset_ranges(name, params):
+    """Params whose observation bounds would not hold Gymnasium's fixed reset
+    ranges are refused by name (they were accepted, and the first
+    observations fell outside the observation space)."""
     assert reset_outside_space(name, params)
-    try:
-        env = jaxwarp.make(name, backend="jax", **params)
-    except ValueError as e:
-        assert_clear(e, *params)
-        return
-    obs, _ = env.reset(jax.random.key(0), 64)
-    check_outputs(env, 64, obs)
+    with pytest.raises(ValueError) as e:
+        jaxwarp.make(name, backend="jax", **params)
+    assert_clear(e.value, *params)
+    assert "reset" in str(e.value)
 
 
 # ---------------------------------------------------------------------------

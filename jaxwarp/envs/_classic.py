@@ -98,6 +98,14 @@ def validate(obj: Any, env: str, ints: tuple[str, ...], positive: tuple[str, ...
             raise ValueError(f"{env}: {name}={value!r} is invalid; expected a finite float > 0")
 
 
+def check_holds_reset(env: str, field: str, value: float, ok: bool, expected: str) -> None:
+    """ValueError naming ``field`` unless ``ok``: the observation bound that the
+    field sets must hold Gymnasium's fixed reset range (``expected`` says how),
+    or the first observations would fall outside the observation space."""
+    if not ok:
+        raise ValueError(f"{env}: {field}={value!r} is invalid; expected {expected}")
+
+
 class ClassicParams:
     """Base of the four params dataclasses (no fields of its own): what their
     ``num_actions`` and ``max_steps`` imply."""

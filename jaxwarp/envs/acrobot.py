@@ -40,8 +40,8 @@ from flax import struct
 
 from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import (F32, ClassicParams, env_spec, reference, uniform_start,
-                                   validate)
+from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
+                                   uniform_start, validate)
 
 ACROBOT_MAX_WRAPS = 8  # unrolled iterations of Gymnasium's `wrap` while-loop, each way
 # Reset range [low, high) of each drawn state variable, in draw order.
@@ -75,6 +75,11 @@ class AcrobotParams(ClassicParams):
         validate(self, "acrobot", ("max_steps",),
                  ("dt", "link_length_1", "link_mass_1", "link_mass_2", "link_com_pos_1",
                   "link_com_pos_2", "link_moi", "max_vel_1", "max_vel_2"))
+        reach = ACROBOT_RESET[2][1]
+        for field in ("max_vel_1", "max_vel_2"):
+            v = getattr(self, field)
+            check_holds_reset("acrobot", field, v, v >= reach,
+                              f">= {reach} (resets draw dtheta1, dtheta2 in [-{reach}, {reach}))")
 
 
 ACROBOT_TORQUES = np.array([-1.0, 0.0, 1.0], np.float32)  # AVAIL_TORQUE

@@ -30,8 +30,8 @@ from flax import struct
 
 from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import (F32, ClassicParams, env_spec, reference, uniform_start,
-                                   validate)
+from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
+                                   uniform_start, validate)
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 CARTPOLE_RESET = ((-0.05, 0.05),) * 4  # x, x_dot, theta, theta_dot
@@ -58,6 +58,13 @@ class CartPoleParams(ClassicParams):
         validate(self, "cartpole", ("max_steps",),
                  ("masscart", "masspole", "length", "tau", "theta_threshold_radians",
                   "x_threshold"))
+        # The space's bounds are twice the termination thresholds (Gymnasium's).
+        reach = CARTPOLE_RESET[0][1]
+        for field in ("x_threshold", "theta_threshold_radians"):
+            v = getattr(self, field)
+            check_holds_reset("cartpole", field, v, 2 * v >= reach,
+                              f">= {reach / 2} (the space's bound is twice it; resets draw "
+                              f"x and theta in [-{reach}, {reach}))")
 
 
 @struct.dataclass

@@ -28,8 +28,8 @@ from flax import struct
 
 from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import (F32, ClassicParams, env_spec, reference, uniform_start,
-                                   validate)
+from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
+                                   uniform_start, validate)
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 MOUNTAIN_CAR_RESET = ((-0.6, -0.4),)  # position (velocity starts at 0)
@@ -56,6 +56,12 @@ class MountainCarParams(ClassicParams):
         if not self.min_position < self.max_position:
             raise ValueError(f"mountain_car: min_position={self.min_position!r} must be < "
                              f"max_position={self.max_position!r}")
+        (lo, hi), = MOUNTAIN_CAR_RESET
+        where = f"(resets draw the position in [{lo}, {hi}))"
+        check_holds_reset("mountain_car", "min_position", self.min_position,
+                          self.min_position <= lo, f"<= {lo} {where}")
+        check_holds_reset("mountain_car", "max_position", self.max_position,
+                          self.max_position >= hi, f">= {hi} {where}")
 
 
 @struct.dataclass

@@ -33,8 +33,8 @@ from flax import struct
 
 from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
-from jaxwarp.envs._classic import (F32, ClassicParams, env_spec, reference, uniform_start,
-                                   validate)
+from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
+                                   uniform_start, validate)
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 PENDULUM_RESET = ((-math.pi, math.pi), (-1.0, 1.0))  # theta, theta_dot
@@ -60,9 +60,13 @@ class PendulumParams(ClassicParams):
         validate(self, "pendulum", ("max_steps",),
                  ("max_speed", "max_torque", "dt", "m", "l"))
         n = self.num_torque_levels
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        # The torques are a table in the kernel's params, one float per level.
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= 1024:
             raise ValueError(f"pendulum: num_torque_levels={n!r} is invalid; "
-                             "expected an int >= 2")
+                             "expected an int in [2, 1024]")
+        reach = PENDULUM_RESET[1][1]
+        check_holds_reset("pendulum", "max_speed", self.max_speed, self.max_speed >= reach,
+                          f">= {reach} (resets draw theta_dot in [-{reach}, {reach}))")
 
     @property
     def num_actions(self) -> int:
