@@ -27,6 +27,15 @@ BACKENDS = ("cpu", "jax")
 N = 16
 
 
+@pytest.fixture(autouse=True)
+def _on_the_cpu_device():
+    """These tests drive the cpu and jax backends (tests/test_adapters_gpu.py
+    covers cuda); on a machine with a GPU their arrays stay on the CPU device
+    too, where the cpu backend's calls run."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def seed_words(seed):
     """The adapters' key for an int seed, built by hand: threefry key data
     u32[seed >> 32, seed mod 2**32] (jax.random.key(seed) with x64 on; with x64

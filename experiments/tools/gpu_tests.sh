@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU test (`pytest -m gpu`, and the torch adapter tests) in six processes at once on one GPU (no
+# Every GPU test (`pytest -m gpu`) in five processes at once on one GPU (no
 # preallocation, so they share its memory), then compute-sanitizer over every
 # kernel when called with `sanitize`. Run from a checkout holding .snap/src.tar
 # (`git archive HEAD`, with .snap_commit inside); logs under $OUT.
@@ -23,12 +23,10 @@ tests)
   $T tests/test_tag_continuous_gpu.py tests/test_tag_continuous.py tests/test_tag_gridworld_gpu.py \
     > $OUT/g4.log 2>&1 &
   $T tests/test_sampler_gpu.py tests/test_train_gpu.py tests/test_adapters_gpu.py > $OUT/g5.log 2>&1 &
-  # The torch adapter's tests are not gpu-marked; they skip where torch is missing.
-  python3 -m pytest -q -p no:cacheprovider tests/test_adapters.py -k "torch or Torch" > $OUT/g6.log 2>&1 &
   wait
   { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
     echo "# bash experiments/tools/gpu_tests.sh tests"
-    for g in 1 2 3 4 5 6; do echo "## group $g"; grep -v "^W1\|bfc_alloc\|^I1" $OUT/g$g.log; done
+    for g in 1 2 3 4 5; do echo "## group $g"; grep -v "^W1\|bfc_alloc\|^I1" $OUT/g$g.log; done
   } > $OUT/pytest_gpu$SUF.log
   grep -h "passed\|failed\|error" $OUT/g?.log | grep -v "^W1" | tail -10 ;;
 sanitize)
