@@ -17,6 +17,7 @@ Overrides use the config's keys, nested with dots:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -277,6 +278,19 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `jaxwarp` command; returns the exit status (2: a usage error)."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`jaxwarp configs | head -3`): stop quietly, as
+        # Unix tools do, instead of a traceback (and another one at exit).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "configs":
         names = shipped_configs()

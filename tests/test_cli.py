@@ -212,3 +212,15 @@ def test_seed_is_bounded(command, seed, capsys):
     assert main([*command, "--seed", seed]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"jaxwarp {command[0]}: error: --seed must be in [0, 2**31); got {seed}", err
+
+
+def test_output_into_a_closed_pipe_is_quiet():
+    """`jaxwarp configs | head -1`: the reader leaves early; no traceback."""
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "jaxwarp", "configs"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the command writes anything
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
