@@ -113,6 +113,7 @@ def test_doc_python_blocks_run(tmp_path, monkeypatch):
 # --- README.md ---------------------------------------------------------------
 
 README = ROOT / "README.md"
+CUDA_README = ROOT / "cuda" / "README.md"
 
 
 def _readme_python_blocks() -> list[tuple[int, str]]:
@@ -167,10 +168,17 @@ def test_readme_and_user_docs_name_files_that_exist():
     point at files that exist (a moved doc or script breaks this, not a reader)."""
     pages = [README] + [ROOT / "docs" / n for n in ("numerics.md", "reliability.md", "pycuda.md")]
     pages += sorted((ROOT / "docs" / "envs").glob("*.md"))  # the env pages and their index
+    pages += [CUDA_README]  # the kernel design page the README links to
     path_re = re.compile(r"\]\((?!https?:|#)([^)#\s]+)\)|`((?:docs|experiments|cuda|ffi|jaxwarp|"
                          r"examples|tests)/[\w./-]+)`")
     missing = []
     for page in pages:
+        # A table runs on into a line that follows it without a blank line (GitHub
+        # renders that paragraph as a table row).
+        lines = page.read_text().split("\n")
+        missing += [f"{page.relative_to(ROOT)} line {i + 2}: no blank line after a table"
+                    for i, (a, b) in enumerate(zip(lines, lines[1:]))
+                    if a.startswith("|") and b.strip() and not b.startswith("|")]
         for m in path_re.finditer(page.read_text()):
             target = m.group(1) or m.group(2)
             where = page.parent if m.group(1) else ROOT
@@ -180,10 +188,12 @@ def test_readme_and_user_docs_name_files_that_exist():
     results = {p.name for p in (ROOT / "experiments" / "results").rglob("*") if p.is_file()}
     results |= {p.relative_to(ROOT / "experiments" / "results").as_posix() + "/"
                 for p in (ROOT / "experiments" / "results").rglob("*") if p.is_dir()}
-    cited = re.findall(r"`([\w./-]*_(?:h100|cpu)[\w-]*(?:\.(?:json|log|csv|txt|png|gif)|/))`",
-                       README.read_text())
-    assert len(cited) >= 10, cited
-    missing += [f"README.md: {name}" for name in cited
+    result_re = re.compile(r"`([\w./-]*_(?:h100|h200|cpu)[\w-]*(?:\.(?:json|log|csv|txt|png|gif)|/))`")
+    cited = {page: result_re.findall(page.read_text()) for page in (README, CUDA_README)}
+    assert len(cited[README]) >= 10, cited[README]
+    assert len(cited[CUDA_README]) >= 3, cited[CUDA_README]
+    missing += [f"{page.relative_to(ROOT)}: {name}" for page, names in cited.items()
+                for name in names
                 if Path(name).name not in results and name not in results
                 and not (ROOT / name).exists()]
     assert not missing, missing
