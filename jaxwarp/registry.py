@@ -113,7 +113,7 @@ def register_env(name: str, env_cls: type, params_cls: type,
                  configs: dict[str, dict[str, Any]] | None = None) -> None:
     """Makes a user env available to `make` (and to ``jaxwarp train env=name``).
 
-    env_cls(params, backend=..., checks=...) builds the env; params_cls is its
+    env_cls(params, backend=..., checks=..., obs_dtype=...) builds the env; params_cls is its
     params dataclass; configs are optional named parameter sets.
     """
     _check_registration("register_env", name, env_cls, params_cls, configs)

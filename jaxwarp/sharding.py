@@ -119,8 +119,6 @@ class _Placement:
     """How a call pins its inputs and outputs to ``P(axis)`` on the mesh."""
 
     def __init__(self, mesh: Mesh, names: tuple[str, ...]):
-        self.mesh = mesh
-        self.names = names
         self.spec = P(_spec_axis(names))
         self.sharding = NamedSharding(mesh, self.spec)
         self.replicated = NamedSharding(mesh, P())

@@ -14,19 +14,22 @@ python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | tail -2
 case "$1" in
 tests)
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
-  T="python3 -m pytest -m gpu -q -p no:cacheprovider"
-  K="tag_ or mpe"
-  $T tests/test_conformance.py -k "$K" > $OUT/g1.log 2>&1 &
-  $T tests/test_conformance.py -k "not ($K)" > $OUT/g2.log 2>&1 &
-  $T tests/test_authoring_gpu.py tests/test_classic_control_kernels_gpu.py tests/test_mpe_gpu.py \
-    tests/test_mpe.py tests/test_pycuda_bridge.py > $OUT/g3.log 2>&1 &
-  $T tests/test_tag_continuous_gpu.py tests/test_tag_continuous.py tests/test_tag_gridworld_gpu.py \
-    > $OUT/g4.log 2>&1 &
-  $T tests/test_sampler_gpu.py tests/test_train_gpu.py tests/test_adapters_gpu.py > $OUT/g5.log 2>&1 &
+  # The log: one part per process, "==> groupN <==" then "$ command"
+  # (experiments/report.py reads the parts).
+  T="python -m pytest -m gpu -q -p no:cacheprovider"
+  G=("tests/test_conformance.py -k \"tag_ or mpe\""
+     "tests/test_conformance.py -k \"not (tag_ or mpe)\""
+     "tests/test_authoring_gpu.py tests/test_classic_control_kernels_gpu.py tests/test_mpe_gpu.py tests/test_mpe.py tests/test_pycuda_bridge.py"
+     "tests/test_tag_continuous_gpu.py tests/test_tag_continuous.py tests/test_tag_gridworld_gpu.py"
+     "tests/test_sampler_gpu.py tests/test_train_gpu.py tests/test_adapters_gpu.py")
+  for g in 1 2 3 4 5; do eval "python3 ${T#python } ${G[$((g - 1))]}" > $OUT/g$g.log 2>&1 & done
   wait
-  { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-    echo "# bash experiments/tools/gpu_tests.sh tests"
-    for g in 1 2 3 4 5; do echo "## group $g"; grep -v "^W1\|bfc_alloc\|^I1" $OUT/g$g.log; done
+  { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), jax $(python3 -c 'import jax; print(jax.__version__)')"
+    echo "# bash experiments/tools/gpu_tests.sh tests (pytest processes at once on one GPU)"
+    for g in 1 2 3 4 5; do
+      echo "==> group$g <=="; echo "\$ $T ${G[$((g - 1))]}"
+      grep -v "^W1\|bfc_alloc\|^I1" $OUT/g$g.log
+    done
   } > $OUT/pytest_gpu$SUF.log
   grep -h "passed\|failed\|error" $OUT/g?.log | grep -v "^W1" | tail -10 ;;
 sanitize)

@@ -9,10 +9,11 @@ An env is two things:
   pure-JAX reference (the oracle of the consistency tests and the
   benchmarks' baseline).
 
-`build_env(spec, backend)` generates the FFI handlers from the spec (no
-hand-written binding code, no positional argument lists: every param is a
-named attribute, every state field a typed buffer), compiles them with the
-same flags as jaxwarp's built-ins, caches the library in the user cache
+`build_env(spec, backend)` generates the env's layout header from the spec
+(Params and State structs, the Env traits: no hand-written binding code, no
+positional argument lists), compiles the checked-in handler source
+`ffi/env_ffi.cc` with it and the env's header, with the same flags as
+jaxwarp's built-ins, caches the library in the user cache
 directory keyed by the sources, compiler, jaxlib version and GPU
 architecture, registers the FFI targets and returns a `ContractEnv`.
 Nothing is ever written into the installed package.

@@ -65,6 +65,8 @@ def _sanitize_flags() -> list[str]:
         raise EnvBuildError(f"JAXWARP_SANITIZE must be a comma-separated list of sanitizers, "
                             f"e.g. address,undefined; got {kinds!r}")
     return [f"-fsanitize={kinds}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
+
+
 NVCC_FLAGS = _flags("nvcc")
 
 

@@ -42,7 +42,6 @@ _C_TYPES = {np.dtype(np.float32): ("float", "f"), np.dtype(np.int32): ("int32_t"
             np.dtype(np.uint32): ("uint32_t", "I")}
 
 
-
 def _param_decls(values: dict[str, Any], static: tuple[str, ...] = ()) -> list[str]:
     """C++ member declarations of Params, in order; `static` ones as constants."""
     decls = []
@@ -66,7 +65,6 @@ def _param_decls(values: dict[str, Any], static: tuple[str, ...] = ()) -> list[s
     if len(decls) == len(static):
         decls.append("int32_t jw_unused;  // the struct passed to kernels is never empty")
     return decls
-
 
 
 def check_header(spec: EnvSpec, header_text: str, header_name: str) -> None:

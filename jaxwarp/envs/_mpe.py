@@ -68,13 +68,13 @@ from jaxwarp.core import auto_reset, reset_mask
 F32 = np.float32
 
 
-def check_int(env: str, name: str, v, lo: int) -> None:
+def check_int(env: str, name: str, v: Any, lo: int) -> None:
     """ValueError naming env and param unless v is an int >= lo."""
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
         raise ValueError(f"{env}: {name}={v!r}; expected an int >= {lo}")
 
 
-def check_positive(env: str, name: str, v) -> None:
+def check_positive(env: str, name: str, v: Any) -> None:
     """ValueError naming env and param unless v is a number > 0."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
         raise ValueError(f"{env}: {name}={v!r}; expected a number > 0")
@@ -83,7 +83,7 @@ def check_positive(env: str, name: str, v) -> None:
 TRUNCATIONS = ("jaxmarl", "mpe2")  # MPE episode-length conventions (module docstring)
 
 
-def check_episode(env: str, p) -> None:
+def check_episode(env: str, p: Any) -> None:
     """Checks ``truncation`` and ``max_steps`` (>= 1 episode step either way)."""
     if p.truncation not in TRUNCATIONS:
         raise ValueError(f"{env}: truncation={p.truncation!r}; expected one of {TRUNCATIONS} "
@@ -91,7 +91,7 @@ def check_episode(env: str, p) -> None:
     check_int(env, "max_steps", p.max_steps, 0 if p.truncation == "jaxmarl" else 1)
 
 
-def episode_steps(p) -> int:
+def episode_steps(p: Any) -> int:
     """Steps per episode: max_steps + 1 (JaxMARL) or max_steps (mpe2)."""
     return p.max_steps + 1 if p.truncation == "jaxmarl" else p.max_steps
 
@@ -117,7 +117,7 @@ class MPEParams:
         return episode_steps(self)
 
 
-def kernel_params(p) -> dict:
+def kernel_params(p: Any) -> dict[str, Any]:
     """The C++ Params: every field but ``truncation`` (a string). The headers
     truncate when the step count before the step reaches ``max_steps``
     (JaxMARL's test), so they get ``max_episode_steps - 1`` for either

@@ -60,7 +60,9 @@ class PendulumParams(ClassicParams):
         validate(self, "pendulum", ("max_steps",),
                  ("max_speed", "max_torque", "dt", "m", "l"))
         n = self.num_torque_levels
-        # The torques are a table in the kernel's params, one float per level.
+        # The pure-JAX reference looks torques up in a table (`torques`, one
+        # float32 per level: 2**31 levels were 8 GB), and a policy's head is
+        # as wide as the level count.
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= 1024:
             raise ValueError(f"pendulum: num_torque_levels={n!r} is invalid; "
                              "expected an int in [2, 1024]")
