@@ -24,8 +24,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from jaxwarp.train.config import (ConfigError, config_description, default_config_for, load_config,
-                                  shipped_configs)
+from jaxwarp.train.config import (SEED_LIMIT, ConfigError, config_description, default_config_for,
+                                  load_config, shipped_configs)
 
 
 DESCRIPTION = ("jaxwarp command line: train policies on jaxwarp envs, evaluate and render "
@@ -53,11 +53,6 @@ class _IntermixedParser(argparse.ArgumentParser):
             return self.parse_known_intermixed_args(args, namespace)
         finally:
             self._intermixed = False
-
-
-# --seed: the range of a config's `seed` (jax.random.key keeps 32 bits with
-# x64 off, so larger seeds would replay smaller ones).
-SEED_RANGE = 2**31
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -138,7 +133,7 @@ def _fail(command: str, msg: Any) -> int:
 def _eval(args: argparse.Namespace) -> int:
     if args.episodes < 2:
         return _fail("eval", f"--episodes must be >= 2; got {args.episodes}")
-    if not 0 <= args.seed < SEED_RANGE:
+    if not 0 <= args.seed < SEED_LIMIT:
         return _fail("eval", f"--seed must be in [0, 2**31); got {args.seed}")
     import json
 
@@ -170,7 +165,7 @@ def _render(args: argparse.Namespace) -> int:
         return fail("--config goes with --env; a run's env comes from its saved config")
     if args.steps is not None and args.steps < 0:
         return fail(f"--steps must be >= 0; got {args.steps}")
-    if not 0 <= args.seed < SEED_RANGE:
+    if not 0 <= args.seed < SEED_LIMIT:
         return fail(f"--seed must be in [0, 2**31); got {args.seed}")
     if not 8 <= args.size <= 2048:  # a frame is size x 2*size pixels per step, in memory
         return fail(f"--size must be in [8, 2048]; got {args.size}")

@@ -164,6 +164,39 @@ def reset_mask(done: jax.Array, autoreset: bool) -> jax.Array:
     return done if autoreset else jnp.zeros_like(done)
 
 
+def finish_step(state: Any, moved: dict[str, jax.Array], fresh: dict[str, jax.Array],
+                reward: jax.Array, terminated: jax.Array, max_episode_steps: int,
+                observe: Any, autoreset: bool = True):
+    """Time limit, returns and masked auto-reset of a pure-JAX reference step,
+    as the kernels do them (`cuda/jaxwarp_kernels.h`); the built-in
+    single-team references (classic control, MPE) end their steps here.
+
+    state: the state before the step (a dataclass with the fields of `moved`,
+    ``timestep: i32[envs]`` and ``episode_return: f32[envs, agents]``);
+    moved: its fields after the transition; fresh: a fresh start of every env
+    (the same keys; selected where the env resets); reward: f32[envs, agents];
+    terminated: bool[envs]; truncated where ``timestep + 1 >=
+    max_episode_steps``; observe: state -> obs. Returns ``(obs, state, reward,
+    done, info)`` with info ``{"terminated", "truncated": bool[envs],
+    "episode_return": f32[envs, agents]}`` (a finished episode's return where
+    done; restarted on the next step, where timestep is 0).
+    """
+    t = state.timestep + 1
+    truncated = t >= max_episode_steps
+    done = terminated | truncated
+    episode_return = jnp.where((state.timestep == 0)[:, None], np.float32(0),
+                               state.episode_return) + reward
+    # Fresh starts are drawn for every env and selected where done (no
+    # lax.cond: on XLA:GPU its predicate would be copied to the host).
+    reset = reset_mask(done, autoreset)
+    fields = auto_reset(reset, {k: fresh[k] for k in moved}, moved)
+    after = type(state)(**fields, timestep=jnp.where(reset, 0, t),
+                        episode_return=episode_return)
+    info = {"terminated": terminated, "truncated": truncated,
+            "episode_return": episode_return}
+    return observe(after), after, reward, done, info
+
+
 def episode_length(env: Any) -> int:
     """The number of steps an episode of `env` lasts at most: the step that
     returns ``done`` for a time limit is the `episode_length(env)`-th step of

@@ -78,7 +78,7 @@ import numpy as np
 from jax.extend.random import threefry2x32_p
 
 from jaxwarp.authoring import API_DIR, EnvSpec
-from jaxwarp.core import auto_reset, reset_mask
+from jaxwarp.core import finish_step
 
 F32 = np.float32
 
@@ -170,35 +170,6 @@ def action_index(actions: jax.Array, num_envs: int, num_actions: int) -> jax.Arr
     return jnp.clip(actions[:, :, 0], 0, num_actions - 1)
 
 
-def finish_step(p: Any, key_data: jax.Array, state: Any, moved: dict[str, jax.Array],
-                reward: jax.Array, terminated: jax.Array,
-                start: Callable[[Any, jax.Array, int], dict[str, jax.Array]],
-                observe: Callable[[Any, Any], jax.Array], autoreset: bool = True):
-    """Time limit, returns and auto-reset, common to the four envs.
-
-    moved: the env's fields after the transition, f32[envs, 1] each;
-    reward: f32[envs, 1]; terminated: bool[envs].
-    """
-    if key_data.dtype != jnp.uint32 or tuple(key_data.shape) != (2,):
-        raise ValueError(f"key_data must be u32[2]; got {key_data.dtype}{list(key_data.shape)}")
-    num_envs = state.timestep.shape[0]
-    t = state.timestep + 1
-    truncated = t >= p.max_steps
-    done = terminated | truncated
-    episode_return = jnp.where((state.timestep == 0)[:, None], F32(0),
-                               state.episode_return) + reward
-    # Fresh starts are drawn for every env and selected where done (no
-    # lax.cond: on XLA:GPU its predicate would be copied to the host).
-    fresh = start(p, key_data, num_envs)
-    reset = reset_mask(done, autoreset)
-    fields = auto_reset(reset, {k: fresh[k] for k in moved}, moved)
-    after = type(state)(**fields, timestep=jnp.where(reset, 0, t),
-                        episode_return=episode_return)
-    info = {"terminated": terminated, "truncated": truncated,
-            "episode_return": episode_return}
-    return observe(p, after), after, reward, done, info
-
-
 def new_state(state_cls: type, fields: dict[str, jax.Array], num_envs: int) -> Any:
     """A first state: `fields` (f32[envs, 1] each), timestep 0, episode_return 0."""
     return state_cls(**fields, timestep=jnp.zeros((num_envs,), jnp.int32),
@@ -232,10 +203,14 @@ def reference(name: str, params_cls: type, state_cls: type, start: Start, dynami
         return observe(p, state), state
 
     def step(p, key_data: jax.Array, state, actions: jax.Array, autoreset: bool = True):
-        a = action_index(actions, state.timestep.shape[0], p.num_actions)
+        if key_data.dtype != jnp.uint32 or tuple(key_data.shape) != (2,):
+            raise ValueError(f"key_data must be u32[2]; got {key_data.dtype}"
+                             f"{list(key_data.shape)}")
+        num_envs = state.timestep.shape[0]
+        a = action_index(actions, num_envs, p.num_actions)
         moved, reward, terminated = dynamics(p, state, a)
-        return finish_step(p, key_data, state, moved, reward, terminated, start, observe,
-                           autoreset)
+        return finish_step(state, moved, start(p, key_data, num_envs), reward, terminated,
+                           p.max_steps, partial(observe, p), autoreset)
 
     obs = f"f32[envs, 1, {params_cls.obs_dim}]"
     reset.__doc__ = f"key_data: u32[2] -> (obs {obs}, {state_cls.__name__})."

@@ -63,7 +63,7 @@ import numpy as np
 from flax import struct
 
 from jaxwarp.authoring import API_DIR, EnvSpec, agent_uniform, state_field
-from jaxwarp.core import auto_reset, reset_mask
+from jaxwarp.core import finish_step
 
 F32 = np.float32
 
@@ -219,22 +219,6 @@ def interleave(*parts: tuple[jax.Array, jax.Array]) -> jax.Array:
     return jnp.concatenate(out, axis=-1)
 
 
-def finish_step(p, key_data, s: MPEState, moved: dict, reward: jax.Array, observe,
-                num_landmarks: int, autoreset: bool = True):
-    """Episode bookkeeping and masked auto-reset, as the kernels do (`cuda/jaxwarp_kernels.h`)."""
-    t = s.timestep + 1
-    episode_return = jnp.where((t == 1)[:, None], F32(0), s.episode_return) + reward
-    truncated = t >= episode_steps(p)  # JaxMARL: s.timestep >= max_steps
-    terminated = jnp.zeros_like(truncated)
-    done = truncated
-    fresh = fresh_episode(num_landmarks, key_data, s.x.shape[0], s.x.shape[1])
-    reset = reset_mask(done, autoreset)
-    pick = auto_reset(reset, {k: fresh[k] for k in moved}, moved)
-    new = MPEState(**pick, timestep=jnp.where(reset, 0, t), episode_return=episode_return)
-    info = {"terminated": terminated, "truncated": truncated, "episode_return": episode_return}
-    return observe(p, new), new, reward, done, info
-
-
 Moved = tuple[tuple[jax.Array, jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array],
               jax.Array]
 
@@ -264,7 +248,10 @@ def reference(params_cls: type, observe: Callable[[Any, MPEState], jax.Array],
     def step(p, key_data: jax.Array, s: MPEState, actions: jax.Array, autoreset: bool = True):
         (x, y, vx, vy), (fx, fy), reward = transition(p, s, actions)
         moved = dict(x=x, y=y, vx=vx, vy=vy, lm_x=s.lm_x, lm_y=s.lm_y, force_x=fx, force_y=fy)
-        return finish_step(p, key_data, s, moved, reward, observe, num_landmarks(p), autoreset)
+        num_envs, n = s.x.shape
+        never = jnp.zeros((num_envs,), bool)  # MPE episodes only truncate
+        return finish_step(s, moved, fresh_episode(num_landmarks(p), key_data, num_envs, n),
+                           reward, never, episode_steps(p), partial(observe, p), autoreset)
 
     obs = "f32[envs, agents, obs_dim]"
     reset.__doc__ = f"key_data: u32[2] -> (obs {obs}, MPEState)."

@@ -27,6 +27,12 @@ class ConfigError(ValueError):
     """An unknown key or an invalid value in a training configuration."""
 
 
+# Seeds (a config's `seed`, the CLI's --seed) lie in [0, SEED_LIMIT): with
+# x64 off jax.random.key keeps 32 bits, so larger seeds would replay smaller
+# ones; int32's range keeps them exact everywhere they are stored.
+SEED_LIMIT = 2**31
+
+
 @dataclasses.dataclass(frozen=True)
 class PolicyConfig:
     """One policy group: one model and one optimiser shared by its agents."""
@@ -281,7 +287,7 @@ def validate(c: TrainConfig) -> None:
     need(c.chunk_updates >= 1, "chunk_updates", "an integer >= 1")
     need(c.checkpoint_every >= 1 and c.checkpoint_every % c.chunk_updates == 0,
          "checkpoint_every", f"a positive multiple of chunk_updates={c.chunk_updates}")
-    need(0 <= c.seed < 2**31, "seed", "an integer in [0, 2**31)")
+    need(0 <= c.seed < SEED_LIMIT, "seed", "an integer in [0, 2**31)")
     need(c.devices is None or c.devices >= 1, "devices",
          "an integer >= 1, or null for every local device")
 
