@@ -8,8 +8,8 @@ Flax models (`models`), and the host-side runner behind ``jaxwarp train``
 from jaxwarp.train.config import (ConfigError, PolicyConfig, TrainConfig, config_from_dict,
                                   derived, load_config, shipped_configs)
 from jaxwarp.train.models import MLPActorCritic, UniformPolicy, register_model
-from jaxwarp.train.trainer import (COMPILER_OPTIONS, RunnerState, Trainer, build_trainer, jit,
-                                   make_train)
+from jaxwarp.train.compile import COMPILER_OPTIONS, jit
+from jaxwarp.train.trainer import RunnerState, Trainer, build_trainer, make_train
 
 __all__ = [
     "ConfigError", "PolicyConfig", "TrainConfig", "config_from_dict", "derived", "load_config",

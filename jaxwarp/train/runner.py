@@ -45,7 +45,8 @@ import yaml
 from jaxwarp.train import distributed
 from jaxwarp.train.config import (ConfigError, TrainConfig, config_from_dict, validate,
                                   yaml_error)
-from jaxwarp.train.trainer import RunnerState, build_trainer, jit
+from jaxwarp.train.compile import jit
+from jaxwarp.train.trainer import RunnerState, build_trainer
 
 CONFIG_FILE = "config.yaml"
 METRICS_JSONL = "metrics.jsonl"
