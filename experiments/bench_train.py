@@ -21,7 +21,6 @@ import platform
 import statistics
 import time
 from pathlib import Path
-
 from typing import Any
 
 import flax.linen as nn
@@ -32,6 +31,7 @@ import numpy as np
 import jaxwarp
 from jaxwarp.benchmark import matmul_flops, model_flops_utilization, run_meta
 from jaxwarp.train import build_trainer, jit, load_config, register_model
+
 
 class DenseActorCritic(nn.Module):
     """MLPActorCritic as written before its fused matmuls: plain nn.Dense
@@ -126,7 +126,7 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
     def rollouts(s):
         def body(s, k):
             env_state, obs, traj = trainer.rollout(s, k)
-            return s.replace(env_state=env_state, obs=obs), traj[4].mean()
+            return s.replace(env_state=env_state, obs=obs), traj.reward.mean()
         return jax.lax.scan(body, s, jax.random.split(s.key, updates))
 
     roll = jit(rollouts, donate_argnums=0).lower(state).compile()

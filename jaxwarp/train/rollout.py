@@ -1,0 +1,89 @@
+"""The rollout: ``num_steps`` steps of the envs under the current policies.
+
+Each step is the policy forward pass of every group (`Policy`), the action
+draw (the sampler custom call or its reference) and the env step custom
+call (dynamics, reward, done, auto-reset, next observation). Episode
+statistics leave the scan as per-step sums, so no step talks to the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxwarp.train import core
+from jaxwarp.train.policy import Policy
+
+# (key, logits f32[envs, agents, sum(nvec)]) -> (actions i32[envs, agents, heads],
+# log-probs f32[envs, agents])
+Sampler = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+# (episode_return f32[envs, agents], done f32[envs]) -> name -> f32[], the sums of the
+# statistics of the episodes that ended in this step
+EpisodeSums = Callable[[jax.Array, jax.Array], dict[str, jax.Array]]
+
+
+@struct.dataclass
+class Transition:
+    """One env step of every env and agent; `rollout` stacks them to [T, ...]."""
+
+    obs: jax.Array  # f32 or bf16[envs, agents, obs_dim]: the observation acted on
+    actions: jax.Array  # i32[envs, agents, heads]
+    log_prob: jax.Array  # f32[envs, agents]
+    value: jax.Array  # f32[envs, agents]
+    reward: jax.Array  # f32[envs, agents]
+    done: jax.Array  # bool[envs]: the episode ended with this step
+    episode: dict[str, jax.Array]  # name -> f32[]: sums over the episodes ended here
+    episodes: jax.Array  # f32[]: how many episodes ended here
+
+
+def episode_sums(policy: Policy, episode_metrics: Callable | None) -> EpisodeSums:
+    """Sums over the envs whose episode ended of each group's mean return
+    (keyed by group name) and of the env's own episode metrics
+    (``env.episode_metrics(episode_return) -> name -> f32[envs]``)."""
+    groups = policy.groups
+
+    def sums(ret: jax.Array, w: jax.Array) -> dict[str, jax.Array]:
+        ep = {g: jnp.sum(w * groups.select(ret, g, 1).mean(axis=1)) for g in groups.ids}
+        if episode_metrics is not None:
+            ep.update({k: jnp.sum(w * v) for k, v in episode_metrics(ret).items()})
+        return ep
+
+    return sums
+
+
+def act_and_step(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums,
+                 params: Mapping[str, Any], stats: Mapping[str, core.RunningStats],
+                 env_state: Any, obs: jax.Array, key: jax.Array
+                 ) -> tuple[Any, jax.Array, Transition]:
+    """One step: act on obs f32[envs, agents, D], step the envs.
+    Returns (env_state, next obs, the step's `Transition`)."""
+    k_act, k_env = jax.random.split(key)
+    logits, value = policy(params, stats, obs)
+    actions, logp = sample(k_act, logits)
+    next_obs, env_state, reward, done, info = env.step(k_env, env_state, actions)
+    w = done.astype(jnp.float32)
+    step = Transition(obs, actions, logp, value, reward, done,
+                      sums(info["episode_return"], w), jnp.sum(w))
+    return env_state, next_obs, step
+
+
+@jax.named_scope("rollout")
+def rollout(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums,
+            params: Mapping[str, Any], stats: Mapping[str, core.RunningStats],
+            env_state: Any, obs: jax.Array, key: jax.Array, num_steps: int
+            ) -> tuple[Any, jax.Array, Transition]:
+    """`num_steps` steps from (env_state, obs) by ``lax.scan``.
+    Returns (env_state, obs after the last step, Transition of [T, ...] arrays)."""
+    def body(carry, k):
+        params_, stats_, env_state_, obs_ = carry
+        env_state_, obs_, step = act_and_step(policy, sample, env, sums, params_, stats_,
+                                              env_state_, obs_, k)
+        return (params_, stats_, env_state_, obs_), step
+
+    (_, _, env_state, obs), traj = jax.lax.scan(
+        body, (params, stats, env_state, obs), jax.random.split(key, num_steps))
+    return env_state, obs, traj
