@@ -109,6 +109,18 @@ class ContractEnv:
             return self.spec.policy_groups(self.params)
         return {"agent": np.arange(self.num_agents)}
 
+    @property
+    def has_global_state(self) -> bool:
+        """Whether the env declares a global state (`global_state`)."""
+        return self.spec.global_state is not None
+
+    def global_state(self, obs: jax.Array, state: Any) -> jax.Array:
+        """f32[envs, S]: the env's global state (what a centralised critic
+        reads) from obs f32[envs, agents, obs_dim] and the env state."""
+        if self.spec.global_state is None:
+            raise ValueError(f"{self.spec.name} declares no global state (EnvSpec.global_state)")
+        return self.spec.global_state(self.params, obs, state).astype(jnp.float32)
+
     def _keys(self, key: jax.Array, env_offset: Any) -> jax.Array:
         """u32[3]: key words and the global index of this call's first env.
 

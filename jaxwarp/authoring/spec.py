@@ -150,6 +150,9 @@ class EnvSpec:
         of Params (``p.name`` reads the same): the compiler drops the branches
         they rule out and sizes register arrays by them; each distinct value
         is its own library (built once, cached).
+    global_state(params, obs f32[envs, agents, obs_dim], state) -> f32[envs, S]:
+        what a centralised critic reads (``critic: centralised``, MAPPO), one
+        vector per env; None: the env has no global state.
     """
 
     name: str
@@ -167,6 +170,7 @@ class EnvSpec:
     scratch: tuple[ScratchField, ...] = ()
     kernel_params: Callable[[Any], dict[str, Any]] | None = None
     static_params: tuple[str, ...] = ()
+    global_state: Callable[[Any, jax.Array, Any], jax.Array] | None = None
 
     def __post_init__(self) -> None:
         if self.fields is None:  # declared on the state dataclass (state_field)

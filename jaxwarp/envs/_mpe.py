@@ -274,4 +274,10 @@ def env_spec(name: str, params_cls: type, obs_dim: Callable[[Any], int], reset: 
     return EnvSpec(name=name, header=API_DIR / "envs" / f"{name}.h", params_type=params_cls,
                    state_type=MPEState, num_agents=lambda p: p.num_agents, obs_dim=obs_dim,
                    nvec=lambda p: (5,), reference_reset=reset, reference_step=step,
-                   kernel_params=kernel_params, **more)
+                   kernel_params=kernel_params, global_state=all_observations, **more)
+
+
+def all_observations(p: Any, obs: jax.Array, s: Any) -> jax.Array:
+    """The global state of an MPE env: every agent's observation side by side,
+    f32[envs, agents * obs_dim] (JaxMARL's MAPPO world state for MPE)."""
+    return obs.reshape(obs.shape[0], -1)

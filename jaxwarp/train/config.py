@@ -37,8 +37,11 @@ SEED_LIMIT = 2**31
 class PolicyConfig:
     """One policy group: one model and one optimiser shared by its agents."""
 
-    model: str = "mlp"  # "mlp" (actor-critic MLP) | "uniform" (random baseline) | a registered name
-    hidden_sizes: tuple[int, ...] = (256, 256)  # MLP torso widths (actor and critic share it)
+    # "mlp" (actor-critic MLP) | "gru" (recurrent: MLP embedding, GRU, heads) | "uniform"
+    # (random baseline) | a registered name
+    model: str = "mlp"
+    hidden_sizes: tuple[int, ...] = (256, 256)  # MLP torso widths (gru: its embedding MLP)
+    rnn_size: int = 128  # gru: GRU units (and the width of its heads' hidden layer)
     activation: str = "tanh"  # one of ACTIVATIONS
     shared_torso: bool = False  # one torso for actor and critic (WarpDrive's model) vs two
     dtype: str = "float32"  # matmul compute dtype: "float32" | "bfloat16" (params stay f32)
@@ -81,6 +84,9 @@ class TrainConfig:
     anneal_lr: bool = True  # linear learning-rate decay to 0 over the run
     normalize_advantages: bool = True  # per-minibatch advantage normalisation
     normalize_obs: bool = False  # running mean/std observation normalisation per group
+    # "independent": each agent's critic reads its own observation (IPPO); "centralised":
+    # the value function reads the env's global state (MAPPO; envs with a `global_state`)
+    critic: str = "independent"
     policies: tuple[tuple[str, PolicyConfig], ...] = ()  # per-group overrides (name, config)
     seed: int = 0  # PRNG seed of the run (the CLI's --seeds S trains seed..seed+S-1)
     chunk_updates: int = 10  # CLI: updates per jitted call (progress/log granularity)
@@ -207,6 +213,9 @@ def _policy_from_dict(name: str, d: Any) -> PolicyConfig:
                           f"{DTYPES}")
     if not p.lr >= 0:
         raise ConfigError(f"policies.{name}.lr: expected a number >= 0, got {p.lr}")
+    if isinstance(p.rnn_size, bool) or not isinstance(p.rnn_size, int) or p.rnn_size < 1:
+        raise ConfigError(f"policies.{name}.rnn_size: expected an integer >= 1, got "
+                          f"{p.rnn_size!r}")
     return p
 
 
@@ -284,6 +293,7 @@ def validate(c: TrainConfig) -> None:
     need(c.num_envs % c.num_minibatches == 0, "num_minibatches",
          f"a divisor of num_envs={c.num_envs} (minibatches split the envs)")
     need(c.minibatch_shuffle in ("device", "global"), "minibatch_shuffle", "device or global")
+    need(c.critic in ("independent", "centralised"), "critic", "independent or centralised")
     need(c.chunk_updates >= 1, "chunk_updates", "an integer >= 1")
     need(c.checkpoint_every >= 1 and c.checkpoint_every % c.chunk_updates == 0,
          "checkpoint_every", f"a positive multiple of chunk_updates={c.chunk_updates}")

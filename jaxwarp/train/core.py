@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -88,6 +89,13 @@ class Batch:
     value: jax.Array  # f32[...]: behaviour critic's value
     advantage: jax.Array  # f32[...]
     target: jax.Array  # f32[...]: value target (GAE return)
+    # Recurrent models: bool[T, envs], the steps whose obs begins an episode (the
+    # carry resets there), and the carry at the rollout's start, leaves
+    # [1, envs, agents_in_group, ...] (a time axis of 1, so minibatches cut it
+    # along axis 1 like every other field). None for feed-forward models.
+    first: jax.Array | None = None
+    carry: Any = None
+    state: jax.Array | None = None  # f32[T, envs, S]: global state (centralised critic)
 
 
 def policy_loss(logits: jax.Array, value: jax.Array, batch: Batch, nvec: Sequence[int], *,

@@ -204,6 +204,60 @@ class MLPActorCritic(nn.Module):
         return logits.astype(jnp.float32), jnp.squeeze(v, -1).astype(jnp.float32)
 
 
+class GRUActorCritic(nn.Module):
+    """A recurrent actor-critic (JaxMARL's IPPO-RNN layout): an MLP embedding
+    of the observation (``hidden_sizes``), a GRU cell (Flax's `nn.GRUCell`,
+    ``rnn_size`` units), then a policy head and a value head, each one hidden
+    layer of ``rnn_size`` units.
+
+    The recurrent model contract (docs/models.md): ``initialize_carry(batch_shape)``
+    gives the carry of a fresh episode (here f32[*batch_shape, rnn_size] zeros),
+    and ``carry, (logits, value) = model.apply(params, carry, obs, reset)``
+    advances one step, where obs is f32[..., obs_dim] and reset bool[...] marks
+    the entries whose episode begins with this obs (their carry is replaced by
+    a fresh one first).
+    """
+
+    action_dims: Sequence[int]
+    hidden_sizes: Sequence[int] = (128,)
+    rnn_size: int = 128
+    activation: str = "relu"
+
+    def initialize_carry(self, batch_shape: Sequence[int]) -> jax.Array:
+        return jnp.zeros((*batch_shape, self.rnn_size), jnp.float32)
+
+    @nn.compact
+    def __call__(self, carry: jax.Array, obs: jax.Array, reset: jax.Array
+                 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        act = _ACTIVATIONS[self.activation]
+        carry = jnp.where(reset[..., None], self.initialize_carry(reset.shape), carry)
+        x = obs.astype(jnp.float32)
+        for w in self.hidden_sizes:
+            x = act(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)))(x))
+        carry, x = nn.GRUCell(self.rnn_size)(carry, x)
+        pi = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
+        logits = nn.Dense(int(sum(self.action_dims)), kernel_init=orthogonal(0.01))(pi)
+        v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
+        value = nn.Dense(1, kernel_init=orthogonal(1.0))(v)
+        return carry, (logits, jnp.squeeze(value, -1))
+
+
+class CentralCritic(nn.Module):
+    """A centralised critic (MAPPO): an MLP from the env's global state
+    f32[..., S] to one value f32[...] per env, shared by its agents."""
+
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, state: jax.Array) -> jax.Array:
+        act = _ACTIVATIONS[self.activation]
+        x = state.astype(jnp.float32)
+        for w in self.hidden_sizes:
+            x = act(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)))(x))
+        return jnp.squeeze(nn.Dense(1, kernel_init=orthogonal(1.0))(x), -1)
+
+
 class UniformPolicy(nn.Module):
     """Uniformly random actions and a zero value: the random baseline.
 
@@ -224,6 +278,8 @@ ModelFactory = Callable[[Sequence[int], PolicyConfig], nn.Module]
 MODELS: dict[str, ModelFactory] = {
     "mlp": lambda nvec, p: MLPActorCritic(tuple(int(n) for n in nvec), tuple(p.hidden_sizes),
                                           p.activation, p.shared_torso, jnp.dtype(p.dtype)),
+    "gru": lambda nvec, p: GRUActorCritic(tuple(int(n) for n in nvec), tuple(p.hidden_sizes),
+                                          p.rnn_size, p.activation),
     "uniform": lambda nvec, p: UniformPolicy(tuple(int(n) for n in nvec)),
 }
 

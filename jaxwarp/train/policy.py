@@ -56,36 +56,114 @@ class Groups(NamedTuple):
         return x if self.inverse is None else x[:, self.inverse]
 
 
+def is_recurrent(net: nn.Module) -> bool:
+    """Whether `net` follows the recurrent model contract (it has
+    ``initialize_carry``; docs/models.md)."""
+    return callable(getattr(net, "initialize_carry", None))
+
+
 class Policy(NamedTuple):
-    """The groups' models: ``logits, value = policy(params, stats, obs)``."""
+    """The groups' models: ``carry, logits, value = policy.step(...)``.
+
+    A group's model is feed-forward (``logits, value = net.apply(p, obs)``) or
+    recurrent (``carry, (logits, value) = net.apply(p, carry, obs, reset)``,
+    with ``net.initialize_carry(batch_shape)``). With a centralised critic
+    (`critics` holds the group's critic module) the group's parameters are
+    ``{"actor": ..., "critic": ...}`` and the value is the critic's, read
+    from the env's global state f32[..., S] (one per env) instead of the
+    actor's own value.
+    """
 
     groups: Groups
     nets: dict[str, nn.Module]
     nvec: tuple[int, ...]
     normalize_obs: bool
+    critics: dict[str, nn.Module] | None = None  # group -> centralised critic; None: own value
 
-    def forward(self, g: str, params: Any, stats: core.RunningStats | None,
-                obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Group g's model on its agents' obs f32/bf16[..., obs_dim] (normalised
-        by `stats` where the config asks): (logits f32[..., sum(nvec)],
-        value f32[...])."""
+    @property
+    def recurrent(self) -> tuple[str, ...]:
+        """The groups whose model carries a state from step to step."""
+        return tuple(g for g in self.groups.ids if is_recurrent(self.nets[g]))
+
+    def initial_carry(self, num_envs: int) -> dict[str, Any]:
+        """Recurrent group -> its models' fresh carry, leaves [num_envs, agents_in_group, ...]."""
+        return {g: self.nets[g].initialize_carry((num_envs, len(self.groups.ids[g])))
+                for g in self.recurrent}
+
+    def forward(self, g: str, params: Any, stats: core.RunningStats | None, obs: jax.Array,
+                carry: Any = None, reset: jax.Array | None = None,
+                state: jax.Array | None = None) -> tuple[Any, jax.Array, jax.Array]:
+        """Group g's model on its agents' obs f32/bf16[..., agents_in_group, obs_dim]
+        (normalised by `stats` where the config asks). carry, reset bool[...,
+        agents_in_group]: a recurrent model's state and where its episode
+        begins; state f32[..., S]: the env's global state (centralised critic).
+        Returns (carry, logits f32[..., sum(nvec)], value f32[...])."""
         if self.normalize_obs:
             obs = stats.normalize(obs)
-        return self.nets[g].apply(params, obs)
+        actor = params["actor"] if self.critics else params
+        if g in self.recurrent:
+            carry, (logits, value) = self.nets[g].apply(actor, carry, obs, reset)
+        else:
+            logits, value = self.nets[g].apply(actor, obs)
+        if self.critics:
+            v = self.critics[g].apply(params["critic"], state)
+            value = jnp.broadcast_to(v[..., None], obs.shape[:-1])
+        return carry, logits, value
 
-    def __call__(self, params: Mapping[str, Any], stats: Mapping[str, core.RunningStats],
-                 obs: jax.Array, trained: Mapping[str, bool] | None = None
+    def sequence(self, g: str, params: Any, stats: core.RunningStats | None, obs: jax.Array,
+                 carry: Any, reset: jax.Array | None, state: jax.Array | None
                  ) -> tuple[jax.Array, jax.Array]:
-        """obs f32[envs, agents, D] -> (logits f32[envs, agents, sum(nvec)],
-        value f32[envs, agents]). trained: group -> False plays that group
-        uniformly at random (zero logits and values; `jaxwarp eval`); None:
-        every group's own model, as in training."""
-        def out(g: str) -> tuple[jax.Array, jax.Array]:
+        """Group g over env sequences: obs [T, envs, agents_in_group, D] from
+        the rollout's initial carry (leaves [envs, agents_in_group, ...]), reset
+        bool[T, envs], state f32[T, envs, S] or None. A recurrent model is
+        replayed step by step (BPTT through the scan); a feed-forward one runs
+        on every step at once. Returns (logits f32[T, envs, agents_in_group,
+        sum(nvec)], value f32[T, envs, agents_in_group])."""
+        if g not in self.recurrent:
+            _, logits, value = self.forward(g, params, stats, obs, state=state)
+            return logits, value
+
+        def body(c, x):
+            o, r, st = x
+            c, logits, value = self.forward(g, params, stats, o, c,
+                                            jnp.broadcast_to(r[:, None], o.shape[:-1]), st)
+            return c, (logits, value)
+
+        _, (logits, value) = jax.lax.scan(body, carry, (obs, reset, state))
+        return logits, value
+
+    def step(self, params: Mapping[str, Any], stats: Mapping[str, core.RunningStats],
+             obs: jax.Array, carry: Mapping[str, Any], reset: jax.Array,
+             state: jax.Array | None = None, trained: Mapping[str, bool] | None = None
+             ) -> tuple[dict[str, Any], jax.Array, jax.Array]:
+        """Every group on obs f32[envs, agents, D]; carry: recurrent group ->
+        its carry, reset bool[envs]: the envs whose episode begins with obs;
+        state f32[envs, S]: the global state (centralised critic).
+        Returns (carry, logits f32[envs, agents, sum(nvec)], value f32[envs,
+        agents]). trained: group -> False plays that group uniformly at random
+        (zero logits and values; `jaxwarp eval`); None: every group's model."""
+        new_carry, outs = dict(carry), []
+        for g in self.groups.ids:
             obs_g = self.groups.select(obs, g, 1)
             if trained is None or trained[g]:
-                return self.forward(g, params[g], stats.get(g), obs_g)
-            return (jnp.zeros(obs_g.shape[:2] + (sum(self.nvec),), jnp.float32),
-                    jnp.zeros(obs_g.shape[:2], jnp.float32))
+                r = jnp.broadcast_to(reset[:, None], obs_g.shape[:2])
+                new_carry[g], logits, value = self.forward(g, params[g], stats.get(g), obs_g,
+                                                           carry.get(g), r, state)
+                if g not in self.recurrent:
+                    del new_carry[g]
+                outs.append((logits, value))
+            else:
+                outs.append((jnp.zeros(obs_g.shape[:2] + (sum(self.nvec),), jnp.float32),
+                             jnp.zeros(obs_g.shape[:2], jnp.float32)))
+        return (new_carry, self.groups.join([o[0] for o in outs]),
+                self.groups.join([o[1] for o in outs]))
 
-        outs = [out(g) for g in self.groups.ids]
-        return self.groups.join([o[0] for o in outs]), self.groups.join([o[1] for o in outs])
+    def __call__(self, params: Mapping[str, Any], stats: Mapping[str, core.RunningStats],
+                 obs: jax.Array, trained: Mapping[str, bool] | None = None,
+                 state: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+        """(logits, value) of `step` from fresh carries (every recurrent
+        model at the first step of its episode)."""
+        reset = jnp.ones(obs.shape[:1], bool)
+        _, logits, value = self.step(params, stats, obs, self.initial_carry(obs.shape[0]), reset,
+                                     state, trained)
+        return logits, value

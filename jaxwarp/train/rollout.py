@@ -36,6 +36,8 @@ class Transition:
     value: jax.Array  # f32[envs, agents]
     reward: jax.Array  # f32[envs, agents]
     done: jax.Array  # bool[envs]: the episode ended with this step
+    first: jax.Array  # bool[envs]: obs is the first of its episode (recurrent models reset)
+    state: jax.Array | None  # f32[envs, S]: the env's global state (centralised critic)
     episode: dict[str, jax.Array]  # name -> f32[]: sums over the episodes ended here
     episodes: jax.Array  # f32[]: how many episodes ended here
 
@@ -56,34 +58,40 @@ def episode_sums(policy: Policy, episode_metrics: Callable | None) -> EpisodeSum
 
 
 def act_and_step(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums,
-                 params: Mapping[str, Any], stats: Mapping[str, core.RunningStats],
-                 env_state: Any, obs: jax.Array, key: jax.Array
-                 ) -> tuple[Any, jax.Array, Transition]:
-    """One step: act on obs f32[envs, agents, D], step the envs.
-    Returns (env_state, next obs, the step's `Transition`)."""
+                 centralised: bool, params: Mapping[str, Any],
+                 stats: Mapping[str, core.RunningStats], env_state: Any, obs: jax.Array,
+                 carry: Mapping[str, Any], first: jax.Array, key: jax.Array
+                 ) -> tuple[Any, jax.Array, dict[str, Any], jax.Array, Transition]:
+    """One step: act on obs f32[envs, agents, D] (recurrent groups from their
+    carry, reset where `first` bool[envs]), step the envs.
+    Returns (env_state, next obs, carry, next first = done, the step's `Transition`)."""
     k_act, k_env = jax.random.split(key)
-    logits, value = policy(params, stats, obs)
+    state = env.global_state(obs, env_state) if centralised else None
+    carry, logits, value = policy.step(params, stats, obs, carry, first, state)
     actions, logp = sample(k_act, logits)
     next_obs, env_state, reward, done, info = env.step(k_env, env_state, actions)
     w = done.astype(jnp.float32)
-    step = Transition(obs, actions, logp, value, reward, done,
+    step = Transition(obs, actions, logp, value, reward, done, first, state,
                       sums(info["episode_return"], w), jnp.sum(w))
-    return env_state, next_obs, step
+    return env_state, next_obs, carry, done, step
 
 
 @jax.named_scope("rollout")
-def rollout(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums,
+def rollout(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums, centralised: bool,
             params: Mapping[str, Any], stats: Mapping[str, core.RunningStats],
-            env_state: Any, obs: jax.Array, key: jax.Array, num_steps: int
-            ) -> tuple[Any, jax.Array, Transition]:
-    """`num_steps` steps from (env_state, obs) by ``lax.scan``.
-    Returns (env_state, obs after the last step, Transition of [T, ...] arrays)."""
-    def body(carry, k):
-        params_, stats_, env_state_, obs_ = carry
-        env_state_, obs_, step = act_and_step(policy, sample, env, sums, params_, stats_,
-                                              env_state_, obs_, k)
-        return (params_, stats_, env_state_, obs_), step
+            env_state: Any, obs: jax.Array, carry: Mapping[str, Any], first: jax.Array,
+            key: jax.Array, num_steps: int
+            ) -> tuple[Any, jax.Array, dict[str, Any], jax.Array, Transition]:
+    """`num_steps` steps from (env_state, obs, carry, first) by ``lax.scan``.
+    Returns (env_state, obs, carry, first after the last step, Transition of
+    [T, ...] arrays)."""
+    def body(c, k):
+        params_, stats_, *loop = c
+        *loop, step = act_and_step(policy, sample, env, sums, centralised, params_, stats_,
+                                   *loop, k)
+        return (params_, stats_, *loop), step
 
-    (_, _, env_state, obs), traj = jax.lax.scan(
-        body, (params, stats, env_state, obs), jax.random.split(key, num_steps))
-    return env_state, obs, traj
+    (_, _, env_state, obs, carry, first), traj = jax.lax.scan(
+        body, (params, stats, env_state, obs, dict(carry), first),
+        jax.random.split(key, num_steps))
+    return env_state, obs, carry, first, traj

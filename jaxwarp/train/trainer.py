@@ -47,7 +47,7 @@ from jaxwarp.train.compile import COMPILER_OPTIONS, jit  # noqa: F401  (public r
 from jaxwarp.train.config import ConfigError, Derived, TrainConfig, derived
 from jaxwarp.train.distributed import data_mesh
 from jaxwarp.train.learn import Layout, a2c_update, ppo_update
-from jaxwarp.train.models import MLPActorCritic, make_model
+from jaxwarp.train.models import CentralCritic, MLPActorCritic, make_model
 from jaxwarp.train.policy import Groups, Policy
 from jaxwarp.train.rollout import Sampler, Transition, episode_sums, rollout
 
@@ -58,6 +58,8 @@ class RunnerState:
 
     params / opt_state / obs_stats: per policy group; env_state, obs:
     the envs' state and current observation f32[envs, agents, obs_dim];
+    carry / first: the recurrent groups' carries and the envs whose current
+    observation begins an episode (where those carries reset);
     key: u32[2] raw key data; update: i32[] updates done so far;
     last_return: per group f32[], mean return of the latest finished
     episodes (NaN until one finishes); last_extra: env-specific episode
@@ -73,6 +75,8 @@ class RunnerState:
     update: jax.Array
     last_return: dict[str, jax.Array]
     last_extra: dict[str, jax.Array]
+    carry: dict[str, Any]  # recurrent group -> its carry, leaves [envs, agents_in_group, ...]
+    first: jax.Array  # bool[envs]: obs is the first of its episode
 
 
 class Trainer(NamedTuple):
@@ -105,8 +109,8 @@ def _state_shardings(mesh: Mesh, rs: Any, seed_axis: bool) -> Any:
     rep = NamedSharding(mesh, P())
     envs = NamedSharding(mesh, P(None, "envs") if seed_axis else P("envs"))
     tree = jax.tree.map(lambda _: rep, rs)
-    return tree.replace(env_state=jax.tree.map(lambda _: envs, rs.env_state),
-                        obs=jax.tree.map(lambda _: envs, rs.obs))
+    return tree.replace(**{k: jax.tree.map(lambda _: envs, getattr(rs, k))
+                           for k in ("env_state", "obs", "carry", "first")})
 
 
 def build_trainer(config: TrainConfig, env: Any = None,
@@ -122,12 +126,15 @@ def build_trainer(config: TrainConfig, env: Any = None,
     env, mesh = _env_on_mesh(c, d, env)
     nvec = tuple(int(n) for n in env.action_space.nvec)
     groups = Groups.of(env)
-    policy = Policy(groups, _models(c, env, groups, models, nvec, mesh), nvec, c.normalize_obs)
+    policy = Policy(groups, _models(c, env, groups, models, nvec, mesh), nvec, c.normalize_obs,
+                    _critics(c, env, groups))
+    centralised = policy.critics is not None
+    obs_dim = int(env.observation_space.shape[-1])
+    init_params = _param_init(policy, obs_dim, _state_dim(env) if centralised else 0)
     sampler = c.sampler if c.sampler != "auto" else (
         "jax" if env.backend == "jax" else env.backend)
     sample = _sampler(nvec, sampler, mesh)
     pin = _pinner(mesh)
-    obs_dim = int(env.observation_space.shape[-1])
     episode_metrics = getattr(env, "episode_metrics", None)
     sums = episode_sums(policy, episode_metrics)
     txs = {g: optimiser(c, d, g) for g in groups.ids}
@@ -142,8 +149,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
         key = key_data_of(key)
         key, k_env, *k_models = jax.random.split(key, 2 + len(groups.ids))
         obs, env_state = env.reset(k_env, c.num_envs)
-        dummy = jnp.zeros((1, obs_dim), jnp.float32)
-        params = {g: policy.nets[g].init(k, dummy) for g, k in zip(groups.ids, k_models)}
+        params = {g: init_params(g, k) for g, k in zip(groups.ids, k_models)}
         return pin_state(RunnerState(
             params=params,
             opt_state={g: txs[g].init(params[g]) for g in groups.ids},
@@ -153,18 +159,22 @@ def build_trainer(config: TrainConfig, env: Any = None,
             update=jnp.zeros((), jnp.int32),
             last_return={g: jnp.full((), jnp.nan, jnp.float32) for g in groups.ids},
             last_extra={k: jnp.full((), jnp.nan, jnp.float32)
-                        for k in _extra_names(env, episode_metrics, c.num_envs)}))
+                        for k in _extra_names(env, episode_metrics, c.num_envs)},
+            carry=policy.initial_carry(c.num_envs), first=jnp.ones((c.num_envs,), bool)))
 
-    def roll(rs: RunnerState, key: jax.Array) -> tuple[Any, jax.Array, Transition]:
-        """num_steps env steps with the current policies: (env_state, obs, trajectory)."""
-        return rollout(policy, sample, env, sums, rs.params, rs.obs_stats, rs.env_state,
-                       rs.obs, key, c.num_steps)
+    def roll(rs: RunnerState, key: jax.Array) -> tuple[Any, jax.Array, Any, jax.Array,
+                                                      Transition]:
+        """num_steps env steps with the current policies: (env_state, obs,
+        carry, first, trajectory)."""
+        return rollout(policy, sample, env, sums, centralised, rs.params, rs.obs_stats,
+                       rs.env_state, rs.obs, rs.carry, rs.first, key, c.num_steps)
 
     def update(rs: RunnerState, _) -> tuple[RunnerState, dict[str, jax.Array]]:
         key, k_roll, k_upd = jax.random.split(rs.key, 3)
-        env_state, obs, traj = roll(rs, k_roll)
+        env_state, obs, carry, first, traj = roll(rs, k_roll)
         with jax.named_scope("rollout"):
-            _, last_value = policy(rs.params, rs.obs_stats, obs)
+            state = env.global_state(obs, env_state) if centralised else None
+            _, _, last_value = policy.step(rs.params, rs.obs_stats, obs, carry, first, state)
         with jax.named_scope("gae"):
             adv, target = core.gae(traj.reward, traj.value, traj.done[:, :, None], last_value,
                                    c.gamma, c.gae_lambda)
@@ -180,7 +190,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
         rs = pin_state(RunnerState(params=params, opt_state=opt_state, obs_stats=stats,
                                    env_state=env_state, obs=obs, key=key,
                                    update=rs.update + 1, last_return=last_return,
-                                   last_extra=last_extra))
+                                   last_extra=last_extra, carry=carry, first=first))
         metrics.update({f"{g}/episode_return": last_return[g] for g in groups.ids})
         metrics.update(last_extra)
         metrics["episodes"] = episodes
@@ -203,7 +213,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
 
 
 # Trajectory fields kept split along the env axis between rollout and update.
-_SPLIT = ("obs", "actions", "log_prob", "value", "reward")
+_SPLIT = ("obs", "actions", "log_prob", "value", "reward", "first", "state")
 
 
 def _env_on_mesh(c: TrainConfig, d: Derived, env: Any) -> tuple[Any, Mesh | None]:
@@ -239,6 +249,91 @@ def _models(c: TrainConfig, env: Any, groups: Groups, models: Mapping[str, nn.Mo
         nets = {g: m.clone(row_blocks=False) if isinstance(m, MLPActorCritic) else m
                 for g, m in nets.items()}
     return nets
+
+
+def _critics(c: TrainConfig, env: Any, groups: Groups) -> dict[str, nn.Module] | None:
+    """Group -> centralised critic (``critic: centralised``), an MLP of the
+    group's hidden sizes over the env's global state; None: each model's own value."""
+    if c.critic != "centralised":
+        return None
+    if not getattr(env, "has_global_state", False):
+        raise ConfigError(f"critic=centralised: {c.env} declares no global state for a "
+                          f"centralised critic to read (EnvSpec.global_state); use "
+                          f"critic=independent")
+    return {g: CentralCritic(tuple(c.policy(g).hidden_sizes), c.policy(g).activation)
+            for g in groups.ids}
+
+
+def _state_dim(env: Any) -> int:
+    """S of the env's global state f32[envs, S] (from shapes only)."""
+    def one(key):
+        obs, state = env.reset(key, 1)
+        return env.global_state(obs, state)
+
+    return int(jax.eval_shape(one, jax.ShapeDtypeStruct((2,), jnp.uint32)).shape[-1])
+
+
+def _param_init(policy: Policy, obs_dim: int, state_dim: int) -> Callable[[str, jax.Array], Any]:
+    """(group, key) -> the group's initial parameters, after checking once, from
+    shapes alone, that its model keeps the policy contract (docs/models.md)."""
+    one = jnp.zeros((1, obs_dim), jnp.float32)
+
+    def init(g: str, key: jax.Array) -> Any:
+        net = policy.nets[g]
+        if g in policy.recurrent:
+            params = net.init(key, net.initialize_carry((1,)), one, jnp.ones((1,), bool))
+        else:
+            params = net.init(key, one)
+        if policy.critics is None:
+            return params
+        state = jnp.zeros((1, state_dim), jnp.float32)
+        return {"actor": params,
+                "critic": policy.critics[g].init(jax.random.fold_in(key, 1), state)}
+
+    for g in policy.groups.ids:
+        _check_model(policy, g, init, obs_dim, state_dim)
+    return init
+
+
+def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim: int
+                 ) -> None:
+    """A ConfigError naming group g, the expected and the actual shapes, where
+    its model breaks the contract (checked on shapes, before any compile)."""
+    net, n = policy.nets[g], len(policy.groups.ids[g])
+    kind = "recurrent" if g in policy.recurrent else "feed-forward"
+    heads = sum(policy.nvec)
+
+    def run(key):
+        params = init(g, key)
+        carry = net.initialize_carry((2, n)) if g in policy.recurrent else None
+        state = jnp.zeros((2, state_dim), jnp.float32) if policy.critics else None
+        obs = jnp.zeros((2, n, obs_dim), jnp.float32)
+        out = policy.forward(g, params, None, obs, carry, jnp.ones((2, n), bool), state)
+        return carry, out
+
+    where = f"policies.{g}.model ({type(net).__name__}, {kind})"
+    try:
+        carry, (carry_out, logits, value) = jax.eval_shape(
+            run, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    except Exception as e:  # noqa: BLE001 - any failure of a user's module is reported as one line
+        hint = ("a recurrent model defines initialize_carry(batch_shape) and is called "
+                "(carry, obs, reset) -> carry, (logits, value)") if kind == "feed-forward" else (
+            "a recurrent model is called (carry, obs, reset) -> carry, (logits, value)")
+        msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise ConfigError(f"{where}: failed on obs f32[2, {n}, {obs_dim}]: {msg} "
+                          f"(a feed-forward model is called obs -> (logits, value); {hint}; "
+                          f"docs/models.md)") from None
+    want = ((2, n, heads), (2, n))
+    got = (tuple(getattr(logits, "shape", ())), tuple(getattr(value, "shape", ())))
+    if got != want:
+        raise ConfigError(f"{where}: for obs f32[2, {n}, {obs_dim}] it returned logits "
+                          f"{list(got[0])} and value {list(got[1])}; expected logits "
+                          f"{list(want[0])} (sum(nvec)={heads}) and value {list(want[1])}")
+    if kind == "recurrent" and jax.tree.structure(carry) != jax.tree.structure(carry_out) or \
+            any(a.shape != b.shape for a, b in zip(jax.tree.leaves(carry),
+                                                   jax.tree.leaves(carry_out))):
+        raise ConfigError(f"{where}: the carry it returns differs from initialize_carry's "
+                          f"(structure or shapes); it must keep its type from step to step")
 
 
 def _sampler(nvec: tuple[int, ...], backend: str, mesh: Mesh | None) -> Sampler:
@@ -284,7 +379,9 @@ def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: core.RunningStats | 
     def loss_fn(p, mb: core.Batch, normalize: bool):
         # mb.obs holds every agent: the group's slice is cut here, from the
         # minibatch, so that no copy of the whole batch's group slice is made.
-        logits, value = policy.forward(g, p, stats, policy.groups.select(mb.obs, g, 2))
+        carry = None if mb.carry is None else jax.tree.map(lambda x: x[0], mb.carry)
+        logits, value = policy.sequence(g, p, stats, policy.groups.select(mb.obs, g, 2),
+                                        carry, mb.first, mb.state)
         return core.policy_loss(
             logits, value, mb, policy.nvec, algorithm=c.algorithm, clip_eps=c.clip_eps,
             vf_coef=c.vf_coef, ent_coef=c.ent_coef, normalize_advantages=normalize)
@@ -306,8 +403,12 @@ def _learn(c: TrainConfig, d: Derived, policy: Policy, txs: Mapping[str, Any],
         metrics[f"{g}/reward"] = groups.select(traj.reward, g, 2).mean()
         if not c.policy(g).train or not jax.tree.leaves(params[g]):
             continue
-        batch = core.Batch(traj.obs, *(groups.select(x, g, 2) for x in
-                                       (traj.actions, traj.log_prob, traj.value, adv, target)))
+        recurrent = g in policy.recurrent
+        batch = core.Batch(
+            traj.obs, *(groups.select(x, g, 2) for x in
+                        (traj.actions, traj.log_prob, traj.value, adv, target)),
+            first=traj.first if recurrent else None, state=traj.state,
+            carry=jax.tree.map(lambda x: x[None], rs.carry[g]) if recurrent else None)
         grad_fn = _grad_fn(c, policy, g, rs.obs_stats.get(g))
         if c.algorithm == "a2c":
             params[g], opt_state[g], m = a2c_update(
