@@ -232,7 +232,10 @@ def rollout_states(env: Any, key: jax.Array, num_envs: int, steps: int | None = 
     sooner restarts as usual and is left as it ends at the last step). Finished
     envs restart inside every other step.
     policy(key, obs, state) -> i32[num_envs, num_agents, heads]; None: uniform
-    random actions.
+    random actions. A policy with memory (``jaxwarp.train.evaluate.RunPolicy``,
+    recurrent models) has ``initial_carry(num_envs)`` and is called
+    ``actions, carry = policy(key, obs, state, carry, first)``, first bool[num_envs]
+    marking the envs whose obs begins an episode.
     """
     from jaxwarp.core import episode_length
 
@@ -248,24 +251,29 @@ def rollout_states(env: Any, key: jax.Array, num_envs: int, steps: int | None = 
         return jax.random.randint(k, (num_envs, n, nvec.shape[0]), 0, nvec)
 
     act = policy or random_policy
+    memory = callable(getattr(act, "initial_carry", None))
 
     @jax.jit
     def run(key):
         k0, key = jax.random.split(key)
         obs, state = env.reset(k0, num_envs)
+        mem = (act.initial_carry(num_envs), jnp.ones((num_envs,), bool)) if memory else None
 
         def body(carry, k, autoreset=True):
-            obs, state = carry
+            obs, state, mem = carry
             ka, ks = jax.random.split(k)
-            a = act(ka, obs, state)
+            if memory:
+                a, m = act(ka, obs, state, *mem)
+            else:
+                a = act(ka, obs, state)
             # (autoreset= only where needed: a user env's step may not take it)
-            obs, state, *_ = (env.step(ks, state, a) if autoreset
-                              else env.step(ks, state, a, autoreset=False))
-            return (obs, state), state
+            obs, state, _, done, _ = (env.step(ks, state, a) if autoreset
+                                      else env.step(ks, state, a, autoreset=False))
+            return (obs, state, (m, done) if memory else None), state
 
         keys = jax.random.split(key, steps)
         last = 1 if one_episode and steps > 0 else 0
-        carry, traj = jax.lax.scan(body, (obs, state), keys[:steps - last])
+        carry, traj = jax.lax.scan(body, (obs, state, mem), keys[:steps - last])
         parts = [jax.tree.map(lambda a: a[None], state), traj]
         if last:
             _, final = body(carry, keys[-1], autoreset=False)

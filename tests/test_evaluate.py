@@ -53,15 +53,23 @@ def test_policy_shapes_and_random_groups_ignore_the_params(run_dir):
 
     run = load_run(run_dir)
     env = run.trainer.env
-    obs, _ = env.reset(jax.random.key(0), 5)
-    trained = make_policy(run, {"tagger": True, "runner": True})(jax.random.key(1), obs)
+    obs, state = env.reset(jax.random.key(0), 5)
+    first = jnp.ones((5,), bool)
+
+    def act(r, which):
+        policy = make_policy(r, which)
+        actions, carry = policy(jax.random.key(1), obs, state, policy.initial_carry(5), first)
+        assert carry == {}  # feed-forward models keep no carry
+        return actions
+
+    trained = act(run, {"tagger": True, "runner": True})
     assert trained.shape == (5, env.num_agents, 2) and trained.dtype == jnp.int32
     nvec = np.asarray(env.action_space.nvec)
     assert (np.asarray(trained) >= 0).all() and (np.asarray(trained) < nvec).all()
     # Random groups do not read the policy: zeroed params give the same actions.
     zeroed = dataclasses.replace(run, params=jax.tree.map(jnp.zeros_like, run.params))
-    a = make_policy(run, {"tagger": False, "runner": False})(jax.random.key(1), obs)
-    b = make_policy(zeroed, {"tagger": False, "runner": False})(jax.random.key(1), obs)
+    a = act(run, {"tagger": False, "runner": False})
+    b = act(zeroed, {"tagger": False, "runner": False})
     np.testing.assert_array_equal(a, b)
 
 

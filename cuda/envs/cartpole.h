@@ -51,10 +51,11 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + r.reward;
 }
 
-JW_HD void observe(const Params&, const State& s, const jaxwarp::Agent& a, float* obs) {
+JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs) {
   const int i = a.agent;
+  // hide_velocities: a partially observed CartPole (a memory task).
   obs[0] = s.x[i];
-  obs[1] = s.x_dot[i];
+  obs[1] = p.hide_velocities != 0 ? 0.0f : s.x_dot[i];
   obs[2] = s.theta[i];
-  obs[3] = s.theta_dot[i];
+  obs[3] = p.hide_velocities != 0 ? 0.0f : s.theta_dot[i];
 }

@@ -50,6 +50,9 @@ class CartPoleParams(ClassicParams):
     theta_threshold_radians: float = 12 * 2 * math.pi / 360
     x_threshold: float = 2.4
     max_steps: int = 500  # TimeLimit of CartPole-v1
+    # Partially observed CartPole: the velocities (x_dot, theta_dot) read as 0, so a
+    # policy must infer them from the positions it saw before (a memory task)
+    hide_velocities: bool = False
 
     obs_dim = 4
     num_actions = 2
@@ -121,7 +124,11 @@ def _cartpole_dynamics(p: CartPoleParams, s: CartPoleState, a: jax.Array):
 
 @partial(jax.jit, static_argnums=(0,))
 def cartpole_observe(p: CartPoleParams, state: CartPoleState) -> jax.Array:
-    """obs: f32[envs, 1, 4] = (x, x_dot, theta, theta_dot)."""
+    """obs: f32[envs, 1, 4] = (x, x_dot, theta, theta_dot); the velocities are 0
+    where ``hide_velocities``."""
+    if p.hide_velocities:
+        zero = jnp.zeros_like(state.x)
+        return jnp.stack([state.x, zero, state.theta, zero], axis=-1)
     return jnp.stack([state.x, state.x_dot, state.theta, state.theta_dot], axis=-1)
 
 
@@ -139,7 +146,8 @@ def kernel_params(p: CartPoleParams) -> dict[str, Any]:
     return dict(
         force_mag=f32(p.force_mag), gravity=f32(p.gravity), tau=f32(p.tau),
         x_threshold=f32(p.x_threshold), theta_threshold_radians=f32(p.theta_threshold_radians),
-        max_steps=np.int32(p.max_steps), **cartpole_constants(p))
+        max_steps=np.int32(p.max_steps), hide_velocities=np.int32(bool(p.hide_velocities)),
+        **cartpole_constants(p))
 
 
 SPEC = env_spec(

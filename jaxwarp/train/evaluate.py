@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,6 @@ import numpy as np
 
 from jaxwarp.core import episode_length
 from jaxwarp.sampler import sample_actions
-
-Policy = Callable[[jax.Array, jax.Array, Any], jax.Array]
 
 
 class EpisodesUnfinished(ValueError):
@@ -108,22 +106,38 @@ def load_runs(run_dir: str | Path) -> list[LoadedRun]:
     return [_seed_run(config, trainer, update, rs, i) for i in range(seeds)]
 
 
-def make_policy(run: LoadedRun, trained: Mapping[str, bool]) -> Policy:
-    """policy(key, obs f32[envs, agents, D], state) -> i32[envs, agents, heads].
-
-    trained: group -> True for its trained policy (sampled from its logits,
-    as in training), False for uniformly random actions.
+class RunPolicy:
+    """A run's policies as one actor for `play` and `jaxwarp.render.rollout_states`:
+    ``actions, carry = policy(key, obs, state, carry, first)`` with obs
+    f32[envs, agents, D], the env state, the recurrent groups' carry (start:
+    ``policy.initial_carry(envs)``; ``{}`` for feed-forward models) and first
+    bool[envs], the envs whose obs begins an episode (where carries reset);
+    actions i32[envs, agents, heads] are drawn from the logits as in training.
     """
-    t = run.trainer
-    nvec = tuple(int(n) for n in t.env.action_space.nvec)
-    which = {g: bool(trained.get(g, False)) for g in t.groups}
 
-    def policy(key: jax.Array, obs: jax.Array, state: Any = None) -> jax.Array:
-        logits, _ = t.policy(run.params, run.obs_stats, obs, which)
-        actions, _ = sample_actions(key, logits, nvec, backend="jax")
-        return actions
+    def __init__(self, run: LoadedRun, trained: Mapping[str, bool]):
+        self.run = run
+        self.which = {g: bool(trained.get(g, False)) for g in run.trainer.groups}
+        self.nvec = tuple(int(n) for n in run.trainer.env.action_space.nvec)
 
-    return policy
+    def initial_carry(self, num_envs: int) -> dict[str, Any]:
+        return self.run.trainer.policy.initial_carry(num_envs)
+
+    def __call__(self, key: jax.Array, obs: jax.Array, state: Any, carry: Any,
+                 first: jax.Array) -> tuple[jax.Array, Any]:
+        t, run = self.run.trainer, self.run
+        gstate = t.env.global_state(obs, state) if t.policy.critics else None
+        carry, logits, _ = t.policy.step(run.params, run.obs_stats, obs, carry, first, gstate,
+                                         self.which)
+        actions, _ = sample_actions(key, logits, self.nvec, backend="jax")
+        return actions, carry
+
+
+def make_policy(run: LoadedRun, trained: Mapping[str, bool]) -> RunPolicy:
+    """The run's policies as a `RunPolicy`. trained: group -> True for its
+    trained policy (sampled from its logits, as in training), False for
+    uniformly random actions."""
+    return RunPolicy(run, trained)
 
 
 def play(run: LoadedRun, trained: Mapping[str, bool], episodes: int, seed: int
@@ -150,11 +164,13 @@ def play(run: LoadedRun, trained: Mapping[str, bool], episodes: int, seed: int
         names = list(jax.eval_shape(metrics_fn, jnp.zeros((episodes, env.num_agents))))\
             if metrics_fn is not None else []
         acc0 = {**{f"{g}/return": zeros for g in groups}, **{k: zeros for k in names}}
+        mem0 = (policy.initial_carry(episodes), jnp.ones((episodes,), bool))
 
         def body(carry, k):
-            obs, state, got, acc = carry
+            obs, state, got, acc, (mem, first) = carry
             k_act, k_env = jax.random.split(k)
-            obs, state, _, done, info = env.step(k_env, state, policy(k_act, obs, state))
+            actions, mem = policy(k_act, obs, state, mem, first)
+            obs, state, _, done, info = env.step(k_env, state, actions)
             ret = info["episode_return"]
             first = done & ~got
             new = {f"{g}/return": jnp.take(ret, jnp.asarray(ids), axis=1).mean(axis=1)
@@ -162,10 +178,10 @@ def play(run: LoadedRun, trained: Mapping[str, bool], episodes: int, seed: int
             if metrics_fn is not None:
                 new.update(metrics_fn(ret))
             acc = {k: jnp.where(first, new[k].astype(jnp.float32), v) for k, v in acc.items()}
-            return (obs, state, got | done, acc), None
+            return (obs, state, got | done, acc, (mem, done)), None
 
-        (_, _, got, acc), _ = jax.lax.scan(
-            body, (obs, state, jnp.zeros((episodes,), bool), acc0),
+        (_, _, got, acc, _), _ = jax.lax.scan(
+            body, (obs, state, jnp.zeros((episodes,), bool), acc0, mem0),
             jax.random.split(key, steps))
         return acc, got
 

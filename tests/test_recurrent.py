@@ -1,0 +1,183 @@
+"""Recurrent policies (model: gru, the carry contract) and the centralised
+critic (critic: centralised): the carry through the rollout and its replay
+in the update, checkpoints, eval, the model check and bad input."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
+from jaxwarp.train import core
+from jaxwarp.train.evaluate import evaluate, load_run
+from jaxwarp.train.runner import train_run
+
+GRU = ["backend=jax", "sampler=jax", "policies.agent.model=gru",
+       "policies.agent.hidden_sizes=[16]", "policies.agent.rnn_size=8"]
+
+
+def gru_config(*more: str):
+    return load_config("cartpole_ppo", [*GRU, "num_envs=8", "num_steps=16",
+                                        "total_env_steps=512", "num_minibatches=2",
+                                        "update_epochs=2", *more])
+
+
+def test_gru_carry_is_state_per_agent_and_resets_where_episodes_begin():
+    t = build_trainer(gru_config())
+    rs = jax.jit(t.init)(jax.random.PRNGKey(0))
+    assert rs.carry["agent"].shape == (8, 1, 8) and rs.carry["agent"].dtype == jnp.float32
+    assert rs.first.shape == (8,) and bool(rs.first.all())
+    net, params = t.models["agent"], rs.params["agent"]
+    obs = jax.random.normal(jax.random.PRNGKey(1), (8, 1, 4))
+    warm = jnp.full((8, 1, 8), 0.7, jnp.float32)
+    reset = jnp.arange(8)[:, None] % 2 == 0
+    carry, (logits, value) = net.apply(params, warm, obs, reset)
+    fresh, (l0, v0) = net.apply(params, net.initialize_carry((8, 1)), obs, jnp.ones((8, 1), bool))
+    # Where reset, the warm carry is ignored; elsewhere it changes the output.
+    np.testing.assert_array_equal(carry[0::2], fresh[0::2])
+    np.testing.assert_array_equal(logits[0::2], l0[0::2])
+    assert not np.allclose(logits[1::2], l0[1::2])
+    assert logits.shape == (8, 1, 2) and value.shape == (8, 1)
+
+
+def test_replay_from_the_stored_carry_reproduces_the_rollout():
+    """PPO's minibatches replay each env's sequence from the rollout's initial
+    carry (BPTT): the log-probs of the taken actions equal the rollout's."""
+    t = build_trainer(gru_config())
+    rs = jax.jit(t.init)(jax.random.PRNGKey(0))
+    rs, _ = jax.jit(lambda s: t.run(s, 1))(rs)  # a carry that is not all zeros
+    _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(5))
+    assert bool(traj.first[1:].any())  # episodes ended inside the rollout: resets replayed
+    logits, value = t.policy.sequence("agent", rs.params["agent"], None, traj.obs,
+                                      rs.carry["agent"], traj.first, None)
+    lp = core.log_prob(logits, traj.actions, t.policy.nvec)
+    np.testing.assert_allclose(lp, traj.log_prob, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(value, traj.value, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "a2c"])
+def test_gru_trains_deterministically_and_over_seeds(algorithm):
+    c = gru_config(f"algorithm={algorithm}")
+    train = jax.jit(make_train(c))
+    rs1, m1 = train(jax.random.PRNGKey(3))
+    rs2, m2 = train(jax.random.PRNGKey(3))
+    for a, b in zip(jax.tree.leaves(rs1), jax.tree.leaves(rs2)):
+        np.testing.assert_array_equal(a, b)
+    assert np.isfinite(np.asarray(m1["agent/loss"])).all()
+    assert float(m1["finite"].min()) == 1.0
+    # Over seeds in one program: seed 3 of the batch is the single run.
+    rsv, mv = jax.jit(jax.vmap(make_train(c)))(jnp.stack([jax.random.PRNGKey(2),
+                                                          jax.random.PRNGKey(3)]))
+    np.testing.assert_allclose(mv["agent/loss"][1], m1["agent/loss"], rtol=1e-5, atol=1e-6)
+    assert rsv.carry["agent"].shape == (2, 8, 1, 8)
+
+
+def test_gru_learns_cartpole():
+    c = load_config("cartpole_ppo", [*GRU[:3], "policies.agent.hidden_sizes=[32]",
+                                     "policies.agent.rnn_size=32", "total_env_steps=60000"])
+    _, m = jax.jit(make_train(c))(jax.random.PRNGKey(0))
+    ret = np.asarray(m["agent/episode_return"])
+    assert ret[-1] > 2 * ret[0] and ret[-1] > 60, ret[[0, -1]]
+
+
+def test_gru_checkpoint_resume_and_eval(tmp_path):
+    c = gru_config("total_env_steps=1024", "chunk_updates=2", "checkpoint_every=4")
+    full = train_run(c, tmp_path / "full", progress=False)
+    train_run(c, tmp_path / "part", progress=False, stop_after_updates=6)
+    resumed = train_run(None, tmp_path / "part", resume=True, progress=False)
+    for a, b in zip(jax.tree.leaves(full.state), jax.tree.leaves(resumed.state)):
+        np.testing.assert_array_equal(a, b)
+    run = load_run(tmp_path / "full")
+    result = evaluate(run, episodes=8, seed=0)
+    assert result["episodes"] == 8
+
+
+def test_centralised_critic_reads_the_global_state():
+    c = load_config("mpe_simple_spread_ppo", ["backend=jax", "sampler=jax", "num_envs=8",
+                                              "num_steps=8", "total_env_steps=128",
+                                              "critic=centralised"])
+    t = build_trainer(c)
+    rs = jax.jit(t.init)(jax.random.PRNGKey(0))
+    (g,) = t.groups
+    assert set(rs.params[g]) == {"actor", "critic"}
+    n = t.env.num_agents
+    kernel = rs.params[g]["critic"]["params"]["Dense_0"]["kernel"]
+    assert kernel.shape[0] == n * t.env.observation_space.shape[-1]  # all observations
+    _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(1))
+    assert traj.state.shape == (8, 8, kernel.shape[0])
+    v = np.asarray(traj.value)
+    np.testing.assert_array_equal(v, np.broadcast_to(v[..., :1], v.shape))  # one per env
+    rs, m = jax.jit(lambda s: t.run(s, 2))(rs)
+    assert np.isfinite(np.asarray(m[f"{g}/loss"])).all()
+
+
+def test_centralised_critic_with_gru_trains():
+    c = load_config("mpe_simple_spread_ppo", ["backend=jax", "sampler=jax", "num_envs=8",
+                                              "num_steps=8", "total_env_steps=128",
+                                              "critic=centralised",
+                                              "policies.agent.model=gru",
+                                              "policies.agent.rnn_size=8"])
+    rs, m = jax.jit(make_train(c))(jax.random.PRNGKey(0))
+    assert np.isfinite(np.asarray(m["agent/loss"])).all()
+
+
+def test_bad_input_is_one_line_naming_the_key():
+    with pytest.raises(ConfigError, match=r"critic=centralised: cartpole declares no global"):
+        build_trainer(load_config("cartpole_ppo", ["backend=jax", "critic=centralised"]))
+    with pytest.raises(ConfigError, match=r"policies.agent.rnn_size: expected an integer >= 1"):
+        load_config("cartpole_ppo", ["policies.agent.rnn_size=0"])
+    with pytest.raises(ConfigError, match=r"critic=.*expected independent or centralised"):
+        load_config("cartpole_ppo", ["critic=mappo"])
+
+
+class _NoCarryMethods(nn.Module):
+    """A recurrent-style module that lacks initialize_carry."""
+
+    @nn.compact
+    def __call__(self, carry, obs, reset):
+        return carry, (nn.Dense(2)(obs), obs[..., 0])
+
+
+class _WrongLogits(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        return nn.Dense(5)(obs)[..., None], obs[..., 0]
+
+
+class _CarryChanges(nn.Module):
+    def initialize_carry(self, batch_shape):
+        return jnp.zeros((*batch_shape, 3))
+
+    @nn.compact
+    def __call__(self, carry, obs, reset):
+        return jnp.zeros(carry.shape[:-1] + (4,)), (nn.Dense(2)(obs), obs[..., 0])
+
+
+@pytest.mark.parametrize("module, match", [
+    (_NoCarryMethods(), r"policies.agent.model \(_NoCarryMethods, feed-forward\): failed on "
+                        r"obs .*initialize_carry"),
+    (_WrongLogits(), r"policies.agent.model \(_WrongLogits, feed-forward\): for obs "
+                     r"f32\[2, 1, 4\] it returned logits \[2, 1, 5, 1\] and value \[2, 1\]; "
+                     r"expected logits \[2, 1, 2\]"),
+    (_CarryChanges(), r"policies.agent.model \(_CarryChanges, recurrent\): the carry it "
+                      r"returns differs"),
+])
+def test_a_model_that_breaks_the_contract_is_named_before_compiling(module, match):
+    c = load_config("cartpole_ppo", ["backend=jax", "sampler=jax"])
+    with pytest.raises(ConfigError, match=match):
+        build_trainer(c, models={"agent": module})
+
+
+def test_partially_observed_cartpole_hides_the_velocities():
+    import jaxwarp
+
+    for backend in ("jax", "cpu"):
+        env = jaxwarp.make("cartpole", backend=backend, hide_velocities=True)
+        obs, s = env.reset(jax.random.key(0), 4)
+        obs, s, *_ = env.step(jax.random.key(1), s, jnp.ones((4, 1, 1), jnp.int32))
+        assert float(jnp.abs(obs[..., 1::2]).max()) == 0.0
+        np.testing.assert_array_equal(obs[..., 0], s.x)
+        assert float(jnp.abs(s.x_dot).max()) > 0
