@@ -7,7 +7,8 @@ once to warm up, then timed over several calls, each ending with
 `block_until_ready`. env-steps/s = updates x num_envs x num_steps / time.
 The kernel backend ("cuda", or "cpu" without a GPU) and the pure-JAX
 reference backend ("jax": env in pure JAX, sampler jax.random.categorical)
-run side by side in the same process.
+run side by side in the same process. Programs compile as the CLI's do
+(`jaxwarp.train.jit`: deterministic unless --nondeterministic).
 
     python experiments/bench_train.py --out experiments/results/bench_train_h100.json
     python experiments/bench_train.py --small     # sizes that suit a CPU
@@ -97,12 +98,13 @@ SMALL_CASES = [
 
 
 def bench_case(config_name: str, overrides: list[str], backend: str, updates: int,
-               repeats: int) -> dict:
-    config = load_config(config_name, [*overrides, f"backend={backend}"])
+               repeats: int, deterministic: bool = True) -> dict:
+    config = load_config(config_name, [*overrides, f"backend={backend}",
+                                       f"deterministic={str(deterministic).lower()}"])
     trainer = build_trainer(config)
     batch = trainer.derived.batch_env_steps
     state = jax.jit(trainer.init)(jax.random.PRNGKey(0))
-    run = jit(lambda s: trainer.run(s, updates), donate_argnums=0)
+    run = jit(lambda s: trainer.run(s, updates), config.deterministic, donate_argnums=0)
     t = time.perf_counter()
     compiled = run.lower(state).compile()
     compile_s = time.perf_counter() - t
@@ -129,7 +131,7 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
             return s.replace(env_state=env_state, obs=obs), traj.reward.mean()
         return jax.lax.scan(body, s, jax.random.split(s.key, updates))
 
-    roll = jit(rollouts, donate_argnums=0).lower(state).compile()
+    roll = jit(rollouts, config.deterministic, donate_argnums=0).lower(state).compile()
     state, r = roll(state)
     jax.block_until_ready((state, r))
     t = time.perf_counter()
@@ -139,6 +141,7 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
     return {
         "config": config_name, "overrides": overrides, "backend": env.backend,
         "sampler": config.sampler, "algorithm": config.algorithm,
+        "deterministic": config.deterministic,
         "num_envs": config.num_envs, "num_agents": env.num_agents,
         "num_steps": config.num_steps, "batch_env_steps": batch,
         "epochs": trainer.derived.epochs, "minibatches": trainer.derived.minibatches,
@@ -168,6 +171,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", default=None, help="comma list of case indices (default: all)")
     ap.add_argument("--out", default="experiments/results/bench_train.json")
+    ap.add_argument("--nondeterministic", action="store_true",
+                    help="compile with deterministic=false (XLA:GPU's faster atomics; the "
+                         "cost of determinism: experiments/bench_scaling.py --part train)")
     args = ap.parse_args()
     gpu = jaxwarp.gpu_available()
     backends = args.backends.split(",") if args.backends else (
@@ -184,7 +190,8 @@ def main() -> None:
     for name, overrides, updates in cases:
         row = {}
         for backend in backends:
-            r = bench_case(name, overrides, backend, updates, args.repeats)
+            r = bench_case(name, overrides, backend, updates, args.repeats,
+                           not args.nondeterministic)
             results.append(r)
             row[backend] = r["env_steps_per_s"]
             print(f"{name:22s} {' '.join(overrides):40s} {r['algorithm']} {r['num_envs']:5d} envs "

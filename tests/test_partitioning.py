@@ -9,7 +9,9 @@ results bit for bit those of one device. Also what the rule says for the
 other cases: replicated inputs (every device computes all envs, no
 collective), inputs split along another axis (all-gathered first, then equal),
 vmap over keys (the batch axis passes through), Explicit mesh axes in
-context (``jax.set_mesh``), the GSPMD partitioner.
+context (``jax.set_mesh``), the GSPMD partitioner; and every env's pure-JAX
+reference (backend "jax") under the same plain jit, partitioned by XLA with
+no collective either.
 
 The device count is fixed when jax initialises, so the checks run in a
 subprocess started with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
@@ -104,6 +106,19 @@ def _worker(part: int, parts: int) -> dict:
                                s_actions)
         entry["vmap"] = {"differ": differ(want_v, got), "not_split": not_split(got, mesh, 1),
                          "collectives": sharding.collectives_in(hlo)}
+        # The pure-JAX reference under the same plain jit: XLA partitions it
+        # (tag_continuous's k-nearest top_k under the envs' rule), no collective.
+        jenv = jaxwarp.make(name, backend="jax", **SMALL.get(name, {}))
+        j_want = jax.jit(jenv.step)(key, state, actions)  # one device, the same program
+        s_state, s_actions = jax.device_put((state, actions), NamedSharding(mesh, P("envs")))
+        _, got, hlo = compiled(jenv.step, key, s_state, s_actions)
+        _, got_v, hlo_v = compiled(jax.vmap(jenv.step, in_axes=(0, None, None)), keys, s_state,
+                                   s_actions)
+        j_want_v = jax.jit(jax.vmap(jenv.step, in_axes=(0, None, None)))(keys, state, actions)
+        # (Outputs placed as XLA chooses: cartpole's constant reward is replicated.)
+        entry["jax_step"] = {"differ": differ(j_want, got) + differ(j_want_v, got_v),
+                             "collectives": sharding.collectives_in(hlo)
+                             + sharding.collectives_in(hlo_v)}
         report["envs"][name] = entry
     if part != 0:
         return report
@@ -275,6 +290,13 @@ def test_replicated_state_steps_every_env_on_every_device(report, name):
 @pytest.mark.parametrize("name", _envs())
 def test_vmap_over_keys_keeps_the_env_split(report, name):
     _clean(report["envs"][name]["vmap"])
+
+
+@pytest.mark.parametrize("name", _envs())
+def test_pure_jax_step_over_split_state_has_no_collective(report, name):
+    # The reference backend on 4 devices, plain jit and vmap over keys:
+    # partitioned by XLA (top_k by the envs' rule), bit for bit, no collective.
+    _clean(report["envs"][name]["jax_step"])
 
 
 def test_agent_axis_split_is_gathered_then_equal(report):

@@ -40,16 +40,11 @@ SMALL = {
                        "episode_length": 30},
 }
 # Cross-device ops that XLA inserts when it partitions an env's pure-JAX
-# reference (backend "jax", no shard_map) on 4 CPU devices, jax 0.10.2. The
-# kernel backends have none. Strict: a change either way fails, so that this
-# list stays true.
-JAX_BACKEND_COLLECTIVES = {
-    # The reference's jax.lax.top_k over f32[envs, agents, agents] (the k
-    # nearest agents): XLA's SPMD partitioner does not split TopK along its
-    # batch axes and all-gathers the operand (a minimal lax.top_k on an array
-    # sharded along axis 0 does the same; jnp.argsort is partitioned).
-    "tag_continuous": ["all-gather"],
-}
+# reference (backend "jax", no shard_map) on 4 CPU devices. None since the
+# reference's k-nearest top_k (tag_continuous), which XLA's partitioner
+# all-gathered, runs under the envs' own partitioning rule. Strict: a change
+# either way fails, so that this stays true.
+JAX_BACKEND_COLLECTIVES: dict[str, list[str]] = {}
 
 
 # ---------------------------------------------------------------------------

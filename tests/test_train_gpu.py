@@ -81,3 +81,75 @@ def test_cuda_and_jax_backends_start_from_the_same_numbers():
         _, ms[backend] = jax.jit(lambda r: trainer.run(r, 1))(rs)
     for k in ("tagger/reward", "runner/reward"):
         np.testing.assert_allclose(ms["cuda"][k], ms["jax"][k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+# ---------------------------------------------------------------------------
+# Reproducibility and a quiet exit on the GPU (issue 37).
+# ---------------------------------------------------------------------------
+# tag_duel_cpu (PPO, both groups, 64 envs) on the GPU: the issue's case, where
+# two runs differed from update 1 without XLA's deterministic ops. 10 updates.
+DUEL = ["--config", "tag_duel_cpu", "backend=cuda", "total_env_steps=32000",
+        "chunk_updates=5", "checkpoint_every=5"]
+TIMING = ("env_steps_per_s", "wall_s")
+# What a GPU run's stderr may hold besides jaxwarp's own lines: XLA's
+# allocator and CUDA status lines at exit were the issue.
+NOISE = re.compile(r"^[EF]\d{4} |cuda_device_allocator|cuda_status|CUDA_ERROR|Traceback")
+
+
+def _cli_train(out, *extra):
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "jaxwarp", "train", *DUEL, "--no-progress",
+                           "--out", str(out), *extra], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def _metrics(out):
+    from jaxwarp.train.runner import read_metrics
+
+    return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in TIMING}
+            for r in read_metrics(out)}
+
+
+def _same_params(a, b):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_same_command_twice_gives_the_same_bits_and_a_quiet_exit(tmp_path):
+    from jaxwarp.train.evaluate import load_run
+
+    procs = [_cli_train(tmp_path / f"run{i}") for i in range(2)]
+    a, b = _metrics(tmp_path / "run0"), _metrics(tmp_path / "run1")
+    assert len(a) == 10 and a.keys() == b.keys()
+    for k in a:
+        assert a[k] == b[k], (k, {n: (a[k][n], b[k][n]) for n in a[k] if a[k][n] != b[k][n]})
+    _same_params(load_run(tmp_path / "run0").params, load_run(tmp_path / "run1").params)
+    for p in procs:  # the run's own messages only: no allocator/CUDA lines at exit
+        noise = [ln for ln in p.stderr.splitlines() if NOISE.search(ln)]
+        assert noise == [], "\n".join(noise[:20])
+
+
+def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
+    from jaxwarp.train import load_config
+    from jaxwarp.train.evaluate import load_run
+    from jaxwarp.train.runner import train_run
+
+    c = load_config("tag_duel_cpu", DUEL[2:] + ["chunk_updates=2", "checkpoint_every=4"])
+    full = train_run(c, tmp_path / "full", progress=False)
+    part = train_run(c, tmp_path / "part", progress=False, stop_after_updates=6)
+    assert not part.summary["finished"]  # checkpoint at 4; updates 5-6 are redone
+    resumed = train_run(None, tmp_path / "part", resume=True, progress=False)
+    assert resumed.summary["finished"] and full.summary["finished"]
+    a, b = _metrics(tmp_path / "full"), _metrics(tmp_path / "part")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k] == b[k], (k, {n: (a[k][n], b[k][n]) for n in a[k] if a[k][n] != b[k][n]})
+    _same_params(full.state.params, resumed.state.params)
+    _same_params(load_run(tmp_path / "full").params, load_run(tmp_path / "part").params)

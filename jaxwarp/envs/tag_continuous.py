@@ -252,6 +252,22 @@ def _reset_agents(p: TagContinuousParams, c: _Constants, key_data: jax.Array,
     return x, y, direction
 
 
+def _nearest(neg: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """``lax.top_k(neg, k)`` over f32[envs, agents, agents] (ties: lower id
+    first), as one op that ``jax.jit`` partitions along the env axis. XLA's
+    partitioner has no rule for TopK's batch axes: under a plain jit over
+    env-sharded state it all-gathered the operand onto every device (the only
+    collective in any env's pure-JAX step). The envs' own partitioning rule
+    (`jaxwarp._ffi.env_partitioned_call`) runs it per device on its own envs;
+    on one device it is top_k itself."""
+    from jaxwarp._ffi import env_partitioned_call
+
+    def top_k(env_offset, local_envs, a):
+        return jax.lax.top_k(a, k)
+
+    return env_partitioned_call(top_k, [neg], [True], neg.shape[0], "tag_nearest_agents")
+
+
 def _observe(p: TagContinuousParams, c: _Constants, x, y, speed, direction, acc,
              still, timestep) -> jax.Array:
     """obs: f32[envs, agents, obs_dim] of the given (observation) state."""
@@ -269,8 +285,7 @@ def _observe(p: TagContinuousParams, c: _Constants, x, y, speed, direction, acc,
         d2 = dx * dx + dy * dy
         valid = (still[:, None, :] == 1) & ~jnp.eye(n, dtype=bool)[None]
         neg = jnp.where(valid, -d2, -jnp.inf)
-        # top_k returns equal values lower index first: ties -> lower id.
-        vals, idx = jax.lax.top_k(neg, p.num_other_agents_observed)
+        vals, idx = _nearest(neg, p.num_other_agents_observed)
         present = vals > -jnp.inf
 
     def gather(v):  # v[e, j] for every (e, i, slot)

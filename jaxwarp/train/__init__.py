@@ -8,11 +8,12 @@ Flax models (`models`), and the host-side runner behind ``jaxwarp train``
 from jaxwarp.train.config import (ConfigError, PolicyConfig, TrainConfig, config_from_dict,
                                   derived, load_config, shipped_configs)
 from jaxwarp.train.models import MLPActorCritic, UniformPolicy, register_model
-from jaxwarp.train.compile import COMPILER_OPTIONS, jit
+from jaxwarp.train.compile import COMPILER_OPTIONS, compiler_options, jit
 from jaxwarp.train.trainer import RunnerState, Trainer, build_trainer, make_train
 
 __all__ = [
     "ConfigError", "PolicyConfig", "TrainConfig", "config_from_dict", "derived", "load_config",
     "shipped_configs", "MLPActorCritic", "UniformPolicy", "register_model", "RunnerState",
     "Trainer", "build_trainer", "make_train", "jit", "COMPILER_OPTIONS",
+    "compiler_options",
 ]

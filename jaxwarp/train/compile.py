@@ -1,4 +1,5 @@
-"""How the trainer's programs are compiled: `jit` with `COMPILER_OPTIONS`."""
+"""How the trainer's programs are compiled: `jit` with `COMPILER_OPTIONS`,
+plus XLA's deterministic GPU ops unless a config says ``deterministic: false``."""
 
 from __future__ import annotations
 
@@ -17,9 +18,29 @@ import jax
 # Other backends ignore the option.
 COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_enable_triton_gemm": False}
 
+# Reproducibility on the GPU (TrainConfig.deterministic, docs/decisions.md): XLA:GPU
+# otherwise runs some reductions and scatter-adds (the gradients of gathers, for
+# one) with atomics, whose order, hence rounding, changes from run to run. The
+# option belongs to one compilation (XLA's DebugOptions of the module), so it is
+# passed per `jax.jit` rather than through XLA_FLAGS: it takes effect after the
+# backend started, and leaves the user's other programs alone. XLA:CPU ignores it
+# (its programs are deterministic for a given thread count).
+DETERMINISTIC_OPTIONS: dict[str, Any] = {"xla_gpu_deterministic_ops": True}
 
-def jit(fun: Callable, **kwargs: Any) -> Any:
-    """``jax.jit(fun, **kwargs)`` with the trainer's `COMPILER_OPTIONS`: how
-    the CLI and the benchmarks compile `Trainer.run` / `make_train`'s ``train``
-    (plain ``jax.jit`` gives the same results, a little slower on the GPU)."""
-    return jax.jit(fun, compiler_options=COMPILER_OPTIONS, **kwargs)
+
+def compiler_options(deterministic: bool = True) -> dict[str, Any]:
+    """The XLA options `jit` compiles a training program with:
+    `COMPILER_OPTIONS`, plus `DETERMINISTIC_OPTIONS` when ``deterministic``.
+    For ``jax.jit(train, compiler_options=compiler_options(config.deterministic))``."""
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {deterministic!r}")
+    return {**COMPILER_OPTIONS, **(DETERMINISTIC_OPTIONS if deterministic else {})}
+
+
+def jit(fun: Callable, deterministic: bool = True, **kwargs: Any) -> Any:
+    """``jax.jit(fun, **kwargs)`` with `compiler_options(deterministic)`: how
+    the CLI and the benchmarks compile `Trainer.run` / `make_train`'s ``train``.
+    Pass the config's ``deterministic``; plain ``jax.jit`` gives the same
+    numbers on the CPU, and on the GPU neither the run-to-run reproducibility
+    nor the cuBLAS matmuls."""
+    return jax.jit(fun, compiler_options=compiler_options(deterministic), **kwargs)

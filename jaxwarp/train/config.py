@@ -98,6 +98,9 @@ class TrainConfig:
     # Multi-host: call jax.distributed.initialize at the start of the run (also done when
     # JAX_COORDINATOR_ADDRESS is set); see jaxwarp/train/distributed.py.
     distributed: bool = False
+    # Reproducible GPU runs: XLA's deterministic GPU ops (no atomics in reductions), passed
+    # per compilation (jaxwarp.train.jit); false: the faster run-to-run-varying path.
+    deterministic: bool = True
 
     def policy(self, name: str) -> PolicyConfig:
         """The configuration of policy group `name` (defaults where not given)."""

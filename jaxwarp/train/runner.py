@@ -270,7 +270,8 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
             keys = np.asarray(keys)  # host data: the same on every process, replicated by jit
 
         init = jax.jit(jax.vmap(trainer.init))
-        run_chunk = jit(jax.vmap(lambda rs: trainer.run(rs, chunk)), donate_argnums=0)
+        run_chunk = jit(jax.vmap(lambda rs: trainer.run(rs, chunk)), config.deterministic,
+                        donate_argnums=0)
 
         t0 = time.perf_counter()
         done_updates = 0
@@ -337,7 +338,7 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
             n = min(chunk, num_updates - done_updates)
             if n != chunk:  # a last, shorter chunk compiles once more: not in its rate
                 tc = time.perf_counter()
-                compiled = jit(jax.vmap(lambda r: trainer.run(r, n)),
+                compiled = jit(jax.vmap(lambda r: trainer.run(r, n)), config.deterministic,
                                donate_argnums=0).lower(rs).compile()
                 compile_s += time.perf_counter() - tc
             t = time.perf_counter()

@@ -1,0 +1,87 @@
+"""How training programs are compiled (`jaxwarp.train.compile`): the trainer's
+XLA options, and ``deterministic`` (issue 37) from the config to the compile
+call. The GPU side (two runs identical, resume bit for bit) is
+tests/test_train_gpu.py."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwarp.train import (COMPILER_OPTIONS, ConfigError, TrainConfig, compiler_options,
+                           config_from_dict, jit, load_config)
+from jaxwarp.train import compile as compile_mod
+from jaxwarp.train import runner
+
+DET = "xla_gpu_deterministic_ops"
+
+
+def _options_of(lowered) -> dict:
+    """The XLA options a jitted function's compilation gets (jax keeps them on
+    the lowering and passes them to XLA as DebugOptions overrides)."""
+    return dict(lowered._lowering._compiler_options_kvs)
+
+
+def test_deterministic_by_default():
+    assert TrainConfig().deterministic is True
+    assert compiler_options() == {**COMPILER_OPTIONS, DET: True}
+    assert compiler_options(False) == COMPILER_OPTIONS
+    assert DET not in COMPILER_OPTIONS  # the faster path is a real choice
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_the_option_reaches_the_compilation(deterministic):
+    lowered = jit(lambda x: (x * 2).sum(), deterministic).lower(jnp.ones(8))
+    opts = _options_of(lowered)
+    assert opts.get(DET, False) is deterministic
+    assert opts["xla_gpu_enable_triton_gemm"] is False
+    # XLA parses the overrides by name (an unknown one fails the compile), and
+    # XLA:CPU accepts the GPU options and ignores them.
+    assert float(lowered.compile()(jnp.ones(8))) == 16.0
+
+
+def test_xla_reads_the_options_by_name():
+    with pytest.raises(Exception, match="no_such_xla_option"):
+        jax.jit(lambda x: x + 1, compiler_options={"no_such_xla_option": True}).lower(
+            jnp.ones(2)).compile()
+
+
+@pytest.mark.parametrize("value", [1, "maybe", None, [True]])
+def test_bad_values_are_refused_with_the_key(value):
+    with pytest.raises(ConfigError, match="deterministic"):
+        config_from_dict({"deterministic": value})
+    with pytest.raises(TypeError, match="deterministic"):
+        compiler_options(value)
+
+
+def test_false_is_accepted_from_yaml_overrides_and_round_trips(tmp_path):
+    c = load_config("tag_small_cpu", ["deterministic=false"])
+    assert c.deterministic is False
+    assert c.to_dict()["deterministic"] is False
+    assert config_from_dict(c.to_dict()) == c
+    f = tmp_path / "c.yaml"
+    f.write_text("env: cartpole\ndeterministic: false\n")
+    assert load_config(str(f), []).deterministic is False
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_the_runner_compiles_with_the_configs_choice(tmp_path, monkeypatch, deterministic):
+    """`jaxwarp train` (train_run) compiles every chunk with the config's choice."""
+    seen = []
+
+    def spy(fun, det=True, **kw):
+        seen.append(det)
+        return compile_mod.jit(fun, det, **kw)
+
+    monkeypatch.setattr(runner, "jit", spy)
+    c = config_from_dict({
+        "env": "cartpole", "backend": "cpu", "num_envs": 4, "num_steps": 8,
+        "total_env_steps": 4 * 8 * 3, "num_minibatches": 2, "update_epochs": 1,
+        "chunk_updates": 2, "checkpoint_every": 2, "deterministic": deterministic,
+        "policies": {"agent": {"hidden_sizes": [8]}}})
+    result = runner.train_run(c, tmp_path / "run", progress=False)
+    assert result.summary["finished"]
+    assert seen == [deterministic, deterministic]  # the chunk of 2, then the last one of 1
+    assert np.isfinite([r["agent/loss"] for r in result.metrics]).all()
