@@ -173,8 +173,9 @@ def test_a_model_that_breaks_the_contract_is_named_before_compiling(module, matc
 
 def test_partially_observed_cartpole_hides_the_velocities():
     import jaxwarp
+    from jaxwarp._ffi import gpu_available
 
-    for backend in ("jax", "cpu"):
+    for backend in ("jax", "cpu", *(("cuda",) if gpu_available() else ())):
         env = jaxwarp.make("cartpole", backend=backend, hide_velocities=True)
         obs, s = env.reset(jax.random.key(0), 4)
         obs, s, *_ = env.step(jax.random.key(1), s, jnp.ones((4, 1, 1), jnp.int32))
