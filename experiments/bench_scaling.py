@@ -47,7 +47,7 @@ from jaxwarp import sharding
 from jaxwarp.benchmark import protocol_actions, run_meta
 
 # (env, params, envs per GPU, steps per call)
-ENV_CASES = [("mpe_simple_spread", {}, 20000, 200), ("mpe_simple_spread", {}, 2000, 200),
+ENV_CASES = [("mpe_simple_spread", {}, 20000, 200),
              ("tag_continuous", {"config": "warpdrive_default"}, 2000, 200),
              ("cartpole", {}, 1048576, 100)]
 SMALL_ENV_CASES = [("mpe_simple_spread", {}, 64, 20), ("cartpole", {}, 256, 20)]
@@ -125,7 +125,7 @@ def env_case(name: str, params: dict, per_gpu: int, steps: int, devices: int,
     return entries
 
 
-def run_env(args) -> list[dict]:
+def run_env(args, save) -> list[dict]:
     gpu = jaxwarp.gpu_available()
     backend = "cuda" if gpu else "cpu"
     cases = ENV_CASES if gpu and not args.small else SMALL_ENV_CASES
@@ -147,6 +147,7 @@ def run_env(args) -> list[dict]:
                   f"efficiency {e['efficiency']:.3f} (compile {e['compile_s']:.1f} s)",
                   flush=True)
         results.extend(entries)
+        save(results)  # after every case: a cut-off run keeps what it measured
     return results
 
 
@@ -184,7 +185,7 @@ def train_entry(config_name: str, overrides: list[str], updates: int, devices: i
             "steps": config.num_steps * updates}
 
 
-def run_train(args) -> list[dict]:
+def run_train(args, save) -> list[dict]:
     gpu = jaxwarp.gpu_available()
     configs = args.configs or (["tag_2000_envs"] if gpu else ["tag_small_cpu"])
     results = []
@@ -212,6 +213,7 @@ def run_train(args) -> list[dict]:
                   + (f" nondet/det {e['nondet_over_det']:.4f}" if 'nondet_over_det' in e else "")
                   + f" (compile {e['compile_s']:.1f} s)", flush=True)
         results.extend(entries)
+        save(results)
     return results
 
 
@@ -231,16 +233,18 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     args.devices = args.devices or jax.device_count()
-    results = run_env(args) if args.part == "env" else run_train(args)
-    for r in results:
-        r.pop("timed", None), r.pop("carry", None)
     meta = {"part": args.part, "rounds": args.rounds, "devices_seen": jax.device_count(),
             "device": jax.devices()[0].device_kind, "jax": jax.__version__,
             "argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     meta.update(run_meta())  # commit, command, device
     out = Path(args.out or f"experiments/results/scaling_{args.part}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+
+    def save(results):
+        rows = [{k: v for k, v in r.items() if k not in ("timed", "carry")} for r in results]
+        out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
+
+    (run_env if args.part == "env" else run_train)(args, save)
     print(f"wrote {out}")
 
 

@@ -1,8 +1,10 @@
-"""Where the lines a GPU process prints at exit come from (issue 37, item 3:
-``cuda_device_allocator.cc`` / ``cuda_status.cc`` after every ``jaxwarp
-train`` on the H100). Runs each variant in its own process and reports the
-stderr lines that are not the program's own (glog-style ``[IWEF]NNNN`` lines
-and anything naming CUDA), then one JSON file.
+"""Where the ``cuda_device_allocator.cc`` / ``cuda_status.cc`` lines seen
+with ``jaxwarp train`` on the H100 come from (issue 37, item 3). Runs each
+variant in its own process and reports the stderr lines that are not the
+program's own (glog-style ``[IWEF]NNNN`` lines and anything naming CUDA),
+then one JSON file. Measured on one H100 (jax 0.11.2): a run alone, with or
+without eval, prints none; the lines are XLA's failed attempts to
+preallocate 75% of the GPU while another process holds part of it.
 
     python experiments/tools/exit_check.py --out $OUT/exit_check.json
 """
@@ -23,26 +25,9 @@ TRAIN = ["train", "--config", "tag_small_cpu", "backend=cuda", "total_env_steps=
 # Glog lines of XLA and anything CUDA-ish; the program's own output is not matched.
 NOISE = re.compile(r"^[IWEF]\d{4} |cuda_|CUDA_ERROR|Traceback")
 
-WRAP = """
-import gc, os, sys
-import jax
-from jaxwarp.cli import main
-rc = main(sys.argv[1:])
-mode = os.environ["EXIT_MODE"]
-sys.stdout.flush(); sys.stderr.flush()
-if mode == "os_exit":
-    os._exit(rc)
-if mode in ("teardown", "teardown_backends"):
-    import jaxwarp
-    jaxwarp._release_device_state()
-    jax.config.update("jax_debug_leaked_clients_on_clear_backends", True)
-    if mode == "teardown_backends":
-        try:
-            jax.clear_backends()
-        except RuntimeError as e:
-            print("exit_check: " + str(e), file=sys.stderr)
-sys.exit(rc)
-"""
+# Holds the GPU as another jax process would (XLA preallocates 75% of it).
+HOLDER = ("import time, jax, jax.numpy as jnp; x = jnp.ones(1000); x.block_until_ready(); "
+          "print('ready', flush=True); time.sleep(600)")
 
 VARIANTS = {
     # jax alone: does plain jax print the lines at exit?
@@ -58,13 +43,11 @@ VARIANTS = {
     # the issue's command, small
     "train_cli": ([sys.executable, "-m", "jaxwarp", *TRAIN], {}),
     "train_cli_no_eval": ([sys.executable, "-m", "jaxwarp", *TRAIN, "--eval-episodes", "0"], {}),
-    # the CLI, then os._exit: no interpreter teardown at all
-    "train_os_exit": ([sys.executable, "-c", WRAP, *TRAIN], {"EXIT_MODE": "os_exit"}),
-    # the CLI, then jaxwarp's caches of compiled functions released
-    "train_teardown": ([sys.executable, "-c", WRAP, *TRAIN], {"EXIT_MODE": "teardown"}),
-    # ... and the backends cleared with jax's leak check
-    "train_teardown_backends": ([sys.executable, "-c", WRAP, *TRAIN],
-                                {"EXIT_MODE": "teardown_backends"}),
+    # the CLI while another process holds the GPU (its memory preallocated)
+    "train_beside_holder": ([sys.executable, "-m", "jaxwarp", *TRAIN], {"HOLD": "1"}),
+    # ... with XLA's preallocation off (XLA_PYTHON_CLIENT_PREALLOCATE=false)
+    "train_beside_holder_no_prealloc": ([sys.executable, "-m", "jaxwarp", *TRAIN],
+                                        {"HOLD": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}),
 }
 
 
@@ -78,12 +61,19 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [c if c != "--no-progress" else c for c in cmd]
             if "train" in cmd:
                 cmd = [*cmd, "--out", os.path.join(tmp, "run")]
+            holder = None
+            if env_extra.get("HOLD"):
+                holder = subprocess.Popen([sys.executable, "-c", HOLDER], text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                holder.stdout.readline()  # "ready": its backend holds the GPU
             t = time.perf_counter()
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                                env={**os.environ, **env_extra})
+            if holder is not None:
+                holder.kill()
+                holder.wait()
         noise = [ln for ln in p.stderr.splitlines() if NOISE.search(ln)]
         report["variants"][name] = {"rc": p.returncode, "seconds": time.perf_counter() - t,
                                     "noise": noise, "stderr_tail": p.stderr[-3000:]}
