@@ -82,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
                    "vs random, printed and saved as eval.json) and a GIF of the trained "
                    "policies beside random ones; 0 skips both")
     sub.add_parser("configs", help="list the shipped training configs, one line each")
+    sub.add_parser("info", help="versions, devices, backends, prebuilt libraries, compilers "
+                   "and the cache folder: what a bug report needs")
     b = sub.add_parser("build", help="build envs written through the authoring contract "
                        "(default: all built-ins) into the cache, so first use is instant")
     b.add_argument("envs", nargs="*", metavar="ENV")
@@ -292,6 +294,11 @@ def _main(argv: list[str] | None) -> int:
         width = max(map(len, names), default=0)
         for name in names:
             print(f"{name:{width}}  {config_description(name)}".rstrip())
+        return 0
+    if args.command == "info":
+        from jaxwarp.info import format_report, report
+
+        print(format_report(report()))
         return 0
     if args.command == "build":
         return _build(list(args.envs), args.backend, args.emit)

@@ -224,3 +224,46 @@ def test_output_into_a_closed_pipe_is_quiet():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+# ---------------------------------------------------------------------------
+# jaxwarp info (issue 40): what a bug report needs.
+# ---------------------------------------------------------------------------
+def test_info_prints_every_field(capsys, monkeypatch, tmp_path):
+    import jax
+    import jaxlib
+
+    import jaxwarp
+
+    monkeypatch.setenv("JAXWARP_CACHE_DIR", str(tmp_path / "jwcache"))
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    fields = {ln.split(":", 1)[0] for ln in out.splitlines() if ln and not ln.startswith(" ")}
+    assert {"jaxwarp", "python", "platform", "jax", "jaxlib", "devices", "backends", "prebuilt",
+            "c++ compiler", "nvcc", "cache"} <= fields
+    assert f"jaxwarp: {jaxwarp.__version__} " in out
+    assert f"jax: {jax.__version__}\n" in out and f"jaxlib: {jaxlib.__version__}\n" in out
+    assert "  cpu:0" in out  # the devices, one a line
+    assert "  jax (pure-JAX reference)" in out and "  cpu (XLA:CPU library loaded)" in out
+    assert f"cache: {tmp_path / 'jwcache'}\n" in out
+
+
+def test_info_lists_prebuilt_libraries_with_archs_and_missing_compilers(capsys, monkeypatch,
+                                                                        tmp_path):
+    from jaxwarp.authoring import prebuilt
+
+    base = tmp_path / "prebuilt"
+    base.mkdir()
+    (base / "manifest.txt").write_text(
+        "# name folder platform archs\n_jaxwarp_cpu . cpu\n"
+        "cartpole cartpole-cuda-0123456789abcdef cuda sm_80,sm_90,sm_100,compute_100\n")
+    monkeypatch.setattr(prebuilt, "prebuilt_dirs", lambda: [base])
+    for var in ("CUDA_HOME", "CUDA_PATH", "NVCC", "CXX"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("jaxwarp.authoring.build._pip_nvccs", lambda: [])
+    monkeypatch.setattr("os.path.exists", lambda p: False)
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "prebuilt:\n  _jaxwarp_cpu cpu\n  cartpole cuda [sm_80,sm_90,sm_100,compute_100]\n" in out
+    assert "c++ compiler: none found\n" in out and "nvcc: none found\n" in out

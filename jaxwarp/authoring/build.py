@@ -1,6 +1,8 @@
 """The build layer: compilers, flags, the cache, loading and registration.
 
-`_compile` compiles an env's library, the checked-in ffi/env_ffi.cc with
+`_compile` takes the library the package carries prebuilt for exactly
+these sources (`jaxwarp.authoring.prebuilt`: the built-in envs), else
+compiles an env's library, the checked-in ffi/env_ffi.cc with
 the env's generated layout header beside it, with the same flags as
 jaxwarp's built-ins (cuda/compile_flags.txt) and caches the library in the
 user cache directory (`cache_dir`), keyed by the sources, compiler, jaxlib
@@ -78,18 +80,46 @@ def _find_cxx() -> str:
                         "(e.g. `apt install g++`) or set CXX to a C++17 compiler")
 
 
+def _pip_nvccs() -> list[str]:
+    """nvcc from NVIDIA's pip wheels (`nvidia-cuda-nvcc`, pulled in by the
+    ``cuda13`` extra: ``<site-packages>/nvidia/cu13/bin/nvcc``, its headers in
+    ``nvidia/cu13/include``, cudart in ``nvidia/cu13/lib``), newest major
+    first, in the order of sys.path."""
+    found: list[str] = []
+    for entry in sys.path:
+        base = Path(entry or ".") / "nvidia"
+        try:
+            homes = sorted(base.glob("cu[0-9]*"), key=lambda p: -int(p.name[2:] or 0))
+        except (OSError, ValueError):
+            continue
+        found += [str(h / "bin" / "nvcc") for h in homes if (h / "bin" / "nvcc").is_file()]
+    return found
+
+
 def _find_nvcc() -> str:
+    """nvcc: $NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, PATH, NVIDIA's pip wheels
+    (`_pip_nvccs`), /usr/local/cuda/bin, the first that exists."""
     cands = [os.environ.get("NVCC")]
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
         if home:
             cands.append(os.path.join(home, "bin", "nvcc"))
-    cands.append(shutil.which("nvcc"))
+    cands += [shutil.which("nvcc"), *_pip_nvccs(), "/usr/local/cuda/bin/nvcc"]
     for c in cands:
         if c and os.path.exists(c):
             return c
-    raise EnvBuildError("nvcc not found to build the env for CUDA: install the CUDA toolkit, "
+    raise EnvBuildError("nvcc not found to build the env for CUDA: pip install "
+                        "'jaxwarp[cuda13]' (NVIDIA's nvcc wheel), install the CUDA toolkit, "
                         "put nvcc on PATH or set CUDA_HOME (or NVCC); or use backend='cpu' "
                         "or backend='jax'")
+
+
+def _nvcc_lib_flags(nvcc: str) -> list[str]:
+    """Linker path of a pip wheel's nvcc: its nvcc.profile looks for cudart in
+    lib64/, the wheels put it in lib/ (nvidia/cu13/lib)."""
+    lib = Path(nvcc).resolve().parent.parent / "lib"
+    if (lib / "libcudart_static.a").is_file() and not (lib.parent / "lib64").exists():
+        return ["-L", str(lib)]
+    return []
 
 
 @functools.cache
@@ -129,6 +159,13 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
     import jaxlib
 
     src = generated_source(spec, platform, params, header)
+    extra = shlex.split(os.environ.get("JAXWARP_NVCC_FLAGS", "")) if platform == "cuda" else []
+    if platform == "cpu":
+        extra = _sanitize_flags() + shlex.split(os.environ.get("JAXWARP_CXX_FLAGS", ""))
+    if not cubin and not extra:
+        lib = _prebuilt(spec, header, platform, src)
+        if lib is not None:
+            return lib
     compiler = _find_nvcc() if platform == "cuda" else _find_cxx()
     arch = _gpu_arch() if platform == "cuda" else ""
     h = hashlib.sha256()
@@ -139,9 +176,6 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
     sources |= {API_DIR / f for f in API_HEADERS} | {API_DIR / "compile_flags.txt"}
     sources |= {FFI_DIR / f for f in FFI_SOURCES}
     files = "".join(str(f) + f.read_text() for f in sorted(sources))
-    extra = shlex.split(os.environ.get("JAXWARP_NVCC_FLAGS", "")) if platform == "cuda" else []
-    if platform == "cpu":
-        extra = _sanitize_flags() + shlex.split(os.environ.get("JAXWARP_CXX_FLAGS", ""))
     for part in (src, files, _compiler_id(compiler), jaxlib.__version__,
                  arch, sys.platform, " ".join(extra), " ".join(CXX_FLAGS + NVCC_FLAGS)):
         h.update(part.encode())
@@ -163,7 +197,7 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
                             "JAXWARP_CACHE_DIR to a writable folder") from None
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
     cmd = compile_command(compiler, platform, out_dir, header, tmp, arch=arch, cubin=cubin,
-                          extra=extra)
+                          extra=extra + (_nvcc_lib_flags(compiler) if platform == "cuda" else []))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise EnvBuildError(
@@ -173,6 +207,20 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
             + _readable_errors(proc.stderr + proc.stdout, header, gen))
     _seal(tmp, lib)
     return lib
+
+
+def _prebuilt(spec: EnvSpec, header: Path, platform: str, src: str) -> Path | None:
+    """The library the package carries for exactly these sources
+    (`prebuilt.find`), for a GPU it runs on; None: compile."""
+    from jaxwarp.authoring import prebuilt
+
+    arch = None
+    if platform == "cuda":
+        try:
+            arch = int(_gpu_arch())
+        except (EnvBuildError, ValueError):
+            arch = None
+    return prebuilt.find(spec.name, header, platform, src, arch)
 
 
 def compile_command(compiler: str, platform: str, layout_dir: Path, header: Path, out: Path,

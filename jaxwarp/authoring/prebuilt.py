@@ -1,0 +1,164 @@
+"""Prebuilt env libraries: the built-in envs' FFI libraries shipped in the wheel.
+
+The package build (CMakeLists.txt) compiles every layout in ``ffi/layouts/``
+(the generated layout header of a built-in env at its default params, or at a
+named config whose layout differs: `builtin_layouts`, kept equal to the
+generator by tests/test_prebuilt.py and rewritten by ``python -m
+jaxwarp.authoring.prebuilt``) for XLA:CPU and, where nvcc is found, for CUDA
+(sm_80, sm_90, sm_100 machine code and compute_100 PTX by default;
+``JAXWARP_CUDA_ARCHS`` changes the list). Each library is installed as
+``jaxwarp/prebuilt/<env>-<platform>-<digest>/lib<env>_<platform>.so``, where
+the digest (`digest`) covers every file it was compiled from: the framework's
+headers, the FFI sources, the flags, the env's header and the layout.
+
+`find` returns the library whose digest matches what `build._compile` would
+compile now, so a changed header, layout or flag falls back to compiling (and
+to the user cache); `build._compile` asks it before it looks for a compiler.
+``JAXWARP_PREBUILT=0`` turns the prebuilt libraries off. ``manifest.txt``
+beside them lists each library with its platform and GPU architectures
+(read by ``jaxwarp info``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+from jaxwarp.authoring.codegen import API_DIR, API_HEADERS, FFI_DIR, FFI_SOURCES, LAYOUT_NAME
+
+MANIFEST = "manifest.txt"
+
+
+def digest(layout: str, header: Path) -> str:
+    """16 hex digits over the sources of an env's library: one line
+    ``<file name> <sha256 of its bytes>`` per file (framework headers, flags,
+    FFI sources, the env's header, the layout as env_layout.h), sorted, joined
+    with newlines. CMakeLists.txt computes the same digest."""
+    files = ([API_DIR / h for h in API_HEADERS] + [API_DIR / "compile_flags.txt"]
+             + [FFI_DIR / s for s in FFI_SOURCES] + [Path(header)])
+    lines = [f"{f.name} {hashlib.sha256(f.read_bytes()).hexdigest()}" for f in files]
+    lines.append(f"{LAYOUT_NAME} {hashlib.sha256(layout.encode()).hexdigest()}")
+    return hashlib.sha256(("\n".join(sorted(lines)) + "\n").encode()).hexdigest()[:16]
+
+
+def prebuilt_dirs() -> list[Path]:
+    """Folders that may hold prebuilt libraries: jaxwarp/prebuilt next to the
+    package and, in an editable install (where the compiled files live in
+    site-packages), next to the compiled extension module."""
+    dirs = [Path(__file__).resolve().parent.parent / "prebuilt"]
+    try:
+        spec = importlib.util.find_spec("jaxwarp._jaxwarp_cpu")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        dirs.append(Path(spec.origin).resolve().parent / "prebuilt")
+    return [d for i, d in enumerate(dirs) if d.is_dir() and d not in dirs[:i]]
+
+
+def manifest() -> list[dict[str, str]]:
+    """What the package carries: one dict per prebuilt library or extension
+    module (keys: name, folder, platform, archs; archs is "" for cpu), from
+    every prebuilt folder's manifest.txt."""
+    rows = []
+    for d in prebuilt_dirs():
+        try:
+            text = (d / MANIFEST).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and not line.startswith("#"):
+                rows.append({"name": parts[0], "folder": str(d / parts[1]), "platform": parts[2],
+                             "archs": parts[3] if len(parts) > 3 else ""})
+    return rows
+
+
+def runs_on(archs: str, arch: int) -> bool:
+    """Whether code built for `archs` ("sm_80,sm_90,sm_100,compute_100") runs on
+    compute capability `arch` (e.g. 90): machine code of the same major
+    version and no newer minor, or PTX of no newer version (JIT-compiled)."""
+    for a in archs.split(","):
+        m = re.fullmatch(r"(sm|compute)_(\d+)[af]?", a.strip())
+        if not m:
+            continue
+        v = int(m.group(2))
+        if m.group(1) == "compute" and v <= arch:
+            return True
+        if m.group(1) == "sm" and v // 10 == arch // 10 and v <= arch:
+            return True
+    return False
+
+
+def find(name: str, header: Path, platform: str, layout: str, arch: int | None = None
+         ) -> Path | None:
+    """The prebuilt library of env `name` for `platform` compiled from exactly
+    these sources (its header, the layout text `layout`, the framework's
+    files), or None. For "cuda", `arch` (compute capability, e.g. 90; None:
+    unknown) must be one the library was built for."""
+    if os.environ.get("JAXWARP_PREBUILT", "1").strip() == "0":
+        return None
+    try:
+        d = digest(layout, header)
+    except OSError:
+        return None
+    folder = f"{name}-{platform}-{d}"
+    archs = {Path(r["folder"]).name: r["archs"] for r in manifest()}
+    for base in prebuilt_dirs():
+        lib = base / folder / f"lib{name}_{platform}.so"
+        if not lib.is_file():
+            continue
+        if platform == "cuda" and arch is not None and not runs_on(archs.get(folder, ""), arch):
+            return None
+        return lib
+    return None
+
+
+def builtin_layouts() -> dict[str, str]:
+    """The layouts the package prebuilds: file stem -> layout text, for every
+    built-in env written through the authoring contract, at its default params
+    (stem ``<env>``) and at each named config whose layout differs from those
+    before it (stem ``<env>.<config>``)."""
+    from jaxwarp.authoring.codegen import generated_source
+    from jaxwarp.authoring.env import ContractEnv
+    from jaxwarp.registry import _REGISTRY, make
+
+    out: dict[str, str] = {}
+    for name, (cls, _, configs) in sorted(_REGISTRY.items()):
+        if not (isinstance(cls, type) and issubclass(cls, ContractEnv)):
+            continue
+        if not (Path(make(name, backend="jax").spec.header).parent == API_DIR / "envs"):
+            continue  # a user env registered in this process
+        seen: set[str] = set()
+        for config in [None, *sorted(configs or {})]:
+            env = make(name, backend="jax", config=config)
+            text = generated_source(env.spec, "cpu", env.params)
+            if text not in seen:
+                seen.add(text)
+                out[name if config is None else f"{name}.{config}"] = text
+    return out
+
+
+def write_layouts(folder: Path) -> list[Path]:
+    """Writes `builtin_layouts` as folder/<stem>.h (and removes stale ones)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    layouts = builtin_layouts()
+    for old in folder.glob("*.h"):
+        if old.stem not in layouts:
+            old.unlink()
+    paths = []
+    for stem, text in layouts.items():
+        (folder / f"{stem}.h").write_text(text)
+        paths.append(folder / f"{stem}.h")
+    return paths
+
+
+if __name__ == "__main__":  # python -m jaxwarp.authoring.prebuilt [FOLDER]
+    import sys
+
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else FFI_DIR / "layouts"
+    for p in write_layouts(target):
+        print(p)
