@@ -356,9 +356,12 @@ def _main(argv: list[str] | None) -> int:
     finally:
         warnings.showwarning = default_showwarning
     s = result.summary
+    from jaxwarp.units import rate_text
+
+    rate = rate_text(s["env_steps_per_s"], s.get("agents_per_env"), s.get("device"))
     print(f"{s['updates']}/{s['num_updates']} updates, {s['env_steps_per_seed']:,} env-steps per "
-          f"seed x {s['seeds']} seed(s); {s['env_steps_per_s']:,.0f} env-steps/s "
-          f"(compile {s['compile_s']:.1f} s); final {s['final']}")
+          f"seed x {s['seeds']} seed(s); {rate} (compile {s['compile_s']:.1f} s); "
+          f"final {s['final']}")
     if s["finished"] and args.eval_episodes > 0:
         _after_training(Path(result.out_dir), args.eval_episodes)
     import importlib.util

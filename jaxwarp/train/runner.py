@@ -47,6 +47,7 @@ from jaxwarp.train.config import (ConfigError, TrainConfig, config_from_dict, va
                                   yaml_error)
 from jaxwarp.train.compile import jit
 from jaxwarp.train.trainer import RunnerState, build_trainer
+from jaxwarp.units import device_name, rate_text
 
 CONFIG_FILE = "config.yaml"
 METRICS_JSONL = "metrics.jsonl"
@@ -313,7 +314,7 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
 
     rows: list[dict[str, float]] = []
     bar = _Progress(num_updates, done_updates, trainer.derived.batch_env_steps,
-                    progress and primary)
+                    progress and primary, agents=int(trainer.env.num_agents))
     run_s = 0.0
     stopped_early = False
     failure: NonFiniteError | None = None
@@ -401,6 +402,10 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
         "env_steps_per_seed": done_updates * trainer.derived.batch_env_steps,
         "compile_s": compile_s, "run_s": run_s,
         "env_steps_per_s": steps_done / run_s if run_s > 0 else math.nan,
+        "agents_per_env": int(trainer.env.num_agents),
+        "agent_steps_per_s": (steps_done * int(trainer.env.num_agents) / run_s if run_s > 0
+                              else math.nan),
+        "device": device_name(),
         "devices": [str(d) for d in jax.devices()],
         # Devices the envs are split over (all processes) and processes.
         "data_parallel_devices": 1 if trainer.mesh is None else int(trainer.mesh.size),
@@ -684,8 +689,8 @@ def _final_means(rows: list[dict[str, float]]) -> dict[str, float | None]:
 class _Progress:
     """A rich progress bar updated once per chunk (no-op when disabled)."""
 
-    def __init__(self, total: int, done: int, batch: int, enabled: bool):
-        self.enabled = enabled
+    def __init__(self, total: int, done: int, batch: int, enabled: bool, agents: int = 1):
+        self.enabled, self.agents = enabled, agents
         if not enabled:
             return
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
@@ -702,7 +707,7 @@ class _Progress:
             return
         last = max(r["update"] for r in rows)
         final = [r for r in rows if r["update"] == last]
-        parts = [f"{rate:,.0f} env-steps/s"]
+        parts = [rate_text(rate, self.agents, device_name())]
         for k in sorted(final[0]):
             if k.endswith("episode_return") or k == "tags_per_episode":
                 vals = [r[k] for r in final if not math.isnan(r[k])]
