@@ -17,6 +17,7 @@ struct Params {
   float x_threshold;
   float theta_threshold_radians;
   int32_t max_steps;
+  int32_t hide_velocities;
   float polemass_length;
   float inv_total_mass;
   float four_thirds_length;
