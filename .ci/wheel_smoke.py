@@ -39,7 +39,8 @@ assert set(prebuilt.builtin_layouts()) <= names, names
 out = cache.parent / "run"
 cmd = [sys.executable, "-m", "jaxwarp", "train", "--config", "cartpole_ppo",
        "total_env_steps=40960", "--out", str(out), "--eval-episodes", "0", "--no-progress"]
-proc = subprocess.run(cmd, capture_output=True, text=True)
+# Not from the checkout: `python -m jaxwarp` there would import its sources.
+proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cache.parent)
 print(proc.stdout[-2000:], proc.stderr[-2000:])
 assert proc.returncode == 0, proc.returncode
 assert (out / "summary.json").is_file(), sorted(p.name for p in out.iterdir())
