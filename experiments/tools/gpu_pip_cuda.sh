@@ -6,7 +6,7 @@
 # nvidia-cuda-nvcc, nvidia-nvvm, nvidia-cuda-crt, nvidia-cuda-runtime 13.0.x
 # (the driver there is CUDA 13.0). Together they are ~100 MiB, more than one call
 # carries (nvidia-nvvm alone is 58.7 MiB), so .whl/ holds one tar of them split in
-# two parts (.whl/1, .whl/2) and SHA256SUMS; the parts are staged in /tmp on the
+# two parts (.whl/1, .whl/2), each with SHA256SUMS (of wheels.tar); the parts are staged in /tmp on the
 # warm machine, two calls in a row:
 #   call 1, carry [".whl/1"]: bash experiments/tools/gpu_pip_cuda.sh
 #   call 2, carry [".whl/2"]: bash experiments/tools/gpu_pip_cuda.sh
@@ -38,7 +38,7 @@ fi
 exec > >(tee "$LOG") 2>&1
 cd "$STAGE" || exit 1
 cat parts/wheels.tar.part1 parts/wheels.tar.part2 > wheels.tar
-(cd parts && sha256sum -c SHA256SUMS) || { echo "wheels.tar: checksum mismatch"; exit 1; }
+sha256sum -c parts/SHA256SUMS || { echo "wheels.tar: checksum mismatch"; exit 1; }
 rm -rf wheels && mkdir wheels && tar -xf wheels.tar -C wheels && ls -la wheels
 echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 
