@@ -853,11 +853,63 @@ def section_curves(root: Path) -> tuple[list[str], list[Source]]:
     return lines, srcs
 
 
+
+ISSUE37 = "issue37_h100.json"  # merged: determinism cost (1 H100), scaling (2 H100s)
+DET_COST = Source(ISSUE37, "python experiments/bench_scaling.py --part train --devices 1",
+                  part="determinism_cost_h100.json")
+SCALE_ENV = Source(ISSUE37, "python experiments/bench_scaling.py --part env",
+                   part="scaling_env_h100x2.json")
+SCALE_TRAIN = Source(ISSUE37, "python experiments/bench_scaling.py --part train",
+                     part="scaling_train_h100x2.json")
+_VARIANT = {"one": "1 GPU", "one_local": "1 GPU, per-env sums", "jit": "plain `jit`",
+            "jit_local": "plain `jit`, per-env sums", "sharded_env": "`ShardedEnv`",
+            "shard_map": "hand `shard_map`"}
+
+
+def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
+    parts = _read_json(root, Source(ISSUE37, ""))["files"]
+    sources = [s for s in (DET_COST, SCALE_ENV, SCALE_TRAIN) if s.part in parts]
+    lines = ["## Determinism and several GPUs", ""]
+    if DET_COST.part in parts:
+        rows = []
+        res = _read_json(root, DET_COST)["results"]
+        for r in res:
+            if r["deterministic"]:
+                twin = next(x for x in res if x["config"] == r["config"]
+                            and not x["deterministic"])
+                rows.append([f"`{r['config']}`", f"{r['num_envs']:,}",
+                             kilo_or_mega(r["env_steps_per_s"]),
+                             kilo_or_mega(twin["env_steps_per_s"]),
+                             f"{100 * (1 - r['env_steps_per_s'] / twin['env_steps_per_s']):.1f}%"])
+        lines += ["Training with XLA's deterministic GPU ops (`deterministic: true`, the "
+                  "default) and without, one GPU, alternating in one process (env-steps/s):",
+                  "", *table(["config", "envs", "deterministic", "not", "cost"], rows), ""]
+    if SCALE_ENV.part in parts:
+        rows = [[f"`{r['env']}`", f"{r['envs_per_device']:,}", _VARIANT[r["variant"]],
+                 str(r["devices"]), mega(r["env_steps_per_s"]), f"{r['efficiency']:.2f}"]
+                for r in _read_json(root, SCALE_ENV)["results"]]
+        lines += ["Envs alone, weak scaling (the same envs per GPU); efficiency = rate on D "
+                  "GPUs / (D × one GPU's):", "",
+                  *table(["env", "envs per GPU", "how", "GPUs", "env-steps/s", "efficiency"],
+                         rows), ""]
+    if SCALE_TRAIN.part in parts:
+        rows = [[f"`{r['config']}`", f"{r['envs_per_device']:,}", str(r["devices"]),
+                 "yes" if r["deterministic"] else "no", kilo_or_mega(r["env_steps_per_s"]),
+                 f"{r['efficiency']:.2f}"]
+                for r in _read_json(root, SCALE_TRAIN)["results"]]
+        lines += ["Training, weak scaling in one process (`devices=`, envs split, gradients "
+                  "all-reduced):", "",
+                  *table(["config", "envs per GPU", "GPUs", "deterministic", "env-steps/s",
+                          "efficiency"], rows), ""]
+    return lines + sources_block(root, sources), sources
+
+
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_time_to_policy, section_tag_runs,
                            section_time_to_return,
-                           section_curves, section_sanitizers, section_gpu_tests]
+                           section_curves, section_sanitizers, section_gpu_tests,
+                           section_scaling]
 
 
 def render(root: Path = ROOT) -> tuple[str, list[Path]]:
