@@ -71,7 +71,6 @@ def test_every_env_on_two_gpus_is_bitwise_one_gpu(name):
     with jax.default_device(one):
         _, state = env.reset(key, NUM_ENVS)
         want = jax.jit(_rollout(env))(key, state)
-        assert int(np.asarray(want[1][2]).sum()) > 0 or name.startswith("tag_")  # resets
     mesh = _mesh(2)
     split = NamedSharding(mesh, P("envs"))
     s_state = jax.device_put(state, split)
