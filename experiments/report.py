@@ -854,13 +854,13 @@ def section_curves(root: Path) -> tuple[list[str], list[Source]]:
 
 
 
-ISSUE37 = "issue37_h100.json"  # merged: determinism cost (1 H100), scaling (2 H100s)
+ISSUE37 = "issue37_gpus.json"  # merged: determinism cost (1 H100), scaling (2 H200s)
 DET_COST = Source(ISSUE37, "python experiments/bench_scaling.py --part train --devices 1",
                   part="determinism_cost_h100.json")
 SCALE_ENV = Source(ISSUE37, "python experiments/bench_scaling.py --part env",
-                   part="scaling_env_h100x2.json")
+                   part="scaling_env_h200x2.json")
 SCALE_TRAIN = Source(ISSUE37, "python experiments/bench_scaling.py --part train",
-                     part="scaling_train_h100x2.json")
+                     part="scaling_train_h200x2.json")
 _VARIANT = {"one": "1 GPU", "one_local": "1 GPU, per-env sums", "jit": "plain `jit`",
             "jit_local": "plain `jit`, per-env sums", "sharded_env": "`ShardedEnv`",
             "shard_map": "hand `shard_map`"}
@@ -888,9 +888,13 @@ def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
         rows = [[f"`{r['env']}`", f"{r['envs_per_device']:,}", _VARIANT[r["variant"]],
                  str(r["devices"]), mega(r["env_steps_per_s"]), f"{r['efficiency']:.2f}"]
                 for r in _read_json(root, SCALE_ENV)["results"]]
-        lines += ["Envs alone, weak scaling (the same envs per GPU); efficiency = rate on D "
-                  "GPUs / (D × one GPU's):", "",
-                  *table(["env", "envs per GPU", "how", "GPUs", "env-steps/s", "efficiency"],
+        lines += ["Envs alone, weak scaling (the same envs per GPU), "
+                  "`experiments/bench_scaling.py --part env`: the protocol scan, variants "
+                  "alternating in one process; efficiency = rate on D GPUs / (D × one GPU's, "
+                  "per-env sums against per-env sums). A mean over all envs returned every "
+                  "step (plain `jit`, `ShardedEnv`) is an all-reduce across GPUs every step:",
+                  "",
+                  *table(["env", "envs per GPU", "how", "GPUs", "M env-steps/s", "efficiency"],
                          rows), ""]
     if SCALE_TRAIN.part in parts:
         rows = [[f"`{r['config']}`", f"{r['envs_per_device']:,}", str(r["devices"]),
