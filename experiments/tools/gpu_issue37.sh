@@ -46,7 +46,7 @@ diff = [(a['update'], k) for a, b in zip(*r) for k in keys if a[k] != b[k]]
 print('deterministic=false twice, tag_duel_cpu total_env_steps=400000:', len(r[0]), 'rows,',
       len(diff), 'differing values, first', diff[:3])" ) > "$OUT/nondet_pair.log" 2>&1 &
     wait )
-  tail -4 "$OUT/pytest_multi_gpu${SUF}x2.log" "$OUT/pytest_determinism$SUF.log" "$OUT/nondet_pair.log"
+  tail -n 4 "$OUT/pytest_multi_gpu${SUF}x2.log" "$OUT/pytest_determinism$SUF.log" "$OUT/nondet_pair.log"
   CUDA_VISIBLE_DEVICES=0 python3 experiments/tools/exit_check.py --out "$OUT/exit_check$SUF.json" \
     --only train_cli train_beside_holder train_beside_holder_no_prealloc 2>&1 | tee "$OUT/log"
   timeout 200 python3 experiments/bench_scaling.py --part env --rounds 7 \
