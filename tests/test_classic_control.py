@@ -39,6 +39,7 @@ import numpy as np
 import pytest
 from jax.extend.random import threefry2x32_p
 
+import jaxwarp
 from jaxwarp.envs import acrobot, cartpole, mountain_car, pendulum
 
 gym = pytest.importorskip("gymnasium")
@@ -420,6 +421,19 @@ def test_errors():
     assert pendulum.PendulumParams(num_torque_levels=1024).torques.shape == (1024,)
     with pytest.raises(ValueError, match="min_position"):
         mountain_car.MountainCarParams(min_position=1.0)
+    # Accepted before: a goal the car can never reach (it stays within
+    # max_position), and a push that pulls the wrong way.
+    with pytest.raises(ValueError, match=r"^mountain_car: goal_position=5.0 is invalid; expected "
+                                         r"a float in \(min_position, max_position\] = "
+                                         r"\(-1.2, 0.6\]$"):
+        jaxwarp.make("mountain_car", backend="jax", goal_position=5.0)
+    with pytest.raises(ValueError, match=r"goal_position=-1.2 is invalid"):
+        mountain_car.MountainCarParams(goal_position=-1.2)
+    assert mountain_car.MountainCarParams(goal_position=0.6).goal_position == 0.6
+    for force in (-0.001, 0.0):
+        with pytest.raises(ValueError, match=rf"^mountain_car: force={force} is invalid; "
+                                             r"expected a finite float > 0$"):
+            jaxwarp.make("mountain_car", backend="jax", force=force)
     # Out-of-range actions are clamped.
     lo = cartpole.cartpole_step(p, KEY, state, jnp.full((N, 1, 1), -3, jnp.int32))
     hi = cartpole.cartpole_step(p, KEY, state, jnp.full((N, 1, 1), 9, jnp.int32))

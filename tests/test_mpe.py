@@ -294,9 +294,15 @@ def test_truncation_validation(cls):
     expected = r"truncation='gym'; expected one of \('jaxmarl', 'mpe2'\)"
     with pytest.raises(ValueError, match=expected):
         cls(truncation="gym")
-    with pytest.raises(ValueError, match=r"max_steps=0; expected an int >= 1"):
-        cls(max_steps=0, truncation="mpe2")
-    assert cls(max_steps=0).max_episode_steps == 1  # JaxMARL: one step per episode
+    # max_steps=0 reads as episodes of no steps: refused under either convention
+    # (JaxMARL's counting accepted it, as one-step episodes).
+    for truncation in ("mpe2", "jaxmarl"):
+        with pytest.raises(ValueError, match=r"max_steps=0; expected an int >= 1"):
+            cls(max_steps=0, truncation=truncation)
+    assert cls(max_steps=1).max_episode_steps == 2  # JaxMARL: max_steps + 1 steps
+    name = "mpe_simple_spread" if cls is MPESimpleSpreadParams else "mpe_simple_tag"
+    with pytest.raises(ValueError, match=rf"^{name}: max_steps=0; expected an int >= 1$"):
+        jaxwarp.make(name, backend="jax", max_steps=0)
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])

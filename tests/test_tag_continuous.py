@@ -269,6 +269,11 @@ def test_cuda_backend_without_gpu():
     (dict(grid_length=-1.0), "grid_length=-1.0"),
     (dict(num_taggers=2.5), "num_taggers=2.5 is invalid; expected an int"),
     (dict(fixed_start_seed=-3), "fixed_start_seed=-3"),
+    # Too many agents named both counts (it blamed num_runners=100 for num_taggers=2**31-1).
+    (dict(num_taggers=2**31 - 1), (r"^tag_continuous: num_taggers=2147483647 \+ num_runners="
+                                   r"100 = 2147483747 agents is invalid; expected num_taggers "
+                                   r"\+ num_runners <= 65535$")),
+    (dict(num_taggers=10, num_runners=65526), r"num_taggers=10 \+ num_runners=65526 = 65536"),
 ])
 def test_invalid_params(kw, match):
     with pytest.raises(ValueError, match=match):

@@ -84,11 +84,12 @@ TRUNCATIONS = ("jaxmarl", "mpe2")  # MPE episode-length conventions (module docs
 
 
 def check_episode(env: str, p: Any) -> None:
-    """Checks ``truncation`` and ``max_steps`` (>= 1 episode step either way)."""
+    """Checks ``truncation`` and ``max_steps`` (an int >= 1 under either
+    convention: ``max_steps=0`` would read as episodes of no steps)."""
     if p.truncation not in TRUNCATIONS:
         raise ValueError(f"{env}: truncation={p.truncation!r}; expected one of {TRUNCATIONS} "
                          "(episodes of max_steps + 1 or max_steps steps)")
-    check_int(env, "max_steps", p.max_steps, 0 if p.truncation == "jaxmarl" else 1)
+    check_int(env, "max_steps", p.max_steps, 1)
 
 
 def episode_steps(p: Any) -> int:

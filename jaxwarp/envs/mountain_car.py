@@ -52,7 +52,7 @@ class MountainCarParams(ClassicParams):
     num_actions = 3
 
     def __post_init__(self) -> None:
-        validate(self, "mountain_car", ("max_steps",), ("max_speed",))
+        validate(self, "mountain_car", ("max_steps",), ("max_speed", "force"))
         if not self.min_position < self.max_position:
             raise ValueError(f"mountain_car: min_position={self.min_position!r} must be < "
                              f"max_position={self.max_position!r}")
@@ -62,6 +62,12 @@ class MountainCarParams(ClassicParams):
                           self.min_position <= lo, f"<= {lo} {where}")
         check_holds_reset("mountain_car", "max_position", self.max_position,
                           self.max_position >= hi, f">= {hi} {where}")
+        if not self.min_position < self.goal_position <= self.max_position:
+            # The car never leaves [min_position, max_position]: a goal beyond
+            # max_position is never reached, one at min_position always is.
+            raise ValueError(f"mountain_car: goal_position={self.goal_position!r} is invalid; "
+                             f"expected a float in (min_position, max_position] = "
+                             f"({self.min_position!r}, {self.max_position!r}]")
 
 
 @struct.dataclass

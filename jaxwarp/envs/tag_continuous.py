@@ -112,8 +112,10 @@ class TagContinuousParams:
                  name, "an int")
         need(self.num_taggers >= 1, "num_taggers", "an int >= 1")
         need(self.num_runners >= 1, "num_runners", "an int >= 1")
-        need(self.num_agents <= MAX_AGENTS, "num_runners",
-             f"num_taggers + num_runners <= {MAX_AGENTS}")
+        if self.num_agents > MAX_AGENTS:  # the sum: name both, not the last one checked
+            raise ValueError(f"tag_continuous: num_taggers={self.num_taggers!r} + num_runners="
+                             f"{self.num_runners!r} = {self.num_agents} agents is invalid; "
+                             f"expected num_taggers + num_runners <= {MAX_AGENTS}")
         need(self.episode_length >= 1, "episode_length", "an int >= 1")
         need(1 <= self.num_acceleration_levels <= MAX_LEVELS, "num_acceleration_levels",
              f"an int in [1, {MAX_LEVELS}]")
