@@ -245,6 +245,72 @@ def test_truncated_cached_library_is_rebuilt(cache, tmp_path):
     assert obs.shape == (3, 1, 4)
 
 
+def test_kill_9_during_a_build_leaves_no_temporary_file_for_good(cache, tmp_path, monkeypatch):
+    """A build killed while the compiler wrote the library left its
+    ``lib*.tmp`` in the cache for good; the next build removes it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    hdr = header_copy(tmp_path)
+    fake = tmp_path / "fake-cxx"  # writes part of its output, then hangs until killed
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo fake 1.0; exit 0; }\n'
+                    'while [ $# -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done\n'
+                    'echo partial > "$out"\nexec sleep 120\n')
+    fake.chmod(0o755)
+    script = ("import dataclasses, sys; from pathlib import Path; from jaxwarp.authoring "
+              "import build; from jaxwarp.envs.cartpole import SPEC; hdr = Path(sys.argv[1]); "
+              "build._compile(dataclasses.replace(SPEC, name='cache_killed', header=hdr), "
+              "hdr, 'cpu')")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(hdr)], start_new_session=True,
+                            env={**os.environ, "CXX": str(fake)})
+    try:
+        deadline = time.monotonic() + 120
+        while not list(cache.glob("cache_killed-cpu-*/lib*.tmp")) and proc.poll() is None:
+            assert time.monotonic() < deadline, "the build never started"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the build and its compiler
+        proc.wait()
+    left = list(cache.glob("cache_killed-cpu-*/lib*.tmp"))
+    assert len(left) == 1 and f"-{proc.pid}.tmp" in left[0].name, left
+    monkeypatch.delenv("CXX", raising=False)
+    spec = dataclasses.replace(CARTPOLE, name="cache_killed", header=hdr)
+    lib = build._compile(spec, hdr, "cpu")  # a real build: it removes the dead one's file
+    assert build._intact(lib)
+    assert list(cache.rglob("*.tmp")) == []
+
+
+def test_stale_temporary_files_are_those_of_dead_builds(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(done.stdout)  # a process that has exited
+    folder = tmp_path / "env-cpu-0123456789abcdef"
+    folder.mkdir()
+    other = "ffffffff" if build._HOST != "ffffffff" else "eeeeeeee"
+    names = {
+        "dead": f"libx_cpu.so.{build._HOST}-{dead}.tmp",  # this host, process gone
+        "alive": f"libx_cpu.so.{build._HOST}-{os.getpid()}.tmp",  # this process: kept
+        "other_new": f"libx_cpu.so.{other}-{dead}.tmp",  # another host's, fresh: kept
+        "other_old": f"env_layout.h.{other}-{dead}.tmp",  # another host's, a day old
+        "old_format": f"libx_cpu.{dead}.tmp",  # before host names: by age only
+        "not_ours": "notes.tmp",
+    }
+    for path in names.values():
+        (folder / path).write_text("x")
+    day_ago = os.path.getmtime(folder / names["other_old"]) - build._STALE_TMP_S - 60
+    for key in ("other_old", "old_format"):
+        os.utime(folder / names[key], (day_ago, day_ago))
+    removed = {p.name for p in build._remove_stale_tmp(tmp_path)}
+    assert removed == {names["dead"], names["other_old"], names["old_format"]}
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        names[k] for k in ("alive", "other_new", "not_ours"))
+
+
 def test_included_header_in_a_subfolder_is_part_of_the_cache_key(cache, tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()

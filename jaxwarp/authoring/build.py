@@ -20,8 +20,10 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,54 @@ def cache_dir() -> Path:
         return Path(os.environ["JAXWARP_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "jaxwarp"
+
+
+# Temporary files of a build are named ``<file>.<host>-<pid>.tmp`` (host: a
+# digest of the host name, the cache may be shared between machines) and
+# renamed into place when whole. A build killed before that (kill -9, power
+# loss) leaves its temporary file behind: `_remove_stale_tmp` deletes those of
+# dead processes of this host at the next build, and any older than
+# _STALE_TMP_S (another host's, or a reused pid's).
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_TMP = re.compile(r"\.(?:([0-9a-f]{8})-)?(\d+)\.tmp$")
+_STALE_TMP_S = 24 * 3600
+
+
+def _tmp_name(path: Path) -> Path:
+    """`path`'s temporary name while this process writes it."""
+    return path.with_name(f"{path.name}.{_HOST}-{os.getpid()}.tmp")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):  # another user's process, or unknowable
+        return True
+    return True
+
+
+def _remove_stale_tmp(root: Path, now: float | None = None) -> list[Path]:
+    """Deletes the temporary files of dead builds in the cache folders under
+    `root` (``root/*/*.tmp``): those of this host whose process is gone, and
+    any (another host's, or from before host names were part of the name)
+    older than _STALE_TMP_S. Returns the paths removed; errors are ignored
+    (another process may remove the same file)."""
+    now = time.time() if now is None else now
+    removed = []
+    for f in root.glob("*/*.tmp"):
+        m = _TMP.search(f.name)
+        if m is None:
+            continue
+        try:
+            dead = m.group(1) == _HOST and not _pid_alive(int(m.group(2)))
+            if dead or now - f.stat().st_mtime > _STALE_TMP_S:
+                f.unlink()
+                removed.append(f)
+        except OSError:
+            continue
+    return removed
 
 
 def _flags(compiler: str) -> tuple[str, ...]:
@@ -189,13 +239,14 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
         out_dir.mkdir(parents=True, exist_ok=True)
         # Written whole or not at all: a concurrent build of the same env
         # compiles from this folder too.
-        gen_tmp = gen.with_name(f"{gen.name}.{os.getpid()}.tmp")
+        gen_tmp = _tmp_name(gen)
         gen_tmp.write_text(src)
         os.replace(gen_tmp, gen)
     except OSError as e:
         raise EnvBuildError(f"{spec.name}: cannot write the build cache {out_dir} ({e}); set "
                             "JAXWARP_CACHE_DIR to a writable folder") from None
-    tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+    _remove_stale_tmp(cache_dir())  # left by builds killed before they finished
+    tmp = _tmp_name(lib)
     cmd = compile_command(compiler, platform, out_dir, header, tmp, arch=arch, cubin=cubin,
                           extra=extra + (_nvcc_lib_flags(compiler) if platform == "cuda" else []))
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -278,7 +329,7 @@ def _seal(tmp: Path, lib: Path) -> None:
     first: a library without a matching checksum is never used)."""
     digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
     side = lib.with_name(lib.name + ".sha256")
-    side_tmp = side.with_name(side.name + f".{os.getpid()}.tmp")
+    side_tmp = _tmp_name(side)
     side_tmp.write_text(digest)
     os.replace(side_tmp, side)
     os.replace(tmp, lib)
