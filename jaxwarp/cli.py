@@ -24,8 +24,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from jaxwarp.train.config import (SEED_LIMIT, ConfigError, config_description, default_config_for,
-                                  load_config, shipped_configs)
+from jaxwarp.params_check import quoted
+from jaxwarp.train.config import (MAX_SEEDS, SEED_LIMIT, ConfigError, config_description,
+                                  default_config_for, load_config, parse_override,
+                                  shipped_configs)
 
 
 DESCRIPTION = ("jaxwarp command line: train policies on jaxwarp envs, evaluate and render "
@@ -70,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--env", help="env name (same as env=NAME)")
     t.add_argument("--config", help="YAML file, or a shipped config name "
                    f"({', '.join(shipped_configs())})")
-    t.add_argument("--seeds", type=int, default=1, help="seeds trained together (vmap)")
+    t.add_argument("--seeds", type=int, default=1,
+                   help=f"seeds trained together (vmap): seed, seed+1, ...; at most {MAX_SEEDS}")
     t.add_argument("--devices", type=int, metavar="N",
                    help="local devices to split the envs over (same as devices=N; default: "
                    "every local device)")
@@ -127,8 +130,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+# An error line's length at most: messages quote bounded values, and this keeps
+# any other message (an exception's text) to one readable line.
+MESSAGE_LIMIT = 2000
+
+
 def _fail(command: str, msg: Any) -> int:
-    print(f"jaxwarp {command}: error: {' '.join(str(msg).split())}", file=sys.stderr)
+    text = " ".join(str(msg).split())
+    if len(text) > MESSAGE_LIMIT:
+        text = text[:MESSAGE_LIMIT - 3] + "..."
+    print(f"jaxwarp {command}: error: {text}", file=sys.stderr)
     return 2
 
 
@@ -309,6 +320,7 @@ def _main(argv: list[str] | None) -> int:
 
     from jaxwarp.authoring import EnvBuildError
     from jaxwarp.train.runner import CheckpointWarning, RunError, _checkpoint_steps, train_run
+    from jaxwarp.train.seeds import check_seeds
 
     def one_line_warning(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, CheckpointWarning):
@@ -316,6 +328,9 @@ def _main(argv: list[str] | None) -> int:
         else:
             default_showwarning(message, category, filename, lineno, file, line)
 
+    if args.eval_episodes < 0:
+        return _fail("train", f"--eval-episodes must be >= 0 (0 skips the evaluation); got "
+                     f"{args.eval_episodes}")
     default_showwarning = warnings.showwarning
     warnings.showwarning = one_line_warning
     out = None
@@ -331,6 +346,7 @@ def _main(argv: list[str] | None) -> int:
         else:
             overrides = list(args.overrides)
             if args.env:
+                _check_one_env(args.env, overrides)
                 overrides.insert(0, f"env={args.env}")
             if args.devices is not None:
                 overrides.append(f"devices={args.devices}")
@@ -340,6 +356,10 @@ def _main(argv: list[str] | None) -> int:
                 print(f"{args.env}: starting from the shipped config {source} (--config picks "
                       "another; jaxwarp configs lists them)")
             config = load_config(source, overrides)
+            try:
+                check_seeds(config.seed, args.seeds)
+            except ValueError as e:  # "seeds ..." -> "--seeds ..."
+                raise ConfigError(f"--{e}") from None
             out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
             result = train_run(config, out, seeds=args.seeds, progress=not args.no_progress)
     except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,
@@ -370,6 +390,20 @@ def _main(argv: list[str] | None) -> int:
         print("no TensorBoard log (pip install tensorboardX, or jaxwarp[train])")
     print(f"outputs in {Path(result.out_dir)}")
     return 0
+
+
+def _check_one_env(env: str, overrides: list[str]) -> None:
+    """ConfigError unless every ``env=NAME`` override names `env` (--env)."""
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.strip() == "env":
+            try:
+                named = parse_override(o)["env"]
+            except ConfigError:
+                named = value
+            if named != env:
+                raise ConfigError(f"--env {env} and the override {quoted(o)} name different "
+                                  "envs; give the env once")
 
 
 def _after_training(out: Path, episodes: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import reprlib
 import types
 import typing
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_params", "check_values"]
+__all__ = ["check_params", "check_values", "quoted"]
 
 
 # What the kernels receive (authoring.kernel_param_values): float32 and int32
@@ -31,6 +32,22 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _F32_TINY = float(np.finfo(np.float32).tiny)
 _I32 = (-2**31, 2**31)
 _U32_MAX = 2**32  # fields named "...seed" may hold any uint32 (key words)
+
+
+# What an error message quotes of one value, at most: a value from a config
+# (env_params) can be huge, the message must not be.
+QUOTE_LIMIT = 200
+_REPR = reprlib.Repr()  # (keyword arguments only from Python 3.12)
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 80, 80, 60
+_REPR.maxdict = _REPR.maxlist = _REPR.maxtuple = _REPR.maxset = 8
+
+
+def quoted(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """repr(value) for an error message, bounded in time and length: reprlib
+    abbreviates containers (8 items, 3 levels) and long strings and ints,
+    then the text is cut to `limit` characters with ``...``."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _kind(annotation: Any, default: Any) -> tuple[type | None, bool]:
@@ -97,7 +114,7 @@ def _check_value(where: str, name: str, kind: type, optional: bool, v: Any) -> N
     if what is not None:
         if optional:
             what += " or None"
-        raise ValueError(f"{where}: {name}={v!r} is invalid; expected {what}")
+        raise ValueError(f"{where}: {name}={quoted(v)} is invalid; expected {what}")
 
 
 def check_values(params_type: type, values: Mapping[str, Any], name: str | None = None

@@ -317,7 +317,6 @@ def test_trainer_checks_env_params(override, match):
     ("env_params.foo=1", r"cartpole: unknown parameter\(s\) \['foo'\]"),
     ("num_envs=[", r"override 'num_envs=\[': the value is not valid YAML"),
     ("env_config=large", r"unknown config 'large' for cartpole"),
-    ("env=no_such_env", r"unknown env 'no_such_env'"),
     pytest.param("backend=cuda", r"backend=cuda: backend='cuda' is not available",
                  marks=pytest.mark.skipif(jaxwarp.gpu_available(), reason="a GPU is here")),
     pytest.param("sampler=cuda", r"sampler=cuda: backend='cuda' is not available",
@@ -330,6 +329,14 @@ def test_cli_errors_are_one_line(override, match, tmp_path, capsys):
     assert err.count("\n") == 1 and err.startswith("jaxwarp train: error: "), err
     assert re.search(match, err), err
     assert not out.exists()  # the failed run left no folder behind
+
+
+def test_cli_unknown_env_is_one_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "--out", str(out), "--env", "no_such_env", *TINY[2:])
+    assert code == 2 and err.count("\n") == 1, err
+    assert re.search(r"^jaxwarp train: error: .*unknown env 'no_such_env'", err), err
+    assert not out.exists()
 
 
 def test_cli_yaml_syntax_error_in_config_file(tmp_path, capsys):
@@ -540,3 +547,171 @@ def test_wide_unsigned_actions_checked_when_known_clamped_when_traced(backend):
     for w, g in zip(jax.tree.leaves(step(state, top)), jax.tree.leaves(step(state, wide))):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
     _same_step(env, state, actions, jax.numpy.asarray(actions, jax.numpy.uint32))
+
+
+# ---------------------------------------------------------------------------
+# Faults of the fault-injection trial on CPU (issue 37, item 6): inputs that
+# were accepted silently, blamed wrongly or answered with an unbounded message.
+# ---------------------------------------------------------------------------
+# 9**5 * 9 = 531441 "lol"s from a few hundred bytes: the message quoting `seed`
+# was 3.8 MB on one line (39 MB, or MemoryError after 145 s, one level deeper).
+LAUGHS = """\
+env_params:
+  a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+  b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+  c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+  d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+  e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+seed: [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+"""
+
+
+def _one_line(code: int, err: str, limit: int = 400) -> str:
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("jaxwarp train: error: "), err[:1000]
+    assert len(err) <= limit, f"{len(err)} characters: {err[:300]}..."
+    return err
+
+
+def test_yaml_aliases_are_refused_and_the_message_is_short(tmp_path, capsys):
+    path = tmp_path / "laughs.yaml"
+    path.write_text(LAUGHS)
+    assert len(LAUGHS) < 300
+    err = _one_line(*cli(capsys, "--config", str(path), "--out", str(tmp_path / "run"))[::2])
+    assert err == (f"jaxwarp train: error: config '{path}': invalid YAML (YAML anchor &a at "
+                   "line 2, column 6: anchors and aliases are not allowed in a config; write "
+                   "the value out)\n"), err
+    with pytest.raises(ConfigError, match=r"YAML anchor &a at line 2, column 6: anchors and"):
+        load_config(path)
+    alias_only = tmp_path / "alias.yaml"  # an alias of an undefined anchor: still refused
+    alias_only.write_text("env: cartpole\nseed: *x\n")
+    with pytest.raises(ConfigError, match=r"YAML alias \*x at line 2, column 7: anchors and "
+                                          r"aliases are not allowed"):
+        load_config(alias_only)
+    with pytest.raises(ConfigError, match=r"override 'seed=&a \[1\]': .* \(YAML anchor &a at"):
+        load_config(None, ["env=cartpole", "seed=&a [1]"])
+
+
+@pytest.mark.parametrize("text, key, line", [
+    ("env: cartpole\nnum_envs: 8\nnum_envs: 16\n", "num_envs", 3),
+    ("env: cartpole\npolicies:\n  agent: {lr: 0.1, lr: 0.2}\n", "lr", 3),
+    ("env: cartpole\nenv_params:\n  gravity: 9.8\n  gravity: 1.0\n", "gravity", 4),
+])
+def test_yaml_duplicate_keys_are_refused_naming_the_key(text, key, line, tmp_path, capsys):
+    """YAML kept the last value silently."""
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"invalid YAML \(key {key} at line {line}, column "
+                                          r"\d+: given twice in one mapping; give it once\)"):
+        load_config(path)
+    _one_line(*cli(capsys, "--config", str(path), "--out", str(tmp_path / "run"))[::2])
+
+
+def test_config_messages_quote_a_bounded_part_of_a_value(tmp_path, capsys):
+    big = tmp_path / "big.yaml"
+    big.write_text("env: cartpole\nseed: [" + ", ".join(["123456789"] * 50_000) + "]\n")
+    err = _one_line(*cli(capsys, "--config", str(big), "--out", str(tmp_path / "run"))[::2])
+    assert "seed: expected an integer, got [123456789, 123456789," in err and "...]" in err
+    huge = tmp_path / "huge.yaml"  # bigger than any config: refused before parsing
+    huge.write_text("env: cartpole\n" + "# padding\n" * 120_000)
+    with pytest.raises(ConfigError, match=r"huge.yaml': 1,200,014 bytes; a config file is at "
+                                          r"most 1,048,576 bytes"):
+        load_config(huge)
+    # Keys and env params too.
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["x" * 10_000 + "=1"])
+    assert len(str(e.value)) < 700, len(str(e.value))
+    with pytest.raises(ValueError) as e:
+        jaxwarp.make("cartpole", backend="jax", gravity=list(range(100_000)))
+    assert str(e.value).startswith("cartpole: gravity=[0, 1, 2, 3, 4, 5, 6, 7, ...] is invalid")
+
+
+def test_cli_env_contradictions_are_refused(tmp_path, capsys):
+    """`--env cartpole env=acrobot` announced cartpole and trained acrobot;
+    `--config tag_duel_cpu --env cartpole` answered "unknown config
+    'warpdrive_default' for cartpole; expected one of ()"."""
+    out = tmp_path / "run"
+    err = _one_line(*cli(capsys, "--env", "cartpole", "env=acrobot", "--out", str(out))[::2])
+    assert err == ("jaxwarp train: error: --env cartpole and the override 'env=acrobot' name "
+                   "different envs; give the env once\n"), err
+    err = _one_line(*cli(capsys, "--config", "tag_duel_cpu", "--env", "cartpole", "--out",
+                         str(out))[::2])
+    assert err == ("jaxwarp train: error: env=cartpole contradicts the config tag_duel_cpu, "
+                   "which is written for tag_continuous (its env_config, env_params, policies "
+                   "belong to that env); use a config written for cartpole (jaxwarp configs "
+                   "lists them) or none\n"), err
+    with pytest.raises(ConfigError, match=r"env=cartpole contradicts the config tag_duel_cpu"):
+        load_config("tag_duel_cpu", ["env=cartpole"])
+    assert not out.exists()
+    # Agreeing names, and a file with nothing of its env's own, are fine.
+    assert load_config("tag_duel_cpu", ["env=tag_continuous"]).env == "tag_continuous"
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("env: cartpole\nnum_envs: 8\n")
+    assert load_config(plain, ["env=acrobot"]).env == "acrobot"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--eval-episodes", "-1"], "--eval-episodes must be >= 0 (0 skips the evaluation); got -1"),
+    (["--seeds", "0"], ("--seeds must be in [1, 10000] (seeds trained together in one "
+                        "program); got 0")),
+    (["--seeds", "1000000"], ("--seeds must be in [1, 10000] (seeds trained together in one "
+                              "program); got 1000000")),
+    (["--seeds", "10", "seed=2147483640"], ("--seeds=10 with seed=2147483640 runs past the "
+                                            "last seed 2**31 - 1; expected seed + seeds <= "
+                                            "2**31")),
+])
+def test_cli_refuses_bad_counts_in_one_line(argv, message, tmp_path, capsys):
+    """--eval-episodes -1 was accepted; --seeds 1000000 looked hung (one key
+    per seed built in a Python loop: 58 s for 10,000 seeds)."""
+    out = tmp_path / "run"
+    err = _one_line(*cli(capsys, *TINY, "--out", str(out), *argv)[::2])
+    assert err == f"jaxwarp train: error: {message}\n", err
+    assert not out.exists()
+
+
+def test_seed_keys_are_the_loop_keys_built_at_once():
+    import time
+
+    from jaxwarp.train.config import MAX_SEEDS
+    from jaxwarp.train.seeds import seed_keys
+
+    for seed, seeds in ((0, 1), (7, 5), (2**31 - 3, 3)):
+        loop = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
+        got = seed_keys(seed, seeds)
+        assert got.dtype == loop.dtype and got.shape == loop.shape
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(loop))
+    t = time.perf_counter()
+    keys = seed_keys(0, MAX_SEEDS)
+    assert keys.shape[0] == MAX_SEEDS and time.perf_counter() - t < 5.0
+    np.testing.assert_array_equal(np.asarray(keys[-1]), np.asarray(jax.random.PRNGKey(9999)))
+    for seed, seeds in ((0, 0), (0, MAX_SEEDS + 1), (2**31 - 1, 2)):
+        with pytest.raises(ValueError, match=r"^seeds"):
+            seed_keys(seed, seeds)
+    with pytest.raises(ValueError, match=r"seeds must be in \[1, 10000\]"):
+        train_run(tiny_config(), "unused", seeds=10**6, progress=False)
+
+
+def test_reset_refuses_num_envs_beyond_memory_before_allocating(monkeypatch):
+    """reset(key, 10**9) on cartpole filled 22.7 GB of RAM before failing."""
+    from jaxwarp import memory
+
+    key = jax.random.key(0)
+    for backend in ("jax", "cpu"):
+        env = jaxwarp.make("cartpole", backend=backend)
+        assert env.bytes_per_env == 6 * 4 + 4 * 4  # six f32/i32 state fields, four obs
+        # More than any machine's memory, unpatched.
+        with pytest.raises(ValueError, match=r"^num_envs=1099511627776 needs 43980.5 GB "
+                                             r"for the state and observations alone \(40 "
+                                             r"bytes per env\), more than the host's memory"):
+            env.reset(key, 2**40)
+    # The trial's case on a host of 23 GB: refused at once, nothing allocated.
+    monkeypatch.setattr(memory, "memory_limit", lambda platform: 23 * 10**9)
+    env = jaxwarp.make("cartpole", backend="jax")
+    with pytest.raises(ValueError, match=r"num_envs=1000000000 needs 40.0 GB .* more than the "
+                                         r"host's memory \(23.0 GB\); use fewer"):
+        env.reset(key, 10**9)
+    obs, _ = env.reset(key, 4)  # sizes that fit are untouched
+    assert obs.shape == (4, 1, 4)
+    tag = jaxwarp.make("tag_continuous", backend="jax")
+    obs, state = tag.reset(key, 2)
+    assert tag.bytes_per_env * 2 == obs.nbytes + sum(x.nbytes for x in jax.tree.leaves(state))

@@ -26,6 +26,7 @@ from jaxwarp.authoring.spec import (_DTYPES, EnvBuildError, EnvSpec, _static_par
                                     check_params_id, kernel_param_values, pack_params,
                                     params_id, per_env_words, tag_state)
 from jaxwarp.core import key_data_of, resolve_backend
+from jaxwarp.memory import check_fits
 from jaxwarp.spaces import Box, MultiDiscrete
 
 
@@ -153,16 +154,33 @@ class ContractEnv:
             words *= min(num_envs, os.cpu_count() or 1)
         return jax.ShapeDtypeStruct((max(words, 1),), jnp.int32)
 
+    @property
+    def bytes_per_env(self) -> int:
+        """Bytes of one env's state fields and observations (what `reset`
+        returns per env; scratch and temporaries not counted)."""
+        n = self.num_agents
+        state = sum((n if f.scope == "agent" else 1) * jnp.dtype(_DTYPES[f.dtype][1]).itemsize
+                    for f in self.spec.fields)
+        return int(state + n * self.obs_dim * jnp.dtype(self.obs_dtype).itemsize)
+
     def reset(self, key: jax.Array, num_envs: int, *, env_offset: Any = 0):
         """obs f32[num_envs, agents, obs_dim], state with [num_envs, ...] fields.
 
         env_offset: global index of the first env (sharded calls): env e draws
         the random numbers of env env_offset + e.
+
+        A num_envs whose state and observations alone (`bytes_per_env` each)
+        exceed the memory that could hold them (`jaxwarp.memory.check_fits`:
+        the host's RAM, or the GPUs' together) is refused with a ValueError
+        naming num_envs before anything is allocated.
         """
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
         num_envs = int(num_envs)
+        platform = {"cuda": "gpu", "cpu": "cpu"}.get(self.backend) or jax.default_backend()
+        check_fits("num_envs", num_envs, self.bytes_per_env, platform,
+                   "the state and observations")
         keys = self._keys(key, env_offset)
         if self.backend == "jax":
             _require_zero_offset(env_offset)

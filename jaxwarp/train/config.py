@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from jaxwarp.params_check import QUOTE_LIMIT, quoted
+
 ALGORITHMS = ("ppo", "a2c")
 ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
 DTYPES = ("float32", "bfloat16")
@@ -31,6 +33,13 @@ class ConfigError(ValueError):
 # x64 off jax.random.key keeps 32 bits, so larger seeds would replay smaller
 # ones; int32's range keeps them exact everywhere they are stored.
 SEED_LIMIT = 2**31
+
+# Seeds trained together at most (the CLI's --seeds; jaxwarp.train.seeds).
+# Every seed holds its own envs, trajectories, parameters and optimiser state
+# on the device and logs a metrics row per update, so beyond a few thousand a
+# run is better split; the bound also keeps a mistyped --seeds 1000000 from
+# looking hung.
+MAX_SEEDS = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,13 +170,13 @@ def _coerce(where: str, value: Any, default: Any, allow_none: bool) -> Any:
     kind = type(default)
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+            raise ConfigError(f"{where}: expected true or false, got {quoted(value)}")
         return value
     if isinstance(default, int) and not isinstance(default, bool):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {quoted(value)}")
         return value
     if isinstance(default, float):
         if isinstance(value, str):  # YAML 1.1 reads "1e-4" (no dot) as a string
@@ -176,44 +185,45 @@ def _coerce(where: str, value: Any, default: Any, allow_none: bool) -> Any:
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {quoted(value)}")
         if not math.isfinite(value):  # .inf / .nan would train on NaN losses
-            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{where}: expected a finite number, got {quoted(value)}")
         return float(value)
     if isinstance(default, str) or (default is None and allow_none):
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {quoted(value)}")
         return value
     if kind is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {quoted(value)}")
         return tuple(value)
     return value
 
 
 def _policy_from_dict(name: str, d: Any) -> PolicyConfig:
+    name = _shown_key(name)  # for the messages
     if d is None:
         d = {}
     if not isinstance(d, Mapping):
-        raise ConfigError(f"policies.{name}: expected a mapping, got {d!r}")
+        raise ConfigError(f"policies.{name}: expected a mapping, got {quoted(d)}")
     fields = _field_types(PolicyConfig)
     kwargs = {}
     for k, v in d.items():
         if k not in fields:
-            raise ConfigError(f"policies.{name}.{k}: unknown key; expected one of "
+            raise ConfigError(f"policies.{name}.{_shown_key(k)}: unknown key; expected one of "
                               f"{sorted(fields)}")
         kwargs[k] = _coerce(f"policies.{name}.{k}", v, fields[k].default, allow_none=False)
     p = PolicyConfig(**kwargs)
     if not p.hidden_sizes or any(not isinstance(h, int) or isinstance(h, bool) or h < 1
                                  for h in p.hidden_sizes):
         raise ConfigError(f"policies.{name}.hidden_sizes: expected a non-empty list of "
-                          f"positive integers, got {list(p.hidden_sizes)}")
+                          f"positive integers, got {quoted(list(p.hidden_sizes))}")
     if p.activation not in ACTIVATIONS:
-        raise ConfigError(f"policies.{name}.activation: {p.activation!r} is unknown; "
+        raise ConfigError(f"policies.{name}.activation: {quoted(p.activation)} is unknown; "
                           f"expected one of {ACTIVATIONS}")
     if p.dtype not in DTYPES:
-        raise ConfigError(f"policies.{name}.dtype: {p.dtype!r} is unknown; expected one of "
-                          f"{DTYPES}")
+        raise ConfigError(f"policies.{name}.dtype: {quoted(p.dtype)} is unknown; expected one "
+                          f"of {DTYPES}")
     if not p.lr >= 0:
         raise ConfigError(f"policies.{name}.lr: expected a number >= 0, got {p.lr}")
     if isinstance(p.rnn_size, bool) or not isinstance(p.rnn_size, int) or p.rnn_size < 1:
@@ -236,12 +246,13 @@ def config_from_dict(d: Mapping[str, Any], base: TrainConfig | None = None) -> T
     kwargs: dict[str, Any] = {}
     for k, v in d.items():
         if k not in fields:
-            raise ConfigError(f"{k}: unknown config key; expected one of {sorted(fields)}")
+            raise ConfigError(f"{_shown_key(k)}: unknown config key; expected one of "
+                              f"{sorted(fields)}")
         if k == "env_params":
             if v is None:
                 v = {}
             if not isinstance(v, Mapping):
-                raise ConfigError(f"env_params: expected a mapping, got {v!r}")
+                raise ConfigError(f"env_params: expected a mapping, got {quoted(v)}")
             merged = dict(base.env_params)
             merged.update(v)
             kwargs[k] = tuple(sorted(merged.items()))
@@ -250,13 +261,14 @@ def config_from_dict(d: Mapping[str, Any], base: TrainConfig | None = None) -> T
                 v = {}
             if not isinstance(v, Mapping):
                 raise ConfigError(f"policies: expected a mapping of group name -> settings, "
-                                  f"got {v!r}")
+                                  f"got {quoted(v)}")
             merged = dict(base.policies)
             for name, pd in v.items():
                 if pd is None:
                     pd = {}
                 if not isinstance(pd, Mapping):
-                    raise ConfigError(f"policies.{name}: expected a mapping, got {pd!r}")
+                    raise ConfigError(f"policies.{_shown_key(name)}: expected a mapping, got "
+                                      f"{quoted(pd)}")
                 settings = dataclasses.asdict(merged.get(str(name), PolicyConfig()))
                 settings.update(pd)
                 merged[str(name)] = _policy_from_dict(name, settings)
@@ -275,7 +287,7 @@ def validate(c: TrainConfig) -> None:
     """Range checks that do not need the env."""
     def need(ok: bool, key: str, what: str) -> None:
         if not ok:
-            raise ConfigError(f"{key}={getattr(c, key)!r} is invalid; expected {what}")
+            raise ConfigError(f"{key}={quoted(getattr(c, key))} is invalid; expected {what}")
 
     need(c.algorithm in ALGORITHMS, "algorithm", f"one of {ALGORITHMS}")
     need(c.backend in ("auto", "cuda", "cpu", "jax"), "backend", "auto, cuda, cpu or jax")
@@ -305,6 +317,60 @@ def validate(c: TrainConfig) -> None:
          "an integer >= 1, or null for every local device")
 
 
+# A config file's size at most: configs are a few KB; a bigger file is a mistake.
+CONFIG_FILE_LIMIT = 1 << 20
+
+
+def _shown_key(key: Any) -> str:
+    """A config key as messages print it (a str as it is, up to QUOTE_LIMIT
+    characters; otherwise `quoted`)."""
+    return str(key) if isinstance(key, str) and len(key) <= QUOTE_LIMIT else quoted(key)
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses anchors and aliases (a few hundred bytes of
+    nested aliases expand to gigabytes: "billion laughs") and keys given twice
+    in one mapping (YAML would keep the last one silently)."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _refused(f"YAML alias *{event.anchor[:40]}", event.start_mark,
+                           "anchors and aliases are not allowed in a config; write the value out")
+        if getattr(event, "anchor", None) is not None:
+            raise _refused(f"YAML anchor &{event.anchor[:40]}", event.start_mark,
+                           "anchors and aliases are not allowed in a config; write the value out")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    twice = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: left to the constructor's error
+                    continue
+                if twice:
+                    raise _refused(f"key {_shown_key(key)}", key_node.start_mark,
+                                   "given twice in one mapping; give it once")
+        return super().construct_mapping(node, deep)
+
+
+def _refused(what: str, mark: Any, why: str) -> yaml.YAMLError:
+    """A YAMLError whose problem reads "<what> at line L, column C: <why>"."""
+    e = yaml.YAMLError(f"{what}: {why}")
+    e.problem = f"{what} at line {mark.line + 1}, column {mark.column + 1}: {why}"
+    return e
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load` for configs: no anchors or aliases, no key twice in a
+    mapping (yaml.YAMLError naming the problem and line, see `yaml_error`)."""
+    return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader subclass: no Python objects
+
+
 def yaml_error(e: yaml.YAMLError) -> str:
     """One line for a YAML error: the problem and where (line and column, 1-based)."""
     problem = getattr(e, "problem", None) or " ".join(str(e).split())
@@ -317,14 +383,14 @@ def yaml_error(e: yaml.YAMLError) -> str:
 def parse_override(text: str) -> dict[str, Any]:
     """``"a.b=value"`` -> ``{"a": {"b": value}}`` with the value parsed as YAML."""
     if "=" not in text:
-        raise ConfigError(f"override {text!r}: expected key=value (e.g. num_envs=64)")
+        raise ConfigError(f"override {quoted(text)}: expected key=value (e.g. num_envs=64)")
     key, raw = text.split("=", 1)
     if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override {text!r}: empty key")
+        raise ConfigError(f"override {quoted(text)}: empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as e:
-        raise ConfigError(f"override {text!r}: the value is not valid YAML ({yaml_error(e)})"
+        raise ConfigError(f"override {quoted(text)}: the value is not valid YAML ({yaml_error(e)})"
                           ) from None
     out: dict[str, Any] = {}
     node = out
@@ -360,7 +426,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"config {str(path)!r}: no such file and not a shipped config "
                               f"(shipped: {shipped})")
         try:
-            loaded = yaml.safe_load(p.read_text())
+            size = p.stat().st_size
+            if size > CONFIG_FILE_LIMIT:
+                raise ConfigError(f"config {str(p)!r}: {size:,} bytes; a config file is at most "
+                                  f"{CONFIG_FILE_LIMIT:,} bytes")
+            loaded = load_yaml(p.read_text())
         except yaml.YAMLError as e:
             raise ConfigError(f"config {str(p)!r}: invalid YAML ({yaml_error(e)})") from None
         except (OSError, UnicodeDecodeError) as e:
@@ -371,8 +441,29 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"config {str(p)!r}: expected a YAML mapping at the top level")
         d = dict(loaded)
     for o in overrides:
-        d = merge(d, parse_override(o))
+        o_dict = parse_override(o)
+        _check_env_change(path, d, o_dict)
+        d = merge(d, o_dict)
     return config_from_dict(d)
+
+
+# Keys whose values belong to one env: a config that sets them is written for its env.
+ENV_SPECIFIC_KEYS = ("env_config", "env_params", "env_module", "policies")
+
+
+def _check_env_change(path: Any, d: Mapping[str, Any], override: Mapping[str, Any]) -> None:
+    """ConfigError when an override sets ``env`` to another env than the config
+    file's while the file holds settings of its own env (its named env
+    configuration, env params, policy groups), which would go to the new env."""
+    if path is None or "env" not in override or "env" not in d or override["env"] == d["env"]:
+        return
+    own = [k for k in ENV_SPECIFIC_KEYS if d.get(k) not in (None, {}, [])]
+    if own:
+        env, own_env = _shown_key(override["env"]), _shown_key(d["env"])
+        raise ConfigError(
+            f"env={env} contradicts the config {_shown_key(str(path))}, which is written for "
+            f"{own_env} (its {', '.join(own)} belong to that env); use a config written for "
+            f"{env} (jaxwarp configs lists them) or none")
 
 
 def shipped_configs() -> list[str]:

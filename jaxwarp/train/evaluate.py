@@ -40,6 +40,7 @@ import numpy as np
 
 from jaxwarp.core import episode_length
 from jaxwarp.sampler import sample_actions
+from jaxwarp.train.seeds import seed_keys
 
 
 class EpisodesUnfinished(ValueError):
@@ -71,7 +72,7 @@ def _restore(run_dir: str | Path):
     # One device: evaluation plays a few hundred envs; the checkpoint's global
     # arrays restore onto any device count.
     trainer = build_trainer(dataclasses.replace(config, devices=1))
-    keys = jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(seeds)])
+    keys = seed_keys(config.seed, seeds)
     abstract = jax.eval_shape(jax.vmap(trainer.init), keys)
     restored = _restore_intact(out, abstract) if (out / "checkpoints").exists() else None
     if restored is None:

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import yaml
 
@@ -46,6 +45,7 @@ from jaxwarp.train import distributed
 from jaxwarp.train.config import (ConfigError, TrainConfig, config_from_dict, validate,
                                   yaml_error)
 from jaxwarp.train.compile import jit
+from jaxwarp.train.seeds import seed_keys
 from jaxwarp.train.trainer import RunnerState, build_trainer
 from jaxwarp.units import device_name, rate_text
 
@@ -265,8 +265,8 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
                            "this one stops too")
         num_updates = trainer.derived.num_updates
         chunk = min(config.chunk_updates, num_updates)
-        seed_ids = [config.seed + i for i in range(seeds)]
-        keys = jnp.stack([jax.random.PRNGKey(s) for s in seed_ids])
+        seed_ids = list(range(config.seed, config.seed + seeds))
+        keys = seed_keys(config.seed, seeds)
         if trainer.mesh is not None:
             keys = np.asarray(keys)  # host data: the same on every process, replicated by jit
 
