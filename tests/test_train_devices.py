@@ -147,6 +147,17 @@ def _worker_curves() -> dict:
         "env_devices": sorted({len(x.sharding.device_set) for x in
                                jax.tree.leaves((out.env_state, out.obs))}),
     }
+    # A recurrent model (gru) over devices: its carry is split along the envs and
+    # the curve is the one-device curve (PPO's global shuffle, A2C).
+    gru = ["policies.agent.model=gru", "policies.agent.rnn_size=8"]
+    report["gru"] = {}
+    for algo in ("ppo", "a2c"):
+        for d in (1, 2):
+            rs_g, m_g = jax.jit(make_train(_config(*gru, f"algorithm={algo}",
+                                                   f"devices={d}")))(jax.random.PRNGKey(0))
+            report["gru"][f"{algo}{d}"] = _np(m_g)
+            if d == 2:
+                report["gru"][f"{algo}_carry_spec"] = str(rs_g.carry["agent"].sharding.spec)
     return report
 
 
@@ -242,6 +253,14 @@ def test_devices_give_the_one_device_learning_curve(report):
         _close(curves[d], one, f"devices={d} vs devices=1")
     # Not trivially equal: the learning moves the loss.
     assert len(set(one["agent/loss"])) == 4
+
+
+def test_recurrent_model_over_devices(report):
+    g = report["gru"]
+    for algo in ("ppo", "a2c"):
+        _close(g[f"{algo}2"], g[f"{algo}1"], f"gru {algo} devices=2 vs devices=1")
+        assert g[f"{algo}_carry_spec"] == "P('envs',)"
+    assert len(set(g["ppo1"]["agent/loss"])) == 4
 
 
 def test_a2c_gradient_chunks_over_devices(report):
