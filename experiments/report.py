@@ -755,6 +755,30 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
     return lines, [TIME_TO_RETURN]
 
 
+MEMORY = Source("memory_cartpole_h100.json",
+                "python experiments/bench_memory.py --seeds 8 --steps 500000")
+
+
+def section_memory(root: Path) -> tuple[list[str], list[Source]]:
+    data = _read_json(root, MEMORY)
+    rows = [[f"`{r['case'].split('_')[0]}` ({' '.join(code(o) for o in r['overrides'])})",
+             "hidden" if r["hide_velocities"] else "observed", f"{r['env_steps']:,}",
+             str(r["seeds"]), pm(r["final_return_mean"], r["final_return_ci95"])]
+            for r in data["rows"]]
+    lines = [
+        "## Is memory learned? A recurrent policy on a partially observed CartPole",
+        "",
+        "`experiments/bench_memory.py`: the shipped `cartpole_ppo` settings with the velocities "
+        "hidden (`env_params.hide_velocities=true`) for a feed-forward and a recurrent model, "
+        "and the feed-forward model on the full observation as the ceiling; return = mean "
+        "over the last 10% of updates per seed, then mean ± 95% t interval over seeds:",
+        "",
+        *table(["model", "velocities", "env-steps", "seeds", "return"], rows),
+        *sources_block(root, [MEMORY]),
+    ]
+    return lines, [MEMORY]
+
+
 SANITIZE = [Source("sanitize_kernels_h100.json", "bash experiments/tools/gpu_tests.sh sanitize")]
 
 
@@ -911,7 +935,7 @@ def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_time_to_policy, section_tag_runs,
-                           section_time_to_return,
+                           section_time_to_return, section_memory,
                            section_curves, section_sanitizers, section_gpu_tests,
                            section_scaling]
 
