@@ -319,7 +319,8 @@ def _main(argv: list[str] | None) -> int:
         return _eval(args)
 
     from jaxwarp.authoring import EnvBuildError
-    from jaxwarp.train.runner import CheckpointWarning, RunError, _checkpoint_steps, train_run
+    from jaxwarp.train.checkpoint import checkpoint_steps
+    from jaxwarp.train.runner import CheckpointWarning, RunError, train_run
     from jaxwarp.train.seeds import check_seeds
 
     def one_line_warning(message, category, filename, lineno, file=None, line=None):
@@ -367,7 +368,7 @@ def _main(argv: list[str] | None) -> int:
         return _fail("train", e)
     except KeyboardInterrupt:
         # One line, not a traceback: where the run stands and how to go on.
-        steps = _checkpoint_steps(Path(out)) if out else []
+        steps = checkpoint_steps(Path(out)) if out else []
         where = (f"last checkpoint: update {steps[0]} in {Path(out) / 'checkpoints'}; continue "
                  f"with: jaxwarp train --resume {out}") if steps else \
             "no checkpoint was written yet"
@@ -415,7 +416,7 @@ def _after_training(out: Path, episodes: int) -> None:
     from jaxwarp.render import write_gif
     from jaxwarp.train.evaluate import evaluate_run, load_run, render_run, seed_lines
     from jaxwarp.train.evaluate import summary_line
-    from jaxwarp.train.runner import plot_run
+    from jaxwarp.train.plot import plot_run
 
     try:
         result = evaluate_run(out, episodes=max(episodes, 2))

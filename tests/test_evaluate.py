@@ -156,28 +156,37 @@ def test_duel_cpu_main_job_both_groups_beat_random(tmp_path):
 
 
 def test_metric_columns_have_one_order_for_every_env(run_dir):
-    from jaxwarp.train.runner import _rows
+    from jaxwarp.train.metrics import metric_rows
 
     head = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert head[:5] == ["update", "seed", "env_steps", "env_steps_per_s", "wall_s"]
     for names in (["tagger/loss", "env_steps", "a"], ["env_steps", "agent/loss"]):
         metrics = {k: np.ones((1, 2)) for k in names}
-        row = _rows(metrics, 0, [0], 1.0, 0.0, 1.0)[0]
+        row = metric_rows(metrics, 0, [0], 1.0, 0.0, 1.0)[0]
         assert list(row)[:5] == head[:5]
         assert list(row)[5:] == sorted(k for k in names if k != "env_steps")
 
 
-def test_learning_curve_draws_the_random_levels_of_eval_json(run_dir):
-    from jaxwarp.train.runner import _random_levels, plot_run
+def test_learning_curve_draws_the_levels_of_eval_json(run_dir):
+    from jaxwarp.train.plot import _eval_json, _reference_lines, plot_run
 
     assert cli.main(["eval", "--run", str(run_dir), "--episodes", "4"]) == 0
-    ev = json.loads((run_dir / "eval.json").read_text())["matchups"]["random"]
-    levels = _random_levels(run_dir)
-    assert levels["tagger/episode_return"] == ev["tagger/return"]["mean"]
-    assert levels["runner/episode_return"] == ev["runner/return"]["mean"]
-    assert levels["tags_per_episode"] == ev["tags_per_episode"]["mean"]
+    ev = json.loads((run_dir / "eval.json").read_text())["matchups"]
+    assert _eval_json(run_dir)["matchups"] == ev
+    groups, trained = ["tagger", "runner"], {"tagger": True, "runner": True}
+    lines = _reference_lines(_eval_json(run_dir), "tagger/episode_return", groups, trained)
+    assert lines == [(ev["runner trained"]["tagger/return"]["mean"],
+                      "random taggers vs trained runners")]
+    # Tag declares tags_per_episode (its episode_metrics): a curve of its own.
+    assert json.loads((run_dir / "summary.json").read_text())["final"].keys() >= {
+        "tagger/episode_return", "runner/episode_return", "tags_per_episode"}
+    lines = _reference_lines(_eval_json(run_dir), "tags_per_episode", groups, trained)
+    assert sorted(lines) == sorted([(ev["runner trained"]["tags_per_episode"]["mean"],
+                                     "random taggers vs trained runners"),
+                                    (ev["tagger trained"]["tags_per_episode"]["mean"],
+                                     "random runners vs trained taggers")])
     assert plot_run(run_dir).is_file()
-    assert _random_levels(run_dir / "nowhere") == {}
+    assert _eval_json(run_dir / "nowhere") is None
 
 
 def test_resumed_run_says_where_it_continues(tmp_path, capsys):
@@ -311,7 +320,8 @@ def seed_lines_of(result):
 # ---------------------------------------------------------------------------
 def _fake_run(out, curves, seeds, eval_json=None, config=None):
     """A run folder with metrics.jsonl (3 updates, `curves` per seed:
-    name -> f(update, seed)), and optionally eval.json and config.yaml."""
+    name -> f(update, seed)), summary.json (its "final" names the curves, as
+    a run's does), and optionally eval.json and config.yaml."""
     import yaml
 
     out.mkdir(parents=True)
@@ -322,6 +332,7 @@ def _fake_run(out, curves, seeds, eval_json=None, config=None):
             row.update({k: f(u, s) for k, f in curves.items()})
             rows.append(row)
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "summary.json").write_text(json.dumps({"final": {k: None for k in curves}}))
     if eval_json is not None:
         (out / "eval.json").write_text(json.dumps(eval_json))
     if config is not None:
@@ -337,7 +348,7 @@ def _figure_of(out, monkeypatch):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from jaxwarp.train.runner import plot_run
+    from jaxwarp.train.plot import plot_run
 
     drawn = []
     monkeypatch.setattr(plt, "close", lambda fig=None: drawn.append(fig))
@@ -440,20 +451,20 @@ def test_plot_of_a_single_group_and_of_a_frozen_opponent(tmp_path, monkeypatch):
 
 
 def test_plot_ignores_an_eval_json_with_unfinished_episodes(tmp_path, monkeypatch):
-    from jaxwarp.train.runner import _random_levels
+    from jaxwarp.train.plot import _eval_json
 
     stale = json.loads(json.dumps(TAG_EVAL))
     stale["matchups"]["random"]["finished"] = _fig(0.0)  # written before the eval fix
     out = _fake_run(tmp_path / "stale", {"tagger/episode_return": lambda u, s: float(u),
                                          "runner/episode_return": lambda u, s: -float(u)},
                     seeds=1, eval_json=stale)
-    assert _random_levels(out) == {}
+    assert _eval_json(out) is None
     for ax in _figure_of(out, monkeypatch).axes[:2]:
         assert _legend(ax) == ["seed 0"] and "eval" not in ax.get_title()
 
 
 def test_seed_band_is_the_t_interval_over_the_seeds_that_have_a_value():
-    from jaxwarp.train.runner import _seed_band
+    from jaxwarp.train.plot import _seed_band
 
     vals = np.array([[1.0, 3.0], [np.nan, 2.0], [np.nan, np.nan], [2.0, 2.0]])
     mean, lo, hi = _seed_band(vals)

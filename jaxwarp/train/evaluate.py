@@ -62,19 +62,19 @@ class LoadedRun:
 
 def _restore(run_dir: str | Path):
     """(config, seeds, trainer, update, runner state with a leading seed axis)."""
-    from jaxwarp.train.runner import _read_saved_config, _restore_intact
+    from jaxwarp.train.checkpoint import read_saved_config, restore_intact
     from jaxwarp.train.trainer import build_trainer
 
     out = Path(run_dir)
     if not (out / "config.yaml").exists():
         raise FileNotFoundError(f"--run {out}: no config.yaml there (not a jaxwarp run)")
-    config, seeds = _read_saved_config(out)
+    config, seeds = read_saved_config(out)
     # One device: evaluation plays a few hundred envs; the checkpoint's global
     # arrays restore onto any device count.
     trainer = build_trainer(dataclasses.replace(config, devices=1))
     keys = seed_keys(config.seed, seeds)
     abstract = jax.eval_shape(jax.vmap(trainer.init), keys)
-    restored = _restore_intact(out, abstract) if (out / "checkpoints").exists() else None
+    restored = restore_intact(out, abstract) if (out / "checkpoints").exists() else None
     if restored is None:
         raise FileNotFoundError(f"--run {out}: no checkpoint to evaluate (the run saves one "
                                 f"every {config.checkpoint_every} updates and at the end)")

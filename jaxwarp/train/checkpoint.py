@@ -1,0 +1,203 @@
+"""A run folder's saved state: config.yaml and the Orbax checkpoints.
+
+``out/config.yaml`` holds ``{"config": TrainConfig.to_dict(), "seeds": S}``,
+written once training starts; ``out/checkpoints/<update>/`` the runner state
+(leading ``[seeds]`` axis) after that many updates, as Orbax global arrays,
+so a run restores onto any device count (docs/sharding.md). `runner`
+writes both; `runner` (``--resume``) and `evaluate` read them back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sys
+import time
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import yaml
+
+from jaxwarp.train.config import ConfigError, TrainConfig, config_from_dict, yaml_error
+from jaxwarp.train.errors import CheckpointError, CheckpointWarning
+
+CONFIG_FILE = "config.yaml"
+CHECKPOINTS = "checkpoints"
+CORRUPT = "checkpoints_corrupt"
+
+
+def write_config(out: Path, config: TrainConfig, seeds: int) -> None:
+    """out/config.yaml: the run's config and seed count (`read_saved_config`)."""
+    (out / CONFIG_FILE).write_text(yaml.safe_dump(
+        {"config": config.to_dict(), "seeds": seeds}, sort_keys=False))
+
+
+def read_saved_config(out: Path) -> tuple[TrainConfig, int]:
+    """(config, seeds) of the run saved in out; ConfigError if config.yaml is corrupt."""
+    path = out / CONFIG_FILE
+    try:
+        meta = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--resume {out}: {CONFIG_FILE} is not valid YAML "
+                          f"({yaml_error(e)})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--resume {out}: cannot read {CONFIG_FILE} ({e})") from None
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("config"), Mapping) \
+            or isinstance(meta.get("seeds"), bool) or not isinstance(meta.get("seeds"), int) \
+            or meta["seeds"] < 1:
+        raise ConfigError(f"--resume {out}: {CONFIG_FILE} is not a jaxwarp run config "
+                          "(expected 'config:' mapping and 'seeds:' integer >= 1)")
+    try:
+        return config_from_dict(meta["config"]), meta["seeds"]
+    except ConfigError as e:
+        raise ConfigError(f"--resume {out}: {CONFIG_FILE}: {e}") from None
+
+
+def saved_distributed(out: Path) -> bool:
+    """The ``distributed`` setting of the run saved in out (False when unreadable:
+    the resume reports the problem itself, under the lock)."""
+    try:
+        meta = yaml.safe_load((out / CONFIG_FILE).read_text())
+        return meta["config"].get("distributed") is True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def checkpointer(out: Path) -> Any:
+    """The Orbax CheckpointManager of out/checkpoints (keeps the newest 2)."""
+    import orbax.checkpoint as ocp
+
+    return ocp.CheckpointManager(
+        (out / CHECKPOINTS).absolute(),
+        options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
+
+
+def save_checkpoint(mngr: Any, update: int, state: Any, force: bool = False) -> None:
+    """Saves the runner state after `update` updates (asynchronously: Orbax
+    writes a temporary folder and renames it when complete)."""
+    import orbax.checkpoint as ocp
+
+    mngr.save(update, args=ocp.args.StandardSave(state), force=force)
+
+
+def checkpoint_steps(out: Path) -> list[int]:
+    """Updates of the checkpoints in out/checkpoints, newest first."""
+    ck = out / CHECKPOINTS
+    if not ck.is_dir():
+        return []
+    return sorted((int(q.name) for q in ck.iterdir() if q.is_dir() and q.name.isdigit()),
+                  reverse=True)
+
+
+def abstract_state(trainer: Any, init: Any, keys: Any) -> Any:
+    """The runner state's shapes and dtypes with the shardings to restore onto:
+    the trainer's mesh (env state split along envs, the rest replicated), or
+    the default device. Orbax reads the global arrays, so a checkpoint saved
+    from another device count restores onto this one.
+
+    init: the vmapped `Trainer.init`; keys: its input (one key per seed)."""
+    abstract = jax.eval_shape(init, keys)
+    if trainer.mesh is None:
+        # One device (where init puts the state). Explicit, because Orbax would
+        # otherwise restore onto the sharding saved in the checkpoint, e.g. the
+        # mesh of a run saved with devices=2.
+        one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        shardings = jax.tree.map(lambda _: one, abstract)
+    else:
+        shardings = trainer.state_shardings(abstract, seed_axis=True)
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                        abstract, shardings)
+
+
+def _one_line(e: BaseException, limit: int = 160) -> str:
+    text = f"{type(e).__name__}: {' '.join(str(e).split())}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+@contextlib.contextmanager
+def _quiet_closed_loop_callbacks():
+    """An Orbax restore that fails on one array returns while TensorStore still
+    reads the others; when those reads finish they call into Orbax's closed
+    event loop and Python prints a 'RuntimeError: Event loop is closed'
+    traceback for each. Drop exactly those while checkpoints are probed."""
+    previous = sys.unraisablehook
+
+    def hook(u):
+        if not (isinstance(u.exc_value, RuntimeError)
+                and str(u.exc_value) == "Event loop is closed"):
+            previous(u)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
+def _try_restore(ckptr: Any, path: Path, abstract: Any) -> Any:
+    """The state saved in `path`; raises if it is unreadable or its params are not finite."""
+    for meta in ("_CHECKPOINT_METADATA", "default/_METADATA"):
+        # Orbax logs an emptied _CHECKPOINT_METADATA and reads on: not intact.
+        if (path / meta).exists() and not isinstance(
+                json.loads((path / meta).read_text()), dict):
+            raise ValueError(f"{meta} is not a JSON object")
+    rs = ckptr.restore(path / "default", abstract)
+    if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(rs.params)):
+        raise ValueError("non-finite parameters")
+    return rs
+
+
+def _newest_intact(out: Path, steps: list[int], abstract: Any
+                   ) -> tuple[tuple[int, Any] | None, list[tuple[int, str]]]:
+    """((update, state) of the first of `steps` that restores, or None;
+    [(update, why)] of those before it that did not)."""
+    import orbax.checkpoint as ocp
+
+    skipped: list[tuple[int, str]] = []
+    with _quiet_closed_loop_callbacks(), ocp.StandardCheckpointer() as ckptr:
+        for step in steps:
+            try:
+                rs = _try_restore(ckptr, (out / CHECKPOINTS / str(step)).absolute(), abstract)
+            except Exception as e:  # noqa: BLE001  (Orbax/TensorStore raise many kinds)
+                skipped.append((step, _one_line(e)))
+                time.sleep(0.2)  # let the reads of the other arrays finish (see above)
+                continue
+            return (step, rs), skipped
+    return None, skipped
+
+
+def restore_intact(out: Path, abstract: Any, primary: bool = True, stacklevel: int = 3
+                   ) -> tuple[int, Any] | None:
+    """(update, state) of the newest checkpoint that restores with finite
+    parameters, or None when there is no checkpoint. Unreadable newer ones are
+    moved to checkpoints_corrupt/ with a CheckpointWarning each (so that the
+    resumed run can save those steps again; by process 0 alone, `primary`);
+    CheckpointError if none restores.
+
+    abstract: the state's shapes and shardings (`abstract_state`).
+    stacklevel: of the warnings, counted from this function (3: its caller's caller).
+    """
+    steps = checkpoint_steps(out)
+    if not steps:
+        return None
+    found, skipped = _newest_intact(out, steps, abstract)
+    if found is None:
+        tried = "; ".join(f"update {s}: {why}" for s, why in skipped)
+        raise CheckpointError(f"--resume {out}: no intact checkpoint ({tried}); start a new "
+                              "run with another --out")
+    step = found[0]
+    for bad, why in skipped if primary else ():  # process 0 moves the files
+        dest = out / CORRUPT / str(bad)
+        k = 1
+        while dest.exists():
+            dest, k = out / CORRUPT / f"{bad}.{k}", k + 1
+        dest.parent.mkdir(exist_ok=True)
+        shutil.move(str(out / CHECKPOINTS / str(bad)), str(dest))
+        warnings.warn(f"checkpoint at update {bad} is unreadable ({why}); moved to {dest}, "
+                      f"resuming from update {step}", CheckpointWarning, stacklevel=stacklevel)
+    return found

@@ -1,0 +1,195 @@
+"""A run's metric log: metrics.jsonl, metrics.csv and TensorBoard.
+
+One row per (update, seed): ``update, seed, env_steps, env_steps_per_s,
+wall_s`` and then the trainer's metrics by name (``<group>/loss``,
+``<group>/episode_return``, ...) and the episode metrics the env declares
+(its ``episode_metrics`` hook, e.g. Tag's ``tags_per_episode``). The
+*headline* figures of a run, those of its summary, progress bar and
+learning curve, are every group's episode return and the env's episode
+metrics (`is_headline`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+METRICS_JSONL = "metrics.jsonl"
+METRICS_CSV = "metrics.csv"
+SUMMARY_FILE = "summary.json"
+
+
+def env_metric_names(env: Any, num_envs: int = 1) -> tuple[str, ...]:
+    """The names of the per-episode metrics `env` logs, sorted: the keys of
+    ``env.episode_metrics(episode_return f32[envs, agents])`` (a dict of
+    f32[envs]), the hook an env defines to log more than its groups'
+    returns (the trainer logs them under these names); () without the hook.
+    Nothing runs: the hook is traced for shapes (`jax.eval_shape`)."""
+    hook = getattr(env, "episode_metrics", None)
+    if hook is None:
+        return ()
+    ret = jax.ShapeDtypeStruct((num_envs, env.num_agents), jnp.float32)
+    return tuple(sorted(jax.eval_shape(hook, ret)))
+
+
+def is_headline(name: str, env_metrics: Collection[str]) -> bool:
+    """Whether the column `name` is a group's episode return or one of the env's
+    episode metrics (`env_metric_names`)."""
+    return name.endswith("episode_return") or name in env_metrics
+
+
+def metric_rows(metrics: Mapping[str, np.ndarray], first_update: int, seeds: list[int],
+                rate: float, wall_start: float, wall_end: float) -> list[dict[str, float]]:
+    """name -> [seeds, n] arrays to one row per (update, seed); wall_s spreads
+    the chunk's time evenly over its updates."""
+    n = next(iter(metrics.values())).shape[1]
+    rows = []
+    for i in range(n):
+        for s, seed in enumerate(seeds):
+            # One column order for every env: update, seed, env_steps,
+            # env_steps_per_s, wall_s, then the metrics by name.
+            row: dict[str, float] = {"update": first_update + i + 1, "seed": seed,
+                                     "env_steps": float(metrics["env_steps"][s, i]),
+                                     "env_steps_per_s": rate,
+                                     "wall_s": wall_start + (wall_end - wall_start) * (i + 1) / n}
+            row.update({k: float(v[s, i]) for k, v in sorted(metrics.items())
+                        if k != "env_steps"})
+            rows.append(row)
+    return rows
+
+
+def final_rows(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+    """The rows of the last update in `rows` (one per seed)."""
+    last = max(r["update"] for r in rows)
+    return [r for r in rows if r["update"] == last]
+
+
+def final_means(rows: list[dict[str, float]], env_metrics: Collection[str]
+                ) -> dict[str, float | None]:
+    """Headline column -> its mean over the seeds at the last update (NaNs,
+    seeds without a finished episode yet, left out; None if no seed has one)."""
+    if not rows:
+        return {}
+    final = final_rows(rows)
+    out = {}
+    for k in final[0]:
+        if is_headline(k, env_metrics):
+            vals = [r[k] for r in final if not math.isnan(r[k])]
+            out[k] = float(np.mean(vals)) if vals else None
+    return out
+
+
+def json_value(v: Any) -> Any:
+    """NaN/inf -> None (null): strict JSON has no NaN or Infinity."""
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def read_metrics(out_dir: str | Path) -> list[dict[str, float]]:
+    """Rows of a run's metrics.jsonl (None back to NaN)."""
+    path = Path(out_dir) / METRICS_JSONL
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            rows.append({k: (math.nan if v is None else v) for k, v in json.loads(line).items()})
+    return rows
+
+
+def write_summary(out: Path, summary: Mapping[str, Any]) -> None:
+    """out/summary.json (non-finite floats as null)."""
+    (out / SUMMARY_FILE).write_text(json.dumps(
+        {k: json_value(v) if isinstance(v, float) else v for k, v in summary.items()},
+        indent=2))
+
+
+def summary_env_metrics(out: Path) -> tuple[str, ...]:
+    """The env's episode metrics among the headline figures of out/summary.json
+    ("final"), as the run wrote them; () where it is missing or unreadable."""
+    try:
+        final = json.loads((out / SUMMARY_FILE).read_text())["final"]
+        return tuple(sorted(k for k in final if not k.endswith("episode_return")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()
+
+
+class MetricWriter:
+    """Appends rows to JSONL + CSV, and seed-means to TensorBoard when available.
+
+    keep_until: on resume, the last update of the checkpoint: rows logged
+    after it are dropped (they are logged again); None starts empty files."""
+
+    def __init__(self, out_dir: Path, keep_until: int | None):
+        self.jsonl = out_dir / METRICS_JSONL
+        self.csv = out_dir / METRICS_CSV
+        self.fields: list[str] | None = None
+        if keep_until is not None:  # resume: drop rows logged after the checkpoint
+            kept = [r for r in read_metrics(out_dir) if r["update"] <= keep_until]
+            self.jsonl.write_text("".join(
+                json.dumps({k: json_value(v) for k, v in r.items()}) + "\n" for r in kept))
+            self.csv.unlink(missing_ok=True)
+            self._append_csv(kept)
+        else:
+            self.jsonl.write_text("")
+            self.csv.unlink(missing_ok=True)
+        try:
+            from tensorboardX import SummaryWriter
+            self.tb = SummaryWriter(str(out_dir / "tensorboard"))
+        except ImportError:
+            self.tb = None
+
+    def _append_csv(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        new = not self.csv.exists()
+        if self.fields is None:
+            self.fields = list(rows[0])
+        with self.csv.open("a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
+            if new:
+                w.writeheader()
+            w.writerows(rows)
+
+    def write(self, rows: list[dict[str, float]]) -> None:
+        with self.jsonl.open("a") as f:
+            for r in rows:
+                f.write(json.dumps({k: json_value(v) for k, v in r.items()}) + "\n")
+        self._append_csv(rows)
+        if self.tb is not None:
+            self._write_tensorboard(rows)
+
+    def _write_tensorboard(self, rows: list[dict[str, float]]) -> None:
+        by_update: dict[int, list[dict[str, float]]] = {}
+        for r in rows:
+            by_update.setdefault(int(r["update"]), []).append(r)
+        for rs in by_update.values():
+            step = int(rs[0]["env_steps"])
+            for k in rs[0]:
+                if k in ("update", "seed", "env_steps"):
+                    continue
+                vals = [r[k] for r in rs if math.isfinite(r[k])]
+                if vals:
+                    self.tb.add_scalar(k, float(np.mean(vals)), step)
+        self.tb.flush()
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+class NoWriter:
+    """Processes other than 0 write no metrics."""
+
+    def write(self, rows: list[dict[str, float]]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
