@@ -46,6 +46,12 @@ class ContractEnv:
     obs_dtype: "float32" (default) or "bfloat16": observations written in
     bfloat16 (half the bytes of the largest output, for bf16 policies), equal
     to the float32 ones rounded to nearest even, on every backend.
+
+    A subclass may declare the metrics it logs beside each group's return:
+    ``episode_metrics(episode_return f32[envs, agents]) -> {name: f32[envs]}``
+    (per finished episode; Tag's ``tags_per_episode``). Training logs them
+    under those names, in the summary, the progress bar and the learning
+    curve; ``jaxwarp eval`` reports them for every matchup.
     """
 
     def __init__(self, spec: EnvSpec, params: Any = None, backend: str = "auto",

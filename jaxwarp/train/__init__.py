@@ -2,7 +2,9 @@
 
 `make_train(config) -> train(key)` (see `trainer`), configs (`config`),
 Flax models (`models`), and the host-side runner behind ``jaxwarp train``
-(`runner`: chunks, progress, logs, checkpoints, plots).
+(`runner`: chunks, progress, lock, Ctrl-C) with its parts: the metric log
+(`metrics`), checkpoints and config.yaml (`checkpoint`), the learning curve
+(`plot`) and errors (`errors`); `evaluate` plays a saved run.
 """
 
 from jaxwarp.train.config import (ConfigError, PolicyConfig, TrainConfig, config_from_dict,
