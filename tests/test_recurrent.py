@@ -49,7 +49,7 @@ def test_replay_from_the_stored_carry_reproduces_the_rollout():
     t = build_trainer(gru_config())
     rs = jax.jit(t.init)(jax.random.PRNGKey(0))
     rs, _ = jax.jit(lambda s: t.run(s, 1))(rs)  # a carry that is not all zeros
-    _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(5))
+    _, _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(5))
     assert bool(traj.first[1:].any())  # episodes ended inside the rollout: resets replayed
     logits, value = t.policy.sequence("agent", rs.params["agent"], None, traj.obs,
                                       rs.carry["agent"], traj.first, None)
@@ -106,7 +106,7 @@ def test_centralised_critic_reads_the_global_state():
     n = t.env.num_agents
     kernel = rs.params[g]["critic"]["params"]["Dense_0"]["kernel"]
     assert kernel.shape[0] == n * t.env.observation_space.shape[-1]  # all observations
-    _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(1))
+    _, _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(1))
     assert traj.state.shape == (8, 8, kernel.shape[0])
     v = np.asarray(traj.value)
     np.testing.assert_array_equal(v, np.broadcast_to(v[..., :1], v.shape))  # one per env

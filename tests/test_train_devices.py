@@ -73,6 +73,19 @@ def _error_of(f) -> list[str] | None:
     return None
 
 
+def _loop_collectives(hlo: str) -> list[str]:
+    """Collectives inside while-loop bodies of a compiled module's text (the
+    computations named by a while's body=, each a block starting at column 0)."""
+    bodies = set(re.findall(r"body=%?([\w.\-]+)", hlo))
+    found = set()
+    for block in re.split(r"\n(?=\S)", hlo):
+        name = block.split(" ", 1)[0].lstrip("%")
+        if name in bodies:
+            found |= {op for op in ("all-reduce", "all-gather", "all-to-all",
+                                    "collective-permute") if f" {op}(" in block}
+    return sorted(found)
+
+
 # ---------------------------------------------------------------------------
 # The subprocesses: python tests/test_train_devices.py --worker NAME
 # ---------------------------------------------------------------------------
@@ -135,6 +148,7 @@ def _worker_curves() -> dict:
         "update_minibatches_device_shuffle": collectives_in(update_local),
         "update": collectives_in(update), "update_minibatches": collectives_in(update_mb),
         "rollout": collectives_in(rollout), "grad_all_reduce": grad_all_reduce,
+        "rollout_loop": _loop_collectives(rollout),
         "rollout_step_launches": rollout.count(
             f'custom_call_target="{tr.env.env._prefix}_step_cpu"'),
     }
@@ -282,6 +296,9 @@ def test_update_all_reduces_gradients_and_rollout_gathers_nothing(report):
     # The rollout (policy forward, jax sampler, env kernel) moves no env data:
     # only the all-reduce of the episode statistics' sums.
     assert "all-gather" not in hlo["rollout"] and set(hlo["rollout"]) <= {"all-reduce"}
+    # ... summed per env through the steps and over the envs once after them: no
+    # collective inside the step loop.
+    assert hlo["rollout_loop"] == [], hlo["rollout_loop"]
     assert hlo["rollout_step_launches"] == 1  # one launch per device on its own envs
     # Several minibatches, global shuffle: the batch is dealt out once per epoch
     # (an all-gather); per-device shuffle (the default): no exchange of the batch.

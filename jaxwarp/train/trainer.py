@@ -163,15 +163,15 @@ def build_trainer(config: TrainConfig, env: Any = None,
             carry=policy.initial_carry(c.num_envs), first=jnp.ones((c.num_envs,), bool)))
 
     def roll(rs: RunnerState, key: jax.Array) -> tuple[Any, jax.Array, Any, jax.Array,
-                                                      Transition]:
+                                                      dict, Transition]:
         """num_steps env steps with the current policies: (env_state, obs,
-        carry, first, trajectory)."""
+        carry, first, episode sums, trajectory); see `rollout`."""
         return rollout(policy, sample, env, sums, centralised, rs.params, rs.obs_stats,
                        rs.env_state, rs.obs, rs.carry, rs.first, key, c.num_steps)
 
     def update(rs: RunnerState, _) -> tuple[RunnerState, dict[str, jax.Array]]:
         key, k_roll, k_upd = jax.random.split(rs.key, 3)
-        env_state, obs, carry, first, traj = roll(rs, k_roll)
+        env_state, obs, carry, first, ep, traj = roll(rs, k_roll)
         with jax.named_scope("rollout"):
             state = env.global_state(obs, env_state) if centralised else None
             _, _, last_value = policy.step(rs.params, rs.obs_stats, obs, carry, first, state)
@@ -186,7 +186,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
         with jax.named_scope("obs_stats"):
             stats = ({g: rs.obs_stats[g].update(groups.select(traj.obs, g, 2))
                       for g in groups.ids} if c.normalize_obs else {})
-        last_return, last_extra, episodes = _episode_means(rs, traj)
+        last_return, last_extra, episodes = _episode_means(rs, ep)
         rs = pin_state(RunnerState(params=params, opt_state=opt_state, obs_stats=stats,
                                    env_state=env_state, obs=obs, key=key,
                                    update=rs.update + 1, last_return=last_return,
@@ -422,16 +422,16 @@ def _learn(c: TrainConfig, d: Derived, policy: Policy, txs: Mapping[str, Any],
     return params, opt_state, metrics, finite
 
 
-def _episode_means(rs: RunnerState, traj: Transition
+def _episode_means(rs: RunnerState, ep: Mapping[str, jax.Array]
                    ) -> tuple[dict[str, jax.Array], dict[str, jax.Array], jax.Array]:
     """(last_return per group, last_extra per env metric, episodes f32[]): the
-    means over the episodes that ended in this rollout, or the previous
-    values where none ended."""
-    episodes = traj.episodes.sum()
+    means over the episodes that ended in this rollout (`rollout`'s sums), or
+    the previous values where none ended."""
+    episodes = ep["episodes"]
     seen = episodes > 0
 
     def mean(k: str, old: jax.Array) -> jax.Array:
-        return jnp.where(seen, traj.episode[k].sum() / jnp.maximum(episodes, 1), old)
+        return jnp.where(seen, ep[k] / jnp.maximum(episodes, 1), old)
 
     return ({g: mean(g, v) for g, v in rs.last_return.items()},
             {k: mean(k, v) for k, v in rs.last_extra.items()}, episodes)
