@@ -47,6 +47,7 @@ from jaxwarp.train.compile import COMPILER_OPTIONS, jit  # noqa: F401  (public r
 from jaxwarp.train.config import ConfigError, Derived, TrainConfig, derived
 from jaxwarp.train.distributed import data_mesh
 from jaxwarp.train.learn import Layout, a2c_update, ppo_update
+from jaxwarp.train.metrics import env_metric_names
 from jaxwarp.train.models import CentralCritic, MLPActorCritic, make_model
 from jaxwarp.train.policy import Groups, Policy
 from jaxwarp.train.rollout import Sampler, Transition, episode_sums, rollout
@@ -159,7 +160,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
             update=jnp.zeros((), jnp.int32),
             last_return={g: jnp.full((), jnp.nan, jnp.float32) for g in groups.ids},
             last_extra={k: jnp.full((), jnp.nan, jnp.float32)
-                        for k in _extra_names(env, episode_metrics, c.num_envs)},
+                        for k in env_metric_names(env, c.num_envs)},
             carry=policy.initial_carry(c.num_envs), first=jnp.ones((c.num_envs,), bool)))
 
     def roll(rs: RunnerState, key: jax.Array) -> tuple[Any, jax.Array, Any, jax.Array,
@@ -516,13 +517,6 @@ def _all_finite(tree: Any) -> jax.Array:
     """bool[]: every element of every leaf of `tree` is finite."""
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
-
-
-def _extra_names(env, episode_metrics, num_envs: int) -> list[str]:
-    if episode_metrics is None:
-        return []
-    ret = jax.ShapeDtypeStruct((num_envs, env.num_agents), jnp.float32)
-    return sorted(jax.eval_shape(episode_metrics, ret))
 
 
 def make_train(config: TrainConfig, env: Any = None,
