@@ -387,9 +387,13 @@ def _main(argv: list[str] | None) -> int:
         _after_training(Path(result.out_dir), args.eval_episodes)
     import importlib.util
 
-    if importlib.util.find_spec("tensorboardX") is None:
-        print("no TensorBoard log (pip install tensorboardX, or jaxwarp[train])")
-    print(f"outputs in {Path(result.out_dir)}")
+    from jaxwarp.train.distributed import finish, is_primary
+
+    if is_primary():
+        if importlib.util.find_spec("tensorboardX") is None:
+            print("no TensorBoard log (pip install tensorboardX, or jaxwarp[train])")
+        print(f"outputs in {Path(result.out_dir)}")
+    finish()
     return 0
 
 
@@ -414,24 +418,32 @@ def _after_training(out: Path, episodes: int) -> None:
     import json
 
     from jaxwarp.render import write_gif
+    from jaxwarp.train.distributed import is_primary
     from jaxwarp.train.evaluate import evaluate_run, load_run, render_run, seed_lines
     from jaxwarp.train.evaluate import summary_line
     from jaxwarp.train.plot import plot_run
 
+    # Over several processes every process evaluates its own copy of the
+    # policies on its own device (the same figures); process 0 alone writes
+    # and prints them.
+    primary = is_primary()
     try:
         result = evaluate_run(out, episodes=max(episodes, 2))
-        (out / "eval.json").write_text(json.dumps(result, indent=2))
-        for line in seed_lines(result):
-            print(line)
-        print(summary_line(result))
         run = load_run(out)
-        plot_run(out)  # redrawn with the random levels from eval.json
+        if primary:
+            (out / "eval.json").write_text(json.dumps(result, indent=2))
+            for line in seed_lines(result):
+                print(line)
+            print(summary_line(result))
+            plot_run(out)  # redrawn with the random levels from eval.json
     except Exception as e:  # noqa: BLE001 - reported in one line, the run is saved
         print(f"jaxwarp train: warning: evaluation skipped: {' '.join(str(e).split())}",
               file=sys.stderr)
         return
     try:
-        write_gif(render_run(run), out / "trained_vs_random.gif")  # one episode
+        frames = render_run(run)  # one episode
+        if primary:
+            write_gif(frames, out / "trained_vs_random.gif")
     except ValueError as e:  # an env without a renderer
         print(f"jaxwarp train: warning: no GIF: {' '.join(str(e).split())}", file=sys.stderr)
 

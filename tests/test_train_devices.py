@@ -439,6 +439,37 @@ def test_two_processes_train_to_the_end(report, tmp_path):
     assert sorted(q.name for q in (out / "checkpoints").iterdir()) == ["2", "4"]
 
 
+def test_two_processes_cli_evaluates_and_ends_cleanly(tmp_path):
+    """`jaxwarp train` over two processes: the evaluation and the GIF after the
+    run work (each process restores the policies onto its own device; process 0
+    writes eval.json), and both processes end with an empty stderr (a barrier
+    and jax.distributed.shutdown: no gRPC reports of a peer gone)."""
+    out = tmp_path / "run"
+    port = _free_port()
+    args = [sys.executable, "-m", "jaxwarp", "train", "--env", "cartpole", "--no-progress",
+            "--eval-episodes", "16", "--out", str(out), *OVERRIDES]
+    procs = []
+    for i in range(2):
+        env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
+                   JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i))
+        env.pop("XLA_FLAGS", None)
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for i, (p, (stdout, stderr)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, stderr[-4000:]
+        assert stderr == "", f"process {i}: {stderr[-4000:]}"
+    result = json.loads((out / "eval.json").read_text())
+    assert result["episodes"] == 16 and "gain" in result
+    assert (out / "trained_vs_random.gif").stat().st_size > 0
+    assert "vs random" in outs[0][0] and "vs random" not in outs[1][0]  # process 0 prints
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
     import time
 

@@ -167,3 +167,16 @@ def same_on_all(value: int | bool) -> int:
     from jax.experimental import multihost_utils
 
     return int(multihost_utils.broadcast_one_to_all(np.array(int(value), np.int32)))
+
+
+def finish() -> None:
+    """Ends a run over several processes together: a barrier, then
+    ``jax.distributed.shutdown()`` on every process, so that no process leaves
+    while another still talks to the coordinator (which ends in gRPC
+    ``CANCELLED`` reports on the others). One process: nothing."""
+    if not _is_initialized():
+        return
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices("jaxwarp: end of run")
+    jax.distributed.shutdown()

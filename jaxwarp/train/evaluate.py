@@ -63,18 +63,24 @@ class LoadedRun:
 def _restore(run_dir: str | Path):
     """(config, seeds, trainer, update, runner state with a leading seed axis)."""
     from jaxwarp.train.checkpoint import read_saved_config, restore_intact
+    from jaxwarp.train.distributed import is_primary
     from jaxwarp.train.trainer import build_trainer
 
     out = Path(run_dir)
     if not (out / "config.yaml").exists():
         raise FileNotFoundError(f"--run {out}: no config.yaml there (not a jaxwarp run)")
     config, seeds = read_saved_config(out)
-    # One device: evaluation plays a few hundred envs; the checkpoint's global
-    # arrays restore onto any device count.
-    trainer = build_trainer(dataclasses.replace(config, devices=1))
+    # One device of this process: evaluation plays a few hundred envs; the
+    # checkpoint's global arrays restore onto any device count, and after a run
+    # over several processes each process restores its own copy (no array may
+    # span another process's devices: the host reads every figure).
+    trainer = build_trainer(dataclasses.replace(config, devices=1), local=True)
     keys = seed_keys(config.seed, seeds)
-    abstract = jax.eval_shape(jax.vmap(trainer.init), keys)
-    restored = restore_intact(out, abstract) if (out / "checkpoints").exists() else None
+    here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here),
+                            jax.eval_shape(jax.vmap(trainer.init), keys))
+    restored = restore_intact(out, abstract, primary=is_primary()) \
+        if (out / "checkpoints").exists() else None
     if restored is None:
         raise FileNotFoundError(f"--run {out}: no checkpoint to evaluate (the run saves one "
                                 f"every {config.checkpoint_every} updates and at the end)")

@@ -115,16 +115,19 @@ def _state_shardings(mesh: Mesh, rs: Any, seed_axis: bool) -> Any:
 
 
 def build_trainer(config: TrainConfig, env: Any = None,
-                  models: Mapping[str, nn.Module] | None = None) -> Trainer:
+                  models: Mapping[str, nn.Module] | None = None, local: bool = False
+                  ) -> Trainer:
     """Builds the env, the policy groups' models and optimisers of `config`,
     and composes rollout -> GAE -> per-group PPO/A2C update into `Trainer.run`.
 
     env: an env object to use instead of ``jaxwarp.make(config.env, ...)``.
     models: group name -> Flax module (``logits, value = m.apply(p, obs)``)
     overriding the model named in the config.
+    local: this process's default device alone, whatever ``devices`` and the
+    process count (evaluation after a run over several processes).
     """
     c, d = config, derived(config)
-    env, mesh = _env_on_mesh(c, d, env)
+    env, mesh = _env_on_mesh(c, d, env, local)
     nvec = tuple(int(n) for n in env.action_space.nvec)
     groups = Groups.of(env)
     policy = Policy(groups, _models(c, env, groups, models, nvec, mesh), nvec, c.normalize_obs,
@@ -217,15 +220,17 @@ def build_trainer(config: TrainConfig, env: Any = None,
 _SPLIT = ("obs", "actions", "log_prob", "value", "reward", "first", "state")
 
 
-def _env_on_mesh(c: TrainConfig, d: Derived, env: Any) -> tuple[Any, Mesh | None]:
+def _env_on_mesh(c: TrainConfig, d: Derived, env: Any, local: bool = False
+                 ) -> tuple[Any, Mesh | None]:
     """The config's env (or `env`), checked, and wrapped in a `ShardedEnv` over
-    the data-parallel mesh when the config spreads the envs over devices."""
+    the data-parallel mesh when the config spreads the envs over devices
+    (never where `local`)."""
     if c.env_module:
         import_env_module(c.env_module)
     if env is None:
         env = _make_env(c)
     _check_env_params(env, c.env)
-    mesh = data_mesh(c.devices)
+    mesh = None if local else data_mesh(c.devices)
     if mesh is not None:
         _check_divisible(c, d, mesh.size)
         if not isinstance(env, sharding.ShardedEnv):
