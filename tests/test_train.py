@@ -488,3 +488,36 @@ def test_mlp_variants(shared, dtype):
     n_dense = len(params["params"])
     assert n_dense == (4 if shared else 6)  # 2 torso (+2) + policy + value heads
     assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(params))
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_sample_minibatches_partition_every_step_once(shards):
+    """minibatch_layout=samples: the minibatches of one epoch hold every (step,
+    env) of the batch exactly once, each device's from its own envs."""
+    from jaxwarp.train.learn import Layout
+
+    T, E, M = 3, 8, 4
+    layout = Layout(M, E // M, shards, E, lambda tree, spec: tree, samples=True)
+    x = jnp.arange(T * E).reshape(T, E)  # value = t * E + e
+    perm, dealt = layout.shuffle(x, jax.random.PRNGKey(0), False)
+    assert perm.shape == (shards, T * E // shards)
+    mbs = [np.asarray(layout.steps(dealt, jnp.int32(i), perm)) for i in range(M)]
+    assert all(mb.shape == (1, T * E // M) for mb in mbs)
+    seen = np.concatenate([mb.ravel() for mb in mbs])
+    np.testing.assert_array_equal(np.sort(seen), np.arange(T * E))
+    if shards == 2:  # each device's half of a minibatch comes from its own envs
+        for mb in mbs:
+            halves = mb.reshape(2, -1) % E // (E // 2)
+            np.testing.assert_array_equal(halves, np.array([[0], [1]]) * np.ones_like(halves))
+
+
+def test_sample_minibatches_train_and_refuse_recurrent_models():
+    c = tiny_config(minibatch_layout="samples", num_minibatches=2)
+    _, m = jax.jit(make_train(c))(jax.random.PRNGKey(0))
+    assert all(np.isfinite(np.asarray(v)).all() for k, v in m.items() if k.endswith("loss"))
+    base = load_config("cartpole_ppo", ["backend=jax", "policies.agent.model=gru",
+                                      "minibatch_layout=samples"])
+    with pytest.raises(ConfigError, match=r"minibatch_layout=samples: .*recurrent"):
+        build_trainer(base)
+    with pytest.raises(ConfigError, match=r"minibatch_layout.*envs or samples"):
+        load_config("cartpole_ppo", ["minibatch_layout=rows"])

@@ -90,6 +90,12 @@ class TrainConfig:
     # all envs, the batch dealt out between devices once per epoch (an all-gather), giving
     # the one-device curve up to float order. One device: the same either way.
     minibatch_shuffle: str = "device"
+    # PPO: what a minibatch holds. "envs": whole env sequences (every step of a set of
+    # envs; the only layout for recurrent models, whose minibatches replay sequences);
+    # "samples": single steps (env, step pairs) drawn from the whole batch, PureJaxRL's
+    # layout, less correlated minibatches where envs are few. Over several devices
+    # "samples" shuffles each device's own steps.
+    minibatch_layout: str = "envs"
     anneal_lr: bool = True  # linear learning-rate decay to 0 over the run
     normalize_advantages: bool = True  # per-minibatch advantage normalisation
     normalize_obs: bool = False  # running mean/std observation normalisation per group
@@ -309,6 +315,7 @@ def validate(c: TrainConfig) -> None:
          f"a divisor of num_envs={c.num_envs} (minibatches split the envs)")
     need(c.minibatch_shuffle in ("device", "global"), "minibatch_shuffle", "device or global")
     need(c.critic in ("independent", "centralised"), "critic", "independent or centralised")
+    need(c.minibatch_layout in ("envs", "samples"), "minibatch_layout", "envs or samples")
     need(c.chunk_updates >= 1, "chunk_updates", "an integer >= 1")
     need(c.checkpoint_every >= 1 and c.checkpoint_every % c.chunk_updates == 0,
          "checkpoint_every", f"a positive multiple of chunk_updates={c.chunk_updates}")

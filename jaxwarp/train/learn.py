@@ -40,6 +40,7 @@ class Layout(NamedTuple):
     shards: int  # devices the env axis is split over
     num_envs: int
     pin: Pin
+    samples: bool = False  # PPO minibatches of single steps, not env sequences (`steps`)
 
     def _spread(self, x: jax.Array, i: jax.Array) -> jax.Array:
         """Minibatch i of [T, envs, ...] laid out device-major (see `deal`) is
@@ -94,6 +95,23 @@ class Layout(NamedTuple):
         return jax.tree.map(lambda x: self.pin(jnp.take(x, order, axis=1), P(None, "envs")),
                             batch)
 
+    @jax.named_scope("minibatch")
+    def steps(self, src: Any, i: jax.Array, perms: jax.Array) -> Any:
+        """Minibatch i of single steps: rows perms[k, i*r:(i+1)*r] of device k's
+        steps, flattened (step, env) in [T, envs/D] order (perms: i32[D, T*envs/D],
+        r = T*size/D), laid out as [1, T*size, ...] so that the loss reads it
+        like a batch of one step of T*size envs."""
+        def take(x: jax.Array) -> jax.Array:
+            t, local = x.shape[0], x.shape[1] // self.shards
+            rows = t * self.size // self.shards
+            idx = jax.lax.dynamic_slice_in_dim(perms, i * rows, rows, axis=1)
+            blocks = x.reshape(t, self.shards, local, *x.shape[2:])
+            flat = jnp.moveaxis(blocks, 1, 0).reshape(self.shards, t * local, *x.shape[2:])
+            mb = jax.vmap(lambda xd, ix: jnp.take(xd, ix, axis=0))(flat, idx)
+            return self.pin(mb.reshape(1, self.shards * rows, *x.shape[2:]), P(None, "envs"))
+
+        return jax.tree.map(take, src)
+
     def shuffle(self, batch: Any, key: jax.Array, global_shuffle: bool
                 ) -> tuple[jax.Array | None, Any]:
         """One epoch's (perm, batch as `chunk` reads it). Minibatches are
@@ -102,6 +120,10 @@ class Layout(NamedTuple):
         envs, so that the batch never moves between devices (docs/sharding.md)."""
         if self.minibatches == 1:
             return None, batch
+        if self.samples:  # one permutation of each device's T x envs/D steps
+            steps = jax.tree.leaves(batch)[0].shape[0] * (self.num_envs // self.shards)
+            return jax.vmap(lambda kd: jax.random.permutation(kd, steps))(
+                jax.random.split(key, self.shards)), batch
         if self.shards == 1 or global_shuffle:
             perm = jax.random.permutation(key, self.num_envs)
             return perm, (self.deal(batch, perm) if self.shards > 1 else batch)
@@ -155,7 +177,12 @@ def ppo_update(grad_fn: GradFn, tx: optax.GradientTransformation, params: Any,
 
         def sgd_step(carry, i):
             p, o = carry
-            mb = layout.chunk(dealt, i, perm) if layout.minibatches > 1 else batch
+            if layout.minibatches == 1:
+                mb = batch
+            elif layout.samples:
+                mb = layout.steps(dealt, i, perm)
+            else:
+                mb = layout.chunk(dealt, i, perm)
             (loss, metrics), grads = grad_fn(p, mb, normalize_advantages)
             p, o = _apply(tx, p, o, grads)
             return (p, o), {"loss": loss, **metrics}

@@ -133,6 +133,10 @@ def build_trainer(config: TrainConfig, env: Any = None,
     policy = Policy(groups, _models(c, env, groups, models, nvec, mesh), nvec, c.normalize_obs,
                     _critics(c, env, groups))
     centralised = policy.critics is not None
+    if c.minibatch_layout == "samples" and c.algorithm == "ppo" and policy.recurrent:
+        raise ConfigError(f"minibatch_layout=samples: group(s) {list(policy.recurrent)} have a "
+                          "recurrent model, whose minibatches must be whole env sequences; "
+                          "use minibatch_layout=envs")
     obs_dim = int(env.observation_space.shape[-1])
     init_params = _param_init(policy, obs_dim, _state_dim(env) if centralised else 0)
     sampler = c.sampler if c.sampler != "auto" else (
@@ -143,7 +147,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
     sums = episode_sums(policy, episode_metrics)
     txs = {g: optimiser(c, d, g) for g in groups.ids}
     layout = Layout(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
-                    c.num_envs, pin)
+                    c.num_envs, pin, samples=c.minibatch_layout == "samples")
 
     def pin_state(rs: RunnerState) -> RunnerState:
         return rs if mesh is None else jax.lax.with_sharding_constraint(
