@@ -13,6 +13,17 @@ Cases (``--cases``):
   pure-JAX PPO on gymnax ``CartPole-v1``, both at PureJaxRL's CartPole
   hyperparameters (``purejaxrl/ppo.py``: 4 envs x 128 steps, 5e5 env-steps, lr
   2.5e-4, otherwise as above).
+* ``mpe_rnn``: jaxwarp's trainer with ``policies.agent.model=gru`` vs a pure-JAX
+  IPPO-RNN (`rnn_reference.py`) on ``MPE_simple_spread_v3``, both at JaxMARL's
+  IPPO-RNN MPE hyperparameters (``baselines/IPPO/config/ippo_rnn_mpe.yaml``: 16
+  envs x 128 steps, 4 epochs x 2 minibatches of whole sequences, lr 5e-4
+  annealed, ReLU embedding 128, GRU 128, heads 128, clip 0.3, value 1.0,
+  entropy 0.01, grad norm 0.5, 1e7 env-steps).
+* ``mpe_mappo``: the same with ``critic=centralised`` (jaxwarp: a feed-forward
+  critic over the env's global state, every agent's observation side by side)
+  vs a pure-JAX MAPPO-RNN (GRU actor; GRU critic over the same world state) at
+  JaxMARL's ``baselines/MAPPO/config/mappo_homogenous_rnn_mpe.yaml`` (as
+  ``mpe_rnn`` but 4 minibatches, lr 2e-3, clip 0.2, value 0.5).
 * ``tag``: the Tag duel (``tag_duel_cpu``: 2 taggers vs 5 runners, both PPO)
   with jaxwarp's ``cuda`` backend vs its own pure-JAX ``jax`` backend (same
   trainer; env step and action sampler in pure JAX).
@@ -99,6 +110,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ippo_reference
+import rnn_reference
 
 # Hyperparameters shared by both sides of a case (the PPO algorithm's settings).
 COMMON = {"update_epochs": 4, "num_minibatches": 4, "anneal_lr": True, "gamma": 0.99, "gae_lambda": 0.95,
@@ -118,6 +130,36 @@ CASES: dict[str, dict[str, Any]] = {
             # GPU-sized batch: 64x the envs, a rollout of 32 steps (about one 26-step
             # episode), JaxMARL's other settings; 2x the env-steps.
             "gpu": {"num_envs": 1024, "num_steps": 32, "total_env_steps": 20_000_000, "lr": 2.5e-4},
+        },
+    },
+    "mpe_rnn": {
+        "jaxwarp_config": "mpe_simple_spread_ppo",
+        "group": "agent",
+        "peer": "ippo_rnn_jaxmarl",
+        "peer_label": "pure-JAX IPPO-RNN on JaxMARL MPE_simple_spread_v3",
+        # JaxMARL baselines/IPPO/config/ippo_rnn_mpe.yaml (FC_DIM_SIZE, GRU_HIDDEN_DIM;
+        # its networks use ReLU whatever ACTIVATION says)
+        "hyperparameters": {"model": "gru", "hidden_sizes": (128,), "rnn_size": 128,
+                            "activation": "relu", "num_minibatches": 2, "clip_eps": 0.3,
+                            "vf_coef": 1.0},
+        "scales": {
+            "paper": {"num_envs": 16, "num_steps": 128, "total_env_steps": 10_000_000, "lr": 5e-4},
+            # as the mpe case's gpu scale: 64x the envs, 32-step rollouts (BPTT over 32)
+            "gpu": {"num_envs": 1024, "num_steps": 32, "total_env_steps": 20_000_000, "lr": 5e-4},
+        },
+    },
+    "mpe_mappo": {
+        "jaxwarp_config": "mpe_simple_spread_ppo",
+        "group": "agent",
+        "peer": "mappo_rnn_jaxmarl",
+        "peer_label": "pure-JAX MAPPO-RNN on JaxMARL MPE_simple_spread_v3",
+        # JaxMARL baselines/MAPPO/config/mappo_homogenous_rnn_mpe.yaml
+        "hyperparameters": {"model": "gru", "critic": "centralised", "hidden_sizes": (128,),
+                            "rnn_size": 128, "activation": "relu", "num_minibatches": 4,
+                            "clip_eps": 0.2, "vf_coef": 0.5},
+        "scales": {
+            "paper": {"num_envs": 16, "num_steps": 128, "total_env_steps": 10_000_000, "lr": 2e-3},
+            "gpu": {"num_envs": 1024, "num_steps": 32, "total_env_steps": 20_000_000, "lr": 2e-3},
         },
     },
     "cartpole": {
@@ -249,7 +291,7 @@ def hyperparameters(case: str, scale: str, total_steps: int | None) -> dict[str,
     """The settings of one (case, scale); Tag: the overrides on its config."""
     hp = dict(CASES[case]["scales"][scale])
     if case != "tag":
-        hp = {**COMMON, **hp}
+        hp = {**COMMON, **CASES[case].get("hyperparameters", {}), **hp}
     if total_steps is not None:  # at least one update (smoke tests with --scale both)
         hp["total_env_steps"] = max(total_steps, _size(case, hp, "num_envs")
                                     * _size(case, hp, "num_steps"))
@@ -275,11 +317,15 @@ def jaxwarp_overrides(case: str, hp: dict[str, Any], backend: str, seed: int) ->
         out.append(f"{k}={hp[k]}")
     out += [f"anneal_lr={str(hp['anneal_lr']).lower()}", "algorithm=ppo",
             "normalize_advantages=true", "normalize_obs=false", "obs_dtype=float32",
-            f"policies.{group}.model=mlp",
+            f"policies.{group}.model={hp.get('model', 'mlp')}",
             f"policies.{group}.hidden_sizes=[{', '.join(map(str, hp['hidden_sizes']))}]",
             f"policies.{group}.activation={hp['activation']}",
             f"policies.{group}.shared_torso=false", f"policies.{group}.dtype=float32",
             f"policies.{group}.lr={hp['lr']}"]
+    if "rnn_size" in hp:
+        out.append(f"policies.{group}.rnn_size={hp['rnn_size']}")
+    if "critic" in hp:
+        out.append(f"critic={hp['critic']}")
     return out
 
 
@@ -309,16 +355,23 @@ def run_peer(case: str, hp: dict[str, Any], seeds: int, seed: int) -> dict[str, 
         out = run_jaxwarp(case, hp, "jax", seeds, seed)
         out["impl"] = "jaxwarp_jax"
         return out
+    mpe = case.startswith("mpe")
     try:
-        venv = ippo_reference.jaxmarl_env("MPE_simple_spread_v3") if case == "mpe" \
+        venv = ippo_reference.jaxmarl_env("MPE_simple_spread_v3") if mpe \
             else ippo_reference.gymnax_env("CartPole-v1")
     except ImportError as e:
-        need = "jaxmarl==0.2.0" if case == "mpe" else "gymnax==1.0.1"
+        need = "jaxmarl==0.2.0" if mpe else "gymnax==1.0.1"
         raise BenchError(f"case {case} needs {need} ({e}); pip install --no-deps {need} "
                          "(see this script's docstring)") from None
-    fields = {f.name for f in dataclasses.fields(ippo_reference.PPOConfig)}
-    config = ippo_reference.PPOConfig(**{k: v for k, v in hp.items() if k in fields})
-    train = ippo_reference.make_train(config, venv)
+    recurrent = CASES[case]["peer"] in ("ippo_rnn_jaxmarl", "mappo_rnn_jaxmarl")
+    ref = rnn_reference if recurrent else ippo_reference
+    cls = rnn_reference.RNNConfig if recurrent else ippo_reference.PPOConfig
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kw = {k: v for k, v in hp.items() if k in fields}
+    if recurrent:
+        kw["algorithm"] = "mappo" if CASES[case]["peer"] == "mappo_rnn_jaxmarl" else "ippo"
+    config = cls(**kw)
+    train = ref.make_train(config, venv)
     keys = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
     compile_s, run_s, (_, metrics) = _timed(train, keys)
     group = CASES[case]["group"]
@@ -601,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = [str(script)] + list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="mpe,cartpole,tag",
-                    help="comma list of mpe, cartpole, tag (default: all)")
+                    help="comma list of mpe, mpe_rnn, mpe_mappo, cartpole, tag (default: "
+                         "mpe,cartpole,tag)")
     ap.add_argument("--seeds", type=int, default=10, help="seeds vmapped in one program")
     ap.add_argument("--seed", type=int, default=0, help="first seed (seeds seed..seed+S-1)")
     ap.add_argument("--scale", choices=("paper", "gpu", "both"), default="both")
