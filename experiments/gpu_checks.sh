@@ -16,11 +16,11 @@ python3 -m pip install --no-build-isolation -e . 2>&1 | tail -3 | tee "$OUT/buil
 case "$PART" in
   tests-a)
     python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_conformance.py \
-      tests/test_authoring_gpu.py tests/test_classic_control_kernels_gpu.py tests/test_mpe_gpu.py \
+      tests/test_authoring_gpu.py tests/test_classic_control_kernels.py tests/test_mpe.py \
       2>&1 | tee "$OUT/pytest_gpu_a.log" ;;
   tests-b)
     python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_tag_continuous_gpu.py \
-      tests/test_tag_gridworld_gpu.py tests/test_sampler_gpu.py tests/test_train_gpu.py \
+      tests/test_tag_gridworld.py tests/test_sampler_gpu.py tests/test_train_gpu.py \
       tests/test_adapters_gpu.py tests/test_pycuda_bridge.py 2>&1 | tee "$OUT/pytest_gpu_b.log" ;;
   bench)
     (cd experiments && python3 bench_tag_paths.py --out "$OUT/bench_tag_paths.json") 2>&1 \

@@ -52,7 +52,7 @@ envs-tests)
   # with pytools, platformdirs, mako, markupsafe and siphash24 into
   # .device_pkgs_pycuda (`pip install --target`).
   PYTHONPATH=.device_pkgs_pycuda python3 -m pytest -m gpu -q tests/test_authoring_gpu.py \
-    tests/test_tag_gridworld_gpu.py tests/test_mpe_gpu.py tests/test_classic_control_kernels_gpu.py \
+    tests/test_tag_gridworld.py tests/test_mpe.py tests/test_classic_control_kernels.py \
     tests/test_pycuda_bridge.py 2>&1 | tee "$OUT/pytest_envs_gpu_h100.log" | tail -3
   ;;
 ablation)

@@ -16,3 +16,22 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def cpu_device():
     return jax.devices("cpu")[0]
+
+
+# Backends as fixtures, so that one test covers the kernels on the CPU here and
+# on the GPU where there is one: the CUDA cases are marked `gpu` (skipped
+# without a GPU; `pytest -m gpu` selects them, experiments/tools/gpu_tests.sh).
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def kernel_backend(request) -> str:
+    """A kernel backend: "cpu" (XLA:CPU), and "cuda" (marked gpu)."""
+    return request.param
+
+
+@pytest.fixture(params=[("cpu", "jax"), pytest.param(("cuda", "jax"), marks=pytest.mark.gpu),
+                        pytest.param(("cuda", "cpu"), marks=pytest.mark.gpu)],
+                ids=["cpu-jax", "cuda-jax", "cuda-cpu"])
+def kernel_pair(request) -> tuple[str, str]:
+    """Two backends whose rollouts must agree: a kernel against the pure-JAX
+    reference ("cpu", "jax"; "cuda", "jax"), and the two kernels ("cuda", "cpu")."""
+    return request.param
+

@@ -34,6 +34,7 @@ import pytest
 
 import jaxwarp
 from jaxwarp import testing
+from _small import SMALL_TAG
 
 ENVS = jaxwarp.registered_envs()
 BACKENDS = ["cpu", "jax", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -41,10 +42,7 @@ BACKENDS = ["cpu", "jax", pytest.param("cuda", marks=pytest.mark.gpu)]
 # Small parameters for envs that are large by default; envs not listed use
 # their defaults. tag_continuous's shorter episode makes the whole-episode
 # comparisons reach its auto-reset in 103 steps.
-SMALL = {
-    "tag_continuous": dict(num_taggers=2, num_runners=6, num_other_agents_observed=4,
-                           episode_length=100),
-}
+SMALL = {"tag_continuous": dict(SMALL_TAG, episode_length=100)}
 
 # Envs whose `cpu` (and `cuda`) kernel does not match the pure-JAX reference
 # bit for bit on XLA:CPU (jax 0.10.2, x86-64 with FMA). The C++ is compiled

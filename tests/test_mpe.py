@@ -1,6 +1,7 @@
-"""MPE simple_spread and simple_tag on the CPU: the kernel against its pure-JAX reference,
-and both against JaxMARL's SimpleSpreadMPE step by step from the same state
-and actions (skipped where jaxmarl is not installed)."""
+"""MPE simple_spread and simple_tag: the kernels (XLA:CPU; CUDA in the `gpu` cases,
+skipped without a GPU) against the pure-JAX reference and each other, and both
+against JaxMARL's SimpleSpreadMPE step by step from the same state and actions
+(skipped where jaxmarl is not installed)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,16 @@ from jaxwarp.envs.mpe_simple_tag import MPESimpleTag, MPESimpleTagParams
 
 
 # The kernel's expf/log1pf (contact force) and summation order differ from
-# XLA's by an ulp or so; resync keeps those from compounding.
+# XLA's (and CUDA's from glibc's) by an ulp or so; resync keeps those from
+# compounding.
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("params", [{}, {"num_agents": 5, "num_landmarks": 4,
-                                         "local_ratio": 0.3, "max_steps": 10}])
-def test_spread_cpu_matches_reference(params):
-    r = jaxwarp.testing.check_consistency("mpe_simple_spread", ("cpu", "jax"), num_envs=16,
+                                         "local_ratio": 0.3, "max_steps": 10},
+                                    {"num_agents": 6, "num_landmarks": 6}])
+def test_spread_kernel_matches_reference(params, kernel_pair):
+    r = jaxwarp.testing.check_consistency("mpe_simple_spread", kernel_pair, num_envs=16,
                                           resync=True, **TOL, **params)
     assert r.ok, r
     assert r.episodes_finished == 32  # every env twice in 2 (max_steps + 1) + 1 steps
@@ -132,11 +135,14 @@ def test_matches_jaxmarl_step_by_step(case):
     assert collisions > 20  # pairs closer than any two agents' radii
 
 
-def test_tag_cpu_matches_reference_and_groups():
-    r = jaxwarp.testing.check_consistency("mpe_simple_tag", ("cpu", "jax"), num_envs=16,
+def test_tag_kernel_matches_reference(kernel_pair):
+    r = jaxwarp.testing.check_consistency("mpe_simple_tag", kernel_pair, num_envs=16,
                                           resync=True, **TOL)
     assert r.ok, r
     assert r.episodes_finished == 32
+
+
+def test_tag_groups():
     env = MPESimpleTag(backend="cpu")
     assert env.num_agents == 4 and env.obs_dim == 16
     np.testing.assert_array_equal(env.policy_groups["adversary"], [0, 1, 2])

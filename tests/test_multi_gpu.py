@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import jaxwarp
+from _small import SMALL_TAG
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not jaxwarp.gpu_available() or len(jax.devices("gpu")) < 2,
@@ -25,10 +26,7 @@ pytestmark = [pytest.mark.gpu,
 
 NUM_ENVS = 8
 STEPS = 20
-SMALL = {
-    "tag_continuous": {"num_taggers": 2, "num_runners": 6, "num_other_agents_observed": 4,
-                       "episode_length": 10},
-}
+SMALL = {"tag_continuous": dict(SMALL_TAG, episode_length=10)}
 
 
 def _mesh(d):

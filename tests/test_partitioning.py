@@ -26,13 +26,11 @@ import sys
 import numpy as np
 import pytest
 from _workers import leaves_differ, not_split, run_workers
+from _small import SMALL_TAG
 
 DEVICES = 4
 NUM_ENVS = 8
-SMALL = {
-    "tag_continuous": {"num_taggers": 2, "num_runners": 6, "num_other_agents_observed": 4,
-                       "episode_length": 30},
-}
+SMALL = {"tag_continuous": dict(SMALL_TAG, episode_length=30)}
 
 
 # ---------------------------------------------------------------------------

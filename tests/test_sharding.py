@@ -30,15 +30,13 @@ import time
 
 import pytest
 from _workers import leaves_differ, not_split, run_workers
+from _small import SMALL_TAG
 
 DEVICES = 4
 WORKERS = 2  # subprocesses, each on its share of the (env, backend) pairs
 NUM_ENVS = 8
 STEPS = 40
-SMALL = {
-    "tag_continuous": {"num_taggers": 2, "num_runners": 6, "num_other_agents_observed": 4,
-                       "episode_length": 30},
-}
+SMALL = {"tag_continuous": dict(SMALL_TAG, episode_length=30)}
 # Cross-device ops that XLA inserts when it partitions an env's pure-JAX
 # reference (backend "jax", no shard_map) on 4 CPU devices. None since the
 # reference's k-nearest top_k (tag_continuous), which XLA's partitioner

@@ -1,6 +1,9 @@
-"""tag_gridworld (WarpDrive's tag on a grid, through the authoring contract) on
-CPU: the XLA:CPU kernels against the pure-JAX reference bit for bit over whole
-episodes, hand-checked transitions, vmap, and a short PPO run that must learn."""
+"""tag_gridworld (WarpDrive's tag on a grid, through the authoring contract):
+the XLA:CPU kernels (and the CUDA kernels, `gpu` cases, skipped without a
+GPU) against the pure-JAX reference and each other bit for bit over whole
+episodes with resets (integer dynamics, one float sum per reward,
+observations as products with f32 reciprocals), hand-checked transitions,
+vmap, and a short PPO run that must learn."""
 
 from __future__ import annotations
 
@@ -52,12 +55,14 @@ CASES = {
                                        use_full_observation=False, random_start=True),
     "small_full_random_start": dict(num_taggers=2, grid_length=5, episode_length=25,
                                     random_start=True),
+    "many_taggers_partial": dict(num_taggers=40, grid_length=12, episode_length=30,
+                                 use_full_observation=False, random_start=True),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_cpu_kernel_matches_reference_bitwise(case):
-    report = jaxwarp.testing.check_consistency("tag_gridworld", BACKENDS, num_envs=8,
+def test_kernel_matches_reference_bitwise(case, kernel_pair):
+    report = jaxwarp.testing.check_consistency("tag_gridworld", kernel_pair, num_envs=8,
                                                rtol=0, atol=0, **CASES[case])
     assert report.ok, str(report)
     assert report.episodes_finished >= 8, str(report)
@@ -225,9 +230,9 @@ def test_make_with_named_configs():
 # ---------------------------------------------------------------------------
 # vmap
 # ---------------------------------------------------------------------------
-def test_cpu_vmap_over_seeds_equals_loop():
+def test_kernel_vmap_over_seeds_equals_loop(kernel_backend):
     p = small(random_start=True, episode_length=6)
-    env = TagGridworld(p, backend="cpu")
+    env = TagGridworld(p, backend=kernel_backend)
     keys = jax.random.split(jax.random.PRNGKey(3), 3)
 
     def rollout(key):
@@ -251,6 +256,11 @@ def test_cpu_vmap_over_seeds_equals_loop():
         one = jax.jit(rollout)(k)
         for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(batched)):
             np.testing.assert_array_equal(a, b[i])
+
+
+@pytest.mark.gpu
+def test_auto_runs_the_kernel_on_a_gpu():
+    assert TagGridworld(backend="auto").backend == "cuda"
 
 
 # ---------------------------------------------------------------------------

@@ -21,8 +21,8 @@ SUF=_$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
 [ "$SUF" = "_" ] && SUF=_gpu
 case "$1" in
 tests)
-  python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_authoring_gpu.py tests/test_mpe_gpu.py \
-    tests/test_tag_gridworld_gpu.py tests/test_classic_control_kernels_gpu.py \
+  python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_authoring_gpu.py tests/test_mpe.py \
+    tests/test_tag_gridworld.py tests/test_classic_control_kernels.py \
     tests/test_tag_continuous_gpu.py 2>&1 | tee $OUT/pytest_layout_gpu${SUF}.log | tail -4 ;;
 ablate)
   python3 - <<'PY' | tee $OUT/${ABLATE_NAME:-tag_ablation}_roofline${SUF}.txt

@@ -23,7 +23,7 @@ cp $R/.snap/trainer_base.py jaxwarp/train/trainer.py; ab base
 cp /tmp/trainer_new.py jaxwarp/train/trainer.py; ab new
 patch -p1 -s -i experiments/patches/head_pad8.patch && ab pad8 && patch -p1 -s -R -i experiments/patches/head_pad8.patch
 ab notriton XLA_FLAGS=--xla_gpu_enable_triton_gemm=false
-timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_sampler_gpu.py tests/test_mpe_gpu.py \
+timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_sampler_gpu.py \
   tests/test_mpe.py tests/test_tag_continuous_gpu.py tests/test_tag_continuous.py tests/test_train_gpu.py \
-  tests/test_classic_control_kernels_gpu.py tests/test_conformance.py 2>&1 | grep -v "$F" > $OUT/pytest_gpu.log
+  tests/test_classic_control_kernels.py tests/test_conformance.py 2>&1 | grep -v "$F" > $OUT/pytest_gpu.log
 tail -15 $OUT/pytest_gpu.log

@@ -19,8 +19,8 @@ tests)
   T="python -m pytest -m gpu -q -p no:cacheprovider"
   G=("tests/test_conformance.py -k \"tag_ or mpe\""
      "tests/test_conformance.py -k \"not (tag_ or mpe)\""
-     "tests/test_authoring_gpu.py tests/test_classic_control_kernels_gpu.py tests/test_mpe_gpu.py tests/test_mpe.py tests/test_pycuda_bridge.py"
-     "tests/test_tag_continuous_gpu.py tests/test_tag_continuous.py tests/test_tag_gridworld_gpu.py"
+     "tests/test_authoring_gpu.py tests/test_classic_control_kernels.py tests/test_mpe.py tests/test_pycuda_bridge.py"
+     "tests/test_tag_continuous_gpu.py tests/test_tag_continuous.py tests/test_tag_gridworld.py"
      "tests/test_sampler_gpu.py tests/test_train_gpu.py tests/test_adapters_gpu.py")
   for g in 1 2 3 4 5; do eval "python3 ${T#python } ${G[$((g - 1))]}" > $OUT/g$g.log 2>&1 & done
   wait
