@@ -166,7 +166,8 @@ def test_readme_python_blocks_run_and_print_what_they_say(monkeypatch, capsys):
 def test_readme_and_user_docs_name_files_that_exist():
     """Links and repository paths in the README and the user docs it links to
     point at files that exist (a moved doc or script breaks this, not a reader)."""
-    pages = [README] + [ROOT / "docs" / n for n in ("numerics.md", "reliability.md", "pycuda.md")]
+    pages = [README] + [ROOT / "docs" / n for n in ("numerics.md", "reliability.md", "pycuda.md",
+                                                    "architecture.md")]
     pages += sorted((ROOT / "docs" / "envs").glob("*.md"))  # the env pages and their index
     pages += [CUDA_README]  # the kernel design page the README links to
     path_re = re.compile(r"\]\((?!https?:|#)([^)#\s]+)\)|`((?:docs|experiments|cuda|ffi|jaxwarp|"
