@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import jaxwarp
+from jaxwarp import layouts
 from jaxwarp.authoring import EnvBuildError, build, prebuilt
 from jaxwarp.registry import registered_envs
 from jaxwarp.testing import check_consistency
@@ -21,11 +22,11 @@ from jaxwarp.testing import check_consistency
 assert "site-packages" in jaxwarp.__file__, f"not the installed wheel: {jaxwarp.__file__}"
 cache = Path(os.environ["JAXWARP_CACHE_DIR"])
 try:
-    sys.exit(f"a C++ compiler is reachable: {build._find_cxx()}")
+    sys.exit(f"a C++ compiler is reachable: {build.find_cxx()}")
 except EnvBuildError:
     pass
 try:  # /usr/local/cuda/bin/nvcc, the last resort, may exist; nothing else may
-    nvcc = build._find_nvcc()
+    nvcc = build.find_nvcc()
     assert nvcc == "/usr/local/cuda/bin/nvcc", f"nvcc is reachable: {nvcc}"
 except EnvBuildError:
     pass
@@ -35,7 +36,7 @@ for name in registered_envs():
                                resync=True, rtol=1e-4, atol=1e-5)
     assert report.ok, f"{name}: {report}"
     print(f"{name:18s} cpu (prebuilt) vs jax: {report}", flush=True)
-assert set(prebuilt.builtin_layouts()) <= names, names
+assert set(layouts.builtin_layouts()) <= names, names
 out = cache.parent / "run"
 cmd = [sys.executable, "-m", "jaxwarp", "train", "--config", "cartpole_ppo",
        "total_env_steps=40960", "--out", str(out), "--eval-episodes", "0", "--no-progress"]

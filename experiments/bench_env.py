@@ -65,7 +65,7 @@ def measure_bandwidth(device: jax.Device, nbytes: int = 1 << 30) -> float:
 
 
 # XLA:GPU options that capture the whole scan (while loop included) in one
-# CUDA graph instead of launching kernel by kernel (DESIGN.md: measure both).
+# CUDA graph instead of launching kernel by kernel (docs/decisions.md, "Kernels": measure both).
 COMMAND_BUFFER_OPTIONS = {
     "xla_gpu_enable_command_buffer": "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL",
     "xla_gpu_graph_min_graph_size": 1,

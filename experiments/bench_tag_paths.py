@@ -6,7 +6,7 @@ Times each in a jitted `lax.scan` of env steps, in two modes:
 
 * ``protocol``: each step's actions are a hash of the previous step's
   observations (every element is read), so no backend can skip work a policy
-  would need (DESIGN.md, benchmark protocol);
+  would need (docs/decisions.md, "Benchmarks and protocol");
 * ``hashed``: actions hashed from the step index on the device, the kernel
   alone (labelled as such: a custom call cannot be partly dropped, pure JAX
   can).

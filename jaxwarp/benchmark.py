@@ -1,4 +1,4 @@
-"""The benchmark protocol of experiments/ (DESIGN.md, "Benchmark protocol").
+"""The benchmark protocol of experiments/ (docs/decisions.md, "Benchmarks and protocol").
 
 Every comparison between a kernel and pure JAX makes each step's actions a
 function of the previous step's observations. XLA deletes pure-JAX work whose
@@ -181,7 +181,8 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str:
 
 def run_meta(argv: Sequence[str] | None = None, **extra: Any) -> dict[str, Any]:
     """What every result file's ``meta`` records, so that a figure can be traced
-    to the code and the machine that produced it (DESIGN.md, "Benchmark protocol").
+    to the code and the machine that produced it (docs/decisions.md, "Benchmarks and
+    protocol").
 
     Args:
       argv: the command line (default ``sys.argv``); recorded as one

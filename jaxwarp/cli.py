@@ -216,13 +216,15 @@ def _emit(names: list[str], backend: str, out: str) -> int:
     Nothing compiled."""
     from pathlib import Path as _Path
 
+    import jaxwarp
     from jaxwarp import authoring
 
     texts: list[tuple[str, str]] = []  # (file name, source)
     try:
         for n in names:
             # One text for both platforms (g++ or nvcc picks the code path).
-            text = authoring.generated_source(n, "cuda" if backend == "cuda" else "cpu")
+            text = authoring.generated_source(jaxwarp.make(n, backend="jax"),
+                                              "cuda" if backend == "cuda" else "cpu")
             texts.append((f"{n}_layout.h", text))
     except (authoring.EnvBuildError, ValueError) as e:
         print(f"jaxwarp build: error: {e}", file=sys.stderr)
@@ -252,10 +254,9 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
     import jaxwarp
     from jaxwarp import authoring
     from jaxwarp.authoring import build
-    from jaxwarp.registry import _REGISTRY
+    from jaxwarp.registry import contract_envs
 
-    contract = [n for n, (cls, _, _) in _REGISTRY.items()
-                if isinstance(cls, type) and issubclass(cls, authoring.ContractEnv)]
+    contract = list(contract_envs())
     names = names or contract
     for n in names:
         if n not in contract:
@@ -267,8 +268,8 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
     platforms = ["cpu", "cuda"] if backend == "all" else [backend]
     if backend == "all":  # cuda only where nvcc and a target architecture are known
         try:
-            build._find_nvcc()
-            build._gpu_arch()
+            build.find_nvcc()
+            build.gpu_arch()
         except authoring.EnvBuildError:
             platforms = ["cpu"]
     for n in names:
@@ -277,7 +278,7 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
             try:
                 env = jaxwarp.make(n, backend="jax")
                 spec = env.spec
-                lib = build._compile(spec, _Path(spec.header), platform, params=env.params)
+                lib = build.compile_library(spec, _Path(spec.header), platform, params=env.params)
             except authoring.EnvBuildError as e:
                 print(f"jaxwarp build: error: {e}", file=sys.stderr)
                 return 2

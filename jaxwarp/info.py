@@ -16,16 +16,16 @@ from typing import Any
 
 
 def _compiler(find) -> str:
-    from jaxwarp.authoring.build import _compiler_id
+    from jaxwarp.authoring.build import compiler_id
     from jaxwarp.authoring.spec import EnvBuildError
 
     try:
         path = find()
     except EnvBuildError:
         return "none found"
-    version = next((ln for ln in reversed(_compiler_id(path).splitlines())
+    version = next((ln for ln in reversed(compiler_id(path).splitlines())
                     if ln.strip() and "release" in ln.lower()), None)
-    version = version or (_compiler_id(path).splitlines() or [""])[0]
+    version = version or (compiler_id(path).splitlines() or [""])[0]
     return f"{path} ({version.strip()})" if version.strip() else path
 
 
@@ -63,8 +63,8 @@ def report() -> dict[str, Any]:
         "devices": devices,
         "backends": backends,
         "prebuilt": libs or ["none (built-in envs compile at first use)"],
-        "c++ compiler": _compiler(build._find_cxx),
-        "nvcc": _compiler(build._find_nvcc),
+        "c++ compiler": _compiler(build.find_cxx),
+        "nvcc": _compiler(build.find_nvcc),
         "cache": str(build.cache_dir()),
     }
 

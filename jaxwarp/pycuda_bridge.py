@@ -26,9 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.authoring import ContractEnv, launch_layout
-from jaxwarp.authoring.build import _compile
-from jaxwarp.authoring.spec import _DTYPES
+from jaxwarp.authoring import DTYPES, ContractEnv, compile_library, launch_layout, per_env_words
 from jaxwarp.core import key_data_of
 
 
@@ -164,7 +162,7 @@ class PyCudaEnv:
         self._cuda = cuda
         self.env = env
         self.spec = env.spec
-        self.per_env = np.asarray(env._attrs["jw_per_env"], np.int32)  # state, then scratch
+        self.per_env = np.asarray(per_env_words(env.spec, env.params), np.int32)  # state, then scratch
         self._state_fields = len(env.spec.fields)
         if len(self.per_env) > MAX_FIELDS:
             raise ValueError(f"{env.name}: {len(self.per_env)} state and scratch fields; the "
@@ -173,7 +171,7 @@ class PyCudaEnv:
         self.device = jax.devices("gpu")[device]
         # The layout of the built library (jaxwarp_<env>_layout): the one the
         # FFI launcher uses, not recomputed here.
-        self.layout = launch_layout(env.spec, env.params, "cuda", env._header)
+        self.layout = launch_layout(env.spec, env.params, "cuda", env.header)
         lay = self.layout
         self.tpe, self.epb = int(lay.tpe), int(lay.epb)
         self.staged, self.obs_staged = bool(lay.staged), bool(lay.obs_staged)
@@ -183,7 +181,7 @@ class PyCudaEnv:
             raise RuntimeError(f"{env.name}: the library's layout has {self.scratch_words} "
                                "scratch words per env, the spec "
                                f"{int(self.per_env[self._state_fields:].sum())} (stale build?)")
-        cubin = _compile(env.spec, env._header, "cuda", cubin=True, params=env.params)
+        cubin = compile_library(env.spec, env.header, "cuda", cubin=True, params=env.params)
         self.module = cuda.module_from_file(str(cubin))
         suffix = "_staged" if self.staged else ""
         self._reset_fn = self.module.get_function(f"jaxwarp_{env.name}_reset_kernel{suffix}")
@@ -256,7 +254,7 @@ class PyCudaEnv:
             # Fresh buffers that nothing else in JAX refers to: written in place.
             self.state = self.spec.state_type(*[
                 jnp.zeros((num_envs, n) if f.scope == "agent" else (num_envs,),
-                          _DTYPES[f.dtype][1]) for f in self.spec.fields])
+                          DTYPES[f.dtype][1]) for f in self.spec.fields])
             self.obs = jnp.zeros((num_envs, n, self.obs_dim), jnp.float32)
             self.reward = jnp.zeros((num_envs, n), jnp.float32)
             self.done = jnp.zeros((num_envs,), bool)

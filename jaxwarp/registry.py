@@ -18,6 +18,8 @@ from jaxwarp.params_check import check_params, check_values
 
 # name -> (env class, params class, named configurations)
 _REGISTRY: dict[str, tuple[type, type, dict[str, dict[str, Any]]]] = {}
+# name -> EnvSpec, for the envs registered by their spec (`register_spec`)
+_SPECS: dict[str, EnvSpec] = {}
 
 
 def register_spec(spec: EnvSpec, configs: dict[str, dict[str, Any]] | None = None,
@@ -32,6 +34,7 @@ def register_spec(spec: EnvSpec, configs: dict[str, dict[str, Any]] | None = Non
     env_cls = env_cls or env_class(spec)
     _check_registration("register_spec", spec.name, env_cls, spec.params_type, configs)
     _REGISTRY[spec.name] = (env_cls, spec.params_type, dict(configs or {}))
+    _SPECS[spec.name] = spec
     return env_cls
 
 
@@ -118,12 +121,34 @@ def register_env(name: str, env_cls: type, params_cls: type,
     """
     _check_registration("register_env", name, env_cls, params_cls, configs)
     _REGISTRY[name] = (env_cls, params_cls, dict(configs or {}))
+    _SPECS.pop(name, None)
 
 
 def registered_envs() -> tuple[str, ...]:
     """Names accepted by `make`: the built-ins sorted by name, then the envs
     registered since, in the order of registration."""
     return tuple(_REGISTRY)
+
+
+def env_spec(name: str) -> EnvSpec | None:
+    """The `EnvSpec` of a registered env (its hooks: drawing, render fps,
+    default training config), or None for an env registered without one
+    (`register_env`) or not registered."""
+    return _SPECS.get(name) if name in _REGISTRY else None
+
+
+def env_configs(name: str) -> tuple[str, ...]:
+    """The named configs of a registered env (``make(name, config=...)``)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown env {name!r}; registered envs: {registered_envs()}")
+    return tuple(_REGISTRY[name][2])
+
+
+def contract_envs() -> tuple[str, ...]:
+    """The registered envs built through the authoring contract (their class
+    a `ContractEnv`: what ``jaxwarp build`` compiles), in registration order."""
+    return tuple(n for n, (cls, _, _) in _REGISTRY.items()
+                 if isinstance(cls, type) and issubclass(cls, ContractEnv))
 
 
 def make(name: str, backend: str = "auto", config: str | None = None, checks: bool = False,

@@ -8,8 +8,10 @@
 Frames are drawn on the device with `jnp` ops (every shape is a filled
 capsule: a disc, or a thick segment, painted in order over a white
 background), vmapped over time, so a whole rollout renders inside ``jit``.
-World ``y`` points up in the image. Supported: tag_continuous, tag_gridworld,
-mpe_simple_spread, mpe_simple_tag, cartpole, pendulum, acrobot, mountain_car.
+World ``y`` points up in the image. What an env looks like is the env's own:
+its spec's ``render_view(params)`` (the square of the world drawn) and
+``render_draw(params, state, canvas)`` (its shapes on a `Canvas`); this module
+draws any env that declares them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["RENDERABLE_ENVS", "render_frames", "rollout_states", "world_to_pixel", "write_gif"]
+__all__ = ["Canvas", "render_frames", "rollout_states", "world_to_pixel", "write_gif"]
 
 BACKGROUND = (255, 255, 255)
 RED = (220, 40, 40)  # taggers, adversaries
@@ -32,8 +34,35 @@ GREY = (150, 150, 150)  # landmarks, ground, track
 DARK = (40, 40, 40)  # obstacles, cart, links
 ORANGE = (210, 130, 40)  # poles, pendulum, car
 
-RENDERABLE_ENVS = ("tag_continuous", "tag_gridworld", "mpe_simple_spread", "mpe_simple_tag",
-                   "cartpole", "pendulum", "acrobot", "mountain_car")
+class Canvas:
+    """What an env's drawing hook (`EnvSpec.render_draw`) paints on: filled
+    capsules (a disc, or a thick segment) in world units, painted in the
+    order they are added.
+
+    px: world units per pixel (a hook may keep small shapes at least a pixel
+    or two wide: ``max(0.05, 2 * canvas.px)``). Coordinates and radii are
+    Python floats or f32 arrays (one shape per element); colour an RGB triple;
+    visible a bool or bool array (hidden shapes are not painted)."""
+
+    def __init__(self, px: float):
+        self.px = px
+        self.parts: list[tuple] = []
+
+    def segment(self, ax, ay, bx, by, r, colour, visible=True) -> None:
+        """A thick segment from (ax, ay) to (bx, by), radius r."""
+        ax = jnp.atleast_1d(jnp.asarray(ax, jnp.float32))
+        n = ax.shape[0]
+        f = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32), (n,))
+        self.parts.append((ax, f(ay), f(bx), f(by), f(r), _col(colour, n),
+                           jnp.broadcast_to(jnp.asarray(visible, bool), (n,))))
+
+    def disc(self, x, y, r, colour, visible=True) -> None:
+        """A disc of radius r at (x, y)."""
+        self.segment(x, y, x, y, r, colour, visible)
+
+    def primitives(self) -> tuple[jax.Array, ...]:
+        """(ax, ay, bx, by, r, colour[D, 3], visible[D]) of every shape, in order."""
+        return tuple(jnp.concatenate([q[i] for q in self.parts]) for i in range(7))
 
 
 def _env_name(env: Any) -> str:
@@ -42,36 +71,26 @@ def _env_name(env: Any) -> str:
     return str(name) if name is not None else type(env).__name__
 
 
+def _hooks(env: Any) -> tuple[Callable, Callable]:
+    """(render_view, render_draw) of the env's spec; ValueError naming the env
+    when it declares none."""
+    spec = getattr(env, "spec", None)
+    view, draw = getattr(spec, "render_view", None), getattr(spec, "render_draw", None)
+    if view is None or draw is None:
+        raise ValueError(f"render: env {_env_name(env)!r} declares no drawing (its EnvSpec's "
+                         "render_view and render_draw; see docs/custom_env.md)")
+    return view, draw
+
+
 def check_renderable(env: Any) -> None:
     """Raises ValueError naming the env when there is no drawing for it."""
-    _bounds(env)
+    _hooks(env)
 
 
 def _bounds(env: Any) -> tuple[float, float, float, float]:
     """(xmin, xmax, ymin, ymax) of the image in world units (square)."""
-    name, p = _env_name(env), env.params
-    if name == "tag_continuous":
-        m = 0.03 * float(p.grid_length)
-        return -m, p.grid_length + m, -m, p.grid_length + m
-    if name == "tag_gridworld":  # cells 0..L
-        m = 0.5 + 0.03 * p.grid_length
-        return -m, p.grid_length + m, -m, p.grid_length + m
-    if name in ("mpe_simple_spread", "mpe_simple_tag"):
-        return -1.5, 1.5, -1.5, 1.5
-    if name == "cartpole":
-        h = 1.2 * float(p.x_threshold)
-        return -h, h, -h + 0.5, h + 0.5
-    if name == "pendulum":
-        h = 1.2 * float(p.l)
-        return -h, h, -h, h
-    if name == "acrobot":
-        h = 1.1 * (float(p.link_length_1) + float(getattr(p, "link_length_2", 1.0)))
-        return -h, h, -h, h
-    if name == "mountain_car":
-        lo, hi = float(p.min_position), float(p.max_position)
-        half = (hi - lo) / 2
-        return lo, hi, 0.55 - half, 0.55 + half
-    raise ValueError(f"render: no renderer for env {name!r}; renderable envs: {RENDERABLE_ENVS}")
+    view, _ = _hooks(env)
+    return tuple(float(v) for v in view(env.params))
 
 
 def world_to_pixel(env: Any, x: float, y: float, size: int = 128) -> tuple[int, int]:
@@ -91,74 +110,10 @@ def _prims(env: Any, s: dict[str, jax.Array], px: float):
 
     s: the env's state fields for one env at one time (per-agent fields f[n]);
     px: world units per pixel."""
-    name, p = _env_name(env), env.params
-    parts: list[tuple] = []
-
-    def add(ax, ay, bx, by, r, colour, vis=True):
-        ax = jnp.atleast_1d(jnp.asarray(ax, jnp.float32))
-        n = ax.shape[0]
-        f = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32), (n,))
-        parts.append((ax, f(ay), f(bx), f(by), f(r), _col(colour, n),
-                      jnp.broadcast_to(jnp.asarray(vis, bool), (n,))))
-
-    def disc(x, y, r, colour, vis=True):
-        add(x, y, x, y, r, colour, vis)
-
-    if name == "tag_continuous":
-        nt = p.num_taggers
-        x, y, alive = s["x"], s["y"], s["still_in_game"] != 0
-        disc(x[nt:], y[nt:], 2.0 * px, BLUE, alive[nt:])  # runners under taggers
-        disc(x[:nt], y[:nt], 3.0 * px, RED, alive[:nt])
-    elif name == "tag_gridworld":
-        nt = p.num_taggers
-        x, y = s["x"].astype(jnp.float32), s["y"].astype(jnp.float32)
-        r = max(0.45, 2.5 * px)
-        disc(x[nt:], y[nt:], r, BLUE)
-        disc(x[:nt], y[:nt], r, RED)
-    elif name == "mpe_simple_spread":
-        nl = p.num_landmarks
-        disc(s["lm_x"][:nl], s["lm_y"][:nl], max(0.05, 2 * px), GREY)
-        disc(s["x"], s["y"], p.agent_size, BLUE)
-    elif name == "mpe_simple_tag":
-        nl, na = p.num_obs, p.num_adversaries
-        disc(s["lm_x"][:nl], s["lm_y"][:nl], p.obs_size, DARK)
-        disc(s["x"][na:], s["y"][na:], max(p.good_size, 2 * px), GREEN)
-        disc(s["x"][:na], s["y"][:na], max(p.adversary_size, 2 * px), RED)
-    elif name == "cartpole":
-        x, th = s["x"][0], s["theta"][0]
-        xt = float(p.x_threshold)
-        add(-xt, -0.2, xt, -0.2, max(0.02, px), GREY)  # track
-        add(x - 0.25, 0.0, x + 0.25, 0.0, 0.12, DARK)  # cart
-        pole = 2.0 * float(p.length)
-        add(x, 0.0, x + pole * jnp.sin(th), pole * jnp.cos(th), max(0.05, 1.5 * px), ORANGE)
-        disc(x, 0.0, max(0.04, 1.5 * px), GREY)
-    elif name == "pendulum":
-        th, l = s["theta"][0], float(p.l)  # theta 0: upright
-        add(0.0, 0.0, -l * jnp.sin(th), l * jnp.cos(th), max(0.08, 2 * px), ORANGE)
-        disc(0.0, 0.0, max(0.05, 2 * px), DARK)
-    elif name == "acrobot":
-        t1, t2 = s["theta1"][0], s["theta2"][0]  # 0: hanging down (gym's drawing)
-        l1, l2 = float(p.link_length_1), float(getattr(p, "link_length_2", 1.0))
-        x1, y1 = l1 * jnp.sin(t1), -l1 * jnp.cos(t1)
-        x2, y2 = x1 + l2 * jnp.sin(t1 + t2), y1 - l2 * jnp.cos(t1 + t2)
-        add(-2.2, 1.0, 2.2, 1.0, max(0.01, px), GREY)  # target height
-        add(0.0, 0.0, x1, y1, max(0.06, 2 * px), DARK)
-        add(x1, y1, x2, y2, max(0.06, 2 * px), DARK)
-        disc(0.0, 0.0, max(0.06, 2 * px), ORANGE)
-        disc(x1, y1, max(0.06, 2 * px), ORANGE)
-    elif name == "mountain_car":
-        h = lambda v: 0.45 * np.sin(3 * v) + 0.55
-        xs = np.linspace(p.min_position, p.max_position, 41, dtype=np.float32)
-        add(xs[:-1], h(xs[:-1]), xs[1:], h(xs[1:]), max(0.005, px), GREY)  # the hill
-        g = float(p.goal_position)
-        add(g, h(g), g, h(g) + 0.15, max(0.005, px), DARK)  # flag
-        pos = s["position"][0]
-        r = max(0.04, 2 * px)
-        disc(pos, 0.45 * jnp.sin(3 * pos) + 0.55 + r, r, ORANGE)
-    else:
-        raise ValueError(f"render: no renderer for env {name!r}; renderable envs: "
-                         f"{RENDERABLE_ENVS}")
-    return tuple(jnp.concatenate([q[i] for q in parts]) for i in range(7))
+    _, draw = _hooks(env)
+    canvas = Canvas(px)
+    draw(env.params, s, canvas)
+    return canvas.primitives()
 
 
 def _rasterize(prims, bounds, size: int) -> jax.Array:
@@ -189,14 +144,14 @@ def render_frames(env: Any, states: Any, env_index: int = 0, size: int = 128) ->
     """u8[T, size, size, 3]: one env's rollout drawn frame by frame.
 
     Args:
-        env: an env from `jaxwarp.make` (its name picks the drawing).
+        env: an env from `jaxwarp.make` (its spec's render hooks draw it).
         states: the env's state pytree with a leading time axis, fields
             ``[T, num_envs, ...]`` (e.g. from `rollout_states`).
         env_index: which env of the batch to draw.
         size: image height and width in pixels.
 
     Jittable (``jax.jit(lambda s: render_frames(env, s))``). Raises ValueError
-    for an env with no renderer.
+    for an env that declares no drawing.
     """
     bounds = _bounds(env)  # raises for unknown envs
     px = (bounds[1] - bounds[0]) / size
@@ -219,6 +174,13 @@ def render_batch(env: Any, state: Any, size: int = 128) -> jax.Array:
     num_envs = jax.tree.leaves(state)[0].shape[0]
     draw = lambda e: render_frames(env, timed, env_index=e, size=size)[0]  # noqa: E731
     return jax.vmap(draw)(jnp.arange(num_envs))
+
+
+def batch_renderer(env: Any, size: int = 128) -> Callable[[Any], jax.Array]:
+    """Jitted ``state -> u8[num_envs, size, size, 3]`` (`render_batch`), what
+    the adapters' ``render()`` call; ValueError now for an env with no drawing."""
+    check_renderable(env)
+    return jax.jit(lambda state: render_batch(env, state, size))
 
 
 def rollout_states(env: Any, key: jax.Array, num_envs: int, steps: int | None = None,

@@ -60,8 +60,8 @@ def sample_actions(key: jax.Array, logits: jax.Array, nvec: Sequence[int],
         (the FFI backends through a custom JVP: ``onehot(a_h) - softmax(logits_h)``
         per head); actions have no gradient.
     """
-    nvec = _check_nvec(nvec)
-    logits = _check_logits(logits, nvec)
+    nvec = check_nvec(nvec)
+    logits = check_logits(logits, nvec)
     key_data = key_data_of(key)
     backend = resolve_backend(backend)
     head_keys = _head_keys(key, key_data, len(nvec))
@@ -175,7 +175,7 @@ def _sample_ffi_jvp(nvec, backend, partitionable, primals, tangents):
     return (actions, log_prob), (np.zeros(actions.shape, jax.dtypes.float0), dlp)
 
 
-def _check_nvec(nvec: Sequence[int]) -> tuple[int, ...]:
+def check_nvec(nvec: Sequence[int]) -> tuple[int, ...]:
     if isinstance(nvec, (np.ndarray, jax.Array)):
         if nvec.ndim != 1:
             raise ValueError(f"nvec must be a 1-D sequence of ints; got shape {nvec.shape}")
@@ -197,7 +197,7 @@ def _check_nvec(nvec: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _check_logits(logits: jax.Array, nvec: tuple[int, ...]) -> jax.Array:
+def check_logits(logits: jax.Array, nvec: tuple[int, ...]) -> jax.Array:
     if not hasattr(logits, "dtype") or not hasattr(logits, "shape"):
         raise TypeError(f"logits must be an array f32[..., sum(nvec)]; got "
                         f"{type(logits).__name__}")

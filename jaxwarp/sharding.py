@@ -319,8 +319,8 @@ def sample_actions(key: jax.Array, logits: jax.Array, nvec: Sequence[int], mesh:
 
     names = _axes(mesh, axis, "sample_actions")
     shards = math.prod(mesh.shape[a] for a in names)
-    nvec = sampler._check_nvec(nvec)
-    logits = sampler._check_logits(logits, nvec)
+    nvec = sampler.check_nvec(nvec)
+    logits = sampler.check_logits(logits, nvec)
     if logits.ndim < 2:
         raise ValueError(f"sample_actions: logits must have a leading (env) axis before the "
                          f"sum(nvec) axis; got shape {tuple(logits.shape)}")

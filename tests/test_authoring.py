@@ -93,40 +93,32 @@ def test_build_is_cached_and_outside_the_package(cache):
     assert not list(pkg.rglob("*cartpole*.so"))
 
 
-def declared(text: str) -> str:
-    """The header with the optional JAXWARP_STATE restatement of its fields."""
-    decl = "".join(f"JAXWARP_STATE({f.dtype}, {f.name}, {f.scope})\n" for f in CARTPOLE.fields)
-    return text.replace("#pragma once\n", "#pragma once\n" + decl, 1)
+def _state_without(name: str) -> type:
+    """CartPole's state dataclass without the field `name` (declared with
+    state_field, the one way to declare a state)."""
+    from flax import struct
+
+    from jaxwarp.authoring import state_field
+
+    kept = [f for f in CARTPOLE.fields if f.name != name]
+    return struct.dataclass(type("ShortState", (), {
+        "__annotations__": {f.name: jax.Array for f in kept},
+        **{f.name: state_field(f.dtype, f.scope) for f in kept}}))
 
 
-def test_header_missing_a_spec_field_names_it(cache):
-    header = header_copy(cache.parent, lambda t: declared(t).replace(
-        "JAXWARP_STATE(f32, theta_dot, agent)\n", ""))
-    with pytest.raises(EnvBuildError, match=r"spec field 'theta_dot' is not declared in "
-                                            r"my_cartpole.h; add JAXWARP_STATE\(f32, "
-                                            r"theta_dot, agent\)"):
-        build_env(CARTPOLE, backend="cpu", header=header)
-
-
-def test_header_and_spec_dtype_mismatch_names_the_field(cache):
-    header = header_copy(cache.parent, lambda t: declared(t).replace(
-        "JAXWARP_STATE(i32, timestep, env)", "JAXWARP_STATE(f32, timestep, env)"))
-    with pytest.raises(EnvBuildError, match=r"state field 'timestep' is f32/env in "
-                                            r"my_cartpole.h but i32/env in the spec"):
-        build_env(CARTPOLE, backend="cpu", header=header)
-
-
-def test_header_field_unknown_to_the_spec(cache):
-    spec = dataclasses.replace(CARTPOLE, fields=CARTPOLE.fields[:-1], state_type=None)
-    with pytest.raises(EnvBuildError, match=r"declares state field 'episode_return'.*spec "
-                                            r"has no field 'episode_return'"):
-        build_env(spec, backend="cpu", header=header_copy(cache.parent, declared))
+def test_spec_fields_are_read_from_the_state_dataclass():
+    assert [(f.name, f.dtype, f.scope) for f in CARTPOLE.fields][-2:] == [
+        ("timestep", "i32", "env"), ("episode_return", "f32", "agent")]
+    with pytest.raises(ValueError, match="init=False"):  # no second way to declare state
+        dataclasses.replace(CARTPOLE, fields=CARTPOLE.fields[:-1])
+    with pytest.raises(EnvBuildError, match=r"state_type must be a state dataclass"):
+        dataclasses.replace(CARTPOLE, state_type=None)
 
 
 def test_field_used_by_the_header_but_not_in_the_spec_is_a_compile_error(cache):
     """Declared once, in the spec: a header that uses a field the spec lacks
     fails to compile, with the field's name and the header's line first."""
-    spec = dataclasses.replace(CARTPOLE, fields=CARTPOLE.fields[:-1], state_type=None)
+    spec = dataclasses.replace(CARTPOLE, state_type=_state_without("episode_return"))
     with pytest.raises(EnvBuildError, match=r"(?s)my_cartpole\.h:\d+.*episode_return"):
         build_env(spec, backend="cpu", header=header_copy(cache.parent))
 
@@ -185,7 +177,7 @@ def test_state_field_and_param_validation():
 def test_generated_cuda_bindings_compile(cache, monkeypatch):
     monkeypatch.setenv("JAXWARP_CUDA_ARCH", "90")
     monkeypatch.setenv("JAXWARP_PREBUILT", "0")  # compile, even where the package carries it
-    lib = build._compile(CARTPOLE, Path(CARTPOLE.header), "cuda")
+    lib = build.compile_library(CARTPOLE, Path(CARTPOLE.header), "cuda")
     assert lib.exists() and lib.stat().st_size > 0
 
 
@@ -234,11 +226,11 @@ def test_truncated_cached_library_is_rebuilt(cache, tmp_path):
     process when loaded: its checksum no longer matches and it is rebuilt."""
     hdr = header_copy(tmp_path)
     spec = dataclasses.replace(CARTPOLE, name="cache_trunc", header=hdr)
-    lib = build._compile(spec, hdr, "cpu")
+    lib = build.compile_library(spec, hdr, "cpu")
     good = lib.read_bytes()
     lib.write_bytes(good[: len(good) // 3])
     assert not build._intact(lib)
-    assert build._compile(spec, hdr, "cpu") == lib
+    assert build.compile_library(spec, hdr, "cpu") == lib
     assert lib.read_bytes() == good and build._intact(lib)
     env = build_env(spec, backend="cpu")
     obs, _ = env.reset(jax.random.PRNGKey(0), 3)
@@ -261,7 +253,7 @@ def test_kill_9_during_a_build_leaves_no_temporary_file_for_good(cache, tmp_path
     fake.chmod(0o755)
     script = ("import dataclasses, sys; from pathlib import Path; from jaxwarp.authoring "
               "import build; from jaxwarp.envs.cartpole import SPEC; hdr = Path(sys.argv[1]); "
-              "build._compile(dataclasses.replace(SPEC, name='cache_killed', header=hdr), "
+              "build.compile_library(dataclasses.replace(SPEC, name='cache_killed', header=hdr), "
               "hdr, 'cpu')")
     proc = subprocess.Popen([sys.executable, "-c", script, str(hdr)], start_new_session=True,
                             env={**os.environ, "CXX": str(fake)})
@@ -277,7 +269,7 @@ def test_kill_9_during_a_build_leaves_no_temporary_file_for_good(cache, tmp_path
     assert len(left) == 1 and f"-{proc.pid}.tmp" in left[0].name, left
     monkeypatch.delenv("CXX", raising=False)
     spec = dataclasses.replace(CARTPOLE, name="cache_killed", header=hdr)
-    lib = build._compile(spec, hdr, "cpu")  # a real build: it removes the dead one's file
+    lib = build.compile_library(spec, hdr, "cpu")  # a real build: it removes the dead one's file
     assert build._intact(lib)
     assert list(cache.rglob("*.tmp")) == []
 
@@ -317,9 +309,9 @@ def test_included_header_in_a_subfolder_is_part_of_the_cache_key(cache, tmp_path
     (sub / "helper.h").write_text("JW_HD float jw_test_push() { return 1.0f; }\n")
     hdr = header_copy(tmp_path, lambda t: t.replace("#pragma once", '#pragma once\n#include "sub/helper.h"'))
     spec = dataclasses.replace(CARTPOLE, name="cache_sub", header=hdr)
-    first = build._compile(spec, hdr, "cpu")
+    first = build.compile_library(spec, hdr, "cpu")
     (sub / "helper.h").write_text("JW_HD float jw_test_push() { return 2.0f; }\n")
-    second = build._compile(spec, hdr, "cpu")
+    second = build.compile_library(spec, hdr, "cpu")
     assert first != second  # the edit is a new build, not the old code
 
 
@@ -332,16 +324,16 @@ def test_unwritable_cache_names_the_variable(tmp_path, monkeypatch):
     hdr = header_copy(tmp_path)
     spec = dataclasses.replace(CARTPOLE, name="cache_ro", header=hdr)
     with pytest.raises(EnvBuildError, match="JAXWARP_CACHE_DIR"):
-        build._compile(spec, hdr, "cpu")
+        build.compile_library(spec, hdr, "cpu")
 
 
-def test_state_type_generated_from_the_spec_fields(cache):
-    """State declared once in the spec (no dataclass): the generated pytree
-    type is frozen, named after the env, and reset/step return it."""
-    spec = dataclasses.replace(CARTPOLE, name="cartpole_generated", state_type=None)
+def test_reset_and_step_return_the_declared_state_type(cache):
+    """State declared once, on the state dataclass (state_field): reset and
+    step return that type (tagged with the params_id), frozen."""
+    spec = dataclasses.replace(CARTPOLE, name="cartpole_declared")
     env = build_env(spec, backend="cpu", checks=True)
     _, state = env.reset(jax.random.PRNGKey(0), 3)
-    assert type(state).__name__ == "CartpoleGeneratedState"
+    assert type(state).__name__ == CARTPOLE.state_type.__name__
     assert isinstance(state, env.spec.state_type)
     # The spec's fields, then the static params_id (pytree metadata).
     assert [f.name for f in dataclasses.fields(state)] == [

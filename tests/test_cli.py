@@ -84,7 +84,7 @@ def test_build_env_names_on_both_sides_of_a_flag(monkeypatch, capsys):
     from jaxwarp.authoring import build
 
     built = []
-    monkeypatch.setattr(build, "_compile",
+    monkeypatch.setattr(build, "compile_library",
                         lambda spec, header, platform, params=None:
                         built.append((spec.name, platform)) or Path("/cache/lib.so"))
     assert main(["build", "cartpole", "--backend", "cpu", "acrobot"]) == 0, \

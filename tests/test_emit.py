@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 import pytest
 
+import jaxwarp
 from jaxwarp import authoring
 from jaxwarp.authoring import build
 from jaxwarp.cli import main
@@ -22,13 +23,13 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 @pytest.mark.parametrize("name", ["cartpole", "tag_continuous"])
 def test_generated_source_matches_the_golden_file(name):
     golden = GOLDEN / f"{name}_layout.h"
-    text = authoring.generated_source(name, "cpu")
+    text = authoring.generated_source(jaxwarp.make(name, backend="jax"), "cpu")
     assert text == golden.read_text(), (
         f"the generated layout of {name!r} differs from {golden}; if the change is "
         f"intended, regenerate with `jaxwarp build {name} --emit tests/golden` and review "
         "the diff")
     # One text for both platforms (g++ or nvcc picks the code path).
-    assert authoring.generated_source(name, "cuda") == text
+    assert authoring.generated_source(jaxwarp.make(name, backend="jax"), "cuda") == text
     # Data only: the handlers are instantiated by the checked-in ffi/env_ffi.cc.
     assert "JAXWARP_DEFINE_ENV" not in text and '#include "jaxwarp_ffi.h"' not in text
     assert f"#define JAXWARP_ENV_NAME {name}\n" in text
@@ -46,18 +47,19 @@ def _recording_compiler(tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("platform", ["cpu", "cuda"])
 def test_build_compiles_the_checked_in_source_with_the_generated_layout(tmp_path, monkeypatch,
                                                                        platform):
-    """_compile writes generated_source's text into the env's cache folder as
+    """compile_library writes generated_source's text into the env's cache folder as
     env_layout.h and compiles ffi/env_ffi.cc (nvcc: as CUDA) with that folder,
     the framework's folders and the env header's folder on the include path
     (the layout's folder before the header's)."""
     tool, argv = _recording_compiler(tmp_path)
     monkeypatch.setenv("JAXWARP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAXWARP_PREBUILT", "0")  # compile, even where the package carries it
     monkeypatch.setenv("JAXWARP_CUDA_ARCH", "90")
-    monkeypatch.setattr(build, "_find_cxx", lambda: str(tool))
-    monkeypatch.setattr(build, "_find_nvcc", lambda: str(tool))
-    monkeypatch.setattr(build, "_compiler_id", lambda path: "fake")
+    monkeypatch.setattr(build, "find_cxx", lambda: str(tool))
+    monkeypatch.setattr(build, "find_nvcc", lambda: str(tool))
+    monkeypatch.setattr(build, "compiler_id", lambda path: "fake")
     monkeypatch.setattr(build, "_seal", lambda tmp, lib: None)
-    build._compile(CARTPOLE, Path(CARTPOLE.header), platform)
+    build.compile_library(CARTPOLE, Path(CARTPOLE.header), platform)
     (written,) = (tmp_path / "cache").glob(f"cartpole-{platform}-*/env_layout.h")
     assert written.read_text() == authoring.generated_source(CARTPOLE, platform)
     args = argv.read_text().splitlines()
@@ -91,13 +93,14 @@ def test_cache_key_follows_the_checked_in_ffi_source(tmp_path, monkeypatch):
     ffi_dir = tmp_path / "ffi"
     shutil.copytree(authoring.FFI_DIR, ffi_dir)
     monkeypatch.setenv("JAXWARP_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(build, "_find_cxx", lambda: str(tool))
-    monkeypatch.setattr(build, "_compiler_id", lambda path: "fake")
+    monkeypatch.setenv("JAXWARP_PREBUILT", "0")  # compile, even where the package carries it
+    monkeypatch.setattr(build, "find_cxx", lambda: str(tool))
+    monkeypatch.setattr(build, "compiler_id", lambda path: "fake")
     monkeypatch.setattr(build, "_seal", lambda tmp, lib: None)
     monkeypatch.setattr(build, "FFI_DIR", ffi_dir)
-    first = build._compile(CARTPOLE, Path(CARTPOLE.header), "cpu")
+    first = build.compile_library(CARTPOLE, Path(CARTPOLE.header), "cpu")
     (ffi_dir / "env_ffi.cc").write_text((ffi_dir / "env_ffi.cc").read_text() + "// edit\n")
-    second = build._compile(CARTPOLE, Path(CARTPOLE.header), "cpu")
+    second = build.compile_library(CARTPOLE, Path(CARTPOLE.header), "cpu")
     assert first.parent != second.parent
 
 
@@ -109,10 +112,12 @@ def test_generated_source_names_no_absolute_path():
 
 def test_generated_source_bad_arguments():
     with pytest.raises(ValueError, match=r"backend must be 'cpu' or 'cuda'; got 'gpu'"):
-        authoring.generated_source("cartpole", "gpu")
-    with pytest.raises(ValueError, match=r"'nope' is not an env built through the authoring"):
-        authoring.generated_source("nope", "cpu")
-    with pytest.raises(TypeError, match=r"env must be an EnvSpec or an env name; got int"):
+        authoring.generated_source(CARTPOLE, "gpu")
+    with pytest.raises(TypeError, match=r"env must be an EnvSpec or an env built from one; got "
+                                        r"str"):
+        authoring.generated_source("cartpole", "cpu")  # by name: jaxwarp.make(name) first
+    with pytest.raises(TypeError, match=r"env must be an EnvSpec or an env built from one; got "
+                                        r"int"):
         authoring.generated_source(3, "cpu")
 
 
@@ -136,7 +141,7 @@ def test_params_are_part_of_the_generated_source():
     cache key follows); by default, the registered env's params."""
     from jaxwarp.envs.tag_continuous import SPEC, TagContinuousParams
 
-    default = authoring.generated_source("tag_continuous", "cpu")
+    default = authoring.generated_source(jaxwarp.make("tag_continuous", backend="jax"), "cpu")
     assert authoring.generated_source(SPEC, "cpu") == default
     assert "static constexpr int32_t full_obs = 0;" in default
     full = authoring.generated_source(
@@ -151,7 +156,7 @@ def test_cli_emit_writes_the_layouts_and_prints_their_paths(tmp_path, monkeypatc
     def no_compile(*args, **kwargs):
         raise AssertionError("--emit must not compile")
 
-    monkeypatch.setattr(build, "_compile", no_compile)
+    monkeypatch.setattr(build, "compile_library", no_compile)
     out = tmp_path / "new" / "gen"
     assert main(["build", "cartpole", "acrobot", "--emit", str(out)]) == 0
     captured = capsys.readouterr()
@@ -160,23 +165,22 @@ def test_cli_emit_writes_the_layouts_and_prints_their_paths(tmp_path, monkeypatc
     assert str(authoring.FFI_DIR / "env_ffi.cc") in captured.err
     assert sorted(p.name for p in out.iterdir()) == ["acrobot_layout.h", "cartpole_layout.h"]
     assert (out / "cartpole_layout.h").read_text() == (GOLDEN / "cartpole_layout.h").read_text()
-    assert (out / "acrobot_layout.h").read_text() == authoring.generated_source("acrobot", "cpu")
+    assert (out / "acrobot_layout.h").read_text() == authoring.generated_source(jaxwarp.make("acrobot", backend="jax"), "cpu")
 
 
 def test_cli_emit_cuda_writes_the_same_layout(tmp_path, capsys):
     assert main(["build", "cartpole", "--backend", "cuda", "--emit", str(tmp_path)]) == 0
     assert capsys.readouterr().out.split() == [str(tmp_path / "cartpole_layout.h")]
     assert (tmp_path / "cartpole_layout.h").read_text() == authoring.generated_source(
-        "cartpole", "cuda")
+        jaxwarp.make("cartpole", backend="jax"), "cuda")
 
 
 def test_cli_emit_without_names_writes_every_contract_env(tmp_path, capsys):
-    from jaxwarp.registry import _REGISTRY
+    from jaxwarp.registry import contract_envs
 
     assert main(["build", "--backend", "cpu", "--emit", str(tmp_path)]) == 0
     capsys.readouterr()
-    contract = {n for n, (cls, _, _) in _REGISTRY.items()
-                if isinstance(cls, type) and issubclass(cls, authoring.ContractEnv)}
+    contract = set(contract_envs())
     assert {p.name for p in tmp_path.iterdir()} == {f"{n}_layout.h" for n in contract}
 
 

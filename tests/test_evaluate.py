@@ -200,14 +200,28 @@ def test_resumed_run_says_where_it_continues(tmp_path, capsys):
     assert f"resuming {out} from update 2/4" in err
 
 
-def test_train_env_without_config_starts_from_its_shipped_config():
-    from jaxwarp.train.config import DEFAULT_CONFIG_FOR_ENV, default_config_for
+def test_train_env_without_config_starts_from_its_shipped_config(monkeypatch):
+    """The env names its default config (its spec's default_config hook)."""
+    import dataclasses
+
+    from jaxwarp import registry
+    from jaxwarp.train.config import default_config_for
 
     assert default_config_for("cartpole") == "cartpole_ppo"
     assert default_config_for("tag_continuous") == "tag_duel_cpu"
     assert default_config_for("acrobot") is None  # TrainConfig's defaults
-    for env, name in DEFAULT_CONFIG_FOR_ENV.items():
-        assert load_config(name).env == env
+    assert default_config_for("nope") is None
+    for env in registry.registered_envs():
+        name = registry.env_spec(env).default_config
+        if name is not None:
+            assert load_config(name).env == env
+    # A new env's own hook is all it takes (no table in jaxwarp.train).
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_SPECS", dict(registry._SPECS))
+    spec = dataclasses.replace(registry.env_spec("acrobot"), name="acrobot_copy",
+                               default_config="cartpole_ppo")
+    registry.register_spec(spec)
+    assert default_config_for("acrobot_copy") == "cartpole_ppo"
 
 
 # ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax
 import numpy as np
 
 import jaxwarp
@@ -38,3 +39,23 @@ def test_tutorial_env_trains_with_the_cli(tmp_path):
     # Near-random walkers run out their 100 steps (returns around -20 to -50 in the first
     # updates); agents that walk home end early and earn the bonus.
     assert last > first + 8, (first, last)
+
+
+def test_tutorial_env_renders_through_its_own_hooks():
+    """A new env touches only its own files: jaxwarp.render and the adapters
+    draw it, at its frame rate, from the hooks of its spec (no list of envs
+    anywhere in jaxwarp); it ships no training config, so `jaxwarp train
+    --env goal_reach` starts from the TrainConfig defaults."""
+    from jaxwarp.adapters.gymnasium import render_fps
+    from jaxwarp.render import BACKGROUND, BLUE, GREEN, render_frames, rollout_states
+    from jaxwarp.train.config import default_config_for
+
+    import_env_module(str(EXAMPLE))
+    env = jaxwarp.make("goal_reach", backend="jax", num_agents=2)
+    states = rollout_states(env, jax.random.key(0), num_envs=2, steps=3)
+    frames = np.asarray(render_frames(env, states, env_index=1, size=48))
+    assert frames.shape == (4, 48, 48, 3)
+    colours = {tuple(c) for c in frames.reshape(-1, 3)}
+    assert {BLUE, GREEN, BACKGROUND} <= colours
+    assert render_fps(env) == 10
+    assert env.spec.default_config is None and default_config_for("goal_reach") is None

@@ -68,7 +68,7 @@ int main() {
 
 def test_grid_search_equals_scan_with_and_without_radius(tmp_path):
     try:
-        cxx = build._find_cxx()
+        cxx = build.find_cxx()
     except Exception as exc:  # pragma: no cover - CI has g++
         pytest.skip(f"no C++ compiler: {exc}")
     src = tmp_path / "harness.cc"
@@ -87,7 +87,7 @@ def test_grid_side_is_the_same_in_cpp_and_python(tmp_path):
     carve it with jaxwarp::grid_side: the two must agree for every n (a C++
     grid with more cells would overrun the scratch)."""
     try:
-        cxx = build._find_cxx()
+        cxx = build.find_cxx()
     except Exception as exc:  # pragma: no cover - CI has g++
         pytest.skip(f"no C++ compiler: {exc}")
     src = tmp_path / "sides.cc"

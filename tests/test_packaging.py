@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import jaxwarp
+from jaxwarp import layouts
 from jaxwarp.authoring import EnvBuildError, build, prebuilt
 from jaxwarp.authoring.codegen import API_DIR
 
@@ -23,15 +24,15 @@ LAYOUTS = REPO / "ffi" / "layouts"
 def test_checked_in_layouts_are_the_generated_ones():
     """CMakeLists.txt compiles ffi/layouts/*.h into the package: each must be
     exactly what the generator writes for that env and config now
-    (regenerate: python -m jaxwarp.authoring.prebuilt)."""
-    layouts = prebuilt.builtin_layouts()
-    assert {p.stem for p in LAYOUTS.glob("*.h")} == set(layouts), \
-        "run python -m jaxwarp.authoring.prebuilt"
-    for stem, text in layouts.items():
+    (regenerate: python -m jaxwarp.layouts)."""
+    built_in = layouts.builtin_layouts()
+    assert {p.stem for p in LAYOUTS.glob("*.h")} == set(built_in), \
+        "run python -m jaxwarp.layouts"
+    for stem, text in built_in.items():
         assert (LAYOUTS / f"{stem}.h").read_text() == text, \
-            f"ffi/layouts/{stem}.h is stale: run python -m jaxwarp.authoring.prebuilt"
+            f"ffi/layouts/{stem}.h is stale: run python -m jaxwarp.layouts"
     # Every built-in env, and Tag's large config (a static param differs).
-    assert {"cartpole", "tag_continuous", "tag_continuous.large", "tag_gridworld"} <= set(layouts)
+    assert {"cartpole", "tag_continuous", "tag_continuous.large", "tag_gridworld"} <= set(built_in)
 
 
 def test_digest_covers_every_source(tmp_path):
@@ -70,7 +71,7 @@ def _fake_prebuilt(tmp_path, monkeypatch, name, header, layout, archs=""):
 
 
 def test_prebuilt_library_is_used_before_any_compiler(tmp_path, monkeypatch):
-    """With the package's library for exactly these sources, `_compile`
+    """With the package's library for exactly these sources, `compile_library`
     returns it without looking for g++ (none on PATH here), and with
     JAXWARP_PREBUILT=0 it looks for the compiler again."""
     from jaxwarp.envs.cartpole import SPEC
@@ -83,12 +84,12 @@ def test_prebuilt_library_is_used_before_any_compiler(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(empty))
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     monkeypatch.setenv("JAXWARP_CACHE_DIR", str(tmp_path / "cache"))
-    assert build._compile(SPEC, header, "cpu") == lib
+    assert build.compile_library(SPEC, header, "cpu") == lib
     assert prebuilt.manifest() == [{"name": "cartpole", "folder": str(lib.parent),
                                     "platform": "cpu", "archs": ""}]
     monkeypatch.setenv("JAXWARP_PREBUILT", "0")
     with pytest.raises(EnvBuildError, match="no C\\+\\+ compiler found"):
-        build._compile(SPEC, header, "cpu")
+        build.compile_library(SPEC, header, "cpu")
 
 
 def test_edited_header_is_compiled_not_taken_prebuilt(tmp_path, monkeypatch):
@@ -102,7 +103,7 @@ def test_edited_header_is_compiled_not_taken_prebuilt(tmp_path, monkeypatch):
     header.parent.mkdir()
     header.write_text(Path(SPEC.header).read_text() + "\n// edited\n")
     monkeypatch.setenv("JAXWARP_CACHE_DIR", str(tmp_path / "cache"))
-    out = build._compile(SPEC, header, "cpu")
+    out = build.compile_library(SPEC, header, "cpu")
     assert out != lib and (tmp_path / "cache") in out.parents
 
 
@@ -114,7 +115,7 @@ def test_installed_package_carries_the_builtins_for_cpu():
     if not rows:
         pytest.skip("jaxwarp installed without its compiled part (no prebuilt/manifest.txt)")
     cpu = {r["name"] for r in rows if r["platform"] == "cpu"}
-    assert set(prebuilt.builtin_layouts()) | {"_jaxwarp_cpu"} <= cpu
+    assert set(layouts.builtin_layouts()) | {"_jaxwarp_cpu"} <= cpu
     for r in rows:
         if r["platform"] == "cuda" and r["name"] != "_jaxwarp_cuda":
             assert "sm_" in r["archs"], r
@@ -154,13 +155,13 @@ def test_pip_nvcc_is_found_without_cuda_home_or_path(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", [str(site / "older"), str(site), *sys.path])
     assert build._pip_nvccs()[0].endswith("cu12/bin/nvcc")  # sys.path order first
     monkeypatch.setattr(sys, "path", [str(site), *sys.path])
-    assert build._find_nvcc() == str(nvcc)
+    assert build.find_nvcc() == str(nvcc)
     assert build._nvcc_lib_flags(str(nvcc)) == ["-L", str(nvcc.parent.parent / "lib")]
     # A system toolkit's nvcc (lib64/ beside lib/) gets no extra flags.
     assert build._nvcc_lib_flags("/nonexistent/bin/nvcc") == []
     # An explicit choice still wins.
     monkeypatch.setenv("CUDA_HOME", str(site / "older" / "nvidia" / "cu12"))
-    assert build._find_nvcc().endswith("cu12/bin/nvcc")
+    assert build.find_nvcc().endswith("cu12/bin/nvcc")
 
 
 def test_no_nvcc_anywhere_names_the_pip_extra(tmp_path, monkeypatch):
@@ -170,5 +171,5 @@ def test_no_nvcc_anywhere_names_the_pip_extra(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", [str(tmp_path)])
     monkeypatch.setattr(os.path, "exists", lambda p: False)
     with pytest.raises(EnvBuildError, match=r"jaxwarp\[cuda13\]"):
-        build._find_nvcc()
+        build.find_nvcc()
 

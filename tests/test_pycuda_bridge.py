@@ -76,7 +76,7 @@ def test_kernel_argument_structs_match_the_cpp_layout(tmp_path):
     from jaxwarp.authoring import build
 
     try:
-        cxx = build._find_cxx()
+        cxx = build.find_cxx()
     except authoring.EnvBuildError as e:
         pytest.skip(str(e))
     (tmp_path / "offsets.cc").write_text(_OFFSETS_CC)

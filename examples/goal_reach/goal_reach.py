@@ -28,6 +28,7 @@ from flax import struct
 import jaxwarp
 from jaxwarp.authoring import EnvSpec, agent_uniform, state_field
 from jaxwarp.core import auto_reset
+from jaxwarp.render import BLUE, GREEN
 
 F32 = np.float32
 
@@ -108,16 +109,27 @@ def reference_step(p, key_data, s, actions):
     return observe(p, new), new, reward, done, info
 
 
+def render_view(p):
+    return -0.05, 1.05, -0.05, 1.05  # the unit square and a margin
+
+
+def render_draw(p, s, canvas):  # one env at one time: s["x"] is f32[agents]
+    canvas.disc(s["goal_x"], s["goal_y"], F32(p.radius), GREEN)
+    canvas.disc(s["x"], s["y"], max(0.02, 2 * canvas.px), BLUE)
+
+
 SPEC = EnvSpec(
     name="goal_reach",
     header=Path(__file__).with_name("goal_reach.h"),
     params_type=GoalReachParams,
     state_type=GoalReachState,
-    fields=None,  # declared once, on GoalReachState (state_field)
     num_agents=lambda p: p.num_agents,
     obs_dim=lambda p: 3,
     nvec=lambda p: (5,),
     reference_reset=reference_reset,
     reference_step=reference_step,
+    render_view=render_view,  # optional hooks: jaxwarp render, the adapters' render()
+    render_draw=render_draw,
+    render_fps=10,
 )
 ENV = jaxwarp.register_spec(SPEC)  # registers "goal_reach"; ENV: its env class

@@ -70,8 +70,8 @@ from jaxwarp.authoring import build, prebuilt
 from jaxwarp.testing import check_consistency
 from jaxwarp.units import device_name
 assert "site-packages" in jaxwarp.__file__, jaxwarp.__file__
-nvcc = build._find_nvcc()
-print("finder's nvcc:", nvcc, "|", build._compiler_id(nvcc).splitlines()[-1])
+nvcc = build.find_nvcc()
+print("finder's nvcc:", nvcc, "|", build.compiler_id(nvcc).splitlines()[-1])
 assert str(venv) in nvcc and "nvidia/cu13/bin/nvcc" in nvcc, nvcc
 print("device:", device_name())
 

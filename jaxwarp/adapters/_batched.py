@@ -213,7 +213,7 @@ class BatchedEnv:
         from NumPy's entropy); a list of ``num_envs`` ints (or None entries:
         one fresh seed for those) starts env e as ``reset(seeds[e])`` would.
         """
-        if seed is not None and not _is_int(seed):
+        if seed is not None and not is_int(seed):
             seeds = check_seeds(seed, self.num_envs)
             if mask is not None:
                 raise ValueError("reset: a list of seeds resets every env; pass no mask")
@@ -291,7 +291,7 @@ class BatchedEnv:
 AUTORESET_MODES = ("same_step", "next_step", "disabled")
 
 
-def _is_int(x: Any) -> bool:
+def is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
@@ -308,7 +308,7 @@ def check_seeds(seed: Any, num_envs: int) -> list[int]:
     if len(seeds) != num_envs:
         raise ValueError(f"seed: a list of seeds needs one per env ({num_envs}); got "
                          f"{len(seeds)}")
-    bad = [s for s in seeds if s is not None and not _is_int(s)]
+    bad = [s for s in seeds if s is not None and not is_int(s)]
     if bad:
         raise TypeError(f"seed: every entry must be an int or None; got {bad[0]!r}")
     fresh = int(np.random.SeedSequence().generate_state(1)[0])

@@ -50,14 +50,10 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from jaxwarp.adapters._batched import (BatchedEnv, _is_int, check_seed, check_seeds,
+from jaxwarp.adapters._batched import (BatchedEnv, check_seed, check_seeds, is_int,
                                        supports_final_obs)
+from jaxwarp.render import batch_renderer
 
-# Frames per second of the originals' renderers (Gymnasium's classic control,
-# mpe2); other envs: one frame per simulated time step where the params
-# say how long that is (``dt`` or ``tau``), else 30.
-_RENDER_FPS = {"cartpole": 50, "pendulum": 30, "mountain_car": 30, "acrobot": 15,
-               "mpe_simple_spread": 10, "mpe_simple_tag": 10}
 _MODES = {AutoresetMode.NEXT_STEP: "next_step", AutoresetMode.SAME_STEP: "same_step",
           AutoresetMode.DISABLED: "disabled"}
 
@@ -88,11 +84,12 @@ def single_spaces(env: Any, squeeze_agent: bool = True) -> tuple[gym.Space, gym.
 
 def render_fps(env: Any) -> int:
     """Frames per second for `env`'s renders (``metadata["render_fps"]``):
-    the original's where jaxwarp mirrors one, else ``1 / dt`` (``dt`` or ``tau``
-    of its params), else 30."""
-    name = getattr(env, "name", None)
-    if name in _RENDER_FPS:
-        return _RENDER_FPS[name]
+    the env's own (its spec's ``render_fps``: the original's where jaxwarp
+    mirrors one), else one frame per simulated time step where its params
+    say how long that is (``1 / dt`` or ``1 / tau``), else 30."""
+    fps = getattr(getattr(env, "spec", None), "render_fps", None)
+    if fps is not None:
+        return int(fps)
     params = getattr(env, "params", None)
     for field in ("dt", "tau"):
         dt = getattr(params, field, None)
@@ -197,7 +194,7 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
         self.metadata = {**type(self).metadata, "autoreset_mode": mode,
                          "render_fps": render_fps(env), "final_obs": self._batch.final_obs}
         self.spec = _spec(env, mode, render_mode)
-        self._render = _renderer(env, render_size) if render_mode else None
+        self._render = batch_renderer(env, render_size) if render_mode else None
 
     def _np(self, x: Any) -> np.ndarray:
         return np.array(x) if self.copy else np.asarray(x)
@@ -217,8 +214,8 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
         (the others keep their state); no other option is known.
         """
         if seed is not None:
-            seed = check_seed(seed) if _is_int(seed) else check_seeds(seed, self.num_envs)
-        super().reset(seed=None if seed is None else (seed if _is_int(seed) else seed[0]))
+            seed = check_seed(seed) if is_int(seed) else check_seeds(seed, self.num_envs)
+        super().reset(seed=None if seed is None else (seed if is_int(seed) else seed[0]))
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
         if options:
@@ -228,7 +225,7 @@ class JaxwarpVectorEnv(gym.vector.VectorEnv):
             if mask.dtype != np.bool_ or mask.shape != (self.num_envs,) or not mask.any():
                 raise ValueError(f"options['reset_mask'] must be a bool[{self.num_envs}] array "
                                  "with at least one True value")
-            if seed is not None and not _is_int(seed):
+            if seed is not None and not is_int(seed):
                 raise ValueError("reset: seed as a list resets every env; pass no reset_mask")
         return self._np(self._batch.reset(seed=seed, mask=mask)), {}
 
@@ -337,17 +334,6 @@ def _spec(env: Any, mode: AutoresetMode, render_mode: str | None) -> EnvSpec:
         kwargs.update(dataclasses.asdict(params))
     return EnvSpec(id=f"jaxwarp/{name}", entry_point=None,
                    vector_entry_point="jaxwarp.adapters.gymnasium:make_vec", kwargs=kwargs)
-
-
-def _renderer(env: Any, size: int):
-    """Jitted state -> u8[envs, size, size, 3]; ValueError for an env with
-    no drawing."""
-    import jax
-
-    from jaxwarp.render import check_renderable, render_batch
-
-    check_renderable(env)
-    return jax.jit(lambda state: render_batch(env, state, size))
 
 
 def make_vec(name: str, num_envs: int, backend: str = "auto", *, copy: bool = True,

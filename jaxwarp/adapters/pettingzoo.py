@@ -73,7 +73,7 @@ class JaxwarpParallelEnv(ParallelEnv):
     def __init__(self, env: Any, render_mode: str | None = None, render_size: int = 128):
         import gymnasium as gym
 
-        from jaxwarp.adapters.gymnasium import _renderer
+        from jaxwarp.render import batch_renderer
 
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array'; got {render_mode!r}")
@@ -90,7 +90,7 @@ class JaxwarpParallelEnv(ParallelEnv):
         self.possible_agents = list(agent_names(env))
         self.agents: list[str] = []
         self.render_mode = render_mode
-        self._render = _renderer(env, render_size) if render_mode else None
+        self._render = batch_renderer(env, render_size) if render_mode else None
         self.metadata = {**type(self).metadata, "name": f"jaxwarp_{env.name}",
                          "render_fps": render_fps(env)}
         self._obs_dims = agent_obs_dims(env)

@@ -1,13 +1,13 @@
 """The build layer: compilers, flags, the cache, loading and registration.
 
-`_compile` takes the library the package carries prebuilt for exactly
+`compile_library` takes the library the package carries prebuilt for exactly
 these sources (`jaxwarp.authoring.prebuilt`: the built-in envs), else
 compiles an env's library, the checked-in ffi/env_ffi.cc with
 the env's generated layout header beside it, with the same flags as
 jaxwarp's built-ins (cuda/compile_flags.txt) and caches the library in the
 user cache directory (`cache_dir`), keyed by the sources, compiler, jaxlib
 version and GPU architecture, with a checksum beside it (`_seal`,
-`_intact`); `_register` loads it and registers its FFI targets;
+`_intact`); `register_targets` loads it and registers its FFI targets;
 `launch_layout` asks the library for its launch layout. Nothing is ever
 written into the installed package.
 """
@@ -122,7 +122,7 @@ def _sanitize_flags() -> list[str]:
 NVCC_FLAGS = _flags("nvcc")
 
 
-def _find_cxx() -> str:
+def find_cxx() -> str:
     for cand in (os.environ.get("CXX"), "c++", "g++", "clang++"):
         if cand and shutil.which(cand):
             return shutil.which(cand)  # type: ignore[return-value]
@@ -146,7 +146,7 @@ def _pip_nvccs() -> list[str]:
     return found
 
 
-def _find_nvcc() -> str:
+def find_nvcc() -> str:
     """nvcc: $NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, PATH, NVIDIA's pip wheels
     (`_pip_nvccs`), /usr/local/cuda/bin, the first that exists."""
     cands = [os.environ.get("NVCC")]
@@ -173,7 +173,7 @@ def _nvcc_lib_flags(nvcc: str) -> list[str]:
 
 
 @functools.cache
-def _compiler_id(path: str) -> str:
+def compiler_id(path: str) -> str:
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
         return out.stdout.strip()
@@ -181,7 +181,7 @@ def _compiler_id(path: str) -> str:
         return path
 
 
-def _gpu_arch() -> str:
+def gpu_arch() -> str:
     """Compute capability to build for ("90"): $JAXWARP_CUDA_ARCH, else the first GPU's."""
     if os.environ.get("JAXWARP_CUDA_ARCH"):
         return os.environ["JAXWARP_CUDA_ARCH"]
@@ -202,8 +202,8 @@ def _readable_errors(text: str, header: Path, generated: Path) -> str:
                      + rest[:60])
 
 
-def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
-             params: Any = None) -> Path:
+def compile_library(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
+                    params: Any = None) -> Path:
     """The env's FFI library for `platform` (or, with cubin=True, the device code
     alone as a CUDA module for PyCUDA), from the cache or freshly compiled."""
     import jaxlib
@@ -216,8 +216,8 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
         lib = _prebuilt(spec, header, platform, src)
         if lib is not None:
             return lib
-    compiler = _find_nvcc() if platform == "cuda" else _find_cxx()
-    arch = _gpu_arch() if platform == "cuda" else ""
+    compiler = find_nvcc() if platform == "cuda" else find_cxx()
+    arch = gpu_arch() if platform == "cuda" else ""
     h = hashlib.sha256()
     # Every file the build reads: the framework's headers and FFI sources
     # and, followed recursively, every header the env's header includes
@@ -226,7 +226,7 @@ def _compile(spec: EnvSpec, header: Path, platform: str, cubin: bool = False,
     sources |= {API_DIR / f for f in API_HEADERS} | {API_DIR / "compile_flags.txt"}
     sources |= {FFI_DIR / f for f in FFI_SOURCES}
     files = "".join(str(f) + f.read_text() for f in sorted(sources))
-    for part in (src, files, _compiler_id(compiler), jaxlib.__version__,
+    for part in (src, files, compiler_id(compiler), jaxlib.__version__,
                  arch, sys.platform, " ".join(extra), " ".join(CXX_FLAGS + NVCC_FLAGS)):
         h.update(part.encode())
     digest = h.hexdigest()[:16]
@@ -268,7 +268,7 @@ def _prebuilt(spec: EnvSpec, header: Path, platform: str, src: str) -> Path | No
     arch = None
     if platform == "cuda":
         try:
-            arch = int(_gpu_arch())
+            arch = int(gpu_arch())
         except (EnvBuildError, ValueError):
             arch = None
     return prebuilt.find(spec.name, header, platform, src, arch)
@@ -349,11 +349,11 @@ def _intact(lib: Path) -> bool:
 _REGISTERED: dict[str, Any] = {}
 
 
-def _register(spec: EnvSpec, header: Path, platform: str, params: Any = None) -> str:
+def register_targets(spec: EnvSpec, header: Path, platform: str, params: Any = None) -> str:
     """Builds (or loads from the cache) and registers; returns the target prefix."""
     import ctypes
 
-    lib_path = _compile(spec, header, platform, params=params)
+    lib_path = compile_library(spec, header, platform, params=params)
     prefix = f"jaxwarp_user_{spec.name}_{lib_path.parent.name.rsplit('-', 1)[-1]}"
     if (prefix, platform) not in _REGISTERED:
         lib = ctypes.cdll.LoadLibrary(str(lib_path))
@@ -378,7 +378,7 @@ def launch_layout(spec: EnvSpec, params: Any, platform: str, header: Path | None
     (`jaxwarp_<env>_layout`, exported by the library: one implementation)."""
     import ctypes
 
-    prefix = _register(spec, Path(header or spec.header).resolve(), platform, params)
+    prefix = register_targets(spec, Path(header or spec.header).resolve(), platform, params)
     lib = _REGISTERED[(prefix, platform)]
     per_env = per_env_words(spec, params)
     out = _Layout()

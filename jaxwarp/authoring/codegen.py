@@ -5,22 +5,19 @@ its layout header (the Params and State structs and the traits struct
 `Env`, derived from the spec). Every env's library is the checked-in
 translation unit ffi/env_ffi.cc compiled with that header as
 "env_layout.h"; the kernels, CPU loop and handlers are the framework's
-templates (cuda/jaxwarp_kernels.h, ffi/jaxwarp_ffi.h). `check_header`
-compares the optional JAXWARP_STATE lines of a header with the spec.
+templates (cuda/jaxwarp_kernels.h, ffi/jaxwarp_ffi.h).
 `generated_source` is what ``jaxwarp build ENV --emit DIR`` writes.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from jaxwarp.authoring.spec import (_DTYPES, EnvBuildError, EnvSpec, ParamArray,
-                                    _static_params, kernel_param_values)
+from jaxwarp.authoring.spec import (DTYPES, EnvBuildError, EnvSpec, ParamArray,
+                                    kernel_param_values, static_param_names)
 
 # The API headers and the FFI sources: installed with the package
 # (jaxwarp/include holds both), or the repository's cuda/ and ffi/ folders in
@@ -37,7 +34,6 @@ FFI_SOURCE = "env_ffi.cc"
 FFI_SOURCES = (FFI_SOURCE, "jaxwarp_ffi.h")
 # The name under which FFI_SOURCE includes the generated layout.
 LAYOUT_NAME = "env_layout.h"
-_FIELD_DECL = re.compile(r"^\s*JAXWARP_STATE\s*\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)", re.M)
 _C_TYPES = {np.dtype(np.float32): ("float", "f"), np.dtype(np.int32): ("int32_t", "i"),
             np.dtype(np.uint32): ("uint32_t", "I")}
 
@@ -67,34 +63,6 @@ def _param_decls(values: dict[str, Any], static: tuple[str, ...] = ()) -> list[s
     return decls
 
 
-def check_header(spec: EnvSpec, header_text: str, header_name: str) -> None:
-    """The spec declares the state; a header may restate it with JAXWARP_STATE
-    lines (optional), which must then list every field with its dtype and scope."""
-    declared = {m.group(2): (m.group(1), m.group(3)) for m in _FIELD_DECL.finditer(header_text)}
-    spec_fields = {f.name: (f.dtype, f.scope) for f in spec.fields}
-    for name, (dtype, scope) in declared.items():
-        if name not in spec_fields:
-            raise EnvBuildError(
-                f"{spec.name}: {header_name} declares state field {name!r} "
-                f"(JAXWARP_STATE({dtype}, {name}, {scope})) but the spec has no field {name!r}; "
-                f"spec fields: {sorted(spec_fields)}")
-        if spec_fields[name] != (dtype, scope):
-            sd, ss = spec_fields[name]
-            raise EnvBuildError(
-                f"{spec.name}: state field {name!r} is {dtype}/{scope} in {header_name} but "
-                f"{sd}/{ss} in the spec")
-    for name, (dtype, scope) in spec_fields.items():
-        if declared and name not in declared:
-            raise EnvBuildError(
-                f"{spec.name}: spec field {name!r} is not declared in {header_name}; add "
-                f"JAXWARP_STATE({dtype}, {name}, {scope})")
-    state_names = [f.name for f in dataclasses.fields(spec.state_type)]
-    if state_names != [f.name for f in spec.fields]:
-        raise EnvBuildError(f"{spec.name}: state_type fields {state_names} differ from the "
-                            f"spec's fields {[f.name for f in spec.fields]} (same names, "
-                            "same order)")
-
-
 def generate_source(spec: EnvSpec, header_path: Path, platform: str, params: Any = None) -> str:
     """The env's layout header, the env-specific part of its FFI library: the
     Params and State structs, the traits struct `Env` (inside namespace
@@ -119,9 +87,9 @@ def generate_source(spec: EnvSpec, header_path: Path, platform: str, params: Any
         raise EnvBuildError(f"{spec.name}: header {header_path} has the name of the generated "
                             f"layout ({LAYOUT_NAME}); rename it")
     values = kernel_param_values(spec, params if params is not None else spec.params_type())
-    decls = _param_decls(values, _static_params(spec, values))
+    decls = _param_decls(values, static_param_names(spec, values))
     fields = [*spec.fields, *spec.scratch]
-    ctype = {k: v[0] for k, v in _DTYPES.items()}
+    ctype = {k: v[0] for k, v in DTYPES.items()}
     members = "\n".join(f"  {ctype[f.dtype]}* {f.name};" for f in fields)
     binds = ",\n      ".join(f"reinterpret_cast<{ctype[f.dtype]}*>(f[{i}])"
                               for i, f in enumerate(fields))
@@ -166,7 +134,7 @@ struct Env {{
 """
 
 
-def generated_source(env: EnvSpec | str, backend: str = "cpu", params: Any = None,
+def generated_source(env: Any, backend: str = "cpu", params: Any = None,
                      header: str | Path | None = None) -> str:
     """The generated part of an env's FFI library, its layout header, exactly
     as `build_env` and ``jaxwarp build`` compile it for `backend` (through
@@ -174,33 +142,22 @@ def generated_source(env: EnvSpec | str, backend: str = "cpu", params: Any = Non
     it out for review as ``<env>_layout.h``).
 
     Args:
-        env: an `EnvSpec`, or the name of a registered env built through the
-            authoring contract (then its params default to those
-            ``jaxwarp.make(name)`` uses).
+        env: an `EnvSpec`, or an env built through the authoring contract
+            (``jaxwarp.make(name, backend="jax")``: its spec and params).
         backend: "cpu" (g++) or "cuda" (nvcc).
         params: the env's params (static params are compiled in); default: the
-            registered env's, or the spec's params type's defaults.
+            env's, or the spec's params type's defaults.
         header: the env's header; default: the spec's.
     Returns:
         The header text (str).
     """
     if backend not in ("cpu", "cuda"):
         raise ValueError(f"backend must be 'cpu' or 'cuda'; got {backend!r}")
-    if isinstance(env, str):
-        from jaxwarp.authoring.env import ContractEnv
-        from jaxwarp.registry import _REGISTRY, make
-
-        cls = _REGISTRY.get(env, (None,))[0]
-        if not (isinstance(cls, type) and issubclass(cls, ContractEnv)):
-            contract = [n for n, (c, _, _) in _REGISTRY.items()
-                        if isinstance(c, type) and issubclass(c, ContractEnv)]
-            raise ValueError(f"env {env!r} is not an env built through the authoring "
-                             f"contract; those are {contract}")
-        made = make(env, backend="jax")
-        spec, params = made.spec, (made.params if params is None else params)
+    if isinstance(getattr(env, "spec", None), EnvSpec):  # an env object
+        spec, params = env.spec, (env.params if params is None else params)
     elif isinstance(env, EnvSpec):
         spec = env
     else:
-        raise TypeError(f"env must be an EnvSpec or an env name; got {type(env).__name__}")
+        raise TypeError(f"env must be an EnvSpec or an env built from one; got "
+                        f"{type(env).__name__}")
     return generate_source(spec, Path(header or spec.header), backend, params)
-

@@ -20,9 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp import _ffi
-from jaxwarp.authoring.build import _register, launch_layout
-from jaxwarp.authoring.codegen import check_header
-from jaxwarp.authoring.spec import (_DTYPES, EnvBuildError, EnvSpec, _static_params,
+from jaxwarp.authoring.build import register_targets, launch_layout
+from jaxwarp.authoring.spec import (DTYPES, EnvBuildError, EnvSpec, static_param_names,
                                     check_params_id, kernel_param_values, pack_params,
                                     params_id, per_env_words, tag_state)
 from jaxwarp.core import key_data_of, resolve_backend
@@ -72,8 +71,7 @@ class ContractEnv:
         if self.backend != "jax":
             if not self._header.exists():
                 raise EnvBuildError(f"{spec.name}: header {self._header} does not exist")
-            check_header(spec, self._header.read_text(), self._header.name)
-            self._prefix = _register(spec, self._header, self.backend, self.params)
+            self._prefix = register_targets(spec, self._header, self.backend, self.params)
         self.checks = bool(checks)
         self._params_id = params_id(spec.name, self.params)
         self._attrs = {}
@@ -82,12 +80,17 @@ class ContractEnv:
         if self.backend != "jax":
             per_env = per_env_words(spec, self.params)
             values = kernel_param_values(spec, self.params)
-            self._attrs = dict(jw_params=pack_params(values, _static_params(spec, values)),
+            self._attrs = dict(jw_params=pack_params(values, static_param_names(spec, values)),
                                jw_per_env=per_env, jw_num_agents=np.int32(self.num_agents),
                                jw_obs_dim=np.int32(self.obs_dim))
             layout = launch_layout(spec, self.params, self.backend, self._header)
             self._scratch_words = int(layout.scratch_words)
             self._staged = bool(layout.staged) if self.backend == "cuda" else False
+
+    @property
+    def header(self) -> Path:
+        """The env's header as built (the spec's, or the one `build_env` was given)."""
+        return self._header
 
     @property
     def num_agents(self) -> int:
@@ -165,7 +168,7 @@ class ContractEnv:
         """Bytes of one env's state fields and observations (what `reset`
         returns per env; scratch and temporaries not counted)."""
         n = self.num_agents
-        state = sum((n if f.scope == "agent" else 1) * jnp.dtype(_DTYPES[f.dtype][1]).itemsize
+        state = sum((n if f.scope == "agent" else 1) * jnp.dtype(DTYPES[f.dtype][1]).itemsize
                     for f in self.spec.fields)
         return int(state + n * self.obs_dim * jnp.dtype(self.obs_dtype).itemsize)
 
@@ -210,7 +213,7 @@ class ContractEnv:
         outs = jax.ffi.ffi_call(
             f"{self._prefix}_reset_{self.backend}",
             [jax.ShapeDtypeStruct(batch + ((num_envs, n) if f.scope == "agent" else
-                                           (num_envs,)), _DTYPES[f.dtype][1])
+                                           (num_envs,)), DTYPES[f.dtype][1])
              for f in self.spec.fields]
             + [jax.ShapeDtypeStruct(batch + scratch.shape, scratch.dtype),
                jax.ShapeDtypeStruct(batch + (num_envs, n, self.obs_dim), self.obs_dtype)],
@@ -236,7 +239,7 @@ class ContractEnv:
         leading = [v.shape[0] for v in fields if getattr(v, "ndim", 0) >= 1]
         num_envs = max(set(leading), key=leading.count) if leading else None
         for f, v in zip(self.spec.fields, fields):
-            want = _DTYPES[f.dtype][1]
+            want = DTYPES[f.dtype][1]
             shape = (num_envs, self.num_agents) if f.scope == "agent" else (num_envs,)
             if tuple(v.shape) != shape or v.dtype != want:
                 raise ValueError(f"state.{f.name} must be {jnp.dtype(want).name}{list(shape)}; "

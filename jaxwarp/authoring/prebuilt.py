@@ -2,18 +2,18 @@
 
 The package build (CMakeLists.txt) compiles every layout in ``ffi/layouts/``
 (the generated layout header of a built-in env at its default params, or at a
-named config whose layout differs: `builtin_layouts`, kept equal to the
-generator by tests/test_prebuilt.py and rewritten by ``python -m
-jaxwarp.authoring.prebuilt``) for XLA:CPU and, where nvcc is found, for CUDA
+named config whose layout differs: `jaxwarp.layouts.builtin_layouts`, kept
+equal to the generator by tests/test_packaging.py and rewritten by ``python -m
+jaxwarp.layouts``) for XLA:CPU and, where nvcc is found, for CUDA
 (sm_80, sm_90, sm_100 machine code and compute_100 PTX by default;
 ``JAXWARP_CUDA_ARCHS`` changes the list). Each library is installed as
 ``jaxwarp/prebuilt/<env>-<platform>-<digest>/lib<env>_<platform>.so``, where
 the digest (`digest`) covers every file it was compiled from: the framework's
 headers, the FFI sources, the flags, the env's header and the layout.
 
-`find` returns the library whose digest matches what `build._compile` would
+`find` returns the library whose digest matches what `build.compile_library` would
 compile now, so a changed header, layout or flag falls back to compiling (and
-to the user cache); `build._compile` asks it before it looks for a compiler.
+to the user cache); `build.compile_library` asks it before it looks for a compiler.
 ``JAXWARP_PREBUILT=0`` turns the prebuilt libraries off. ``manifest.txt``
 beside them lists each library with its platform and GPU architectures
 (read by ``jaxwarp info``).
@@ -114,51 +114,3 @@ def find(name: str, header: Path, platform: str, layout: str, arch: int | None =
             return None
         return lib
     return None
-
-
-def builtin_layouts() -> dict[str, str]:
-    """The layouts the package prebuilds: file stem -> layout text, for every
-    built-in env written through the authoring contract, at its default params
-    (stem ``<env>``) and at each named config whose layout differs from those
-    before it (stem ``<env>.<config>``)."""
-    from jaxwarp.authoring.codegen import generated_source
-    from jaxwarp.authoring.env import ContractEnv
-    from jaxwarp.registry import _REGISTRY, make
-
-    out: dict[str, str] = {}
-    for name, (cls, _, configs) in sorted(_REGISTRY.items()):
-        if not (isinstance(cls, type) and issubclass(cls, ContractEnv)):
-            continue
-        if not (Path(make(name, backend="jax").spec.header).parent == API_DIR / "envs"):
-            continue  # a user env registered in this process
-        seen: set[str] = set()
-        for config in [None, *sorted(configs or {})]:
-            env = make(name, backend="jax", config=config)
-            text = generated_source(env.spec, "cpu", env.params)
-            if text not in seen:
-                seen.add(text)
-                out[name if config is None else f"{name}.{config}"] = text
-    return out
-
-
-def write_layouts(folder: Path) -> list[Path]:
-    """Writes `builtin_layouts` as folder/<stem>.h (and removes stale ones)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    layouts = builtin_layouts()
-    for old in folder.glob("*.h"):
-        if old.stem not in layouts:
-            old.unlink()
-    paths = []
-    for stem, text in layouts.items():
-        (folder / f"{stem}.h").write_text(text)
-        paths.append(folder / f"{stem}.h")
-    return paths
-
-
-if __name__ == "__main__":  # python -m jaxwarp.authoring.prebuilt [FOLDER]
-    import sys
-
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else FFI_DIR / "layouts"
-    for p in write_layouts(target):
-        print(p)

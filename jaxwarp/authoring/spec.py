@@ -1,8 +1,8 @@
 """The spec layer: what an env declares in Python.
 
 An env is a header (C++/CUDA, see `cuda/jaxwarp_env.h`) plus an `EnvSpec`:
-its params dataclass, its state fields (`StateField`, or a state dataclass
-declared with `state_field`), per-env scratch (`ScratchField`,
+its params dataclass, its state (a state dataclass whose fields are declared
+with `state_field`: the one place an env declares its state), per-env scratch (`ScratchField`,
 `grid_scratch`), spaces and the pure-JAX reference. This module also turns
 params into what the kernels see (`kernel_param_values`, `pack_params`),
 tags states with the params that made them (`params_id`) and reproduces the
@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-_DTYPES = {"f32": ("float", jnp.float32, "F32"), "i32": ("int32_t", jnp.int32, "S32"),
+DTYPES = {"f32": ("float", jnp.float32, "F32"), "i32": ("int32_t", jnp.int32, "S32"),
            "u32": ("uint32_t", jnp.uint32, "U32")}
 
 
@@ -36,8 +36,9 @@ class EnvBuildError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class StateField:
-    """One state array: ``dtype`` f32 | i32 | u32, ``scope`` "agent"
-    ([envs, agents]) or "env" ([envs])."""
+    """One state array as the kernels see it: ``dtype`` f32 | i32 | u32,
+    ``scope`` "agent" ([envs, agents]) or "env" ([envs]). Read from the state
+    dataclass (`fields_of`, `EnvSpec.fields`); declared there with `state_field`."""
 
     name: str
     dtype: str
@@ -46,9 +47,9 @@ class StateField:
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z_]\w*", self.name):
             raise ValueError(f"state field name {self.name!r} is not a C++ identifier")
-        if self.dtype not in _DTYPES:
+        if self.dtype not in DTYPES:
             raise ValueError(f"state field {self.name!r}: dtype {self.dtype!r} is not one of "
-                             f"{sorted(_DTYPES)}")
+                             f"{sorted(DTYPES)}")
         if self.scope not in ("agent", "env"):
             raise ValueError(f"state field {self.name!r}: scope {self.scope!r} is not "
                              "'agent' or 'env'")
@@ -134,9 +135,11 @@ class EnvSpec:
 
     params_type: frozen dataclass (-> the C++ ``Params``: its float/int/bool
         fields, or what ``kernel_params`` returns).
-    fields: the state arrays (-> ``State``), declared once: here (state_type
-        is then generated from them), or None with a state_type whose fields
-        are declared with `state_field` (a documented dataclass).
+    state_type: the state, a flax struct dataclass whose fields are declared
+        with `state_field` (-> the C++ ``State``, in the same order). The one
+        place an env declares its state: ``spec.fields`` (its `StateField`
+        tuple) is read from it, and the generated layout gives the header the
+        same struct.
     scratch: per-env scratch arrays (`ScratchField`), members of ``State`` too.
     reference_reset(params, key_data u32[2], num_envs) -> (obs, state);
     reference_step(params, key_data, state, actions i32[envs, agents, heads])
@@ -153,6 +156,23 @@ class EnvSpec:
     global_state(params, obs f32[envs, agents, obs_dim], state) -> f32[envs, S]:
         what a centralised critic reads (``critic: centralised``, MAPPO), one
         vector per env; None: the env has no global state.
+
+    The env's hooks (optional; shared modules read them and never branch on an
+    env's name):
+
+    render_view(params) -> (xmin, xmax, ymin, ymax): the square of the world
+        a frame shows (`jaxwarp.render`).
+    render_draw(params, s, canvas): draws one env at one time, ``s`` its state
+        fields (``s["x"]: f32[agents]``, per-env fields scalars), as shapes on
+        a `jaxwarp.render.Canvas` (``canvas.disc``, ``canvas.segment``), in jnp
+        (it runs under jit and vmap). Both render hooks, or neither.
+    render_fps: frames per second of its renders (the adapters' metadata);
+        None: ``1 / dt`` (or ``tau``) of its params where it has one, else 30.
+    default_config: the shipped training config (``jaxwarp/train/configs/
+        <name>.yaml``) that ``jaxwarp train --env NAME`` starts from; None:
+        the TrainConfig defaults.
+    The metrics an env logs are a method of its env class,
+    ``episode_metrics(episode_return)`` (see `ContractEnv`).
     """
 
     name: str
@@ -163,43 +183,32 @@ class EnvSpec:
     nvec: Callable[[Any], tuple[int, ...]]
     reference_reset: Callable[..., Any]
     reference_step: Callable[..., Any]
-    fields: tuple[StateField, ...] | None = None
-    state_type: type | None = None
+    state_type: type
     obs_bounds: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None
     policy_groups: Callable[[Any], dict[str, np.ndarray]] | None = None
     scratch: tuple[ScratchField, ...] = ()
     kernel_params: Callable[[Any], dict[str, Any]] | None = None
     static_params: tuple[str, ...] = ()
     global_state: Callable[[Any, jax.Array, Any], jax.Array] | None = None
+    render_view: Callable[[Any], tuple[float, float, float, float]] | None = None
+    render_draw: Callable[[Any, dict[str, jax.Array], Any], None] | None = None
+    render_fps: int | None = None
+    default_config: str | None = None
+    fields: tuple[StateField, ...] = dataclasses.field(init=False, default=())
 
     def __post_init__(self) -> None:
-        if self.fields is None:  # declared on the state dataclass (state_field)
-            if self.state_type is None:
-                raise EnvBuildError(f"{self.name}: give the spec its fields or a state_type "
-                                    "declared with state_field")
-            object.__setattr__(self, "fields", fields_of(self.state_type))
-        if self.state_type is None:
-            object.__setattr__(self, "state_type", make_state_type(self.name, self.fields))
+        if not (isinstance(self.state_type, type) and dataclasses.is_dataclass(self.state_type)):
+            raise EnvBuildError(f"{self.name}: state_type must be a state dataclass whose "
+                                f"fields are declared with state_field; got {self.state_type!r}")
+        object.__setattr__(self, "fields", fields_of(self.state_type))
+        if (self.render_view is None) != (self.render_draw is None):
+            raise EnvBuildError(f"{self.name}: give the spec both render_view and render_draw, "
+                                "or neither")
         names = [f.name for f in self.fields] + [f.name for f in self.scratch]
         dup = sorted({x for x in names if names.count(x) > 1})
         if dup:
             raise EnvBuildError(f"{self.name}: field name(s) {dup} declared twice (state and "
                                 "scratch fields share one namespace)")
-
-
-def make_state_type(name: str, fields: tuple[StateField, ...]) -> type:
-    """A flax pytree dataclass with one array per state field, in order."""
-    from flax import struct
-
-    cls_name = "".join(w.capitalize() for w in name.split("_")) + "State"
-    doc = "\n".join(f"{f.name}: {f.dtype}[envs{', agents' if f.scope == 'agent' else ''}]"
-                    for f in fields)
-    # A plain class: struct.dataclass makes it a frozen dataclass (a class
-    # that is already a dataclass would keep its non-frozen __init__).
-    cls = type(cls_name, (), {"__annotations__": {f.name: jax.Array for f in fields},
-                              "__doc__": f"State of {name}.\n\n{doc}",
-                              "__module__": __package__})  # jaxwarp.authoring
-    return struct.dataclass(cls)
 
 
 @functools.cache
@@ -324,7 +333,7 @@ def pack_params(values: dict[str, Any], static: tuple[str, ...] = ()) -> np.ndar
     return np.concatenate(words) if words else np.zeros(1, np.int32)
 
 
-def _static_params(spec: EnvSpec, values: dict[str, Any]) -> tuple[str, ...]:
+def static_param_names(spec: EnvSpec, values: dict[str, Any]) -> tuple[str, ...]:
     unknown = [n for n in spec.static_params if n not in values]
     if unknown:
         raise EnvBuildError(f"{spec.name}: static_params {unknown} are not kernel params "

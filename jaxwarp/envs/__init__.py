@@ -9,11 +9,3 @@ its doc ``docs/envs/<name>.md``. Modules named ``_*.py`` hold what several
 envs share (``_classic.py``: the four classic-control envs; ``_mpe.py``: the
 two MPE envs) and are not envs.
 """
-
-from jaxwarp.envs.tag_continuous import (
-    TagContinuous,
-    TagContinuousParams,
-    TagContinuousState,
-)
-
-__all__ = ["TagContinuous", "TagContinuousParams", "TagContinuousState"]

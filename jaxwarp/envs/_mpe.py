@@ -278,6 +278,11 @@ def env_spec(name: str, params_cls: type, obs_dim: Callable[[Any], int], reset: 
                    kernel_params=kernel_params, global_state=all_observations, **more)
 
 
+def render_view(p: Any) -> tuple[float, float, float, float]:
+    """The square both MPE envs are drawn in (`EnvSpec.render_view`)."""
+    return -1.5, 1.5, -1.5, 1.5
+
+
 def all_observations(p: Any, obs: jax.Array, s: Any) -> jax.Array:
     """The global state of an MPE env: every agent's observation side by side,
     f32[envs, agents * obs_dim] (JaxMARL's MAPPO world state for MPE)."""

@@ -40,6 +40,7 @@ from flax import struct
 
 from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
+from jaxwarp.render import DARK, GREY, ORANGE, Canvas
 from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
                                    uniform_start, validate)
 
@@ -189,8 +190,27 @@ acrobot_reset, acrobot_step = reference(
     acrobot_observe, "in {0, 1, 2} (torque -1, 0, +1)")
 
 
+def render_view(p: AcrobotParams) -> tuple[float, float, float, float]:
+    h = 1.1 * (float(p.link_length_1) + float(getattr(p, "link_length_2", 1.0)))
+    return -h, h, -h, h
+
+
+def render_draw(p: AcrobotParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
+    px = canvas.px
+    t1, t2 = s["theta1"][0], s["theta2"][0]  # 0: hanging down (gym's drawing)
+    l1, l2 = float(p.link_length_1), float(getattr(p, "link_length_2", 1.0))
+    x1, y1 = l1 * jnp.sin(t1), -l1 * jnp.cos(t1)
+    x2, y2 = x1 + l2 * jnp.sin(t1 + t2), y1 - l2 * jnp.cos(t1 + t2)
+    canvas.segment(-2.2, 1.0, 2.2, 1.0, max(0.01, px), GREY)  # target height
+    canvas.segment(0.0, 0.0, x1, y1, max(0.06, 2 * px), DARK)
+    canvas.segment(x1, y1, x2, y2, max(0.06, 2 * px), DARK)
+    canvas.disc(0.0, 0.0, max(0.06, 2 * px), ORANGE)
+    canvas.disc(x1, y1, max(0.06, 2 * px), ORANGE)
+
+
 SPEC = env_spec(
     "acrobot", AcrobotParams, AcrobotState, acrobot_reset, acrobot_step,
+    render_view=render_view, render_draw=render_draw, render_fps=15,  # Gymnasium's
     obs_bounds=lambda p: (
         np.array([-1.0, -1.0, -1.0, -1.0, -p.max_vel_1, -p.max_vel_2]),
         np.array([1.0, 1.0, 1.0, 1.0, p.max_vel_1, p.max_vel_2])))

@@ -30,6 +30,7 @@ from flax import struct
 
 from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
+from jaxwarp.render import DARK, GREY, ORANGE, Canvas
 from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
                                    uniform_start, validate)
 
@@ -150,9 +151,28 @@ def kernel_params(p: CartPoleParams) -> dict[str, Any]:
         **cartpole_constants(p))
 
 
+def render_view(p: CartPoleParams) -> tuple[float, float, float, float]:
+    h = 1.2 * float(p.x_threshold)
+    return -h, h, -h + 0.5, h + 0.5
+
+
+def render_draw(p: CartPoleParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
+    px = canvas.px
+    x, th = s["x"][0], s["theta"][0]
+    xt = float(p.x_threshold)
+    canvas.segment(-xt, -0.2, xt, -0.2, max(0.02, px), GREY)  # track
+    canvas.segment(x - 0.25, 0.0, x + 0.25, 0.0, 0.12, DARK)  # cart
+    pole = 2.0 * float(p.length)
+    canvas.segment(x, 0.0, x + pole * jnp.sin(th), pole * jnp.cos(th), max(0.05, 1.5 * px),
+                   ORANGE)
+    canvas.disc(x, 0.0, max(0.04, 1.5 * px), GREY)
+
+
 SPEC = env_spec(
     "cartpole", CartPoleParams, CartPoleState, cartpole_reset, cartpole_step,
-    kernel_params=kernel_params,
+    kernel_params=kernel_params, render_view=render_view, render_draw=render_draw,
+    render_fps=50,  # Gymnasium's
+    default_config="cartpole_ppo",
     obs_bounds=lambda p: (
         np.array([-2 * p.x_threshold, -np.inf, -2 * p.theta_threshold_radians, -np.inf]),
         np.array([2 * p.x_threshold, np.inf, 2 * p.theta_threshold_radians, np.inf])))

@@ -28,6 +28,7 @@ from flax import struct
 
 from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
+from jaxwarp.render import DARK, GREY, ORANGE, Canvas
 from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
                                    uniform_start, validate)
 
@@ -112,8 +113,27 @@ mountain_car_reset, mountain_car_step = reference(
     _mountain_car_dynamics, mountain_car_observe, "in {0, 1, 2} (push left, none, right)")
 
 
+def render_view(p: MountainCarParams) -> tuple[float, float, float, float]:
+    lo, hi = float(p.min_position), float(p.max_position)
+    half = (hi - lo) / 2
+    return lo, hi, 0.55 - half, 0.55 + half
+
+
+def render_draw(p: MountainCarParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
+    px = canvas.px
+    h = lambda v: 0.45 * np.sin(3 * v) + 0.55
+    xs = np.linspace(p.min_position, p.max_position, 41, dtype=np.float32)
+    canvas.segment(xs[:-1], h(xs[:-1]), xs[1:], h(xs[1:]), max(0.005, px), GREY)  # the hill
+    g = float(p.goal_position)
+    canvas.segment(g, h(g), g, h(g) + 0.15, max(0.005, px), DARK)  # flag
+    pos = s["position"][0]
+    r = max(0.04, 2 * px)
+    canvas.disc(pos, 0.45 * jnp.sin(3 * pos) + 0.55 + r, r, ORANGE)
+
+
 SPEC = env_spec(
     "mountain_car", MountainCarParams, MountainCarState, mountain_car_reset, mountain_car_step,
+    render_view=render_view, render_draw=render_draw, render_fps=30,  # Gymnasium's
     obs_bounds=lambda p: (np.array([p.min_position, -p.max_speed]),
                           np.array([p.max_position, p.max_speed])))
 

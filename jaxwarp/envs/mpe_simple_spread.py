@@ -26,7 +26,8 @@ import numpy as np
 from jaxwarp.authoring import env_class
 from jaxwarp.envs._mpe import (F32, MPEParams, MPEState, check_int, contact, decode_actions,
                                env_spec, integrate, interleave, landmarks_rel, others_rel,
-                               reference)
+                               reference, render_view)
+from jaxwarp.render import BLUE, GREY, Canvas
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +103,17 @@ def _spread_transition(p: MPESimpleSpreadParams, s: MPEState, actions: jax.Array
 spread_reset, spread_step = reference(MPESimpleSpreadParams, spread_observe, _spread_transition,
                                       lambda p: p.num_landmarks)
 
+
+def render_draw(p: MPESimpleSpreadParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
+    nl = p.num_landmarks
+    canvas.disc(s["lm_x"][:nl], s["lm_y"][:nl], max(0.05, 2 * canvas.px), GREY)
+    canvas.disc(s["x"], s["y"], p.agent_size, BLUE)
+
+
 SPEC = env_spec("mpe_simple_spread", MPESimpleSpreadParams, spread_obs_dim, spread_reset,
-                spread_step)
+                spread_step, render_view=render_view, render_draw=render_draw,
+                render_fps=10,  # mpe2's
+                default_config="mpe_simple_spread_ppo")
 
 
 MPESimpleSpread = env_class(SPEC)  # JaxMARL simple_spread_v3 (discrete)

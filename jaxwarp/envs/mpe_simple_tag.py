@@ -30,7 +30,8 @@ import numpy as np
 from jaxwarp.authoring import env_class
 from jaxwarp.envs._mpe import (F32, MPEParams, MPEState, check_int, contact, decode_actions,
                                env_spec, integrate, interleave, landmarks_rel, others_rel,
-                               reference)
+                               reference, render_view)
+from jaxwarp.render import DARK, GREEN, RED, Canvas
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +150,16 @@ def _tag_transition(p: MPESimpleTagParams, s: MPEState, actions: jax.Array):
 tag_reset, tag_step = reference(MPESimpleTagParams, tag_observe, _tag_transition,
                                 lambda p: p.num_obs)
 
+
+def render_draw(p: MPESimpleTagParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
+    nl, na, px = p.num_obs, p.num_adversaries, canvas.px
+    canvas.disc(s["lm_x"][:nl], s["lm_y"][:nl], p.obs_size, DARK)
+    canvas.disc(s["x"][na:], s["y"][na:], max(p.good_size, 2 * px), GREEN)
+    canvas.disc(s["x"][:na], s["y"][:na], max(p.adversary_size, 2 * px), RED)
+
+
 SPEC = env_spec("mpe_simple_tag", MPESimpleTagParams, tag_obs_dim, tag_reset, tag_step,
+                render_view=render_view, render_draw=render_draw, render_fps=10,  # mpe2's
                 policy_groups=lambda p: {"adversary": np.arange(p.num_adversaries),
                                          "agent": np.arange(p.num_adversaries, p.num_agents)})
 

@@ -33,6 +33,7 @@ from flax import struct
 
 from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
+from jaxwarp.render import DARK, ORANGE, Canvas
 from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
                                    uniform_start, validate)
 
@@ -128,8 +129,21 @@ pendulum_reset, pendulum_step = reference(
     pendulum_observe, "in [0, num_torque_levels) (torque `PendulumParams.torques`[a])")
 
 
+def render_view(p: PendulumParams) -> tuple[float, float, float, float]:
+    h = 1.2 * float(p.l)
+    return -h, h, -h, h
+
+
+def render_draw(p: PendulumParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
+    px = canvas.px
+    th, l = s["theta"][0], float(p.l)  # theta 0: upright
+    canvas.segment(0.0, 0.0, -l * jnp.sin(th), l * jnp.cos(th), max(0.08, 2 * px), ORANGE)
+    canvas.disc(0.0, 0.0, max(0.05, 2 * px), DARK)
+
+
 SPEC = env_spec(
     "pendulum", PendulumParams, PendulumState, pendulum_reset, pendulum_step,
+    render_view=render_view, render_draw=render_draw, render_fps=30,  # Gymnasium's
     obs_bounds=lambda p: (np.array([-1.0, -1.0, -p.max_speed]),
                           np.array([1.0, 1.0, p.max_speed])))
 

@@ -53,6 +53,7 @@ from flax import struct
 from jax.extend.random import threefry2x32_p
 
 from jaxwarp.core import auto_reset, reset_mask, sincos_fixed
+from jaxwarp.render import BLUE, RED, Canvas
 from jaxwarp.authoring import (API_DIR, ContractEnv, EnvSpec, ParamArray, ScratchField,
                                grid_scratch, state_field)
 
@@ -457,12 +458,23 @@ def _obs_bounds(p: TagContinuousParams) -> tuple[np.ndarray, np.ndarray]:
     return low.astype(np.float32), high.astype(np.float32)
 
 
+def render_view(p: TagContinuousParams) -> tuple[float, float, float, float]:
+    m = 0.03 * float(p.grid_length)
+    return -m, p.grid_length + m, -m, p.grid_length + m
+
+
+def render_draw(p: TagContinuousParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
+    nt, px = p.num_taggers, canvas.px
+    x, y, alive = s["x"], s["y"], s["still_in_game"] != 0
+    canvas.disc(x[nt:], y[nt:], 2.0 * px, BLUE, alive[nt:])  # runners under taggers
+    canvas.disc(x[:nt], y[:nt], 3.0 * px, RED, alive[:nt])
+
+
 SPEC = EnvSpec(
     name="tag_continuous",
     header=API_DIR / "envs" / "tag_continuous.h",
     params_type=TagContinuousParams,
     state_type=TagContinuousState,
-    fields=None,  # declared on the state dataclass (state_field)
     scratch=(ScratchField("base", "f32"), ScratchField("tagged_by", "i32"),
              ScratchField("seen", "i32"),
              ScratchField("tags", "i32"),
@@ -484,6 +496,9 @@ SPEC = EnvSpec(
     kernel_params=kernel_params,
     # Compiled in: the k-nearest lists are sized by k, unused paths dropped.
     static_params=("k_observed", "full_obs", "use_grid"),
+    render_view=render_view,
+    render_draw=render_draw,
+    default_config="tag_duel_cpu",
 )
 
 

@@ -46,6 +46,7 @@ from flax import struct
 
 from jaxwarp.authoring import API_DIR, EnvSpec, agent_uniform, env_class, state_field
 from jaxwarp.core import auto_reset, reset_mask
+from jaxwarp.render import BLUE, RED, Canvas
 
 F32 = np.float32
 
@@ -221,12 +222,24 @@ def reference_step(p: TagGridworldParams, key_data: jax.Array, s: TagGridworldSt
     return observe(p, new), new, reward, done, info
 
 
+def render_view(p: TagGridworldParams) -> tuple[float, float, float, float]:
+    m = 0.5 + 0.03 * p.grid_length  # cells 0..L
+    return -m, p.grid_length + m, -m, p.grid_length + m
+
+
+def render_draw(p: TagGridworldParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
+    nt = p.num_taggers
+    x, y = s["x"].astype(jnp.float32), s["y"].astype(jnp.float32)
+    r = max(0.45, 2.5 * canvas.px)
+    canvas.disc(x[nt:], y[nt:], r, BLUE)
+    canvas.disc(x[:nt], y[:nt], r, RED)
+
+
 SPEC = EnvSpec(
     name="tag_gridworld",
     header=API_DIR / "envs" / "tag_gridworld.h",
     params_type=TagGridworldParams,
     state_type=TagGridworldState,
-    fields=None,  # declared on the state dataclass (state_field)
     num_agents=lambda p: p.num_agents,
     obs_dim=lambda p: p.obs_dim,
     nvec=lambda p: (5,),
@@ -235,6 +248,8 @@ SPEC = EnvSpec(
     obs_bounds=lambda p: (np.zeros(p.obs_dim, np.float32), np.ones(p.obs_dim, np.float32)),
     policy_groups=lambda p: {"tagger": np.arange(p.num_taggers),
                              "runner": np.array([p.num_taggers])},
+    render_view=render_view,
+    render_draw=render_draw,
 )
 
 

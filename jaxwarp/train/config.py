@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from jaxwarp.params_check import QUOTE_LIMIT, quoted
+from jaxwarp.registry import env_spec
 
 ALGORITHMS = ("ppo", "a2c")
 ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
@@ -507,17 +508,10 @@ def config_description(name: str | Path, limit: int = 100) -> str:
 
 
 
-# The run `jaxwarp train --env NAME` starts when no --config is given: a shipped
-# config that learns in reasonable time on that env (see each file's header).
-DEFAULT_CONFIG_FOR_ENV = {
-    "tag_continuous": "tag_duel_cpu",
-    "cartpole": "cartpole_ppo",
-    "mpe_simple_spread": "mpe_simple_spread_ppo",
-}
-
-
 def default_config_for(env: str) -> str | None:
-    """The shipped config `jaxwarp train --env env` starts from, or None (the
-    TrainConfig defaults)."""
-    name = DEFAULT_CONFIG_FOR_ENV.get(env)
+    """The shipped config `jaxwarp train --env env` starts from when no
+    --config is given: the env's own choice (its spec's ``default_config``, a
+    config that learns in reasonable time on it; see each file's header), or
+    None (the TrainConfig defaults; also for an unknown env)."""
+    name = getattr(env_spec(env), "default_config", None)
     return name if name in shipped_configs() else None
