@@ -712,8 +712,7 @@ TIME_TO_RETURN = Source("time_to_return_h100.json",
                         "--scale both")
 
 
-def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
-    data = _read_json(root, TIME_TO_RETURN)
+def _time_to_return_rows(data: dict) -> list[list[str]]:
     rows = []
     for case, c in data["cases"].items():
         for scale, sc in c["scales"].items():
@@ -729,6 +728,12 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
                 " vs ".join(pm(r["final_return"]["mean"], r["final_return"]["ci95"])
                             for r in (ours, peer)),
                 " vs ".join(f"{r['compile_s']:.0f}" for r in (ours, peer))])
+    return rows
+
+
+def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
+    data = _read_json(root, TIME_TO_RETURN)
+    rows = _time_to_return_rows(data)
     meta = data["meta"]
     runs = [m["command"] for m in data.get("meta_runs", [meta])]
     lines = [
@@ -753,6 +758,38 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
         *sources_block(root, [TIME_TO_RETURN]),
     ]
     return lines, [TIME_TO_RETURN]
+
+
+TIME_TO_RETURN_RNN = Source("time_to_return_rnn_h100.json",
+                            "python experiments/bench_time_to_return.py --cases mpe_rnn,mpe_mappo "
+                            "--scale gpu --total-steps 10000000")
+
+
+def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
+    data = _read_json(root, TIME_TO_RETURN_RNN)
+    meta = data["meta"]
+    runs = [m["command"] for m in data.get("meta_runs", [meta])]
+    lines = [
+        "## Time to a return: recurrent policies and a centralised critic (MPE)",
+        "",
+        "The same benchmark for `policies.agent.model=gru` (`mpe_rnn`) and `model=gru` with "
+        "`critic=centralised` (`mpe_mappo`) against pure-JAX IPPO-RNN and MAPPO-RNN peers "
+        "(`experiments/rnn_reference.py`, written from JaxMARL's published algorithms) at "
+        "JaxMARL's `ippo_rnn_mpe` / `mappo_homogenous_rnn_mpe` hyperparameters, "
+        f"{meta['seeds']} seeds per trainer. {meta.get('commit_note', '')}. Each pair jaxwarp "
+        "vs peer:",
+        "",
+        *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
+                "env-steps/s", "final return", "compile s"], _time_to_return_rows(data)),
+        "",
+        *(f"The file's note on `{case}` at {scale} sizes: {sc['threshold_note']}"
+          for case, c in data["cases"].items()
+          for scale, sc in c["scales"].items() if sc.get("threshold_note")),
+        "",
+        "The file holds the runs of " + " and ".join(code(r) for r in runs) + ".",
+        *sources_block(root, [TIME_TO_RETURN_RNN]),
+    ]
+    return lines, [TIME_TO_RETURN_RNN]
 
 
 MEMORY = Source("memory_cartpole_h100.json",
@@ -935,7 +972,8 @@ def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_time_to_policy, section_tag_runs,
-                           section_time_to_return, section_memory,
+                           section_time_to_return, section_time_to_return_rnn,
+                           section_memory,
                            section_curves, section_sanitizers, section_gpu_tests,
                            section_scaling]
 
