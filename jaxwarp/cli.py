@@ -63,9 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train policies on an env (PPO or A2C, one jitted program)",
                        description="Trains the policies of an env's groups and writes metrics, "
                        "checkpoints, a learning curve and (when finished) an evaluation "
-                       "against random policies to the output folder. Ctrl-C stops at the end "
-                       "of the current chunk of updates and saves a checkpoint there (Ctrl-C "
-                       "again stops at once); --resume DIR goes on from it.")
+                       "against random policies to the output folder (TensorBoard logs too "
+                       "with tensorboardX: pip install jaxwarp[train]). Ctrl-C stops at the "
+                       "end of the current chunk of updates and saves a checkpoint there "
+                       "(Ctrl-C again stops at once; during the compile: right after it); "
+                       "--resume DIR goes on from it.")
     t.add_argument("overrides", nargs="*", metavar="key=value",
                    help="config overrides, anywhere among the flags, e.g. num_envs=64 "
                    "policies.tagger.lr=1e-3")
@@ -79,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
                    "every local device)")
     t.add_argument("--out", help="output folder (default runs/<env>-<time>)")
     t.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--no-progress", action="store_true",
+                   help="no progress bar: one line per chunk of updates instead (also when "
+                   "stdout is not a terminal)")
     t.add_argument("--eval-episodes", type=int, default=128, metavar="N",
                    help="after a finished run: episodes per matchup of `jaxwarp eval` (trained "
                    "vs random, printed and saved as eval.json) and a GIF of the trained "
@@ -154,10 +158,14 @@ def _eval(args: argparse.Namespace) -> int:
     from jaxwarp.train.evaluate import evaluate_run, seed_lines, summary_line
     from jaxwarp.train.runner import RunError
 
+    path = Path(args.json) if args.json else Path(args.run) / "eval.json"
+    if args.json and not path.parent.is_dir():  # before the evaluation, not after it
+        return _fail("eval", f"--json {args.json}: the folder {path.parent} does not exist")
+    if path.is_dir():
+        return _fail("eval", f"--json {args.json}: is a folder; give a file name")
     try:
         result = evaluate_run(args.run, episodes=args.episodes, seed=args.seed,
                               seed_index=args.seed_index)
-        path = Path(args.json) if args.json else Path(args.run) / "eval.json"
         path.write_text(json.dumps(result, indent=2))
     except (ConfigError, ValueError, TypeError, OSError, RunError, EnvBuildError) as e:
         return _fail("eval", e)
@@ -292,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         status = _main(argv)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return status
+    except KeyboardInterrupt:  # Ctrl-C outside a run's own handling (imports, eval)
+        print("jaxwarp: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader went away (`jaxwarp configs | head -3`): stop quietly, as
         # Unix tools do, instead of a traceback (and another one at exit).
@@ -299,8 +310,24 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _load_plugins(command: str) -> int | None:
+    """The installed packages' envs and models (entry points, `jaxwarp.plugins`);
+    an exit status when one fails to load."""
+    from jaxwarp.plugins import PluginError, load_plugins
+
+    try:
+        load_plugins()
+    except (PluginError, TypeError, ValueError) as e:
+        return _fail(command, e)
+    return None
+
+
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("train", "eval", "render"):
+        failed = _load_plugins(args.command)
+        if failed is not None:
+            return failed
     if args.command == "configs":
         names = shipped_configs()
         width = max(map(len, names), default=0)
@@ -336,6 +363,7 @@ def _main(argv: list[str] | None) -> int:
     default_showwarning = warnings.showwarning
     warnings.showwarning = one_line_warning
     out = None
+    progress = "lines" if args.no_progress else True  # a line per chunk without the bar
     try:
         if args.resume:
             if args.overrides or args.config or args.env or args.out:
@@ -343,7 +371,12 @@ def _main(argv: list[str] | None) -> int:
                                   "--config, --out and key=value overrides (--devices N may "
                                   "change the device count)")
             out = args.resume
-            result = train_run(None, out, resume=True, progress=not args.no_progress,
+            finished = _finished(Path(out))
+            if finished:
+                print(f"jaxwarp train: {out} is already finished ({finished}); nothing to "
+                      f"resume (jaxwarp eval --run {out} evaluates it)", file=sys.stderr)
+                return 0
+            result = train_run(None, out, resume=True, progress=progress,
                                devices=args.devices)
         else:
             overrides = list(args.overrides)
@@ -363,7 +396,7 @@ def _main(argv: list[str] | None) -> int:
             except ValueError as e:  # "seeds ..." -> "--seeds ..."
                 raise ConfigError(f"--{e}") from None
             out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
-            result = train_run(config, out, seeds=args.seeds, progress=not args.no_progress)
+            result = train_run(config, out, seeds=args.seeds, progress=progress)
     except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,
             EnvBuildError) as e:
         return _fail("train", e)
@@ -385,17 +418,34 @@ def _main(argv: list[str] | None) -> int:
           f"seed x {s['seeds']} seed(s); {rate} (compile {s['compile_s']:.1f} s); "
           f"final {s['final']}")
     if s["finished"] and args.eval_episodes > 0:
-        _after_training(Path(result.out_dir), args.eval_episodes)
-    import importlib.util
-
+        with _DeferredInterrupt() as ctrl_c:  # compiles too: no KeyboardInterrupt inside XLA
+            _after_training(Path(result.out_dir), args.eval_episodes, ctrl_c)
+        if ctrl_c.pressed:
+            print(f"jaxwarp train: interrupted during the evaluation; the run is complete in "
+                  f"{result.out_dir} (jaxwarp eval --run {result.out_dir} evaluates it)",
+                  file=sys.stderr)
+            return 130
     from jaxwarp.train.distributed import finish, is_primary
 
     if is_primary():
-        if importlib.util.find_spec("tensorboardX") is None:
-            print("no TensorBoard log (pip install tensorboardX, or jaxwarp[train])")
         print(f"outputs in {Path(result.out_dir)}")
     finish()
     return 0
+
+
+def _finished(out: Path) -> str | None:
+    """"N/N updates" when out's summary.json says the run is finished, else None."""
+    import json
+
+    from jaxwarp.train.metrics import SUMMARY_FILE
+
+    try:
+        s = json.loads((out / SUMMARY_FILE).read_text())
+        if s.get("finished") is True:
+            return f"{s['updates']}/{s['num_updates']} updates"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
 
 
 def _check_one_env(env: str, overrides: list[str]) -> None:
@@ -412,7 +462,35 @@ def _check_one_env(env: str, overrides: list[str]) -> None:
                                   "envs; give the env once")
 
 
-def _after_training(out: Path, episodes: int) -> None:
+class _DeferredInterrupt:
+    """Within the block, Ctrl-C (SIGINT, main thread) only sets `pressed` and
+    the next step of the block is skipped by the caller; a KeyboardInterrupt
+    raised inside XLA's compiler or a gc callback crashes or is swallowed."""
+
+    def __enter__(self) -> _DeferredInterrupt:
+        import signal
+        import threading
+
+        self.pressed, self._previous = False, None
+        if threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.pressed:
+            print("jaxwarp: interrupt: stopping once the current step ends", file=sys.stderr,
+                  flush=True)
+        self.pressed = True
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> None:
     """The trained policies against random ones (one line, eval.json, the
     random levels on the learning curve) and a GIF of them beside random
     ones. A failure here is a warning: the run itself is complete."""
@@ -432,7 +510,12 @@ def _after_training(out: Path, episodes: int) -> None:
         result = evaluate_run(out, episodes=max(episodes, 2))
         run = load_run(out)
         if primary:
-            (out / "eval.json").write_text(json.dumps(result, indent=2))
+            kept = _bigger_eval(out / "eval.json", result)
+            if kept:  # e.g. `jaxwarp eval --episodes 1024` of the same checkpoint
+                print(f"eval.json of update {result['update']} with {kept} episodes kept (this "
+                      f"evaluation: {result['episodes']})")
+            else:
+                (out / "eval.json").write_text(json.dumps(result, indent=2))
             for line in seed_lines(result):
                 print(line)
             print(summary_line(result))
@@ -441,12 +524,29 @@ def _after_training(out: Path, episodes: int) -> None:
         print(f"jaxwarp train: warning: evaluation skipped: {' '.join(str(e).split())}",
               file=sys.stderr)
         return
+    if ctrl_c is not None and ctrl_c.pressed:
+        return
     try:
         frames = render_run(run)  # one episode
         if primary:
             write_gif(frames, out / "trained_vs_random.gif")
     except ValueError as e:  # an env without a renderer
         print(f"jaxwarp train: warning: no GIF: {' '.join(str(e).split())}", file=sys.stderr)
+
+
+def _bigger_eval(path: Path, result: dict[str, Any]) -> int | None:
+    """The episodes of the evaluation in `path` when it is of the same update
+    and seeds as `result` and has more episodes (worth keeping), else None."""
+    import json
+
+    try:
+        old = json.loads(path.read_text())
+        same = old["update"] == result["update"] and old.get("seeds", 1) == \
+            result.get("seeds", 1)
+        return int(old["episodes"]) if same and int(old["episodes"]) > result["episodes"] \
+            else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_params", "check_values", "quoted"]
+__all__ = ["check_num_envs", "check_params", "check_values", "quoted"]
 
 
 # What the kernels receive (authoring.kernel_param_values): float32 and int32
@@ -166,3 +166,19 @@ def check_params(params: Any, name: str | None = None) -> None:
     for fname, (kind, optional) in _field_kinds(type(params)).items():
         if kind is not None:
             _check_value(where, fname, kind, optional, getattr(params, fname))
+
+
+def check_num_envs(num_envs: Any) -> int:
+    """num_envs as an int, or a ValueError saying what it must be: a positive
+    Python int, static under `jax.jit` (it sets the arrays' shapes)."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
+            or num_envs < 1:
+        import jax
+
+        if isinstance(num_envs, jax.core.Tracer):
+            raise ValueError(
+                f"num_envs must be a static Python int (it sets the arrays' shapes); under "
+                f"jax.jit mark it static (static_argnums, e.g. jax.jit(env.reset, "
+                f"static_argnums=1)); got {type(num_envs).__name__} {num_envs}")
+        raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+    return int(num_envs)

@@ -28,6 +28,7 @@ import numpy as np
 
 from jaxwarp.authoring import DTYPES, ContractEnv, compile_library, launch_layout, per_env_words
 from jaxwarp.core import key_data_of
+from jaxwarp.params_check import check_num_envs
 
 
 def _pycuda():
@@ -246,9 +247,7 @@ class PyCudaEnv:
     def reset(self, key: jax.Array, num_envs: int) -> None:
         """Allocates the state (zeros, as the FFI reset zeroes it) and runs the reset
         kernel: fills self.state and self.obs."""
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
-                or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+        num_envs = check_num_envs(num_envs)
         n = self.n
         with jax.default_device(self.device):
             # Fresh buffers that nothing else in JAX refers to: written in place.

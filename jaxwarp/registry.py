@@ -169,7 +169,14 @@ def make(name: str, backend: str = "auto", config: str | None = None, checks: bo
         raise TypeError(f"name must be a str, one of {registered_envs()}; got "
                         f"{type(name).__name__} {name!r}")
     if name not in _REGISTRY:
-        raise ValueError(f"unknown env {name!r}; registered envs: {registered_envs()}")
+        from jaxwarp.plugins import ENV_GROUP, load_plugins
+
+        load_plugins((ENV_GROUP,))  # installed packages' envs (entry points)
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown env {name!r}; registered envs: {registered_envs()}. A user "
+                         "env is registered by importing its module first: env_module=PATH.py "
+                         "(or a module name) on the command line, or an entry point of the "
+                         "group 'jaxwarp.envs' (docs/custom_env.md)")
     if config is not None and not isinstance(config, str):
         raise TypeError(f"{name}: config must be a str (a named configuration) or None; got "
                         f"{type(config).__name__} {config!r}")

@@ -41,6 +41,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwarp.core import int32_actions, key_data_of, resolve_backend
+from jaxwarp.params_check import check_num_envs
 
 __all__ = [
     "COLLECTIVES",
@@ -231,9 +232,7 @@ class ShardedEnv:
 
     def reset(self, key: jax.Array, num_envs: int):
         """obs, state with leading axis num_envs (global), sharded over the mesh axis."""
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
-                or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+        num_envs = check_num_envs(num_envs)
         num_envs = int(num_envs)
         _divisible(num_envs, self.num_shards, "num_envs", "ShardedEnv.reset", self.axis)
         key_data = key_data_of(key)

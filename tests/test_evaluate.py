@@ -132,10 +132,11 @@ def test_cli_render_run_puts_trained_beside_random(run_dir, tmp_path, capsys):
     assert cli.main(["render", "--run", str(run_dir), "--steps", "3", "--size", "32",
                      "--out", str(path)]) == 0
     assert capsys.readouterr().out.strip() == str(path)
+    head = 12 * 4 + 2  # header: "trained"/"random", step, tagger and runner scores
     with Image.open(path) as im:
-        assert im.size == (32 + 1 + 32, 32) and im.n_frames == 4
+        assert im.size == (32 + 1 + 32, head + 32) and im.n_frames == 4
         im.seek(0)
-        frame = np.asarray(im.convert("RGB"))
+        frame = np.asarray(im.convert("RGB"))[head:]
     # Same start on both sides (same key): the first frames are identical.
     np.testing.assert_array_equal(frame[:, :32], frame[:, 33:])
     np.testing.assert_array_equal(frame[:, 32], 128)  # the grey line between them
@@ -409,7 +410,7 @@ TAG_EVAL = {
 def test_plot_labels_each_reference_line_for_groups_trained_together(tmp_path, monkeypatch):
     """Two groups trained against each other: each curve gets the level of
     its group playing randomly against the other's trained policy (labelled
-    so), not the random-vs-random level, and eval's gain over random in the
+    so), not the random-vs-random level, and eval's figures of that matchup in the
     title; two seeds: mean and a shaded 95% band."""
     out = _fake_run(tmp_path / "tag", {
         "tagger/episode_return": lambda u, s: 2.0 + u + s,
@@ -432,11 +433,14 @@ def test_plot_labels_each_reference_line_for_groups_trained_together(tmp_path, m
     assert _hline(tags, "random runners vs trained taggers") == 3.5
     for ax in fig.axes:
         assert not any("random policy" in label for label in _legend(ax))
-    assert tagger.get_title() == ("tagger/episode_return (vs training runners)\neval vs random "
-                                  "runners (update 3, 2 seeds): trained 7 vs random 2, +5 ± 0.5")
-    assert runner.get_title().startswith("runner/episode_return (vs training taggers)\neval vs "
-                                         "random taggers (update 3, 2 seeds): trained -0.5 vs "
-                                         "random -1, +0.5 ± 0.25")
+    # The subtitle quotes the dashed line's matchup: the other group's final policy.
+    assert tagger.get_title() == ("tagger/episode_return (vs training runners)\neval vs the "
+                                  "runners' final policy (update 3, 2 seeds): trained 6 vs "
+                                  "random 1.5 (dashed)")
+    assert _hline(tagger, "random taggers vs trained runners") == 1.5
+    assert runner.get_title() == ("runner/episode_return (vs training taggers)\neval vs the "
+                                  "taggers' final policy (update 3, 2 seeds): trained -4 vs "
+                                  "random -5 (dashed)")
     # The mean line is the mean over seeds: tagger 2 + u + s, s in {0, 1}.
     mean = next(line for line in tagger.get_lines() if line.get_label() == "mean of 2 seeds")
     np.testing.assert_allclose(mean.get_ydata(), [3.5, 4.5, 5.5])

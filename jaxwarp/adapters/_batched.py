@@ -63,6 +63,7 @@ import numpy as np
 
 from jaxwarp.authoring import reference_takes_autoreset
 from jaxwarp.core import auto_reset
+from jaxwarp.params_check import check_num_envs
 
 
 class StepOut(NamedTuple):
@@ -136,9 +137,7 @@ class BatchedEnv:
     def __init__(self, env: Any, num_envs: int, squeeze_agent: bool = True,
                  final_obs: bool = False, autoreset_mode: str = "same_step",
                  obs_dtype: Any = None):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
-                or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+        num_envs = check_num_envs(num_envs)
         self.env = env
         self.num_envs = int(num_envs)
         self.num_agents = int(env.num_agents)

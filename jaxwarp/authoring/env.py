@@ -26,6 +26,7 @@ from jaxwarp.authoring.spec import (DTYPES, EnvBuildError, EnvSpec, static_param
                                     params_id, per_env_words, tag_state)
 from jaxwarp.core import key_data_of, resolve_backend
 from jaxwarp.memory import check_fits
+from jaxwarp.params_check import check_num_envs
 from jaxwarp.spaces import Box, MultiDiscrete
 
 
@@ -183,9 +184,7 @@ class ContractEnv:
         the host's RAM, or the GPUs' together) is refused with a ValueError
         naming num_envs before anything is allocated.
         """
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
-                or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+        num_envs = check_num_envs(num_envs)
         num_envs = int(num_envs)
         platform = {"cuda": "gpu", "cpu": "cpu"}.get(self.backend) or jax.default_backend()
         check_fits("num_envs", num_envs, self.bytes_per_env, platform,
@@ -265,7 +264,8 @@ class ContractEnv:
         elif heads == 1 and self.num_agents == 1 and shape == (num_envs,):
             actions = actions[:, None, None]
         elif not hasattr(actions, "shape") or shape != expected:
-            also = (f" or {(num_envs, self.num_agents)}" if heads == 1 else "")
+            also = (f" or {(num_envs, self.num_agents)}" if heads == 1 else "") + \
+                (f" or {(num_envs,)}" if heads == 1 and self.num_agents == 1 else "")
             raise ValueError(f"actions must have shape {expected} (envs, agents, heads){also}; "
                              f"got {getattr(actions, 'shape', type(actions).__name__)}")
         actions = int32_actions(actions)

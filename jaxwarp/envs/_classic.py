@@ -79,6 +79,7 @@ from jax.extend.random import threefry2x32_p
 
 from jaxwarp.authoring import API_DIR, EnvSpec
 from jaxwarp.core import finish_step
+from jaxwarp.params_check import check_num_envs
 
 F32 = np.float32
 
@@ -150,9 +151,7 @@ def uniform_start(key_data: jax.Array, num_envs: int, names: Sequence[str],
 
 def check_reset_args(key_data: jax.Array, num_envs: int) -> int:
     """num_envs as an int, after checking it and key_data (u32[2])."""
-    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
-            or num_envs < 1:
-        raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+    num_envs = check_num_envs(num_envs)
     if key_data.dtype != jnp.uint32 or tuple(key_data.shape) != (2,):
         raise ValueError(f"key_data must be u32[2] (jax.random.key_data of one key); got "
                          f"{key_data.dtype}{list(key_data.shape)}")

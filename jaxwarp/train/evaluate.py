@@ -362,19 +362,64 @@ def seed_lines(result: Mapping[str, Any]) -> list[str]:
     return [f"seed {r['training_seed']}: {summary_line(r)}" for r in per_seed]
 
 
-def render_run(run: LoadedRun, steps: int | None = None, size: int = 128, seed: int = 0
-               ) -> jax.Array:
-    """u8[steps + 1, size, 2 * size + gap, 3]: env 0 with the trained policies
-    (left) and uniformly random ones (right), from the same start (same key).
-    steps None: one episode, `jaxwarp.core.episode_length(env)` steps (see
-    `jaxwarp.render.rollout_states`). Raises ValueError for an env with no
-    renderer."""
+def render_run(run: LoadedRun, steps: int | None = None, size: int = 128, seed: int = 0,
+               labels: bool = True) -> np.ndarray:
+    """u8[steps + 1, header + size, 2 * size + gap, 3]: env 0 with the trained
+    policies (left) and uniformly random ones (right), from the same start
+    (same key). steps None: one episode, `jaxwarp.core.episode_length(env)`
+    steps (see `jaxwarp.render.rollout_states`). labels: a header above each
+    side (`label_panels`) naming it ("trained" / "random") with the step and
+    each group's score so far (its agents' mean return this episode); False:
+    no header (header 0). Raises ValueError for an env with no renderer."""
     from jaxwarp.render import render_frames, rollout_states
 
     env, groups = run.trainer.env, run.trainer.groups
     key = jax.random.key(seed)
     draw = jax.jit(lambda s: render_frames(env, s, size=size))
-    sides = [draw(rollout_states(env, key, 1, steps, make_policy(run, {g: on for g in groups})))
-             for on in (True, False)]
-    gap = jnp.full(sides[0].shape[:2] + (max(size // 32, 1), 3), 128, jnp.uint8)  # grey line
-    return jnp.concatenate([sides[0], gap, sides[1]], axis=2)
+    states = [rollout_states(env, key, 1, steps, make_policy(run, {g: on for g in groups}))
+              for on in (True, False)]
+    sides = [np.asarray(draw(s)) for s in states]
+    if labels:
+        sides = [label_panels(side, [[title] + _score_lines(s, groups, t)
+                                     for t in range(side.shape[0])])
+                 for side, s, title in zip(sides, states, ("trained", "random"))]
+    gap = np.full(sides[0].shape[:2] + (max(size // 32, 1), 3), 128, np.uint8)  # grey line
+    return np.concatenate([sides[0], gap, sides[1]], axis=2)
+
+
+def _score_lines(states: Any, groups: Mapping[str, Sequence[int]], t: int) -> list[str]:
+    """["step t", "<group> <score>" ...] of env 0 at frame t: the return of
+    its current episode so far (mean over the group's agents; the state's
+    ``episode_return``, where the env keeps one)."""
+    lines = [f"step {t}"]
+    ret = getattr(states, "episode_return", None)
+    if ret is None:
+        return lines
+    r = np.asarray(ret[t, 0], np.float64).reshape(-1)
+    for g, ids in groups.items():
+        name = "score" if len(groups) == 1 else g
+        lines.append(f"{name} {r[np.asarray(ids)].mean():.3g}")
+    return lines
+
+
+LINE_PX = 12  # header text line height (Pillow's built-in font)
+
+
+def label_panels(frames: np.ndarray, lines: Sequence[Sequence[str]]) -> np.ndarray:
+    """u8[T, LINE_PX * n + 2 + H, W, 3]: each frame of u8[T, H, W, 3] under a
+    white header with its lines of text (lines[t], n of them, in black; text
+    wider than W is cut off). The envs' own drawing is untouched."""
+    from PIL import Image, ImageDraw
+
+    frames = np.asarray(frames)
+    n = max((len(x) for x in lines), default=0)
+    head = LINE_PX * n + 2
+    out = np.full((frames.shape[0], head + frames.shape[1]) + frames.shape[2:], 255, np.uint8)
+    out[:, head:] = frames
+    for t, text in enumerate(lines):
+        img = Image.fromarray(out[t, :head])
+        pen = ImageDraw.Draw(img)
+        for i, line in enumerate(text):
+            pen.text((2, 1 + LINE_PX * i), line, fill=(0, 0, 0))
+        out[t, :head] = np.asarray(img)
+    return out

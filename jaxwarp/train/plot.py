@@ -3,8 +3,8 @@
 One panel per headline figure of metrics.jsonl (every group's episode
 return and the episode metrics the env declares, see `metrics`): the mean
 over seeds with its 95% interval, the levels of ``jaxwarp eval``
-(out/eval.json) as labelled reference lines, eval's gain over random in
-the title; and a panel of env-steps/s.
+(out/eval.json) as labelled reference lines, eval's figures of the same
+matchups in the title; and a panel of env-steps/s.
 """
 
 from __future__ import annotations
@@ -92,8 +92,10 @@ def _reference_lines(ev: Mapping[str, Any] | None, curve: str, groups: list[str]
 
 
 def _eval_title(ev: Mapping[str, Any] | None, curve: str, groups: list[str]) -> str:
-    """The curve's name, what it plays against, and eval's figure against
-    random opponents (eval.json) where there is one for this group."""
+    """The curve's name, what it plays against, and eval's figures (eval.json)
+    of the matchup that its dashed line shows: for two groups, the group
+    trained and random against the other's final policy (the dashed line is
+    the random level); otherwise trained vs random against random others."""
     own = curve[:-len("/episode_return")] if curve.endswith("/episode_return") else None
     others = [h for h in groups if h != own]
     title = curve
@@ -101,10 +103,19 @@ def _eval_title(ev: Mapping[str, Any] | None, curve: str, groups: list[str]) -> 
         title += f" (vs training {' and '.join(_plural(h) for h in others)})"
     if ev is None or own is None or own not in ev.get("gain", {}):
         return title
-    s = ev["gain"][own]
-    who = "vs random " + " and ".join(_plural(h) for h in others) if others else "vs random"
     seeds = ev.get("seeds", 1)
     over = f", {seeds} seeds" if seeds > 1 else ""
+    if len(groups) == 2:  # the matchup of the dashed line: the other group's final policy
+        h = others[0]
+        m = ev["matchups"]
+        mine, rand = (m.get(k, {}).get(f"{own}/return") for k in ("trained", f"{h} trained"))
+        if mine is None or rand is None:
+            return title
+        return (f"{title}\neval vs the {_plural(h)}' final policy (update "
+                f"{ev.get('update', '?')}{over}): trained {mine['mean']:.3g} vs random "
+                f"{rand['mean']:.3g} (dashed)")
+    s = ev["gain"][own]
+    who = "vs random " + " and ".join(_plural(h) for h in others) if others else "vs random"
     return (f"{title}\neval {who} (update {ev.get('update', '?')}{over}): trained "
             f"{s['trained']:.3g} vs random {s['random']:.3g}, {s['delta']:+.3g} ± "
             f"{s['ci95']:.2g}")
@@ -153,8 +164,8 @@ def plot_run(out_dir: str | Path, env_metrics: Collection[str] | None = None) ->
     ``--seeds`` >= 2) and env-steps/s against env-steps. Every reference line
     says what it is (see `_reference_lines`: for groups trained against each
     other, a group random against the other's trained policy, not random
-    against random), and each group's title gives eval's figure against
-    random opponents when out/eval.json exists. Returns None without
+    against random), and each group's title gives eval's figures of that same
+    matchup (one group: against random) when out/eval.json exists. Returns None without
     matplotlib or metrics.
 
     env_metrics: the names of the env's episode metrics (`metrics.env_metric_names`);

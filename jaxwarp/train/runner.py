@@ -125,7 +125,7 @@ class _Run:
 
 
 def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/latest",
-              seeds: int = 1, resume: bool = False, progress: bool = True,
+              seeds: int = 1, resume: bool = False, progress: bool | str = True,
               stop_after_updates: int | None = None, time_limit_s: float | None = None,
               env: Any = None,
               models: Mapping[str, Any] | None = None,
@@ -139,7 +139,9 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     stop_after_updates: stop early after that many updates of this process
     (at a chunk boundary, as if killed; used by tests). time_limit_s: stop
     at the first chunk boundary after that many seconds (compile included);
-    the run can be resumed later. devices: when given, overrides the
+    the run can be resumed later. progress: True, a progress bar when stdout
+    is a terminal, else one line per chunk; "lines": one line per chunk;
+    False: nothing. devices: when given, overrides the
     config's ``devices`` (also on resume: the saved state is restored onto the
     new mesh; config.yaml keeps the value the run started with).
 
@@ -151,7 +153,8 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     on exit, also when killed; the file is removed when the run ends), so a
     second run on the same folder fails with RunLockedError. A first Ctrl-C
     stops the run at the end of the current chunk and checkpoints it (a
-    second stops at once); KeyboardInterrupt is raised after the checkpoint
+    second stops at once; any during the build and compile stop the run
+    right after the compile); KeyboardInterrupt is raised after the checkpoint
     is written. A resume that finds no checkpoint starts from update 1 with
     a CheckpointWarning saying so. config.yaml is written once training starts; a
     folder this call created is removed again if the run fails before. A
@@ -162,10 +165,18 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     """
     out = Path(out_dir)
     _check_arguments(out, config, seeds, resume)
-    # Before anything touches a jax backend (a multi-host run starts here).
-    proc = _init_distributed(out, config)
-    run = _start(out, config, seeds, resume, devices, env, models, proc, progress)
-    _train(run, progress, stop_after_updates, time_limit_s)
+    # Ctrl-C from here on sets a flag (a KeyboardInterrupt raised inside XLA's
+    # compiler or a gc callback crashes or is swallowed): the run stops at the
+    # first chunk boundary, right after compiling when pressed before.
+    ctrl_c = _CtrlC()
+    ctrl_c.install()
+    try:
+        # Before anything touches a jax backend (a multi-host run starts here).
+        proc = _init_distributed(out, config)
+        run = _start(out, config, seeds, resume, devices, env, models, proc, progress)
+        _train(run, progress, stop_after_updates, time_limit_s, ctrl_c)
+    finally:
+        ctrl_c.uninstall()
     summary = _summary(run)
     if run.primary:
         write_summary(out, summary)
@@ -281,10 +292,21 @@ def _run_config(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
     elif primary and _holds_run(out):
         raise FileExistsError(f"{out} already holds a run; pass --resume {out} to continue "
                               "it or choose another --out")
+    else:  # config.yaml must work from any folder (eval --run, --resume)
+        config = _absolute_env_module(config)
     if devices is not None:
         config = dataclasses.replace(config, devices=devices)
         validate(config)
     return config, seeds
+
+
+def _absolute_env_module(config: TrainConfig) -> TrainConfig:
+    """The config with a relative ``env_module`` .py path made absolute (a
+    module name stays as it is)."""
+    m = config.env_module
+    if m and m.endswith(".py") and not os.path.isabs(m) and os.path.exists(m):
+        return dataclasses.replace(config, env_module=os.path.abspath(m))
+    return config
 
 
 def _chunk_fn(trainer: Trainer, n: int, deterministic: bool) -> Any:
@@ -324,17 +346,16 @@ def _restore_or_init(run: _Run, resume: bool, progress: bool) -> None:
     run.rs = init(keys)
 
 
-def _train(run: _Run, progress: bool, stop_after_updates: int | None,
-           time_limit_s: float | None) -> None:
+def _train(run: _Run, progress: bool | str, stop_after_updates: int | None,
+           time_limit_s: float | None, ctrl_c: _CtrlC) -> None:
     """Chunks until the run is done, stopped (`_stop_decision`) or non-finite.
     A first Ctrl-C stops at the next chunk boundary (`_CtrlC`); the chunks done
     are checkpointed and KeyboardInterrupt is raised. Releases the lock."""
     bar = _Progress(run.num_updates, run.done_updates, run.trainer.derived.batch_env_steps,
-                    progress and run.primary, run.env_metrics,
+                    progress if run.primary else False, run.env_metrics,
                     agents=int(run.trainer.env.num_agents))
-    ctrl_c = _CtrlC()
     try:
-        ctrl_c.install()
+        ctrl_c.training = True
         while run.done_updates < run.num_updates:
             decision = _stop_decision(run, ctrl_c, stop_after_updates, time_limit_s)
             if decision == 2:
@@ -348,7 +369,6 @@ def _train(run: _Run, progress: bool, stop_after_updates: int | None,
         _save_interrupted(run, bar)
         raise
     finally:
-        ctrl_c.uninstall()
         try:
             bar.close()
             run.mngr.wait_until_finished()
@@ -464,14 +484,18 @@ def _holds_run(out: Path) -> bool:
 
 
 class _Progress:
-    """A rich progress bar updated once per chunk (no-op when disabled): the
-    rate and the headline figures of the chunk's last update."""
+    """Once per chunk, the rate and the headline figures of the chunk's last
+    update: a rich progress bar (progress True and stdout a terminal), or one
+    line on stdout (progress "lines", or stdout not a terminal: a log, a
+    pipe, a batch job), or nothing (progress False)."""
 
-    def __init__(self, total: int, done: int, batch: int, enabled: bool,
+    def __init__(self, total: int, done: int, batch: int, enabled: bool | str,
                  env_metrics: tuple[str, ...] = (), agents: int = 1):
-        self.enabled, self.agents = enabled, agents
+        self.agents, self.total, self.done = agents, total, done
         self.env_metrics = env_metrics
-        if not enabled:
+        self.lines = enabled == "lines" or (bool(enabled) and not _is_tty(sys.stdout))
+        self.enabled = bool(enabled) and not self.lines
+        if not self.enabled:
             return
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
@@ -483,33 +507,48 @@ class _Progress:
         self.p.start()
 
     def advance(self, n: int, rate: float, rows: list[dict[str, float]]) -> None:
-        if not self.enabled:
+        self.done += n
+        if not (self.enabled or self.lines):
             return
         final = final_rows(rows)
         parts = [rate_text(rate, self.agents, device_name())]
         for k in sorted(final[0]):
             if is_headline(k, self.env_metrics):
                 vals = [r[k] for r in final if not math.isnan(r[k])]
-                if vals:
-                    parts.append(f"{k.replace('/episode_return', '')} {np.mean(vals):.3g}")
-        self.p.update(self.task, advance=n, info="  ".join(parts))
+                # NaN until an env finishes its first episode: said, not shown as nan
+                parts.append(f"{k.replace('/episode_return', '')} {np.mean(vals):.3g}" if vals
+                             else f"{k.replace('/episode_return', '')} - (no episode ended yet)")
+        if self.lines:
+            print(f"update {self.done}/{self.total}  " + "  ".join(parts), flush=True)
+        else:
+            self.p.update(self.task, advance=n, info="  ".join(parts))
 
     def close(self) -> None:
         if self.enabled:
             self.p.stop()
 
 
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced or closed stream
+        return False
+
+
 class _CtrlC:
-    """A first Ctrl-C (SIGINT) during the training loop only sets `pressed`:
-    the loop reads it at the next chunk boundary, checkpoints the chunks done
-    and raises KeyboardInterrupt there. A second Ctrl-C interrupts at once
-    (the previous handler is back). Installed only in the main thread over
-    Python's default handler; elsewhere KeyboardInterrupt arrives as usual
-    (train_run then checkpoints the last completed chunk if no chunk is in
-    flight)."""
+    """Ctrl-C (SIGINT) only sets `pressed`: the training loop reads it at the
+    next chunk boundary, checkpoints the chunks done and raises
+    KeyboardInterrupt there. Before training (building, restoring and
+    compiling: `training` False) every Ctrl-C only sets it, so the run stops
+    right after the compile (an interrupt inside XLA's compiler is not safe).
+    During training a second Ctrl-C interrupts at once (the previous handler
+    is back). Installed only in the main thread over Python's default
+    handler; elsewhere KeyboardInterrupt arrives as usual (train_run then
+    checkpoints the last completed chunk if no chunk is in flight)."""
 
     def __init__(self) -> None:
         self.pressed = False
+        self.training = False
         self._previous: Any = None
 
     def install(self) -> None:
@@ -518,7 +557,12 @@ class _CtrlC:
             self._previous = signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.pressed = True
+        first, self.pressed = not self.pressed, True
+        if not self.training:
+            if first:
+                print("jaxwarp train: interrupt: stopping once the program is compiled",
+                      file=sys.stderr, flush=True)
+            return
         signal.signal(signal.SIGINT, self._previous)
         print("jaxwarp train: interrupt: stopping after the current chunk to save a "
               "checkpoint (Ctrl-C again stops at once, without it)", file=sys.stderr)

@@ -1,0 +1,211 @@
+"""What a new user hits first (issue 40, item 4): Ctrl-C at any moment, naming
+one's own env and model on the command line (entry points), run folders usable
+from anywhere, a labelled GIF, a trained policy used from Python, eval/resume
+paths, a line per chunk without a terminal, and the messages that name a fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxwarp import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+GOAL_REACH = ROOT / "examples" / "goal_reach"
+TINY = ["env=cartpole", "backend=cpu", "num_envs=8", "num_steps=8", "total_env_steps=128",
+        "chunk_updates=1", "checkpoint_every=2", "policies.agent.hidden_sizes=[8]"]
+
+
+def _jaxwarp(*args: str, cwd: Path | None = None, env: dict | None = None,
+             **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "jaxwarp", *args], cwd=cwd,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.parametrize("delay", [0.0, 1.0, 3.0, 6.0, 12.0])
+def test_ctrl_c_at_any_moment_stops_with_one_line_and_130(tmp_path, delay):
+    """SIGINT once the command runs (its first line printed): while loading the
+    config, building, compiling (a long run's first seconds) or training:
+    exit 130, the one line saying where the run stands last on stderr, never a
+    traceback, a segfault or a run that goes on."""
+    p = _jaxwarp("train", "--no-progress", "--env", "cartpole", "--out", str(tmp_path / "run"),
+                 "backend=cpu", "num_envs=64", "num_steps=64", "total_env_steps=100000000",
+                 "chunk_updates=20", "checkpoint_every=20", env={"PYTHONUNBUFFERED": "1"})
+    first = p.stdout.readline()  # "cartpole: starting from the shipped config ..."
+    assert "starting from the shipped config" in first, first
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=240)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert p.returncode == 130, (p.returncode, err)
+    assert "Traceback" not in err and "Fatal" not in err and "Exception ignored" not in err, err
+    assert lines and re.match(r"jaxwarp( train)?: interrupted", lines[-1]), err
+    # Before it, at most the notice of the stop and of the checkpoint being saved.
+    assert len(lines) <= 3 and all(x.startswith("jaxwarp") for x in lines), err
+
+
+def _plugin_dist(tmp_path: Path) -> Path:
+    """A folder on sys.path with an installed-looking package (dist-info) that
+    declares goal_reach (an env module) and a model factory as entry points."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "jw_demo_models.py").write_text(textwrap.dedent("""
+        from jaxwarp.train.models import MLPActorCritic
+
+        def tiny_mlp(nvec, policy):
+            return MLPActorCritic(tuple(int(n) for n in nvec), (4,), "tanh")
+        """))
+    info = site / "jw_demo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: jw-demo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[jaxwarp.envs]\ngoal_reach = goal_reach\n\n"
+        "[jaxwarp.models]\ntiny_mlp = jw_demo_models:tiny_mlp\n")
+    return site
+
+
+def test_entry_points_name_an_env_and_a_model_on_the_command_line(tmp_path):
+    """`pip install`ed plugins (entry point groups jaxwarp.envs, jaxwarp.models)
+    are found by name, with no flag; eval from another folder finds them too."""
+    site = _plugin_dist(tmp_path)
+    env = {"PYTHONPATH": os.pathsep.join([str(site), str(GOAL_REACH)]
+                                         + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
+    out = tmp_path / "run"
+    p = _jaxwarp("train", "--no-progress", "--out", str(out), "env=goal_reach",
+                 "env_config=null", "backend=cpu", "num_envs=8", "num_steps=8",
+                 "total_env_steps=128", "chunk_updates=1", "checkpoint_every=2",
+                 "policies.agent.model=tiny_mlp", "--eval-episodes", "0", env=env)
+    stdout, err = p.communicate(timeout=400)
+    assert p.returncode == 0, err
+    run = json.loads((out / "summary.json").read_text())
+    assert run["env"] == "goal_reach" and run["finished"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    p = _jaxwarp("eval", "--run", str(out), "--episodes", "2", cwd=elsewhere, env=env)
+    stdout, err = p.communicate(timeout=400)
+    assert p.returncode == 0, err
+    assert "goal_reach update 2" in stdout
+
+
+def test_config_yaml_keeps_env_module_absolute(tmp_path, monkeypatch):
+    """env_module=relative/path.py is stored absolute, so the run folder works
+    from any folder (eval --run, --resume)."""
+    from jaxwarp.train.checkpoint import read_saved_config
+    from jaxwarp.train.config import load_config
+    from jaxwarp.train.runner import _absolute_env_module
+
+    monkeypatch.chdir(ROOT)
+    config = load_config(None, ["env_module=examples/goal_reach/goal_reach.py"])
+    assert _absolute_env_module(config).env_module == str(GOAL_REACH / "goal_reach.py")
+    assert _absolute_env_module(load_config(None, ["env_module=my.module"])).env_module \
+        == "my.module"
+    out = tmp_path / "run"
+    assert cli.main(["train", "--no-progress", "--out", str(out), "--eval-episodes", "0",
+                     "env_module=examples/goal_reach/goal_reach.py", "env=goal_reach",
+                     "env_config=null", *TINY[1:]]) == 0
+    saved, _ = read_saved_config(out)
+    assert saved.env_module == str(GOAL_REACH / "goal_reach.py")
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    from jaxwarp.train.config import load_config
+    from jaxwarp.train.runner import train_run
+
+    out = tmp_path_factory.mktemp("runs") / "cartpole"
+    train_run(load_config(None, TINY), out, progress=False)
+    return out
+
+
+def test_gif_panels_are_labelled_with_step_and_score(cartpole_run):
+    from jaxwarp.train.evaluate import LINE_PX, label_panels, load_run, render_run
+
+    frames = render_run(load_run(cartpole_run), steps=3, size=64)
+    head = LINE_PX * 3 + 2  # "trained"/"random", "step t", "score s"
+    assert frames.shape == (4, head + 64, 64 + 2 + 64, 3) and frames.dtype == np.uint8
+    header = frames[:, :head]
+    assert (header < 100).any(axis=(1, 2, 3)).all()  # black text on every frame's header
+    assert not np.array_equal(header[0], header[1])  # the step counter moves
+    plain = render_run(load_run(cartpole_run), steps=3, size=64, labels=False)
+    np.testing.assert_array_equal(frames[:, head:], plain)  # the drawing itself unchanged
+    # One line of text per entry, cut at the panel's width.
+    one = label_panels(np.zeros((2, 8, 8, 3), np.uint8), [["a"], ["b"]])
+    assert one.shape == (2, LINE_PX + 2 + 8, 8, 3)
+
+
+def test_a_trained_policy_from_python_as_documented(cartpole_run, capsys):
+    """docs/models.md, "Using a trained policy from Python": the snippet runs."""
+    text = (ROOT / "docs" / "models.md").read_text()
+    m = re.search(r"## Using a trained policy from Python\n.*?```python\n(.*?)```", text,
+                  re.S)
+    assert m, "docs/models.md: no snippet under 'Using a trained policy from Python'"
+    code = m.group(1).replace('"runs/cartpole"', repr(str(cartpole_run)))
+    scope: dict = {}
+    exec(compile(code, "docs/models.md", "exec"), scope)  # noqa: S102
+    actions = scope["actions"]
+    assert actions.shape == (16, 1, 1) and actions.dtype == np.int32
+    assert "mean return" in capsys.readouterr().out
+
+
+def test_eval_json_into_a_missing_folder_fails_before_evaluating(cartpole_run, capsys,
+                                                                  monkeypatch):
+    import jaxwarp.train.evaluate as ev
+
+    monkeypatch.setattr(ev, "evaluate_run", lambda *a, **k: pytest.fail("evaluated"))
+    assert cli.main(["eval", "--run", str(cartpole_run), "--json", "missing/dir/e.json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "jaxwarp eval: error: --json missing/dir/e.json: the folder missing/dir " \
+                  "does not exist"
+
+
+def test_resume_of_a_finished_run_says_so_and_keeps_a_bigger_eval(cartpole_run, capsys):
+    (cartpole_run / "eval.json").write_text(json.dumps({"update": 2, "episodes": 256}))
+    before = (cartpole_run / "eval.json").read_text()
+    assert cli.main(["train", "--resume", str(cartpole_run)]) == 0
+    cap = capsys.readouterr()
+    assert cap.out == "" and "nan" not in cap.err
+    assert cap.err.strip() == (f"jaxwarp train: {cartpole_run} is already finished (2/2 "
+                               f"updates); nothing to resume (jaxwarp eval --run "
+                               f"{cartpole_run} evaluates it)")
+    assert (cartpole_run / "eval.json").read_text() == before
+    # The evaluation after training keeps an eval.json of the same update with more episodes.
+    cli._after_training(cartpole_run, 4)
+    assert json.loads((cartpole_run / "eval.json").read_text())["episodes"] == 256
+    assert "eval.json of update 2 with 256 episodes kept" in capsys.readouterr().out
+
+
+def test_a_line_per_chunk_when_stdout_is_not_a_terminal(tmp_path):
+    p = _jaxwarp("train", "--out", str(tmp_path / "run"), "--eval-episodes", "0", *TINY)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    lines = [x for x in out.splitlines() if x.startswith("update ")]
+    assert [x.split()[1] for x in lines] == ["1/2", "2/2"], out
+    assert "env-steps/s" in lines[0] and "agent" in lines[0]
+    assert "tensorboardX" not in out + err  # no install hint on every run
+
+
+def test_messages_name_the_fix():
+    import jax
+
+    import jaxwarp
+
+    with pytest.raises(ValueError, match=r"env_module=.*jaxwarp\.envs"):
+        jaxwarp.make("coin_grab")
+    env = jaxwarp.make("cartpole", backend="jax")
+    with pytest.raises(ValueError, match=r"num_envs must be a static Python int.*static_argnums"):
+        jax.jit(env.reset)(jax.random.key(0), 4)
+    obs, state = jax.jit(env.reset, static_argnums=1)(jax.random.key(0), 4)
+    assert obs.shape == (4, 1, 4)
+    with pytest.raises(ValueError, match=r"\(4, 1, 1\).* or \(4, 1\) or \(4,\)"):
+        env.step(jax.random.key(1), state, np.zeros((4, 2), np.int32))
