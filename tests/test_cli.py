@@ -46,7 +46,7 @@ def test_train_overrides_on_both_sides_of_a_flag(captured_train, tmp_path, capsy
     (call,) = captured_train
     c = call.config
     assert (c.env, c.total_env_steps, c.num_envs, c.seed) == ("cartpole", 8192, 8, 3)
-    assert call.progress is False and call.out == str(tmp_path / "run")
+    assert call.progress == "lines" and call.out == str(tmp_path / "run")
     # The shipped config for --env is the base; the overrides win over it.
     base = load_config("cartpole_ppo")
     assert c.num_steps == base.num_steps and c.policy("agent") == base.policy("agent")
