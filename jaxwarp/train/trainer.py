@@ -262,16 +262,21 @@ def _models(c: TrainConfig, env: Any, groups: Groups, models: Mapping[str, nn.Mo
 
 
 def _critics(c: TrainConfig, env: Any, groups: Groups) -> dict[str, nn.Module] | None:
-    """Group -> centralised critic (``critic: centralised``), an MLP of the
-    group's hidden sizes over the env's global state; None: each model's own value."""
+    """Group -> centralised critic (``critic: centralised``), an MLP over the
+    env's global state of the group's hidden sizes (``gru``: its embedding sizes
+    and then ``rnn_size``); None: each model's own value."""
     if c.critic != "centralised":
         return None
     if not getattr(env, "has_global_state", False):
         raise ConfigError(f"critic=centralised: {c.env} declares no global state for a "
                           f"centralised critic to read (EnvSpec.global_state); use "
                           f"critic=independent")
-    return {g: CentralCritic(tuple(c.policy(g).hidden_sizes), c.policy(g).activation)
-            for g in groups.ids}
+    def layers(p: Any) -> tuple[int, ...]:
+        # A recurrent model's hidden_sizes are only its embedding; its value
+        # passes the GRU and a head layer too: the critic gets one more layer.
+        return (*p.hidden_sizes, p.rnn_size) if p.model == "gru" else tuple(p.hidden_sizes)
+
+    return {g: CentralCritic(layers(c.policy(g)), c.policy(g).activation) for g in groups.ids}
 
 
 def _state_dim(env: Any) -> int:
@@ -378,8 +383,16 @@ def optimiser(c: TrainConfig, d: Derived, group: str) -> optax.GradientTransform
     steps = d.num_updates * d.optimizer_steps
     schedule = optax.linear_schedule(lr, 0.0, steps) if c.anneal_lr else lr
     adam = optax.adam(schedule, eps=1e-5)
-    return optax.chain(optax.clip_by_global_norm(c.max_grad_norm), adam) \
+    tx = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), adam) \
         if c.max_grad_norm > 0 else adam
+    if c.critic != "centralised":
+        return tx
+    # MAPPO: actor and critic are two networks with an optimiser each (their own
+    # Adam moments and gradient-norm clip), so the critic's larger gradients do
+    # not shrink the actor's step through one shared clip.
+    return optax.multi_transform(
+        {"actor": tx, "critic": tx},
+        lambda params: {k: jax.tree.map(lambda _: k, v) for k, v in params.items()})
 
 
 def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: core.RunningStats | None
