@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 import sys
 import time
@@ -137,6 +138,52 @@ def _quiet_closed_loop_callbacks():
         yield
     finally:
         sys.unraisablehook = previous
+
+
+# What Orbax logs (absl's logger, WARNING) that a run expects and handles:
+# the unfinished temporary folder of a save that a kill or a full disk
+# interrupted (removed and written again), a save waiting for the previous one.
+_EXPECTED_WARNINGS = ("orbax-checkpoint-tmp", "Waiting for previous save to complete")
+
+
+class _OrbaxLogFilter:
+    """A `logging` filter on absl's and asyncio's loggers that drops what Orbax
+    logs about a fault the run reports itself in one line: its save threads
+    log every failed write (full disk, read-only folder) as ERROR with a
+    traceback, and asyncio each of its failed write futures, before the same
+    error reaches `wait_until_finished` (where the runner turns it into a
+    StorageError); and the expected warnings (`_EXPECTED_WARNINGS`). Anything
+    else passes."""
+
+    def filter(self, record: Any) -> bool:
+        if "orbax" not in record.pathname and record.name != "asyncio":
+            return True
+        from jaxwarp.train.errors import storage_fault
+
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += " " + str(record.exc_info[1])
+        if storage_fault(RuntimeError(text)) is not None:
+            return False
+        return not (record.levelno == logging.WARNING and "orbax" in record.pathname
+                    and any(w in text for w in _EXPECTED_WARNINGS))
+
+
+_LOG_FILTER = _OrbaxLogFilter()
+
+
+@contextlib.contextmanager
+def quiet_orbax():
+    """While a run saves and restores checkpoints: the 'Event loop is closed'
+    tracebacks of Orbax's cancelled reads and writes are dropped. The log
+    filter (`_OrbaxLogFilter`) stays installed after it: asyncio logs failed
+    futures when they are collected, which may be later."""
+    for name in ("absl", "asyncio"):
+        logger = logging.getLogger(name)
+        if _LOG_FILTER not in logger.filters:
+            logger.addFilter(_LOG_FILTER)
+    with _quiet_closed_loop_callbacks():
+        yield
 
 
 def _try_restore(ckptr: Any, path: Path, abstract: Any) -> Any:

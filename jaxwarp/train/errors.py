@@ -25,3 +25,33 @@ class NonFiniteError(RunError):
 
 class CheckpointWarning(UserWarning):
     """A corrupt checkpoint was skipped on resume."""
+
+
+class StorageError(RunError):
+    """The run folder cannot be written: out of space, read-only, no permission."""
+
+
+# errno -> how the message says it; the faults of a folder that the run cannot write to.
+_STORAGE_ERRNOS = {28: "no space left on device", 122: "disk quota exceeded",
+                   30: "read-only file system", 13: "permission denied",
+                   1: "operation not permitted"}
+# The same as Orbax/TensorStore report them, as text inside their own exception types.
+_STORAGE_TEXTS = {"no space left on device": 28, "disk quota exceeded": 122,
+                  "read-only file system": 30, "permission denied": 13}
+
+
+def storage_fault(e: BaseException | None) -> str | None:
+    """What keeps the run from writing, when `e` (or an exception it was
+    raised from, however wrapped) is one of those faults: "no space left on
+    device", "read-only file system", ...; None for any other error."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
+            return _STORAGE_ERRNOS[e.errno]
+        text = str(e).lower()
+        for words in _STORAGE_TEXTS:
+            if words in text:
+                return words
+        e = e.__cause__ or e.__context__
+    return None

@@ -93,14 +93,31 @@ def json_value(v: Any) -> Any:
 
 
 def read_metrics(out_dir: str | Path) -> list[dict[str, float]]:
-    """Rows of a run's metrics.jsonl (None back to NaN)."""
+    """Rows of a run's metrics.jsonl (None back to NaN).
+
+    A last line cut short (a run stopped by a full disk or killed mid-write:
+    no newline at its end and not a whole JSON object) is left out, so that
+    the resume logs that update again; a bad line anywhere else is a
+    one-line ValueError naming it."""
     path = Path(out_dir) / METRICS_JSONL
     if not path.exists():
         return []
+    text = path.read_text(errors="replace")
+    lines = text.split("\n")
     rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            rows.append({k: (math.nan if v is None else v) for k, v in json.loads(line).items()})
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            if i == len(lines) - 1:  # the unterminated last line: cut short
+                break
+            raise ValueError(f"{path}: line {i + 1} is not a metric row "
+                             f"({' '.join(str(e).split())[:160]})") from None
+        rows.append({k: (math.nan if v is None else v) for k, v in row.items()})
     return rows
 
 

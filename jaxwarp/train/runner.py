@@ -46,13 +46,13 @@ import jax
 import numpy as np
 
 from jaxwarp.train import distributed
-from jaxwarp.train.checkpoint import (CONFIG_FILE, abstract_state, checkpointer,
+from jaxwarp.train.checkpoint import (CONFIG_FILE, abstract_state, checkpointer, quiet_orbax,
                                       read_saved_config, restore_intact, save_checkpoint,
                                       saved_distributed, write_config)
 from jaxwarp.train.compile import jit
 from jaxwarp.train.config import ConfigError, TrainConfig, validate
 from jaxwarp.train.errors import (CheckpointError, CheckpointWarning, NonFiniteError, RunError,
-                                  RunLockedError)
+                                  RunLockedError, StorageError, storage_fault)
 from jaxwarp.train.metrics import (METRICS_CSV, METRICS_JSONL, SUMMARY_FILE, MetricWriter,
                                    NoWriter, env_metric_names, final_means, final_rows,
                                    is_headline, metric_rows, read_metrics, write_summary)
@@ -65,7 +65,7 @@ from jaxwarp.units import device_name, rate_text
 __all__ = [
     "CONFIG_FILE", "LOCK_FILE", "METRICS_CSV", "METRICS_JSONL", "PLOT_FILE", "SUMMARY_FILE",
     "CheckpointError", "CheckpointWarning", "NonFiniteError", "RunError", "RunLockedError",
-    "RunResult", "plot_run", "read_metrics", "train_run",
+    "RunResult", "StorageError", "plot_run", "read_metrics", "train_run",
 ]
 
 LOCK_FILE = ".lock"
@@ -109,6 +109,7 @@ class _Run:
     rows: list[dict[str, float]] = field(default_factory=list)  # this process's rows
     stopped_early: bool = False
     failure: NonFiniteError | None = None
+    created: bool = False  # out did not exist before this call (process 0)
 
     @property
     def primary(self) -> bool:
@@ -173,17 +174,23 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     try:
         # Before anything touches a jax backend (a multi-host run starts here).
         proc = _init_distributed(out, config)
-        run = _start(out, config, seeds, resume, devices, env, models, proc, progress)
-        _train(run, progress, stop_after_updates, time_limit_s, ctrl_c)
+        # Whatever the run could not write (the named places below say what).
+        with quiet_orbax(), _OutOfMemory() as oom, _writing(out, "the run's files"):
+            run = oom.run = _start(out, config, seeds, resume, devices, env, models, proc,
+                                   progress)
+            _train(run, progress, stop_after_updates, time_limit_s, ctrl_c)
     finally:
         ctrl_c.uninstall()
-    summary = _summary(run)
-    if run.primary:
-        write_summary(out, summary)
-    if run.failure is not None:
-        raise run.failure
-    if run.done_updates == run.num_updates and run.primary:
-        plot_run(out, run.env_metrics)
+    with quiet_orbax(), _writing(out, "the run's files"):
+        summary = _summary(run)
+        if run.primary:
+            with _writing(out, SUMMARY_FILE):
+                write_summary(out, summary)
+        if run.failure is not None:
+            raise run.failure
+        if run.done_updates == run.num_updates and run.primary:
+            with _writing(out, PLOT_FILE):
+                plot_run(out, run.env_metrics)
     return RunResult(out_dir=out, state=run.rs, metrics=run.rows, summary=summary)
 
 
@@ -244,20 +251,24 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
                            "this one stops too")
         run = _Run(out=out, config=config, seeds=seeds, trainer=trainer, proc=proc, lock=lock,
                    t0=time.perf_counter(), seed_ids=list(range(config.seed, config.seed + seeds)),
-                   env_metrics=env_metric_names(trainer.env, config.num_envs))
+                   env_metrics=env_metric_names(trainer.env, config.num_envs), created=created)
+        _check_memory(run)
         _restore_or_init(run, resume, progress)
         run.compiled = _chunk_fn(trainer, run.chunk, config.deterministic).lower(run.rs).compile()
         run.compile_s = time.perf_counter() - run.t0
         if not resume and primary:
-            write_config(out, config, seeds)
+            with _writing(out, CONFIG_FILE):
+                write_config(out, config, seeds)
         started = True
-        run.mngr = checkpointer(out)
-        run.writer = MetricWriter(out, keep_until=run.done_updates if resume else None) \
-            if primary else NoWriter()
-    except BaseException:
+        with _writing(out, "checkpoints/"):
+            run.mngr = checkpointer(out)
+        with _writing(out, f"{METRICS_JSONL} and {METRICS_CSV}"):
+            run.writer = MetricWriter(out, keep_until=run.done_updates if resume else None) \
+                if primary else NoWriter()
+    except BaseException as e:
         handshake.fail()
         lock.release()
-        if created and not started:
+        if created and (not started or _out_of_memory_text(e)):
             shutil.rmtree(out, ignore_errors=True)
         raise
     return run
@@ -269,9 +280,12 @@ def _take_folder(out: Path, primary: bool, handshake: _Handshake) -> Any:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         handshake.fail()
-        raise RunError(f"cannot create the output folder {out}: {e}") from None
+        fault = storage_fault(e)
+        raise (StorageError if fault else RunError)(
+            f"cannot create the output folder {out}: {fault or e}") from None
     try:
-        return _RunLock(out) if primary else _NoLock()
+        with _writing(out, LOCK_FILE):
+            return _RunLock(out) if primary else _NoLock()
     except BaseException:
         handshake.fail()
         raise
@@ -313,6 +327,79 @@ def _chunk_fn(trainer: Trainer, n: int, deterministic: bool) -> Any:
     """The jitted program of `n` updates of every seed, the state donated
     (deterministic: the config's, see `compile.jit`)."""
     return jit(jax.vmap(lambda rs: trainer.run(rs, n)), deterministic, donate_argnums=0)
+
+
+def _check_memory(run: _Run) -> None:
+    """RunError naming the config keys when the run's arrays alone cannot fit
+    in the memory of its platform (`jaxwarp.memory.memory_limit`: the host's RAM,
+    or the GPUs' together), before anything is allocated. A lower bound, from
+    shapes only: the runner state (parameters and optimiser state, the envs'
+    state and observations) and one rollout's trajectory, num_envs x num_steps
+    x agents x (an observation and 8 floats: action, log-prob, value, reward,
+    done, advantage, return, mask), for every seed."""
+    from jaxwarp.memory import memory_limit
+
+    keys = jax.ShapeDtypeStruct((run.seeds, 2), np.uint32)
+    try:
+        shapes = jax.eval_shape(jax.vmap(run.trainer.init), keys)
+    except Exception:  # noqa: BLE001  (the init itself reports it, with its own message)
+        return
+
+    def size(tree: Any) -> int:
+        return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+                   for x in jax.tree.leaves(tree))
+
+    c = run.config
+    model = size((shapes.params, shapes.opt_state))
+    env = size((shapes.env_state, shapes.obs))
+    agents = int(run.trainer.env.num_agents)
+    trajectory = c.num_steps * (size(shapes.obs) + run.seeds * c.num_envs * agents * 8 * 4)
+    backend = run.trainer.env.backend
+    platform = {"cuda": "gpu", "cpu": "cpu"}.get(backend) or jax.default_backend()
+    limit = memory_limit(platform)
+    need = model + env + trajectory
+    if limit is None or need <= limit:
+        return
+    hidden = ", ".join(f"policies.{g}.hidden_sizes" for g, _ in c.policies) or "hidden_sizes"
+    where = "the host's memory" if platform == "cpu" else f"the {platform} devices' memory"
+    raise RunError(
+        f"the run needs at least {need / 1e9:.1f} GB, more than {where} ({limit / 1e9:.1f} GB): "
+        f"parameters and optimiser state {model / 1e9:.1f} GB ({hidden}), env state "
+        f"{env / 1e9:.1f} GB (num_envs={c.num_envs}), one rollout {trajectory / 1e9:.1f} GB "
+        f"(num_envs x num_steps={c.num_steps}) x {run.seeds} seed(s); lower them")
+
+
+def _out_of_memory_text(e: BaseException) -> str | None:
+    """XLA's out-of-memory error (RESOURCE_EXHAUSTED, not a full disk) as one line."""
+    if isinstance(e, RunError) or storage_fault(e) is not None:
+        return None
+    text = " ".join(str(e).split())
+    if "RESOURCE_EXHAUSTED" not in text and not isinstance(e, MemoryError):
+        return None
+    return text[:200] + ("..." if len(text) > 200 else "")
+
+
+class _OutOfMemory:
+    """XLA running out of device or host memory (compiling or running a chunk)
+    as a one-line RunError naming the keys that size the run; a folder that
+    this run created and that holds no checkpoint yet is removed (`run`: set
+    once the run is started)."""
+
+    def __init__(self) -> None:
+        self.run: _Run | None = None
+
+    def __enter__(self) -> _OutOfMemory:
+        return self
+
+    def __exit__(self, kind: Any, e: Any, tb: Any) -> bool:
+        text = None if not isinstance(e, Exception) else _out_of_memory_text(e)
+        if text is None:
+            return False
+        run = self.run
+        if run is not None and run.created and run.primary and run.saved_at is None:
+            shutil.rmtree(run.out, ignore_errors=True)  # nothing of value in it yet
+        raise RunError(f"out of memory ({text}); lower num_envs, num_steps or the policies' "
+                       "hidden_sizes") from None
 
 
 def _restore_or_init(run: _Run, resume: bool, progress: bool) -> None:
@@ -366,14 +453,24 @@ def _train(run: _Run, progress: bool | str, stop_after_updates: int | None,
             if not _train_chunk(run, bar):
                 break
     except KeyboardInterrupt:
+        failing = True
         _save_interrupted(run, bar)
         raise
+    except BaseException:
+        failing = True
+        raise
+    else:
+        failing = False
     finally:
         try:
             bar.close()
-            run.mngr.wait_until_finished()
-            run.mngr.close()
+            with _writing(run.out, "a checkpoint"):
+                run.mngr.wait_until_finished()
+                run.mngr.close()
             run.writer.close()
+        except Exception:
+            if not failing:  # else the error that stopped the run is the one to tell
+                raise
         finally:
             run.lock.release()
 
@@ -409,13 +506,15 @@ def _train_chunk(run: _Run, bar: _Progress) -> bool:
     if not finite.all():
         _stop_non_finite(run, new, finite)
         return False
-    run.writer.write(new)
+    with _writing(run.out, METRICS_JSONL):
+        run.writer.write(new)
     run.rows.extend(new)
     run.done_updates += n
     run.settled = True
     if run.done_updates % run.config.checkpoint_every == 0 \
             or run.done_updates == run.num_updates:
-        save_checkpoint(run.mngr, run.done_updates, run.rs)
+        with _writing(run.out, f"a checkpoint (saving update {run.done_updates})"):
+            save_checkpoint(run.mngr, run.done_updates, run.rs)
         run.saved_at = run.done_updates
     bar.advance(n, rate, new)
     return True
@@ -427,7 +526,8 @@ def _stop_non_finite(run: _Run, new: list[dict[str, float]], finite: np.ndarray)
     i = int(np.argmin(finite.all(axis=0)))  # first update with NaN/inf
     bad = [run.seed_ids[s] for s in np.flatnonzero(~finite[:, i])]
     new = new[:(i + 1) * run.seeds]
-    run.writer.write(new)
+    with _writing(run.out, METRICS_JSONL):
+        run.writer.write(new)
     run.rows.extend(new)
     last = max(run.mngr.all_steps(), default=None)
     run.failure = NonFiniteError(
@@ -447,7 +547,8 @@ def _save_interrupted(run: _Run, bar: _Progress) -> None:
         if run.primary:
             print(f"jaxwarp train: interrupted; saving a checkpoint at update "
                   f"{run.done_updates}", file=sys.stderr)
-        save_checkpoint(run.mngr, run.done_updates, run.rs, force=True)
+        with _writing(run.out, f"a checkpoint (saving update {run.done_updates})"):
+            save_checkpoint(run.mngr, run.done_updates, run.rs, force=True)
 
 
 def _summary(run: _Run) -> dict[str, Any]:
@@ -474,6 +575,27 @@ def _summary(run: _Run) -> dict[str, Any]:
         "finished": run.done_updates == run.num_updates, "stopped_early": run.stopped_early,
         "final": final_means(all_rows, run.env_metrics),
     } | ({"error": str(run.failure)} if run.failure is not None else {})
+
+
+@contextlib.contextmanager
+def _writing(out: Path, what: str) -> Any:
+    """Turns a failed write of `what` (in out) into a one-line StorageError
+    when the folder is full, read-only or not ours to write (`storage_fault`,
+    also where Orbax or TensorStore wrap the OSError); other errors pass."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as e:
+        fault = storage_fault(e)
+        if fault is None:
+            raise
+        if fault in ("no space left on device", "disk quota exceeded"):
+            hint = (f"the checkpoints already written are kept; free space, then continue "
+                    f"with: jaxwarp train --resume {out}")
+        else:
+            hint = "choose another --out (or copy the folder somewhere writable to resume it)"
+        raise StorageError(f"cannot write {what} in {out}: {fault}; {hint}") from None
 
 
 def _holds_run(out: Path) -> bool:
