@@ -765,6 +765,11 @@ TIME_TO_RETURN_RNN = Source("time_to_return_rnn_h100.json",
                             "--scale gpu --total-steps 10000000")
 
 
+TIME_TO_RETURN_MAPPO = Source("time_to_return_mappo_h200.json",
+                              "python experiments/bench_time_to_return.py --cases mpe_mappo "
+                              "--scale gpu --total-steps 10000000")
+
+
 def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
     data = _read_json(root, TIME_TO_RETURN_RNN)
     meta = data["meta"]
@@ -788,8 +793,18 @@ def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
         "",
         "The file holds the runs of " + " and ".join(code(r) for r in runs) + ".",
         *sources_block(root, [TIME_TO_RETURN_RNN]),
+        "",
+        "`mpe_mappo` again after the centralised critic got an optimiser of its own "
+        "(Adam moments and gradient clip apart from the actor's, as MAPPO's two networks) "
+        "and a gru group's critic one more layer (`rnn_size`); both trainers in one run on "
+        "an H200 (times comparable within this table only):",
+        "",
+        *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
+                "env-steps/s", "final return", "compile s"],
+               _time_to_return_rows(_read_json(root, TIME_TO_RETURN_MAPPO))),
+        *sources_block(root, [TIME_TO_RETURN_MAPPO]),
     ]
-    return lines, [TIME_TO_RETURN_RNN]
+    return lines, [TIME_TO_RETURN_RNN, TIME_TO_RETURN_MAPPO]
 
 
 MEMORY = Source("memory_cartpole_h100.json",
