@@ -156,7 +156,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     from jaxwarp.authoring import EnvBuildError
     from jaxwarp.train.evaluate import evaluate_run, seed_lines, summary_line
-    from jaxwarp.train.runner import RunError
+    from jaxwarp.train.loop import RunError
 
     path = Path(args.json) if args.json else Path(args.run) / "eval.json"
     if args.json and not path.parent.is_dir():  # before the evaluation, not after it
@@ -348,7 +348,7 @@ def _main(argv: list[str] | None) -> int:
 
     from jaxwarp.authoring import EnvBuildError
     from jaxwarp.train.checkpoint import checkpoint_steps
-    from jaxwarp.train.runner import CheckpointWarning, RunError, train_run
+    from jaxwarp.train.loop import CheckpointWarning, RunError, train_run
     from jaxwarp.train.seeds import check_seeds
 
     def one_line_warning(message, category, filename, lineno, file=None, line=None):

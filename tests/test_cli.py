@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from jaxwarp.cli import main
-from jaxwarp.train import runner
+from jaxwarp.train import loop
 from jaxwarp.train.config import config_description, load_config, shipped_configs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ def captured_train(monkeypatch, tmp_path):
                    "env_steps_per_s": 0.0, "compile_s": 0.0, "final": {}, "finished": False}
         return SimpleNamespace(summary=summary, out_dir=tmp_path)
 
-    monkeypatch.setattr(runner, "train_run", fake_train_run)
+    monkeypatch.setattr(loop, "train_run", fake_train_run)
     return calls
 
 

@@ -13,7 +13,7 @@ import pytest
 from jaxwarp.train import (COMPILER_OPTIONS, ConfigError, TrainConfig, compiler_options,
                            config_from_dict, jit, load_config)
 from jaxwarp.train import compile as compile_mod
-from jaxwarp.train import runner
+from jaxwarp.train import loop
 
 DET = "xla_gpu_deterministic_ops"
 
@@ -75,13 +75,13 @@ def test_the_runner_compiles_with_the_configs_choice(tmp_path, monkeypatch, dete
         seen.append(det)
         return compile_mod.jit(fun, det, **kw)
 
-    monkeypatch.setattr(runner, "jit", spy)
+    monkeypatch.setattr(loop, "jit", spy)
     c = config_from_dict({
         "env": "cartpole", "backend": "cpu", "num_envs": 4, "num_steps": 8,
         "total_env_steps": 4 * 8 * 3, "num_minibatches": 2, "update_epochs": 1,
         "chunk_updates": 2, "checkpoint_every": 2, "deterministic": deterministic,
         "policies": {"agent": {"hidden_sizes": [8]}}})
-    result = runner.train_run(c, tmp_path / "run", progress=False)
+    result = loop.train_run(c, tmp_path / "run", progress=False)
     assert result.summary["finished"]
     assert seen == [deterministic, deterministic]  # the chunk of 2, then the last one of 1
     assert np.isfinite([r["agent/loss"] for r in result.metrics]).all()

@@ -13,7 +13,7 @@ from PIL import Image
 from jaxwarp import cli
 from jaxwarp.train.config import load_config
 from jaxwarp.train.evaluate import evaluate, load_run, make_policy, matchups, play, summary_line
-from jaxwarp.train.runner import train_run
+from jaxwarp.train.loop import train_run
 
 TINY = ["num_envs=8", "num_steps=8", "total_env_steps=128", "chunk_updates=1",
         "checkpoint_every=1", "env_params.episode_length=12",

@@ -1320,9 +1320,9 @@ def run_cli(argv: list[str]):
     """(exit code, stdout, stderr, config or None): main(argv) up to the point
     where training would start (the trainer is built, then we stop)."""
     from jaxwarp import cli
-    from jaxwarp.train import runner
+    from jaxwarp.train import loop
 
-    real = runner.build_trainer
+    real = loop.build_trainer
 
     def build_then_stop(config, *args, **kwargs):
         real(config, *args, **kwargs)
@@ -1332,7 +1332,7 @@ def run_cli(argv: list[str]):
     config = None
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), \
             contextlib.redirect_stderr(err):
-        mp.setattr(runner, "build_trainer", build_then_stop)
+        mp.setattr(loop, "build_trainer", build_then_stop)
         try:
             code = cli.main(argv)
         except SystemExit as e:  # argparse

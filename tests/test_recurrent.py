@@ -13,7 +13,7 @@ import pytest
 from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
 from jaxwarp.train import core
 from jaxwarp.train.evaluate import evaluate, load_run
-from jaxwarp.train.runner import train_run
+from jaxwarp.train.loop import train_run
 
 GRU = ["backend=jax", "sampler=jax", "policies.agent.model=gru",
        "policies.agent.hidden_sizes=[16]", "policies.agent.rnn_size=8"]

@@ -28,7 +28,7 @@ from jaxwarp.cli import main as cli_main
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import _REGISTRY
 from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
-from jaxwarp.train.runner import (
+from jaxwarp.train.loop import (
     CheckpointError,
     CheckpointWarning,
     RunLockedError,
@@ -180,7 +180,7 @@ def test_killed_run_leaves_no_stale_lock(tmp_path):
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
             from pathlib import Path
-            from jaxwarp.train.runner import _RunLock
+            from jaxwarp.train.loop import _RunLock
             lock = _RunLock(Path({str(out)!r}))
             print("locked", flush=True)
             time.sleep(120)
@@ -417,10 +417,10 @@ def _interrupt_after(monkeypatch, chunks: int, how: str) -> None:
     """Ctrl-C after `chunks` chunks of a run: a real SIGINT to this process
     (how="signal"), or KeyboardInterrupt raised by the progress bar's update
     (how="raise", as where no SIGINT handler of ours is installed)."""
-    from jaxwarp.train import runner
+    from jaxwarp.train import loop
 
     calls = []
-    advance = runner._Progress.advance
+    advance = loop._Progress.advance
 
     def hooked(self, *args):
         advance(self, *args)
@@ -431,7 +431,7 @@ def _interrupt_after(monkeypatch, chunks: int, how: str) -> None:
             else:
                 raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner._Progress, "advance", hooked)
+    monkeypatch.setattr(loop._Progress, "advance", hooked)
 
 
 def test_ctrl_c_checkpoints_the_last_chunk_and_resume_continues(runs, tmp_path, capsys,

@@ -20,7 +20,7 @@ from jaxwarp.train import (ConfigError, TrainConfig, build_trainer, config_from_
                            load_config, make_train, shipped_configs)
 from jaxwarp.train import core
 from jaxwarp.train.models import MLPActorCritic
-from jaxwarp.train.runner import read_metrics, train_run
+from jaxwarp.train.loop import read_metrics, train_run
 
 TINY_ENV = {"num_taggers": 2, "num_runners": 3, "grid_length": 5.0, "episode_length": 12,
             "num_acceleration_levels": 3, "num_turn_levels": 3,

@@ -113,7 +113,7 @@ def _cli_train(out, *extra):
 
 
 def _metrics(out):
-    from jaxwarp.train.runner import read_metrics
+    from jaxwarp.train.loop import read_metrics
 
     return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in TIMING}
             for r in read_metrics(out)}
@@ -143,7 +143,7 @@ def test_same_command_twice_gives_the_same_bits_and_a_quiet_exit(tmp_path):
 def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
     from jaxwarp.train import load_config
     from jaxwarp.train.evaluate import load_run
-    from jaxwarp.train.runner import train_run
+    from jaxwarp.train.loop import train_run
 
     c = load_config("tag_duel_cpu", DUEL[2:] + ["chunk_updates=2", "checkpoint_every=4"])
     full = train_run(c, tmp_path / "full", progress=False)

@@ -15,7 +15,7 @@ import pytest
 import jaxwarp
 from jaxwarp.train import load_config
 from jaxwarp.train.metrics import env_metric_names, is_headline
-from jaxwarp.train.runner import train_run
+from jaxwarp.train.loop import train_run
 
 TRAIN = Path(jaxwarp.__file__).parent / "train"
 
@@ -42,8 +42,8 @@ def test_the_package_imports_no_private_name_of_another_jaxwarp_train_module():
     assert not found, found
 
 
-def test_the_runner_names_no_env_metric():
-    for name in ("runner.py", "plot.py", "metrics.py", "checkpoint.py"):
+def test_the_host_loop_names_no_env_metric():
+    for name in ("loop.py", "plot.py", "metrics.py", "checkpoint.py"):
         text = (TRAIN / name).read_text()
         assert '"tags_per_episode"' not in text and "'tags_per_episode'" not in text, name
 

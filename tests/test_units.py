@@ -34,7 +34,7 @@ def test_device_name_counts_devices_of_a_kind():
 
 def test_cli_summary_line_names_both_units_and_the_device(monkeypatch, tmp_path, capsys):
     from jaxwarp.cli import main
-    from jaxwarp.train import runner
+    from jaxwarp.train import loop
 
     def fake_train_run(config, out, **kwargs):
         summary = {"updates": 2, "num_updates": 2, "env_steps_per_seed": 4096, "seeds": 1,
@@ -42,7 +42,7 @@ def test_cli_summary_line_names_both_units_and_the_device(monkeypatch, tmp_path,
                    "compile_s": 1.0, "final": {}, "finished": True}
         return SimpleNamespace(summary=summary, out_dir=tmp_path)
 
-    monkeypatch.setattr(runner, "train_run", fake_train_run)
+    monkeypatch.setattr(loop, "train_run", fake_train_run)
     assert main(["train", "--env", "mpe_simple_spread", "--out", str(tmp_path / "r"),
                  "--eval-episodes", "0", "--no-progress"]) == 0
     out = capsys.readouterr().out

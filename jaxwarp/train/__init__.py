@@ -1,8 +1,8 @@
 """Training: PPO and A2C over jaxwarp envs as one jitted program.
 
 `make_train(config) -> train(key)` (see `trainer`), configs (`config`),
-Flax models (`models`), and the host-side runner behind ``jaxwarp train``
-(`runner`: chunks, progress, lock, Ctrl-C) with its parts: the metric log
+Flax models (`models`), and the host loop behind ``jaxwarp train`` (`loop`:
+`train_run`, chunks of `Trainer.run`, progress, lock, Ctrl-C) with its parts: the metric log
 (`metrics`), checkpoints and config.yaml (`checkpoint`), the learning curve
 (`plot`) and errors (`errors`); `evaluate` plays a saved run.
 """

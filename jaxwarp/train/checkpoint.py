@@ -3,8 +3,8 @@
 ``out/config.yaml`` holds ``{"config": TrainConfig.to_dict(), "seeds": S}``,
 written once training starts; ``out/checkpoints/<update>/`` the runner state
 (leading ``[seeds]`` axis) after that many updates, as Orbax global arrays,
-so a run restores onto any device count (docs/sharding.md). `runner`
-writes both; `runner` (``--resume``) and `evaluate` read them back.
+so a run restores onto any device count (docs/sharding.md). `loop`
+writes both; `loop` (``--resume``) and `evaluate` read them back.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@
   for a multi-host run, from arguments, the environment
   (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``) or a
   cluster that jax detects itself (SLURM, Open MPI). It must run before
-  anything touches a jax backend (``jax.devices()``, an array); the runner
+  anything touches a jax backend (``jax.devices()``, an array); the host loop
   calls `maybe_initialize` first thing.
-* `is_primary`, `all_ok`, `same_on_all`: what the runner needs to keep the
+* `is_primary`, `all_ok`, `same_on_all`: what the host loop needs to keep the
   processes in step (process 0 writes files; decisions taken on the host,
   such as stopping early, are taken by process 0 for all).
 

@@ -1,4 +1,4 @@
-"""Errors and warnings of a training run (`runner.train_run`, `checkpoint`).
+"""Errors and warnings of a training run (`loop.train_run`, `checkpoint`).
 
 Every message is one line: ``jaxwarp train`` prints it as
 ``jaxwarp train: error: <message>`` and exits 2.

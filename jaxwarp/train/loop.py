@@ -1,4 +1,4 @@
-"""Host side of a training run: jitted chunks, progress, logs, checkpoints, plot.
+"""The host loop of a training run: jitted chunks, progress, logs, checkpoints, plot.
 
 The device program is `trainer.run` over ``chunk_updates`` updates, vmapped
 over seeds and jitted once with the runner state donated; between chunks the
