@@ -20,9 +20,9 @@ from jaxwarp.cli import main as cli_main
 from jaxwarp.train import load_config
 from jaxwarp.train import checkpoint as checkpoint_module
 from jaxwarp.train import metrics as metrics_module
-from jaxwarp.train import runner
+from jaxwarp.train import loop
 from jaxwarp.train.metrics import read_metrics
-from jaxwarp.train.runner import StorageError, train_run
+from jaxwarp.train.loop import StorageError, train_run
 
 # 8 updates of 4 envs x 4 steps; checkpoints every 2 updates (Orbax keeps the last 2).
 TINY = ["--env", "cartpole", "backend=jax", "num_envs=4", "num_steps=4",
@@ -126,7 +126,7 @@ def test_full_disk_in_a_checkpoint_is_one_line_and_resume_recovers(full_run, tmp
                 raise ValueError(f"Error writing checkpoint: {e}") from e
         return real(mngr, update, state, force)
 
-    monkeypatch.setattr(runner, "save_checkpoint", save)
+    monkeypatch.setattr(loop, "save_checkpoint", save)
     code, _, err = cli(capsys, "--eval-episodes", "0", "--out", str(out), *TINY)
     monkeypatch.undo()
     assert code == 2
@@ -245,7 +245,7 @@ def test_a_run_too_big_for_the_memory_is_refused_in_one_line(tmp_path, capsys, o
 def test_xla_out_of_memory_in_the_first_chunk_is_one_line_and_leaves_no_folder(
         tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
-    real = runner._chunk_fn
+    real = loop._chunk_fn
 
     class Compiled:
         def __init__(self, fn):
@@ -262,7 +262,7 @@ def test_xla_out_of_memory_in_the_first_chunk_is_one_line_and_leaves_no_folder(
             raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
                                "400000000000 bytes.")
 
-    monkeypatch.setattr(runner, "_chunk_fn", lambda *a: Compiled(real(*a)))
+    monkeypatch.setattr(loop, "_chunk_fn", lambda *a: Compiled(real(*a)))
     code, _, err = cli(capsys, "--out", str(out), *TINY)
     assert code == 2
     line = error_line(err)

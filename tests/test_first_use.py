@@ -103,7 +103,7 @@ def test_config_yaml_keeps_env_module_absolute(tmp_path, monkeypatch):
     from any folder (eval --run, --resume)."""
     from jaxwarp.train.checkpoint import read_saved_config
     from jaxwarp.train.config import load_config
-    from jaxwarp.train.runner import _absolute_env_module
+    from jaxwarp.train.loop import _absolute_env_module
 
     monkeypatch.chdir(ROOT)
     config = load_config(None, ["env_module=examples/goal_reach/goal_reach.py"])
@@ -121,7 +121,7 @@ def test_config_yaml_keeps_env_module_absolute(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def cartpole_run(tmp_path_factory):
     from jaxwarp.train.config import load_config
-    from jaxwarp.train.runner import train_run
+    from jaxwarp.train.loop import train_run
 
     out = tmp_path_factory.mktemp("runs") / "cartpole"
     train_run(load_config(None, TINY), out, progress=False)
