@@ -474,10 +474,19 @@ def test_state_of_other_params_is_refused(name, backend):
     params on another backend, or a state built by hand, are accepted."""
     env, state, actions = _small_setup(name, backend)
     params = env.params
-    field = next(f.name for f in dataclasses.fields(params)
-                 if type(getattr(params, f.name)) is float and getattr(params, f.name) > 0)
-    other = jaxwarp.make(name, backend=backend, **{**SMALL.get(name, {}),
-                                                    field: getattr(params, field) * 0.5})
+    # The first positive float param whose half is still valid (mountain_car's
+    # max_position halved would leave its goal_position beyond it: refused).
+    other = None
+    for f in dataclasses.fields(params):
+        v = getattr(params, f.name)
+        if type(v) is float and v > 0:
+            try:
+                other = jaxwarp.make(name, backend=backend,
+                                     **{**SMALL.get(name, {}), f.name: v * 0.5})
+                break
+            except ValueError:
+                continue
+    assert other is not None, f"{name}: no float param to halve"
     key = jax.random.key(2)
     with _device(backend):
         with pytest.raises(ValueError, match=r"state was made by an env with other params"):
