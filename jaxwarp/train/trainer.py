@@ -130,21 +130,15 @@ def build_trainer(config: TrainConfig, env: Any = None,
     env, mesh = _env_on_mesh(c, d, env, local)
     nvec = tuple(int(n) for n in env.action_space.nvec)
     groups = Groups.of(env)
-    policy = Policy(groups, _models(c, env, groups, models, nvec, mesh), nvec, c.normalize_obs,
-                    _critics(c, env, groups))
+    policy = _policy(c, env, groups, _models(c, env, groups, models, nvec, mesh), nvec)
     centralised = policy.critics is not None
-    if c.minibatch_layout == "samples" and c.algorithm == "ppo" and policy.recurrent:
-        raise ConfigError(f"minibatch_layout=samples: group(s) {list(policy.recurrent)} have a "
-                          "recurrent model, whose minibatches must be whole env sequences; "
-                          "use minibatch_layout=envs")
     obs_dim = int(env.observation_space.shape[-1])
     init_params = _param_init(policy, obs_dim, _state_dim(env) if centralised else 0)
     sampler = c.sampler if c.sampler != "auto" else (
         "jax" if env.backend == "jax" else env.backend)
     sample = _sampler(nvec, sampler, mesh)
     pin = _pinner(mesh)
-    episode_metrics = getattr(env, "episode_metrics", None)
-    sums = episode_sums(policy, episode_metrics)
+    sums = episode_sums(policy, getattr(env, "episode_metrics", None))
     txs = {g: optimiser(c, d, g) for g in groups.ids}
     layout = Layout(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
                     c.num_envs, pin, samples=c.minibatch_layout == "samples")
@@ -261,6 +255,18 @@ def _models(c: TrainConfig, env: Any, groups: Groups, models: Mapping[str, nn.Mo
     return nets
 
 
+def _policy(c: TrainConfig, env: Any, groups: Groups, nets: dict[str, nn.Module],
+            nvec: tuple[int, ...]) -> Policy:
+    """The groups' models (and centralised critics) as one `Policy`; a
+    ConfigError where the minibatch layout cannot replay a recurrent model."""
+    policy = Policy(groups, nets, nvec, c.normalize_obs, _critics(c, env, groups))
+    if c.minibatch_layout == "samples" and c.algorithm == "ppo" and policy.recurrent:
+        raise ConfigError(f"minibatch_layout=samples: group(s) {list(policy.recurrent)} have a "
+                          "recurrent model, whose minibatches must be whole env sequences; "
+                          "use minibatch_layout=envs")
+    return policy
+
+
 def _critics(c: TrainConfig, env: Any, groups: Groups) -> dict[str, nn.Module] | None:
     """Group -> centralised critic (``critic: centralised``), an MLP over the
     env's global state of the group's hidden sizes (``gru``: its embedding sizes
@@ -323,7 +329,8 @@ def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim
         carry = net.initialize_carry((2, n)) if g in policy.recurrent else None
         state = jnp.zeros((2, state_dim), jnp.float32) if policy.critics else None
         obs = jnp.zeros((2, n, obs_dim), jnp.float32)
-        out = policy.forward(g, params, None, obs, carry, jnp.ones((2, n), bool), state)
+        stats = core.RunningStats.create(obs_dim) if policy.normalize_obs else None
+        out = policy.forward(g, params, stats, obs, carry, jnp.ones((2, n), bool), state)
         return carry, out
 
     where = f"policies.{g}.model ({type(net).__name__}, {kind})"
