@@ -112,7 +112,10 @@ class Recurrent(nn.Module):
         for w in self.hidden_sizes:
             x = nn.relu(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)), bias_init=_ZEROS)(x))
         carry = jnp.where(reset[..., None], jnp.zeros_like(carry), carry)
-        carry, y = nn.GRUCell(self.rnn_size)(carry, x)
+        # Flax's GRU with its default initialisers, the recurrent kernel's orthogonal
+        # one through jaxwarp's `orthogonal` (the same values; no batched QR under vmap,
+        # which can deadlock XLA:CPU's two-thread pool).
+        carry, y = nn.GRUCell(self.rnn_size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
         outs = []
         for size, gain in self.outputs:
             h = nn.relu(nn.Dense(self.rnn_size, kernel_init=orthogonal(2.0), bias_init=_ZEROS)(y))

@@ -234,7 +234,9 @@ class GRUActorCritic(nn.Module):
         x = obs.astype(jnp.float32)
         for w in self.hidden_sizes:
             x = act(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)))(x))
-        carry, x = nn.GRUCell(self.rnn_size)(carry, x)
+        # Flax's default recurrent initialiser (orthogonal) through `orthogonal`: the
+        # same values, one QR per matrix under vmap over seeds (see `orthogonal`).
+        carry, x = nn.GRUCell(self.rnn_size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
         pi = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
         logits = nn.Dense(int(sum(self.action_dims)), kernel_init=orthogonal(0.01))(pi)
         v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
