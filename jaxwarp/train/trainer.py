@@ -351,9 +351,9 @@ def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim
         raise ConfigError(f"{where}: for obs f32[2, {n}, {obs_dim}] it returned logits "
                           f"{list(got[0])} and value {list(got[1])}; expected logits "
                           f"{list(want[0])} (sum(nvec)={heads}) and value {list(want[1])}")
-    if kind == "recurrent" and jax.tree.structure(carry) != jax.tree.structure(carry_out) or \
-            any(a.shape != b.shape for a, b in zip(jax.tree.leaves(carry),
-                                                   jax.tree.leaves(carry_out))):
+    same_carry = jax.tree.structure(carry) == jax.tree.structure(carry_out) and all(
+        a.shape == b.shape for a, b in zip(jax.tree.leaves(carry), jax.tree.leaves(carry_out)))
+    if not same_carry:  # feed-forward: None in, None out
         raise ConfigError(f"{where}: the carry it returns differs from initialize_carry's "
                           f"(structure or shapes); it must keep its type from step to step")
 
