@@ -114,14 +114,43 @@ def test_centralised_critic_reads_the_global_state():
     assert np.isfinite(np.asarray(m[f"{g}/loss"])).all()
 
 
-def test_centralised_critic_with_gru_trains():
+def test_centralised_critic_with_gru_is_recurrent_per_env():
+    """Under a gru actor the centralised critic is a GRU too (MAPPO-RNN): one
+    carry per env beside the actor's per agent, reset where episodes begin,
+    replayed in the update like the actor's."""
     c = load_config("mpe_simple_spread_ppo", ["backend=jax", "sampler=jax", "num_envs=8",
-                                              "num_steps=8", "total_env_steps=128",
-                                              "critic=centralised",
+                                              "num_steps=32", "total_env_steps=512",
+                                              "critic=centralised", "num_minibatches=2",
                                               "policies.agent.model=gru",
+                                              "policies.agent.hidden_sizes=[16]",
                                               "policies.agent.rnn_size=8"])
-    rs, m = jax.jit(make_train(c))(jax.random.PRNGKey(0))
+    t = build_trainer(c)
+    rs = jax.jit(t.init)(jax.random.PRNGKey(0))
+    n = t.env.num_agents
+    assert jax.tree.map(lambda x: x.shape, rs.carry["agent"]) == {"actor": (8, n, 8),
+                                                                  "critic": (8, 8)}
+    assert "GRUCell_0" in rs.params["agent"]["critic"]["params"]
+    rs, m = jax.jit(lambda s: t.run(s, 1))(rs)
     assert np.isfinite(np.asarray(m["agent/loss"])).all()
+    assert float(jnp.abs(rs.carry["agent"]["critic"]).max()) > 0
+    _, _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(5))
+    assert bool(traj.first[1:].any())  # MPE's 25-step episodes end inside 32 steps
+    logits, value = t.policy.sequence("agent", rs.params["agent"], None, traj.obs,
+                                      rs.carry["agent"], traj.first, traj.state)
+    np.testing.assert_allclose(value, traj.value, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(core.log_prob(logits, traj.actions, t.policy.nvec),
+                               traj.log_prob, rtol=1e-5, atol=1e-5)
+    v = np.asarray(traj.value)
+    np.testing.assert_array_equal(v, np.broadcast_to(v[..., :1], v.shape))  # one per env
+    # The critic's memory matters: a warm critic carry changes the value.
+    state = traj.state[0]
+    cold, _, v_cold = t.policy.forward("agent", rs.params["agent"], None, traj.obs[0],
+                                       t.policy.group_carry("agent", 8),
+                                       jnp.zeros((8, n), bool), state)
+    warm = jax.tree.map(lambda x: jnp.full_like(x, 0.5), cold)
+    _, _, v_warm = t.policy.forward("agent", rs.params["agent"], None, traj.obs[0], warm,
+                                    jnp.zeros((8, n), bool), state)
+    assert not np.allclose(v_cold, v_warm)
 
 
 def test_bad_input_is_one_line_naming_the_key():

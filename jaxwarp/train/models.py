@@ -260,6 +260,34 @@ class CentralCritic(nn.Module):
         return jnp.squeeze(nn.Dense(1, kernel_init=orthogonal(1.0))(x), -1)
 
 
+class CentralGRUCritic(nn.Module):
+    """A recurrent centralised critic (JaxMARL's MAPPO-RNN critic): an MLP
+    embedding of the env's global state (``hidden_sizes``), a GRU cell
+    (``rnn_size``), one hidden layer of ``rnn_size`` units and the value. It
+    keeps the recurrent contract with one carry per env:
+    ``carry, value = critic.apply(params, carry, state, reset)``, carry
+    f32[..., rnn_size], state f32[..., S], reset bool[...] -> value f32[...]."""
+
+    hidden_sizes: Sequence[int] = (128,)
+    rnn_size: int = 128
+    activation: str = "relu"
+
+    def initialize_carry(self, batch_shape: Sequence[int]) -> jax.Array:
+        return jnp.zeros((*batch_shape, self.rnn_size), jnp.float32)
+
+    @nn.compact
+    def __call__(self, carry: jax.Array, state: jax.Array, reset: jax.Array
+                 ) -> tuple[jax.Array, jax.Array]:
+        act = _ACTIVATIONS[self.activation]
+        carry = jnp.where(reset[..., None], self.initialize_carry(reset.shape), carry)
+        x = state.astype(jnp.float32)
+        for w in self.hidden_sizes:
+            x = act(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)))(x))
+        carry, x = nn.GRUCell(self.rnn_size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
+        v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
+        return carry, jnp.squeeze(nn.Dense(1, kernel_init=orthogonal(1.0))(v), -1)
+
+
 class UniformPolicy(nn.Module):
     """Uniformly random actions and a zero value: the random baseline.
 

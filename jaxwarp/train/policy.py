@@ -71,7 +71,9 @@ class Policy(NamedTuple):
     (`critics` holds the group's critic module) the group's parameters are
     ``{"actor": ..., "critic": ...}`` and the value is the critic's, read
     from the env's global state f32[..., S] (one per env) instead of the
-    actor's own value.
+    actor's own value. A recurrent critic (``carry, value = critic.apply(p,
+    carry, state, reset)``, one carry per env) makes the group's carry
+    ``{"actor": ..., "critic": ...}`` too.
     """
 
     groups: Groups
@@ -85,10 +87,22 @@ class Policy(NamedTuple):
         """The groups whose model carries a state from step to step."""
         return tuple(g for g in self.groups.ids if is_recurrent(self.nets[g]))
 
+    def critic_recurrent(self, g: str) -> bool:
+        """Whether group g's centralised critic carries a state (one per env)."""
+        return self.critics is not None and is_recurrent(self.critics[g])
+
+    def group_carry(self, g: str, num_envs: int) -> Any:
+        """Recurrent group g's fresh carry: its model's, leaves [num_envs,
+        agents_in_group, ...]; with a recurrent critic ``{"actor": that,
+        "critic": leaves [num_envs, ...]}``."""
+        actor = self.nets[g].initialize_carry((num_envs, len(self.groups.ids[g])))
+        if not self.critic_recurrent(g):
+            return actor
+        return {"actor": actor, "critic": self.critics[g].initialize_carry((num_envs,))}
+
     def initial_carry(self, num_envs: int) -> dict[str, Any]:
-        """Recurrent group -> its models' fresh carry, leaves [num_envs, agents_in_group, ...]."""
-        return {g: self.nets[g].initialize_carry((num_envs, len(self.groups.ids[g])))
-                for g in self.recurrent}
+        """Recurrent group -> its fresh carry (`group_carry`)."""
+        return {g: self.group_carry(g, num_envs) for g in self.recurrent}
 
     def forward(self, g: str, params: Any, stats: core.RunningStats | None, obs: jax.Array,
                 carry: Any = None, reset: jax.Array | None = None,
@@ -101,12 +115,21 @@ class Policy(NamedTuple):
         if self.normalize_obs:
             obs = stats.normalize(obs)
         actor = params["actor"] if self.critics else params
+        split = self.critic_recurrent(g)
+        carry_a = carry["actor"] if split else carry
         if g in self.recurrent:
-            carry, (logits, value) = self.nets[g].apply(actor, carry, obs, reset)
+            carry_a, (logits, value) = self.nets[g].apply(actor, carry_a, obs, reset)
         else:
             logits, value = self.nets[g].apply(actor, obs)
+        if split:  # one carry per env; the env's reset is its agents' (all equal)
+            carry_c, v = self.critics[g].apply(params["critic"], carry["critic"], state,
+                                               reset[..., 0])
+            carry = {"actor": carry_a, "critic": carry_c}
+        else:
+            carry = carry_a
+            if self.critics:
+                v = self.critics[g].apply(params["critic"], state)
         if self.critics:
-            v = self.critics[g].apply(params["critic"], state)
             value = jnp.broadcast_to(v[..., None], obs.shape[:-1])
         return carry, logits, value
 

@@ -48,8 +48,8 @@ from jaxwarp.train.config import ConfigError, Derived, TrainConfig, derived
 from jaxwarp.train.distributed import data_mesh
 from jaxwarp.train.learn import Layout, a2c_update, ppo_update
 from jaxwarp.train.metrics import env_metric_names
-from jaxwarp.train.models import CentralCritic, MLPActorCritic, make_model
-from jaxwarp.train.policy import Groups, Policy
+from jaxwarp.train.models import CentralCritic, CentralGRUCritic, MLPActorCritic, make_model
+from jaxwarp.train.policy import Groups, Policy, is_recurrent
 from jaxwarp.train.rollout import Sampler, Transition, episode_sums, rollout
 
 
@@ -259,7 +259,7 @@ def _policy(c: TrainConfig, env: Any, groups: Groups, nets: dict[str, nn.Module]
             nvec: tuple[int, ...]) -> Policy:
     """The groups' models (and centralised critics) as one `Policy`; a
     ConfigError where the minibatch layout cannot replay a recurrent model."""
-    policy = Policy(groups, nets, nvec, c.normalize_obs, _critics(c, env, groups))
+    policy = Policy(groups, nets, nvec, c.normalize_obs, _critics(c, env, groups, nets))
     if c.minibatch_layout == "samples" and c.algorithm == "ppo" and policy.recurrent:
         raise ConfigError(f"minibatch_layout=samples: group(s) {list(policy.recurrent)} have a "
                           "recurrent model, whose minibatches must be whole env sequences; "
@@ -267,22 +267,25 @@ def _policy(c: TrainConfig, env: Any, groups: Groups, nets: dict[str, nn.Module]
     return policy
 
 
-def _critics(c: TrainConfig, env: Any, groups: Groups) -> dict[str, nn.Module] | None:
-    """Group -> centralised critic (``critic: centralised``), an MLP over the
-    env's global state of the group's hidden sizes (``gru``: its embedding sizes
-    and then ``rnn_size``); None: each model's own value."""
+def _critics(c: TrainConfig, env: Any, groups: Groups, nets: Mapping[str, nn.Module]
+             ) -> dict[str, nn.Module] | None:
+    """Group -> centralised critic (``critic: centralised``) over the env's
+    global state: an MLP of the group's hidden sizes, or where the group's
+    model is recurrent a GRU critic of its ``hidden_sizes`` and ``rnn_size``
+    (MAPPO-RNN); None: each model's own value."""
     if c.critic != "centralised":
         return None
     if not getattr(env, "has_global_state", False):
         raise ConfigError(f"critic=centralised: {c.env} declares no global state for a "
                           f"centralised critic to read (EnvSpec.global_state); use "
                           f"critic=independent")
-    def layers(p: Any) -> tuple[int, ...]:
-        # A recurrent model's hidden_sizes are only its embedding; its value
-        # passes the GRU and a head layer too: the critic gets one more layer.
-        return (*p.hidden_sizes, p.rnn_size) if p.model == "gru" else tuple(p.hidden_sizes)
+    def critic(g: str) -> nn.Module:
+        p = c.policy(g)
+        if is_recurrent(nets[g]):
+            return CentralGRUCritic(tuple(p.hidden_sizes), p.rnn_size, p.activation)
+        return CentralCritic(tuple(p.hidden_sizes), p.activation)
 
-    return {g: CentralCritic(layers(c.policy(g)), c.policy(g).activation) for g in groups.ids}
+    return {g: critic(g) for g in groups.ids}
 
 
 def _state_dim(env: Any) -> int:
@@ -307,9 +310,12 @@ def _param_init(policy: Policy, obs_dim: int, state_dim: int) -> Callable[[str, 
             params = net.init(key, one)
         if policy.critics is None:
             return params
-        state = jnp.zeros((1, state_dim), jnp.float32)
-        return {"actor": params,
-                "critic": policy.critics[g].init(jax.random.fold_in(key, 1), state)}
+        state, k_critic = jnp.zeros((1, state_dim), jnp.float32), jax.random.fold_in(key, 1)
+        critic = policy.critics[g]
+        if policy.critic_recurrent(g):
+            return {"actor": params, "critic": critic.init(
+                k_critic, critic.initialize_carry((1,)), state, jnp.ones((1,), bool))}
+        return {"actor": params, "critic": critic.init(k_critic, state)}
 
     for g in policy.groups.ids:
         _check_model(policy, g, init, obs_dim, state_dim)
@@ -326,7 +332,7 @@ def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim
 
     def run(key):
         params = init(g, key)
-        carry = net.initialize_carry((2, n)) if g in policy.recurrent else None
+        carry = policy.group_carry(g, 2) if g in policy.recurrent else None
         state = jnp.zeros((2, state_dim), jnp.float32) if policy.critics else None
         obs = jnp.zeros((2, n, obs_dim), jnp.float32)
         stats = core.RunningStats.create(obs_dim) if policy.normalize_obs else None
