@@ -6,7 +6,8 @@ from the whole batch (``samples``). At the peers' sizes (CartPole: 4 envs, 4
 minibatches, so a minibatch is one env's 128 consecutive steps) that makes
 minibatches highly correlated. This script trains both layouts at the peers'
 hyperparameters (the ``paper`` scale of `bench_time_to_return.py`'s cases, the
-same overrides) and compares the env-steps each needs to reach a return.
+same overrides; ``--scales paper,gpu`` adds its GPU-sized batches) and compares
+the env-steps each needs to reach a return.
 
 Per (case, layout): ``--seeds`` seeds in one program (``jax.vmap``); the curve
 is the seed-mean return per update, smoothed by a trailing mean over 2% of
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import sys
@@ -63,8 +65,9 @@ def first_reach(curve: np.ndarray, threshold: float) -> int | None:
     return int(hit[0]) if len(hit) else None
 
 
-def train(case: str, layout: str, seeds: int, backend: str, steps: int | None) -> dict:
-    hp = {**COMMON, **CASES[case]["scales"]["paper"]}
+def train(case: str, scale: str, layout: str, seeds: int, backend: str, steps: int | None
+          ) -> dict:
+    hp = {**COMMON, **CASES[case].get("hyperparameters", {}), **CASES[case]["scales"][scale]}
     if steps:
         hp["total_env_steps"] = steps
     overrides = jaxwarp_overrides(case, hp, backend, 0) + [f"minibatch_layout={layout}"]
@@ -78,14 +81,15 @@ def train(case: str, layout: str, seeds: int, backend: str, steps: int | None) -
             "batch_env_steps": hp["num_envs"] * hp["num_steps"], "seconds": time.perf_counter() - t}
 
 
-def compare(case: str, seeds: int, backend: str, steps: int | None) -> dict:
-    runs = {layout: train(case, layout, seeds, backend, steps) for layout in LAYOUTS}
+def compare(case: str, scale: str, seeds: int, backend: str, steps: int | None) -> dict:
+    runs = {layout: train(case, scale, layout, seeds, backend, steps) for layout in LAYOUTS}
     tail = {k: r["returns"][:, -max(1, r["returns"].shape[1] // 20):].mean(axis=1)
             for k, r in runs.items()}
     start = float(np.nanmean([np.nanmean(r["returns"][:, 0]) for r in runs.values()]))
     end = min(float(v.mean()) for v in tail.values())
     threshold = start + 0.9 * (end - start)
-    out = {"case": case, "threshold": threshold, "seeds": seeds, "layouts": {}}
+    out = {"case": case, "scale": scale, "threshold": threshold, "seeds": seeds,
+           "layouts": {}}
     for k, r in runs.items():
         ret, batch = np.nan_to_num(r["returns"], nan=start), r["batch_env_steps"]
         updates = ret.shape[1]
@@ -111,17 +115,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="cartpole,mpe")
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--scales", default="paper",
+                    help="comma list of paper (the peers' sizes) and gpu (GPU-sized batches)")
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--total-steps", type=int, default=None,
                     help="env-steps per seed instead of the paper's")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     rows = []
-    for case in args.cases.split(","):
-        r = compare(case, args.seeds, args.backend, args.total_steps)
+    for case, scale in itertools.product(args.cases.split(","), args.scales.split(",")):
+        r = compare(case, scale, args.seeds, args.backend, args.total_steps)
         rows.append(r)
         for k, v in r["layouts"].items():
-            print(f"{case} {k}: to {r['threshold']:.1f}: "
+            print(f"{case} {scale} {k}: to {r['threshold']:.1f}: "
                   f"{v['env_steps_to_threshold_seed_mean']:,.0f} ± "
                   f"{v['env_steps_to_threshold_ci95']:,.0f} env-steps (mean curve "
                   f"{v['env_steps_to_threshold_mean_curve']}), final "
