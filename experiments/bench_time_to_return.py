@@ -19,9 +19,9 @@ Cases (``--cases``):
   envs x 128 steps, 4 epochs x 2 minibatches of whole sequences, lr 5e-4
   annealed, ReLU embedding 128, GRU 128, heads 128, clip 0.3, value 1.0,
   entropy 0.01, grad norm 0.5, 1e7 env-steps).
-* ``mpe_mappo``: the same with ``critic=centralised`` (jaxwarp: a feed-forward
-  critic over the env's global state, every agent's observation side by side)
-  vs a pure-JAX MAPPO-RNN (GRU actor; GRU critic over the same world state) at
+* ``mpe_mappo``: the same with ``critic=centralised`` (jaxwarp: a GRU critic over
+  the env's global state, every agent's observation side by side, one carry per
+  env) vs a pure-JAX MAPPO-RNN (GRU actor; GRU critic over the same world state) at
   JaxMARL's ``baselines/MAPPO/config/mappo_homogenous_rnn_mpe.yaml`` (as
   ``mpe_rnn`` but 4 minibatches, lr 2e-3, clip 0.2, value 0.5).
 * ``tag``: the Tag duel (``tag_duel_cpu``: 2 taggers vs 5 runners, both PPO)

@@ -765,7 +765,7 @@ TIME_TO_RETURN_RNN = Source("time_to_return_rnn_h100.json",
                             "--scale gpu --total-steps 10000000")
 
 
-TIME_TO_RETURN_MAPPO = Source("time_to_return_mappo_h200.json",
+TIME_TO_RETURN_MAPPO = Source("time_to_return_mappo_h100.json",
                               "python experiments/bench_time_to_return.py --cases mpe_mappo "
                               "--scale gpu --total-steps 10000000")
 
@@ -794,10 +794,11 @@ def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
         "The file holds the runs of " + " and ".join(code(r) for r in runs) + ".",
         *sources_block(root, [TIME_TO_RETURN_RNN]),
         "",
-        "`mpe_mappo` again after the centralised critic got an optimiser of its own "
-        "(Adam moments and gradient clip apart from the actor's, as MAPPO's two networks) "
-        "and a gru group's critic one more layer (`rnn_size`); both trainers in one run on "
-        "an H200 (times comparable within this table only):",
+        "`mpe_mappo` as jaxwarp trains it now: under a `gru` actor the centralised critic "
+        "is a GRU over the global state (one carry per env; MAPPO-RNN's critic), with an "
+        "optimiser of its own (Adam moments and gradient clip apart from the actor's, as "
+        "MAPPO's two networks); both trainers in one run on the H100 (the table above is "
+        "the earlier feed-forward critic with one optimiser; docs/decisions.md):",
         "",
         *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
                 "env-steps/s", "final return", "compile s"],
@@ -805,6 +806,47 @@ def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
         *sources_block(root, [TIME_TO_RETURN_MAPPO]),
     ]
     return lines, [TIME_TO_RETURN_RNN, TIME_TO_RETURN_MAPPO]
+
+
+SAMPLE_EFFICIENCY = Source("sample_efficiency_h100.json",
+                           "python experiments/bench_sample_efficiency.py --cases cartpole,mpe "
+                           "--scales paper,gpu --seeds 10 --backend cuda")
+
+
+def section_sample_efficiency(root: Path) -> tuple[list[str], list[Source]]:
+    data = _read_json(root, SAMPLE_EFFICIENCY)
+    rows = []
+    for c in data["cases"]:
+        for layout, v in c["layouts"].items():
+            curve = v["env_steps_to_threshold_mean_curve"]
+            rows.append([f"`{c['case']}`, {c['scale']} sizes", f"`{layout}`",
+                         f"{v['batch_env_steps']:,}",
+                         f"{c['threshold']:.1f}",
+                         f"{v['env_steps_to_threshold_seed_mean'] / 1e3:,.0f}K ± "
+                         f"{v['env_steps_to_threshold_ci95'] / 1e3:,.0f}K",
+                         "never" if curve is None else f"{curve / 1e3:,.0f}K",
+                         pm(v["final_return_mean"], v["final_return_ci95"])])
+    runs = [m["command"] for m in data.get("meta_runs", [data["meta"]])]
+    lines = [
+        "## PPO minibatches: env sequences or single steps",
+        "",
+        "`experiments/bench_sample_efficiency.py`: the `cartpole` and `mpe` cases of the "
+        "time-to-return benchmark (the peers' hyperparameters, at their published sizes and "
+        "GPU-sized batches) trained with `minibatch_layout=envs` (whole env sequences) and "
+        "`samples` (single steps drawn from the batch, PureJaxRL's and JaxMARL's layout), "
+        f"{data['cases'][0]['seeds']} seeds each. Env-steps until the smoothed return reaches "
+        "the threshold (90% of the way from the first return to the lower final one; MPE at "
+        "paper sizes ran 5e6 env-steps, half JaxMARL's, the learning rate annealed over them): per "
+        "seed, mean ± 95% interval, and of the seed-mean curve; final return: mean of the last "
+        "5% of updates per seed, ± 95% interval. Env-steps do not depend on the device:",
+        "",
+        *table(["case", "layout", "batch env-steps", "threshold", "env-steps to threshold",
+                "seed-mean curve", "final return"], rows),
+        "",
+        "The file holds the runs of " + " and ".join(code(r) for r in runs) + ".",
+        *sources_block(root, [SAMPLE_EFFICIENCY]),
+    ]
+    return lines, [SAMPLE_EFFICIENCY]
 
 
 MEMORY = Source("memory_cartpole_h100.json",
@@ -988,7 +1030,7 @@ SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_car
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_time_to_policy, section_tag_runs,
                            section_time_to_return, section_time_to_return_rnn,
-                           section_memory,
+                           section_memory, section_sample_efficiency,
                            section_curves, section_sanitizers, section_gpu_tests,
                            section_scaling]
 
