@@ -34,6 +34,7 @@ import jaxwarp
 from patches.apply import variant  # experiments/patches
 from jaxwarp.benchmark import protocol_actions, run_meta
 from jaxwarp.train.trainer import import_env_module
+from jaxwarp.units import device_name, rate_text
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_CASES = [("cartpole", {}, 4096, 500), ("cartpole", {}, 65536, 500),
@@ -83,7 +84,7 @@ def time_rounds(entries: list[dict], rounds: int = ROUNDS) -> None:
     """Times the entries' scans in alternation: `rounds` rounds of one call
     each, each round starting one entry later than the last (so that none
     always runs first). Adds "times_s", "env_steps_per_s" (from the median
-    call) to each."""
+    call) and, where the entry has "num_agents", "agent_steps_per_s" to each."""
     for e in entries:
         e["times_s"] = []
     for i in range(rounds):
@@ -93,6 +94,8 @@ def time_rounds(entries: list[dict], rounds: int = ROUNDS) -> None:
             e["times_s"].append(sec)
     for e in entries:
         e["env_steps_per_s"] = e["num_envs"] * e["steps"] / statistics.median(e["times_s"])
+        if e.get("num_agents"):
+            e["agent_steps_per_s"] = e["env_steps_per_s"] * e["num_agents"]
         del e["carry"], e["timed"]
 
 
@@ -153,7 +156,7 @@ def bench_upstream(name: str, num_envs: int, steps: int) -> dict | None:
 
     timed, compile_s, carry = compile_scan(run, (state, obs))
     return {"env": name, "backend": "gymnax" if name == "cartpole" else "jaxmarl",
-            "num_envs": num_envs, "steps": steps, "compile_s": compile_s,
+            "num_envs": num_envs, "num_agents": agents, "steps": steps, "compile_s": compile_s,
             "timed": timed, "carry": carry}
 
 
@@ -225,6 +228,7 @@ def main() -> None:
         cases = [TAG_CASES[c] for c in args.tag_configs]
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
+    device = device_name(jax.devices()[:1])
     results = []
     for name, params, n, steps in cases:
         if name not in jaxwarp.registered_envs():
@@ -243,8 +247,9 @@ def main() -> None:
         label = name + "".join(f"[{k}={v}]" if k != "config" else f"[{v}]"
                                for k, v in params.items())
         for e in entries:
-            print(f"{label:10s} {n:8d} envs {e['backend']:4s}: {e['env_steps_per_s'] / 1e6:9.2f} M "
-                  f"env-steps/s (compile {e['compile_s']:.1f} s){' hashed' if args.hashed else ''}",
+            print(f"{label:10s} {n:8d} envs {e['backend']:4s}: "
+                  f"{rate_text(e['env_steps_per_s'], e.get('num_agents'), device)} "
+                  f"(compile {e['compile_s']:.1f} s){' hashed' if args.hashed else ''}",
                   flush=True)
         for k in kernels if not args.no_jax else []:
             jax_entry = entries[len(kernels)]

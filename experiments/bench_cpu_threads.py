@@ -43,8 +43,10 @@ def measure() -> list[dict]:
 
         jax.block_until_ready(run(state, jax.random.key(1)))
         best = min(_timed(run, state, jax.random.key(i)) for i in range(3))
-        rows.append(dict(env=name, num_envs=envs, steps=steps,
-                         cores=len(os.sched_getaffinity(0)), env_steps_per_s=envs * steps / best))
+        rate = envs * steps / best
+        rows.append(dict(env=name, num_envs=envs, steps=steps, num_agents=env.num_agents,
+                         cores=len(os.sched_getaffinity(0)), env_steps_per_s=rate,
+                         agent_steps_per_s=rate * env.num_agents))
     return rows
 
 
@@ -69,12 +71,18 @@ def main() -> None:
         out = subprocess.run([*pin, sys.executable, __file__], capture_output=True, text=True,
                              check=True).stdout.strip().splitlines()[-1]
         results += json.loads(out)
+    from jaxwarp.units import rate_text
+
+    machine = f"{os.cpu_count()}-core CPU (this project's CI class)"
+
+    def cpu(cores: int) -> str:
+        return f"cpu, {cores} of {os.cpu_count()} cores"
+
     for r in results:
         print(f"{r['env']:18s} envs={r['num_envs']:6d} cores={r['cores']} "
-              f"{r['env_steps_per_s'] / 1e6:8.3f} M env-steps/s")
+              f"{rate_text(r['env_steps_per_s'], r['num_agents'], cpu(r['cores']))}")
     with open(args.out, "w") as f:
-        json.dump(dict(machine=f"{os.cpu_count()}-core CPU (this project's CI class)",
-                       results=results), f, indent=1)
+        json.dump(dict(machine=machine, results=results), f, indent=1)
 
 
 if __name__ == "__main__":

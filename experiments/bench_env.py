@@ -29,6 +29,7 @@ import numpy as np
 
 import jaxwarp
 from jaxwarp.benchmark import protocol_actions, run_meta
+from jaxwarp.units import device_name, rate_text
 
 # 10,000 agents per env: `large` with 500 taggers and 9,500 runners in an arena
 # scaled to keep its density (tests/test_tag_continuous*.py, case agents_10000).
@@ -153,6 +154,7 @@ def main() -> None:
     device = jax.devices("gpu")[0] if gpu else jax.devices("cpu")[0]
     bandwidth = measure_bandwidth(device, (1 << 30) if gpu else (1 << 26))
     print(f"device: {device.device_kind}; measured copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    names = {d.platform: device_name([d]) for d in (jax.devices("cpu")[0], device)}
 
     results = []
     for config, num_envs, steps, params in cases:
@@ -173,8 +175,7 @@ def main() -> None:
                                       / bandwidth)
             results.append(r)
             print(f"{config:18s} envs={num_envs:5d} {backend:5s} "
-                  f"{r['env_steps_per_s'] / 1e6:9.3f} M env-steps/s "
-                  f"{r['agent_steps_per_s'] / 1e9:8.3f} G agent-steps/s "
+                  f"{rate_text(r['env_steps_per_s'], r['num_agents'], names[dev.platform])} "
                   f"roofline {100 * r['roofline_fraction']:5.1f}% "
                   f"compile {r['compile_s']:.1f}s", flush=True)
     variants = []
@@ -191,7 +192,8 @@ def main() -> None:
                 variants.append(r)
                 rate = r.get("env_steps_per_s")
                 print(f"variant unroll={unroll} command_buffer={cb} {backend:5s} "
-                      + (f"{rate / 1e6:9.3f} M env-steps/s" if rate else r["error"]),
+                      + (rate_text(rate, r["num_agents"], names[device.platform]) if rate
+                         else r["error"]),
                       flush=True)
 
     # kernel / JAX ratio per case
@@ -207,7 +209,8 @@ def main() -> None:
             ratios.append(dict(config=config, num_envs=num_envs, kernel=kernel["backend"],
                                kernel_over_jax=ratio))
 
-    print("\n| config | envs | agents | backend | M env-steps/s | G agent-steps/s "
+    print(f"\nOn {names[device.platform]}" + (" (backend cpu: on the host)" if gpu else "") + ":\n")
+    print("| config | envs | agents | backend | M env-steps/s | G agent-steps/s "
           "| roofline | compile s | kernel/JAX |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in timed:

@@ -45,6 +45,7 @@ import numpy as np
 import jaxwarp
 from jaxwarp.adapters.gymnasium import JaxwarpVectorEnv
 from jaxwarp.benchmark import run_meta
+from jaxwarp.units import rate_text
 
 SIZES = (64, 1024, 8192)
 STEPS = {64: 2000, 1024: 1000, 8192: 200}  # per timed run
@@ -178,11 +179,15 @@ LABELS = {"envpool_threads0": "EnvPool, default threads", "envpool_threads1": "E
           "jaxwarp_jitted_step": "jaxwarp jitted step alone (no NumPy, no per-step sync)"}
 
 
-def markdown_table(results: list[dict], env_id: str = "CartPole-v1") -> str:
-    """Env-steps/s (millions), one row per implementation, one column per size."""
+def markdown_table(results: list[dict], env_id: str = "CartPole-v1",
+                   device: str | None = None) -> str:
+    """Env-steps/s (millions), one row per implementation, one column per size
+    (one agent per env: agent-steps/s are the same figures)."""
     sizes = [r["num_envs"] for r in results]
     keys = [k for k in LABELS if any(k in r for r in results)]
-    lines = [f"| {env_id}, M env-steps/s | " + " | ".join(f"{n} envs" for n in sizes) + " |",
+    lines = [f"{env_id}, 1 agent per env (agent-steps/s = env-steps/s)"
+             + (f", on {device}" if device else "") + ":", "",
+             f"| {env_id}, M env-steps/s | " + " | ".join(f"{n} envs" for n in sizes) + " |",
              "|---|" + "---:|" * len(sizes)]
     for k in keys:
         cells = [f"{r[k]['env_steps_per_s'] / 1e6:.2f}" if "env_steps_per_s" in r.get(k, {})
@@ -203,6 +208,7 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     load_before = os.getloadavg()
+    device = f"{cpu_name()}, {os.cpu_count()} cores"
     results = []
     for n in args.sizes:
         steps = STEPS.get(n, max(100, 200_000 // n))
@@ -211,8 +217,8 @@ def main() -> None:
                **bench_size(args.env, n, envpool_actions, jaxwarp_actions, steps,
                             args.envpool_threads)}
         results.append(row)
-        print(f"{n:6d} envs: " + "  ".join(
-            f"{k} {v['env_steps_per_s'] / 1e6:.3f} M/s" for k, v in row.items()
+        print(f"{n:6d} envs on {device}: " + "; ".join(
+            f"{k} {rate_text(v['env_steps_per_s'], 1)}" for k, v in row.items()
             if isinstance(v, dict) and "env_steps_per_s" in v), flush=True)
     spec = ENVS[args.env]
     acts = "numpy int32 actions" if args.env == "CartPole-v1" else \
@@ -228,7 +234,7 @@ def main() -> None:
                         "across implementations"}
     meta.update(run_meta())  # commit, command, device
     out = {"env": args.env, "meta": meta, "results": results}
-    print(markdown_table(results, args.env))
+    print(markdown_table(results, args.env, device))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1) + "\n")

@@ -45,6 +45,7 @@ import jaxwarp
 from bench_contract_envs import ROUNDS, compile_scan, scan_of, time_rounds
 from jaxwarp import sharding
 from jaxwarp.benchmark import protocol_actions, run_meta
+from jaxwarp.units import device_name, rate_text
 
 # (env, params, envs per GPU, steps per call)
 ENV_CASES = [("mpe_simple_spread", {}, 20000, 200),
@@ -80,6 +81,7 @@ def _entry(label, env, run, carry, num_envs, steps, devices):
     timed, compile_s, carry = compile_scan(run, carry)
     return {"variant": label, "env": env.name, "backend": env.backend, "devices": devices,
             "num_envs": num_envs, "envs_per_device": num_envs // devices, "steps": steps,
+            "num_agents": env.num_agents,  # time_rounds adds agent_steps_per_s
             "compile_s": compile_s, "timed": timed, "carry": carry}
 
 
@@ -143,7 +145,8 @@ def run_env(args, save) -> list[dict]:
             e["params"] = params
             e["median_s"] = statistics.median(e["times_s"])
             print(f"{label:32s} {e['envs_per_device']:8d}/dev x{e['devices']} "
-                  f"{e['variant']:12s} {e['env_steps_per_s'] / 1e6:9.2f} M env-steps/s "
+                  f"{e['variant']:12s} {rate_text(e['env_steps_per_s'], e['num_agents'])} "
+                  f"on {device_name(jax.devices()[:e['devices']])} "
                   f"efficiency {e['efficiency']:.3f} (compile {e['compile_s']:.1f} s)",
                   flush=True)
         results.extend(entries)
@@ -181,6 +184,7 @@ def train_entry(config_name: str, overrides: list[str], updates: int, devices: i
             "num_steps": config.num_steps, "algorithm": config.algorithm,
             "updates_per_call": updates, "compile_s": compile_s, "timed": timed,
             "carry": state, "batch_env_steps": batch,
+            "num_agents": int(trainer.env.num_agents),  # time_rounds adds agent_steps_per_s
             # time_rounds: env-steps/s = num_envs * steps / median call
             "steps": config.num_steps * updates}
 
@@ -209,7 +213,9 @@ def run_train(args, save) -> list[dict]:
                     e["nondet_over_det"] = e["env_steps_per_s"] / twin[0]["env_steps_per_s"]
             print(f"{name:22s} {e['envs_per_device']:6d} envs/dev x{e['devices']} "
                   f"{'det   ' if e['deterministic'] else 'nondet'} "
-                  f"{e['env_steps_per_s']:13,.0f} env-steps/s efficiency {e['efficiency']:.3f}"
+                  f"{rate_text(e['env_steps_per_s'], e['num_agents'])} "
+                  f"on {device_name(jax.devices()[:e['devices']])} "
+                  f"efficiency {e['efficiency']:.3f}"
                   + (f" nondet/det {e['nondet_over_det']:.4f}" if 'nondet_over_det' in e else "")
                   + f" (compile {e['compile_s']:.1f} s)", flush=True)
         results.extend(entries)

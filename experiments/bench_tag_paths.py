@@ -36,6 +36,7 @@ from bench_env import bytes_per_env_step, measure_bandwidth  # same folder
 
 from jaxwarp.benchmark import protocol_actions
 from jaxwarp.envs import tag_continuous as tc
+from jaxwarp.units import device_name, rate_text
 
 CASES = [("warpdrive_default", 2000, 200), ("large", 2000, 40)]
 
@@ -124,6 +125,7 @@ def main() -> None:
                     continue
                 p = env.params
                 r.update(config=config, kind=kind, num_envs=envs, num_agents=p.num_agents,
+                         agent_steps_per_s=r["env_steps_per_s"] * p.num_agents,
                          obs_dim=p.obs_dim, steps_per_call=steps,
                          actions="protocol (read previous obs)" if protocol
                          else "hashed on device (kernel alone)",
@@ -131,7 +133,8 @@ def main() -> None:
                          * bytes_per_env_step(p.num_agents, p.obs_dim) / bw)
                 rows.append(r)
                 print(f"{config:18s} {envs:5d} envs {r['actions']:32s} {kind:12s} "
-                      f"{r['env_steps_per_s'] / 1e6:8.3f} M env-steps/s  roofline "
+                      f"{rate_text(r['env_steps_per_s'], p.num_agents, device_name([device]))}"
+                      f"  roofline "
                       f"{100 * r['roofline_fraction']:5.1f}%  compile {r['compile_s']:.1f}s",
                       flush=True)
     out = Path(args.out)

@@ -331,13 +331,17 @@ def jaxwarp_overrides(case: str, hp: dict[str, Any], backend: str, seed: int) ->
 
 def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: int
                 ) -> dict[str, Any]:
-    from jaxwarp.train import derived, load_config, make_train
+    from jaxwarp.train import build_trainer, derived, load_config
 
     overrides = jaxwarp_overrides(case, hp, backend, seed)
     config = load_config(CASES[case]["jaxwarp_config"], overrides)
     config = dataclasses.replace(config, chunk_updates=1, checkpoint_every=1)
     d = derived(config)
-    train = make_train(config)
+    trainer = build_trainer(config)
+
+    def train(key):  # jaxwarp.train.make_train's, keeping the trainer for its env
+        return trainer.run(trainer.init(key), trainer.derived.num_updates)
+
     keys = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
     compile_s, run_s, (_, metrics) = _timed(train, keys)
     groups = sorted(k.split("/")[0] for k in metrics if k.endswith("/episode_return"))
@@ -345,7 +349,8 @@ def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: i
     return {"impl": "jaxwarp", "label": f"jaxwarp trainer, `{backend}` backend",
                 "env": config.env, "backend": backend, "config": CASES[case]["jaxwarp_config"],
                 "overrides": overrides, "num_updates": d.num_updates,
-                "batch_env_steps": d.batch_env_steps, "num_agents": None,
+                "batch_env_steps": d.batch_env_steps,
+                "num_agents": int(trainer.env.num_agents),
                 "num_envs": config.num_envs, "compile_s": compile_s, "run_s": run_s, "returns": returns,
                 "episodes": np.asarray(metrics["episodes"], np.float64)}
 
@@ -392,6 +397,8 @@ def summarise(run: dict[str, Any], group: str, seeds: int) -> dict[str, Any]:
     out = {k: v for k, v in run.items() if k not in ("returns", "episodes")}
     out.update(group=group, seeds=seeds, seconds_per_update=run["run_s"] / u,
                env_steps_per_s=u * run["batch_env_steps"] * seeds / run["run_s"],
+               agent_steps_per_s=(u * run["batch_env_steps"] * seeds / run["run_s"]
+                                  * run["num_agents"] if run.get("num_agents") else None),
                curve=[None if not np.isfinite(v) else float(v) for v in curve],
                smoothing_window=window_of(u),
                start_update=start_update(run["episodes"], run["num_envs"]),
@@ -505,10 +512,14 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [("| case | scale | trainer | envs x steps | updates | compile s | run s | "
-             "env-steps/s | threshold | time to threshold s | env-steps to threshold | "
-             "final return (±95%) | sooner |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    from jaxwarp.units import si
+
+    lines = [f"On {result['meta']['device']}; env-steps/s and agent-steps/s (env-steps x "
+             "agents per env) as each trainer ran them:", "",
+             ("| case | scale | trainer | envs x steps | updates | compile s | run s | "
+              "env-steps/s | agent-steps/s | threshold | time to threshold s | "
+              "env-steps to threshold | final return (±95%) | sooner |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for case, cd in result["cases"].items():
         for scale, sd in cd["scales"].items():
             runs = sd["runs"]
@@ -525,6 +536,7 @@ def table(result: dict[str, Any]) -> str:
                     f"| {case} | {scale} | {r['label']} | {envs} x "
                     f"{r['steps_per_update_per_env']} | {r['num_updates']} | "
                     f"{r['compile_s']:.1f} | {r['run_s']:.1f} | {r['env_steps_per_s']:,.0f} | "
+                    f"{si(r['agent_steps_per_s']) if r.get('agent_steps_per_s') else '–'} | "
                     f"{_fmt(sd['threshold'], '.4g')} | {_fmt(tt.get('seconds'), '.2f')} | "
                     f"{_fmt(tt.get('env_steps_per_seed'), ',')} | "
                     f"{_fmt(fr['mean'], '.4g')} ± {_fmt(fr['ci95'], '.2g')} | {speed} |")

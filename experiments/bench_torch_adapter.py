@@ -26,8 +26,9 @@ jaxwarp env object:
 Each is warmed up (`--warmup` adapter steps; one scan call, whose time, the
 compile, is reported apart as ``compile_s``), then timed `--runs` times
 (runs of the two interleaved); the figure is the median. env-steps/s counts
-envs x steps (not agents). ``scan_over_torch`` is the ratio of the two: what
-the per-step round trip through Python and DLPack costs.
+envs x steps; agent-steps/s, envs x agents x steps. ``scan_over_torch`` is
+the ratio of the two: what the per-step round trip through Python and
+DLPack costs.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import numpy as np
 
 import jaxwarp
 from jaxwarp.benchmark import run_meta
+from jaxwarp.units import rate_text
 
 DEFAULT_ENVS = ("cartpole:4096", "mpe_simple_spread:2048")
 POOL = 16  # distinct action batches for the torch loop, cycled
@@ -153,6 +155,7 @@ def bench_env(name: str, num_envs: int, backend: str, steps: int, runs: int, war
     for key, ts in times.items():
         rates = [num_envs * steps / t for t in ts]
         row[key] = {"env_steps_per_s": statistics.median(rates),
+                    "agent_steps_per_s": statistics.median(rates) * int(env.num_agents),
                     "us_per_step": statistics.median(ts) / steps * 1e6, "runs": rates}
     row["jitted_scan"]["compile_s"] = scan.compile_s
     row["scan_over_torch"] = (row["jitted_scan"]["env_steps_per_s"]
@@ -208,14 +211,15 @@ def main() -> None:
         if not torch.cuda.is_available():
             raise SystemExit("--backend cuda needs a CUDA build of torch "
                              f"(torch {torch.__version__} sees no GPU)")
+    device = device_meta(args.backend)["device"]
     results = []
     for name, n in parse_envs(args.envs):
         row = bench_env(name, n, args.backend, args.steps, args.runs, args.warmup, args.seed)
         results.append(row)
-        print(f"{name} x {n} ({args.backend}): torch loop "
-              f"{row['torch_loop']['env_steps_per_s'] / 1e6:.3f} M env-steps/s "
-              f"({row['torch_loop']['us_per_step']:.1f} us/step), jitted scan "
-              f"{row['jitted_scan']['env_steps_per_s'] / 1e6:.3f} M env-steps/s "
+        loop, scan = (rate_text(row[k]["env_steps_per_s"], row["num_agents"])
+                      for k in ("torch_loop", "jitted_scan"))
+        print(f"{name} x {n} ({args.backend} on {device}): torch loop {loop} "
+              f"({row['torch_loop']['us_per_step']:.1f} us/step), jitted scan {scan} "
               f"({row['jitted_scan']['us_per_step']:.1f} us/step, compile "
               f"{row['jitted_scan']['compile_s']:.1f} s), scan / torch "
               f"{row['scan_over_torch']:.2f}x", flush=True)

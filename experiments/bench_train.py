@@ -32,6 +32,7 @@ import numpy as np
 import jaxwarp
 from jaxwarp.benchmark import matmul_flops, model_flops_utilization, run_meta
 from jaxwarp.train import build_trainer, jit, load_config, register_model
+from jaxwarp.units import device_name, rate_text
 
 
 class DenseActorCritic(nn.Module):
@@ -187,6 +188,7 @@ def main() -> None:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     meta.update(run_meta())  # commit, command, device
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    device = device_name(jax.devices()[:1])
     for name, overrides, updates in cases:
         row = {}
         for backend in backends:
@@ -195,7 +197,7 @@ def main() -> None:
             results.append(r)
             row[backend] = r["env_steps_per_s"]
             print(f"{name:22s} {' '.join(overrides):40s} {r['algorithm']} {r['num_envs']:5d} envs "
-                  f"{backend:4s}: {r['env_steps_per_s']:12,.0f} env-steps/s "
+                  f"{backend:4s}: {rate_text(r['env_steps_per_s'], r['num_agents'], device)} "
                   f"({r['seconds_per_update'] * 1e3:8.1f} ms/update, rollout "
                   f"{r['rollout_seconds_per_update'] * 1e3:6.1f} ms, compile "
                   f"{r['compile_s']:.1f} s, matmuls {r['matmul_tflops_per_s']:.1f} TFLOP/s, "

@@ -32,6 +32,7 @@ import numpy as np
 from jaxwarp.benchmark import run_meta
 from jaxwarp.train import load_config
 from jaxwarp.train.loop import read_metrics, train_run
+from jaxwarp.units import rate_text
 
 
 def moving_mean(values: list[float], window: int) -> list[float]:
@@ -66,11 +67,13 @@ def plot(res: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, v in res["variants"].items():
         ax.plot(np.asarray(v["env_steps"]) / 1e6, v["tags_per_episode_smoothed"],
-                label=f"{name} ({v['env_steps_per_s'] / 1e3:,.0f}K env-steps/s)")
+                label=f"{name} ({rate_text(v['env_steps_per_s'], v.get('agents_per_env'))})")
     ax.axhline(res["random_tags_per_episode"], color="gray", ls="--", label="random taggers")
     ax.set_xlabel("env-steps (millions)")
     ax.set_ylabel(f"tags per episode (moving mean, {res['window']} updates)")
-    ax.set_title(f"{res['config']} {' '.join(res['overrides'])}", fontsize=8)
+    device = (res.get("meta") or {}).get("device")
+    ax.set_title(" ".join([res["config"], *res["overrides"], *(["on", device] if device else [])]),
+                 fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -126,13 +129,16 @@ def main() -> None:
             res["variants"][label] = {
                 "overrides": extra, "seed": seed,
                 "env_steps_per_s": run.summary["env_steps_per_s"],
+                "agents_per_env": run.summary["agents_per_env"],
+                "agent_steps_per_s": run.summary["agent_steps_per_s"],
                 "final_tags_per_episode": smooth[-1], "ratio_to_random": smooth[-1] / base,
                 "env_steps": [r["env_steps"] for r in rows], "tags_per_episode": tags,
                 "tags_per_episode_smoothed": smooth,
                 "tagger_episode_return": [float(r["tagger/episode_return"]) for r in rows]}
+            rate = rate_text(run.summary["env_steps_per_s"], run.summary["agents_per_env"],
+                             run.summary["device"])
             print(f"{label}: {smooth[-1]:.2f} tags per episode after {updates * batch:,} "
-                  f"env-steps ({smooth[-1] / base:.2f}x random, "
-                  f"{run.summary['env_steps_per_s']:,.0f} env-steps/s)", flush=True)
+                  f"env-steps ({smooth[-1] / base:.2f}x random, {rate})", flush=True)
             res.setdefault("summary", {})[name] = summarize(
                 [v["final_tags_per_episode"] for k, v in res["variants"].items()
                  if k == name or k.startswith(name + "/")])

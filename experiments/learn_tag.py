@@ -26,6 +26,7 @@ import numpy as np
 
 from jaxwarp.train import load_config
 from jaxwarp.train.loop import read_metrics, train_run
+from jaxwarp.units import rate_text
 
 
 def _series(rows, key):
@@ -54,9 +55,10 @@ def plot(json_path: Path) -> Path | None:
     ax.axhline(3 * base, color="gray", ls=":", label="3x random")
     ax.set_xlabel("wall-clock seconds (compile included)")
     ax.set_ylabel("tags per episode")
+    rate = rate_text(s["env_steps_per_s"], s.get("agents_per_env"),
+                     s.get("device") or s["devices"][0])  # older files: no agents, no device
     ax.set_title(f"{res['config']} {' '.join(res['overrides'])}\n"
-                 f"{s['updates']} updates, {s['env_steps_per_s']:,.0f} env-steps/s, "
-                 f"{s['devices'][0]}", fontsize=8)
+                 f"{s['updates']} updates, {rate}", fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -92,9 +94,10 @@ def main() -> None:
     base_rows = read_metrics(out / "random")
     base_tags = float(np.nanmean([r["tags_per_episode"] for r in base_rows]))
     base_return = float(np.nanmean([r["tagger/episode_return"] for r in base_rows]))
-    print(f"random taggers: {base_tags:.2f} tags per episode "
-          f"({base.summary['env_steps_per_s']:,.0f} env-steps/s, {time.perf_counter() - t:.0f} s)",
-          flush=True)
+    rate = rate_text(base.summary["env_steps_per_s"], base.summary["agents_per_env"],
+                     base.summary["device"])
+    print(f"random taggers: {base_tags:.2f} tags per episode ({rate}, "
+          f"{time.perf_counter() - t:.0f} s)", flush=True)
 
     run = train_run(config, out / "trained", progress=False, time_limit_s=60 * args.minutes)
     rows = read_metrics(out / "trained")

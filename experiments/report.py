@@ -8,6 +8,12 @@ makes such a file, marked so). Nothing here runs a benchmark. Where result
 files were merged into one to keep the folder small, each keeps its old name
 as a part of the merged file (``Source.part``), cited as such.
 
+Throughput is in env-steps/s, with agent-steps/s (env-steps x agents per env,
+jaxwarp.units) beside it where an env has more than one agent, and each table
+says its device. The agents per env come from the result file; files written
+before runs recorded them name a shipped config or an env, whose agents per env
+are in ``AGENTS`` (checked against the configs by tests/test_report.py).
+
     python experiments/report.py                 # write docs/benchmarks.md
     python experiments/report.py --check         # exit 1 if it is not up to date
     python experiments/report.py --curve-csv experiments/results/learn_tag_h100/learn_tag.json
@@ -32,11 +38,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from jaxwarp.units import si
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path("experiments/results")
 PAGE = Path("docs/benchmarks.md")
 
 H100 = "NVIDIA H100 80GB HBM3"
+
+# Agents per env of the shipped configs and of envs (``env`` at its default
+# parameters, ``env[config]`` at a named env config), for result files written
+# before runs recorded them (tests/test_report.py checks these against the
+# configs and envs as they are now).
+AGENTS = {
+    "cartpole_ppo": 1, "mpe_simple_spread_ppo": 3, "tag_duel_cpu": 7, "tag_chase": 110,
+    "tag_warpdrive_default": 110, "tag_2000_envs": 110, "tag_100_agents": 110,
+    "tag_1000_agents": 1000,
+    "cartpole": 1, "pendulum": 1, "mpe_simple_spread": 3, "tag_continuous": 110,
+    "tag_continuous[warpdrive_default]": 110,
+}
+
+
+def agents_of(name: str, overrides: Iterable[str] = (), params: dict | None = None
+              ) -> int | None:
+    """Agents per env of shipped config or env `name` (``AGENTS``); None where
+    overrides or env parameters could change them."""
+    if any(re.match(r"(env|env_config|env_params\.num_\w+)=", o) for o in overrides):
+        return None
+    params = dict(params or {})
+    config = params.pop("config", None)
+    if params:
+        return None
+    return AGENTS.get(f"{name}[{config}]" if config else name)
 
 
 # ---------------------------------------------------------------------------
@@ -85,15 +118,34 @@ def _meta(root: Path, src: Source) -> dict:
     return meta
 
 
-def cite(root: Path, src: Source) -> str:
-    """`file` · device · commit · command, as recorded in the file."""
+def device_of(root: Path, src: Source) -> str | None:
+    """The device a file records (or its Source gives)."""
     meta = _meta(root, src)
     device = (meta.get("device_kind") if str(meta.get("device", "")).startswith(("cuda:", "gpu:"))
               else meta.get("device")) or src.device
-    if device is None and isinstance(_read_json(root, src).get("machine"), str):
+    if device is None and src.path.endswith(".json") and isinstance(
+            _read_json(root, src).get("machine"), str):
         device = _read_json(root, src)["machine"]
     if device is None and "cpu" in meta:
         device = f"{meta['cpu']}, {meta.get('cores', '?')} cores"
+    return device
+
+
+def devices(root: Path, *srcs: Source) -> str:
+    """The device(s) the files of a table record."""
+    found = list(dict.fromkeys(d for d in (device_of(root, s) for s in srcs) if d))
+    return " and ".join(found) or "a device not recorded"
+
+
+def on(root: Path, *srcs: Source) -> str:
+    """"on DEVICE" for a table's text."""
+    return f"on {devices(root, *srcs)}"
+
+
+def cite(root: Path, src: Source) -> str:
+    """`file` · device · commit · command, as recorded in the file."""
+    meta = _meta(root, src)
+    device = device_of(root, src)
     commit = meta.get("commit") or "not recorded"
     if meta.get("dirty") is True and not commit.endswith("+dirty"):
         commit += "+dirty"  # files that record it apart: tracked files differed from the commit
@@ -142,6 +194,20 @@ def kilo_or_mega(x: float) -> str:
     return f"{sig(x / 1e6)}M" if x >= 1e6 else f"{sig(x / 1e3)}K"
 
 
+def rate(env_steps_per_s: float, agents: int | None, fmt: Callable[[float], str] = mega,
+         also: str = "") -> str:
+    """env-steps/s as `fmt` writes it, with agent-steps/s (jaxwarp.units.si) in
+    brackets where an env has more than one agent (one agent: the same figure);
+    `also`: more for the brackets."""
+    inside = [f"{si(env_steps_per_s * agents)} agent-steps/s"] if agents and agents > 1 else []
+    inside += [also] if also else []
+    return fmt(env_steps_per_s) + (f" ({'; '.join(inside)})" if inside else "")
+
+
+AGENT_STEPS = ("with agent-steps/s (env-steps × agents per env) in brackets where an env has "
+               "more than one agent")
+
+
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -183,13 +249,17 @@ def section_tag(root: Path) -> tuple[list[str], list[Source]]:
         k = next(r for r in proto if r["params"]["config"] == config and r["backend"] == "cuda")
         j = next(r for r in proto if r["params"]["config"] == config and r["backend"] == "jax")
         h = next(r for r in hashed if r["params"]["config"] == config)
-        rows.append([f"`{config}`", f"{k['num_envs']:,} × {k['num_agents']:,}",
-                     mega(k["env_steps_per_s"]), mega(j["env_steps_per_s"]),
-                     ratio(k["over_jax"]), mega(h["env_steps_per_s"])])
+        n = k["num_agents"]
+        rows.append([f"`{config}`", f"{k['num_envs']:,} × {n:,}",
+                     rate(k["env_steps_per_s"], n), rate(j["env_steps_per_s"], n),
+                     ratio(k["over_jax"]), rate(h["env_steps_per_s"], n)])
+    n = big["num_agents"]
     rows.append([f"`large` scaled to 10,000 agents ({big['params']['num_taggers']:,} + "
                  f"{big['params']['num_runners']:,}, L = {big['params']['grid_length']:g})",
-                 f"{big['num_envs']:,} × {big['num_agents']:,}", mega(big["env_steps_per_s"]),
-                 "does not fit (N × N arrays)", "—", mega(big_hashed["env_steps_per_s"])])
+                 f"{big['num_envs']:,} × {n:,}", rate(big["env_steps_per_s"], n),
+                 "does not fit (N × N arrays)", "—", rate(big_hashed["env_steps_per_s"], n)])
+    large = next(r for r in proto if r["params"]["config"] == "large")
+    wd = 2.9e6  # WarpDrive's paper (arXiv:2108.13976): env-steps/s at large's size
     lines = [
         "## Tag (`tag_continuous`): kernel vs its pure-JAX twin",
         "",
@@ -198,13 +268,17 @@ def section_tag(root: Path) -> tuple[list[str], list[Source]]:
         "each figure the median call, each ratio the median of the per-round ratios). "
         "*Protocol*: each step's actions are a hash of the previous step's observations, so "
         "neither side can skip work a policy would need; *kernel alone*: actions hashed from the "
-        "step index on the device. M env-steps/s (one env-step = all agents of one env):",
+        "step index on the device. M env-steps/s (one env-step = all agents of one env) "
+        f"{on(root, TAG, TAG_HASHED, TAG_10K, TAG_10K_HASHED)}, {AGENT_STEPS}:",
         "",
         *table(["config", "envs × agents", "kernel, protocol", "pure JAX, protocol",
                 "kernel / pure JAX", "kernel alone"], rows),
         "",
-        "WarpDrive's paper reports 2.9 M env-steps/s at `large`'s size (kernel alone, on a GPU it "
-        "does not name; arXiv:2108.13976), so the two are not side by side. The pure-JAX twin's "
+        f"WarpDrive's paper reports {sig(wd / 1e6, 2)} M env-steps/s (its figure counts "
+        f"env-steps: {si(wd * large['num_agents'])} agent-steps/s) at `large`'s size "
+        f"({large['num_envs']:,} envs × {large['num_agents']:,} agents; kernel alone, on a GPU "
+        "it does not name; arXiv:2108.13976), so the two are not side by side. The pure-JAX "
+        "twin's "
         "k-nearest search builds N × N distance arrays, which at 10,000 agents per env do not fit "
         "in the GPU's memory.",
     ]
@@ -226,7 +300,8 @@ def section_launch(root: Path) -> tuple[list[str], list[Source]]:
         "`experiments/ablation_launch.py --pycuda`: the same generated kernel launched once per "
         "step through PyCUDA with a context sync (WarpDrive's execution model, on JAX-owned "
         "buffers), the jitted step called from a Python loop, and the steps fused in one "
-        "`lax.scan`, from the same reset and the same pre-drawn actions. µs per step:",
+        f"`lax.scan`, from the same reset and the same pre-drawn actions. µs per step "
+        f"(a step of all envs), {on(root, PYCUDA)}:",
         "",
         *table(["env", "envs", "PyCUDA loop + sync", "jax loop + sync", "fused `lax.scan`",
                 "fused vs PyCUDA", "same final state"], rows),
@@ -245,25 +320,31 @@ def _contract_rows(root: Path, envs: tuple[str, ...], upstream: str | None) -> l
             continue
         same = [r for r in res if r["env"] == k["env"] and r["num_envs"] == k["num_envs"]]
         j = next(r for r in same if r["backend"] == "jax")
-        row = [f"`{k['env']}`", f"{k['num_envs']:,}", str(k["num_agents"]),
-               mega(k["env_steps_per_s"]), mega(j["env_steps_per_s"]), ratio(k["over_jax"])]
-        if upstream is not None:
+        n = k["num_agents"]
+        row = [f"`{k['env']}`", f"{k['num_envs']:,}", str(n),
+               rate(k["env_steps_per_s"], n), rate(j["env_steps_per_s"], n),
+               ratio(k["over_jax"])]
+        if upstream is not None:  # the same env upstream: the same agents per env
             u = next(r for r in same if r["backend"] == upstream)
-            row += [mega(u["env_steps_per_s"]), ratio(k[f"over_{upstream}"])]
+            row += [rate(u["env_steps_per_s"], u.get("num_agents") or n),
+                    ratio(k[f"over_{upstream}"])]
         rows.append(row)
     return rows
 
 
-_CONTRACT_INTRO = (
-    "`experiments/bench_contract_envs.py`: the kernel (`cuda`), the env's pure-JAX reference "
-    "(`jax`) and the upstream JAX implementation under `vmap`, each stepped by the benchmark "
-    "protocol in one jitted `lax.scan`, timed calls alternating in one process (11 rounds; "
-    "medians of calls and of per-round ratios). M env-steps/s:")
+def _contract_intro(root: Path) -> str:
+    return (
+        "`experiments/bench_contract_envs.py`: the kernel (`cuda`), the env's pure-JAX "
+        "reference (`jax`) and the upstream JAX implementation under `vmap`, each stepped by "
+        "the benchmark protocol in one jitted `lax.scan`, timed calls alternating in one "
+        "process (11 rounds; medians of calls and of per-round ratios); the upstream figures "
+        f"are measured here, in env-steps/s as ours. M env-steps/s {on(root, CONTRACT)}, "
+        f"{AGENT_STEPS}:")
 
 
 def section_mpe(root: Path) -> tuple[list[str], list[Source]]:
     rows = _contract_rows(root, ("mpe_simple_spread", "mpe_simple_tag"), "jaxmarl")
-    return ["## MPE: kernel vs JaxMARL 0.2.0", "", _CONTRACT_INTRO, "",
+    return ["## MPE: kernel vs JaxMARL 0.2.0", "", _contract_intro(root), "",
             *table(["env", "envs", "agents", "kernel", "pure-JAX twin", "kernel / twin",
                     "JaxMARL", "kernel / JaxMARL"], rows),
             *sources_block(root, [CONTRACT])], [CONTRACT]
@@ -271,7 +352,7 @@ def section_mpe(root: Path) -> tuple[list[str], list[Source]]:
 
 def section_cartpole(root: Path) -> tuple[list[str], list[Source]]:
     rows = _contract_rows(root, ("cartpole",), "gymnax")
-    return ["## CartPole: kernel vs gymnax 1.0.1", "", _CONTRACT_INTRO, "",
+    return ["## CartPole: kernel vs gymnax 1.0.1", "", _contract_intro(root), "",
             *table(["env", "envs", "agents", "kernel", "pure-JAX twin", "kernel / twin",
                     "gymnax", "kernel / gymnax"], rows),
             *sources_block(root, [CONTRACT])], [CONTRACT]
@@ -282,7 +363,7 @@ def section_other_envs(root: Path) -> tuple[list[str], list[Source]]:
                                  "goal_reach"), None)
     return ["## Other envs: kernel vs pure-JAX twin", "",
             "Same run as the two tables above (`goal_reach` is the custom-env tutorial's "
-            "example). M env-steps/s:", "",
+            f"example). M env-steps/s {on(root, CONTRACT)}, {AGENT_STEPS}:", "",
             *table(["env", "envs", "agents", "kernel", "pure-JAX twin", "kernel / twin"],
                    rows), *sources_block(root, [CONTRACT])], [CONTRACT]
 
@@ -302,7 +383,8 @@ _ENVPOOL_ROWS = [
 
 def _envpool_table(root: Path, src: Source) -> list[str]:
     res = _read_json(root, src)["results"]
-    header = ["M env-steps/s", *(f"{r['num_envs']:,} envs" for r in res)]
+    header = ["M env-steps/s (1 agent per env: = M agent-steps/s)",
+              *(f"{r['num_envs']:,} envs" for r in res)]
     rows = [[label, *(mega(r[key]["env_steps_per_s"]) for r in res)]
             for key, label in _ENVPOOL_ROWS]
     best = [max(r["envpool_threads0"]["env_steps_per_s"], r["envpool_threads1"]["env_steps_per_s"])
@@ -323,11 +405,11 @@ def section_envpool(root: Path) -> tuple[list[str], list[Source]]:
         "implementations. The machine (2 cores) was shared with other jobs, so the figures are "
         "noisy.",
         "",
-        "CartPole-v1:",
+        f"CartPole-v1, {on(root, ENVPOOL)}:",
         "",
         *_envpool_table(root, ENVPOOL),
         "",
-        f"Pendulum-v1 ({pend}):",
+        f"Pendulum-v1 ({pend}), {on(root, ENVPOOL_PENDULUM)}:",
         "",
         *_envpool_table(root, ENVPOOL_PENDULUM),
     ]
@@ -347,15 +429,16 @@ def section_host(root: Path) -> tuple[list[str], list[Source]]:
     crows = []
     for one in (r for r in res if r["cores"] == 1):
         two = next(r for r in res if r["env"] == one["env"] and r["cores"] > 1)
-        crows.append([f"`{one['env']}`", f"{one['num_envs']:,}", mega(one["env_steps_per_s"]),
-                      mega(two["env_steps_per_s"]),
+        n = one.get("num_agents") or agents_of(one["env"])
+        crows.append([f"`{one['env']}`", f"{one['num_envs']:,}", rate(one["env_steps_per_s"], n),
+                      rate(two["env_steps_per_s"], n),
                       ratio(two["env_steps_per_s"] / one["env_steps_per_s"])])
     lines = [
         "## Host round trips: the torch adapter on the GPU",
         "",
         "`experiments/bench_torch_adapter.py`: the torch adapter (DLPack, no copies) stepped from "
         "a Python loop with torch actions on the GPU, against the same env stepped inside one "
-        "jitted `lax.scan`. µs per step:",
+        f"jitted `lax.scan`. µs per step (a step of all envs), {on(root, TORCH)}:",
         "",
         *table(["env", "envs", "torch loop", "jitted scan", "scan vs torch loop"], trows),
         *sources_block(root, [TORCH]),
@@ -363,7 +446,7 @@ def section_host(root: Path) -> tuple[list[str], list[Source]]:
         "",
         "`experiments/bench_cpu_threads.py --all`: a jitted rollout on the `cpu` backend pinned "
         "to one core, then on both; the handlers split envs over XLA:CPU's own thread pool "
-        "(same bits for any thread count). M env-steps/s:",
+        f"(same bits for any thread count). M env-steps/s {on(root, THREADS)}, {AGENT_STEPS}:",
         "",
         *table(["env", "envs", "1 core", "2 cores", "speed-up"], crows),
     ]
@@ -386,12 +469,14 @@ def _train_rows(results: list[dict], backends: tuple[str, ...]) -> list[list[str
                k["algorithm"], f"{k['num_envs']:,} × {k['num_agents']}",
                f"{k['batch_env_steps']:,}", _dtype(k)]
         share = k["rollout_seconds_per_update"] / k["seconds_per_update"]
-        row.append(f"{kilo_or_mega(k['env_steps_per_s'])} ({share:.0%})")
+        row.append(rate(k["env_steps_per_s"], k["num_agents"], kilo_or_mega,
+                        also=f"rollout {share:.0%}"))
         if len(backends) > 1:
             j = next(r for r in results if r["backend"] == backends[1]
                      and r["config"] == k["config"] and r["overrides"] == k["overrides"])
             jshare = j["rollout_seconds_per_update"] / j["seconds_per_update"]
-            row += [f"{kilo_or_mega(j['env_steps_per_s'])} ({jshare:.0%})",
+            row += [rate(j["env_steps_per_s"], j["num_agents"], kilo_or_mega,
+                         also=f"rollout {jshare:.0%}"),
                     ratio(k["env_steps_per_s"] / j["env_steps_per_s"])]
         row += [f"{k['mfu']:.1%}" if k.get("mfu") is not None else "—", f"{k['compile_s']:.0f}"]
         rows.append(row)
@@ -408,7 +493,8 @@ def section_training(root: Path) -> tuple[list[str], list[Source]]:
         "custom call, env-step custom call; GAE; Optax steps) in one jitted `lax.scan`, compile "
         "excluded, median of timed calls after a warm-up; the same trainer with the kernel env "
         "and sampler (`cuda`) and with the pure-JAX env and `jax.random.categorical` (`jax`) in "
-        "one process. env-steps/s (in brackets: the rollout's share of an update); MFU: the "
+        f"one process, {on(root, TRAIN)}. env-steps/s (in brackets: agent-steps/s, env-steps × "
+        "agents per env, and the rollout's share of an update); MFU: the "
         "update's matmul FLOPs (counted from its jaxpr) at the H100's dense peak (bf16 989 "
         "TFLOP/s, f32 at the TF32 peak 495) over the measured time; compile in seconds (`cuda`):",
         "",
@@ -419,16 +505,19 @@ def section_training(root: Path) -> tuple[list[str], list[Source]]:
     eq = _read_json(root, EQUIV)
     erows = [[f"`{c}`", p["trainer"], ", ".join(f"{x:.1f}" for x in p["final_tags_per_episode"]),
               pm(p["summary"]["mean"], p["summary"]["ci95"]),
-              kilo_or_mega(sum(p["env_steps_per_s"]) / len(p["env_steps_per_s"]))]
+              rate(sum(p["env_steps_per_s"]) / len(p["env_steps_per_s"]),
+                   agents_of(eq["config"], eq["overrides"]), kilo_or_mega)]
              for c, p in eq["commits"].items()]
     lines += [
         "### The same learning",
         "",
         f"`{eq['config']}` with {' '.join(f'`{o}`' for o in eq['overrides'])} (taggers against "
         f"runners moving at random), {eq['env_steps']:,} env-steps, seeds 0-{eq['seeds'] - 1}, "
-        "each commit's whole tree on the same GPU; tags per episode at the end (moving mean over "
+        f"each commit's whole tree on the same GPU ({devices(root, EQUIV)}); tags per episode "
+        "at the end (moving mean over "
         "the last 5% of updates; random taggers "
-        f"{eq['random_tags_per_episode']:.1f}), mean ± 95% interval over seeds:",
+        f"{eq['random_tags_per_episode']:.1f}), mean ± 95% interval over seeds; env-steps/s "
+        f"(mean over seeds) {AGENT_STEPS}:",
         "",
         *table(["commit", "trainer", "per seed", "mean", "env-steps/s"], erows),
         *sources_block(root, [EQUIV]),
@@ -445,7 +534,7 @@ def section_training(root: Path) -> tuple[list[str], list[Source]]:
         "",
         "`experiments/bench_sampler.py`: `jaxwarp.sample_actions` (one custom call for every "
         "head of a MultiDiscrete action, the same random bits as `jax.random.categorical`) "
-        "against `jax.random.categorical` per head. µs per draw:",
+        f"against `jax.random.categorical` per head. µs per draw, {on(root, SAMPLER)}:",
         "",
         *table(["rows", "nvec", "kernel", "`jax.random.categorical`", "speed-up"], rows),
     ]
@@ -468,7 +557,7 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
         for r in results:
             rows.append([f"`{name}`", f"`{r['config']}`", r["algorithm"],
                          f"{r['num_envs']:,} × {r['num_agents']}", _dtype(r),
-                         kilo_or_mega(r["env_steps_per_s"]),
+                         rate(r["env_steps_per_s"], r["num_agents"], kilo_or_mega),
                          f"{r['seconds_per_update'] * 1e3:.1f}",
                          ratio(r["env_steps_per_s"] / base[r["config"]]["env_steps_per_s"]),
                          f"{r['compile_s']:.1f}"])
@@ -476,11 +565,12 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
         "### Learner variants",
         "",
         "Variants of the trainer, each `experiments/bench_train.py --backends cuda` in its own "
-        "process, one after another on one GPU: "
+        f"process, one after another on one GPU ({devices(root, LEARNER)}): "
         + "; ".join(f"`{k}`: {v}" for k, v in data["meta"]["variants"].items())
         + ". Cases: " + "; ".join(f"{_case(r['config'], r['overrides'])}"
                                   for r in data["results"]["base"])
-        + ". env-steps/s, ms per update, env-steps/s against `base`, compile in seconds:",
+        + ". env-steps/s (agent-steps/s in brackets), ms per update, env-steps/s against `base`, "
+        "compile in seconds:",
         "",
         *table(["variant", "config", "algorithm", "envs × agents", "matmuls", "env-steps/s",
                 "ms / update", "vs `base`", "compile s"], rows),
@@ -506,7 +596,7 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
         "",
         "`experiments/profile_phases.py`: one update's GPU kernels from a profiler trace, each "
         "attributed to a phase of the update; per phase ms per update, share of the update "
-        "and matmul TFLOP per update. Cases: "
+        f"and matmul TFLOP per update, {on(root, PROFILE)}. Cases: "
         + "; ".join(f"`{n}` = {_case(c['config'], c['overrides'])}" for n, c in cases.items())
         + f" (the command the file records is the first's). The file's note: {prof['note']}.",
         "",
@@ -566,10 +656,15 @@ def _process_wall_s(log: str) -> float:
 
 
 def _run_line(log: str) -> dict:
-    m = re.search(r"(\d+)/\d+ updates, ([\d,]+) env-steps per seed.*?; ([\d,]+) env-steps/s "
-                  r"\(compile ([\d.]+) s\)", log)
+    """The CLI's summary line: "... 377,649 env-steps/s (compile 18.1 s) ..." or, since
+    jaxwarp.units, "... 378K env-steps/s (2.64M agent-steps/s) on DEVICE (compile ...)"."""
+    m = re.search(r"(\d+)/\d+ updates, ([\d,]+) env-steps per seed.*?; ([\d,.]+)([KMG]?) "
+                  r"env-steps/s (?:\([^()]* agent-steps/s\) )?(?:on .*? )?\(compile ([\d.]+) s\)",
+                  log)
+    scale = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(4)]
     return dict(updates=int(m.group(1)), env_steps=int(m.group(2).replace(",", "")),
-                env_steps_per_s=float(m.group(3).replace(",", "")), compile_s=float(m.group(4)))
+                env_steps_per_s=float(m.group(3).replace(",", "")) * scale,
+                compile_s=float(m.group(5)))
 
 
 def section_time_to_policy(root: Path) -> tuple[list[str], list[Source]]:
@@ -581,7 +676,8 @@ def section_time_to_policy(root: Path) -> tuple[list[str], list[Source]]:
     rows.append([
         "`jaxwarp train --config tag_duel_cpu` (2 taggers vs 5 runners, both trained, PPO)",
         f"{duel['env_steps']:,}", f"{_process_wall_s(duel_log):.0f} s (compile "
-        f"{duel['compile_s']:.0f} s)", kilo_or_mega(duel["env_steps_per_s"]),
+        f"{duel['compile_s']:.0f} s)",
+        rate(duel["env_steps_per_s"], agents_of("tag_duel_cpu"), kilo_or_mega),
         f"return over random, each against the other group playing at random "
         f"({episodes} episodes, 95% interval): taggers +{gain['tagger']['delta']:.1f} ± "
         f"{gain['tagger']['ci95']:.1f}, runners +{gain['runner']['delta']:.1f} ± "
@@ -593,7 +689,7 @@ def section_time_to_policy(root: Path) -> tuple[list[str], list[Source]]:
     rows.append([
         "`jaxwarp train --config cartpole_ppo` (32 envs, PPO)", f"{run['env_steps']:,}",
         f"{_process_wall_s(log):.0f} s (compile {run['compile_s']:.0f} s)",
-        kilo_or_mega(run["env_steps_per_s"]),
+        rate(run["env_steps_per_s"], agents_of("cartpole_ppo"), kilo_or_mega),
         f"return 500 (the maximum) first at {int(float(first['env_steps'])):,} env-steps, "
         f"{float(first['wall_s']):.1f} s into the run; mean of the last 50 updates {last50:.0f}"])
     log, metrics = _text(root, SPREAD_LOG), _csv(root, SPREAD_CSV)
@@ -601,7 +697,7 @@ def section_time_to_policy(root: Path) -> tuple[list[str], list[Source]]:
     rows.append([
         "`jaxwarp train --config mpe_simple_spread_ppo` (PPO)", f"{run['env_steps']:,}",
         f"{_process_wall_s(log):.0f} s (compile {run['compile_s']:.0f} s)",
-        kilo_or_mega(run["env_steps_per_s"]),
+        rate(run["env_steps_per_s"], agents_of("mpe_simple_spread_ppo"), kilo_or_mega),
         f"return {float(metrics[0]['agent/episode_return']):.1f} at the first update, "
         f"{float(metrics[-1]['agent/episode_return']):.1f} at the last"])
     learn = _read_json(root, LEARN_TAG)
@@ -611,15 +707,17 @@ def section_time_to_policy(root: Path) -> tuple[list[str], list[Source]]:
         "`experiments/learn_tag.py --config tag_chase --minutes 5` (10 taggers vs 100 random "
         "runners, A2C, 100 envs)", f"{learn['summary']['env_steps_per_seed']:,}",
         f"{float(curve[-1]['wall_s']):.0f} s (compile {learn['summary']['compile_s']:.0f} s)",
-        kilo_or_mega(learn["summary"]["env_steps_per_s"]),
+        rate(learn["summary"]["env_steps_per_s"], learn["summary"].get("agents_per_env")
+             or agents_of(learn["config"], learn["overrides"]), kilo_or_mega),
         f"random taggers {learn['random']['tags_per_episode']:.1f} tags per episode; trained "
         f"pass 3× that {t['first_wall_s_at_3x_random']:.0f} s into the run (compile included), "
         f"end at {t['final_tags_per_episode']:.1f} ({ratio(t['ratio_to_random'])})"])
     lines = [
         "## Time to a trained policy",
         "",
-        "One seed each, on the H100; wall clock of the whole process where the log has it "
-        "(start-up and compile included), else of the run:",
+        f"One seed each, {on(root, DUEL_LOG, CARTPOLE_LOG, SPREAD_LOG, LEARN_TAG)}; wall clock "
+        "of the whole process where the log has it (start-up and compile included), else of "
+        f"the run; env-steps/s {AGENT_STEPS}:",
         "",
         *table(["run", "env-steps", "wall clock", "env-steps/s", "result"], rows),
         *sources_block(root, [DUEL_LOG, DUEL_EVAL, CARTPOLE_LOG, CARTPOLE_CSV, SPREAD_LOG,
@@ -631,15 +729,19 @@ def section_time_to_policy(root: Path) -> tuple[list[str], list[Source]]:
         for name, v in d["variants"].items():
             crow.append([f"`{d['config']}` {' '.join(f'`{o}`' for o in d['overrides'])}",
                          f"`{name}`: {' '.join(f'`{o}`' for o in v['overrides']) or 'as shipped'}",
-                         f"{d['env_steps']:,}", kilo_or_mega(v["env_steps_per_s"]),
+                         f"{d['env_steps']:,}",
+                         rate(v["env_steps_per_s"], v.get("agents_per_env")
+                              or agents_of(d["config"], [*d["overrides"], *v["overrides"]]),
+                              kilo_or_mega),
                          f"{v['final_tags_per_episode']:.1f}",
                          f"{d['random_tags_per_episode']:.1f}", ratio(v["ratio_to_random"])])
     lines += [
         "### Do the speed options still learn?",
         "",
         "`experiments/learn_compare.py`: variants of one config trained for the same env-steps, "
-        "taggers chasing runners that move at random, one seed each; tags per episode at the "
-        "end (moving mean over the last 5% of updates) against random taggers:",
+        f"taggers chasing runners that move at random, one seed each, "
+        f"{on(root, LEARN_A2C, LEARN_PPO)}; tags per episode at the end (moving mean over the "
+        f"last 5% of updates) against random taggers; env-steps/s {AGENT_STEPS}:",
         "",
         *table(["config", "variant", "env-steps", "env-steps/s", "tags per episode",
                 "random taggers", "trained / random"], crow),
@@ -672,7 +774,9 @@ def section_tag_runs(root: Path) -> tuple[list[str], list[Source]]:
         meta, summary, ev = d["meta"], d["summary"], d["eval"]
         config = shlex.split(meta["command"])[3]
         rows.append([f"`{config}`", f"{summary['env_steps_per_seed']:,}",
-                     kilo_or_mega(summary["env_steps_per_s"]), f"{summary['compile_s']:.0f}",
+                     rate(summary["env_steps_per_s"],
+                          summary.get("agents_per_env") or agents_of(config), kilo_or_mega),
+                     f"{summary['compile_s']:.0f}",
                      f"{summary['run_s']:.0f}", f"{meta['wall_s_including_compile_and_eval']:.0f}"])
         for group, g in ev["gain"].items():
             # The group trained, the other at random; and both at random.
@@ -688,9 +792,9 @@ def section_tag_runs(root: Path) -> tuple[list[str], list[Source]]:
         "## Many-agent Tag: trained against random",
         "",
         "`jaxwarp train --config tag_100_agents` and `tag_1000_agents` (both groups trained, "
-        "one seed, H100), then `jaxwarp eval`: env-steps, env-steps/s and compile and run "
-        "seconds as the run reports them, and the wall clock of the whole command (start-up, "
-        "compile, training, eval and GIF):",
+        f"one seed, {devices(root, *TAG_RUNS)}), then `jaxwarp eval`: env-steps, env-steps/s "
+        "(agent-steps/s in brackets) and compile and run seconds as the run reports them, and "
+        "the wall clock of the whole command (start-up, compile, training, eval and GIF):",
         "",
         *table(["config", "env-steps", "env-steps/s", "compile s", "run s", "wall clock s"],
                rows),
@@ -724,7 +828,9 @@ def _time_to_return_rows(data: dict) -> list[list[str]]:
                 f"{envs:,} × {steps}", f"{sc['threshold']:.1f}",
                 " vs ".join(f"{r['to_threshold']['seconds']:.2f} s" for r in (ours, peer)),
                 ratio(sc["jaxwarp_speedup"]["time_to_threshold"]),
-                " vs ".join(kilo_or_mega(r["env_steps_per_s"]) for r in (ours, peer)),
+                " vs ".join(rate(r["env_steps_per_s"], r.get("num_agents") or agents_of(
+                    r.get("config", ""), r.get("overrides", [])), kilo_or_mega)
+                    for r in (ours, peer)),
                 " vs ".join(pm(r["final_return"]["mean"], r["final_return"]["ci95"])
                             for r in (ours, peer)),
                 " vs ".join(f"{r['compile_s']:.0f}" for r in (ours, peer))])
@@ -745,7 +851,9 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
         f"batches (gpu). Time to threshold: training seconds (compile apart) until the "
         f"seed-mean return curve reaches the (case, scale)'s threshold ({meta['threshold']}, "
         f"frac {meta['threshold_frac']}); > 1× means jaxwarp is ahead. Final return: "
-        f"{meta['final_return']}. Return: {meta['return']}. Each pair jaxwarp vs peer:",
+        f"{meta['final_return']}. Return: {meta['return']}. Each pair jaxwarp vs peer, "
+        f"{on(root, TIME_TO_RETURN)}; both sides' env-steps/s measured here "
+        f"{AGENT_STEPS}:",
         "",
         *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
                 "env-steps/s", "final return", "compile s"], rows),
@@ -782,7 +890,7 @@ def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
         "(`experiments/rnn_reference.py`, written from JaxMARL's published algorithms) at "
         "JaxMARL's `ippo_rnn_mpe` / `mappo_homogenous_rnn_mpe` hyperparameters, "
         f"{meta['seeds']} seeds per trainer. {meta.get('commit_note', '')}. Each pair jaxwarp "
-        "vs peer:",
+        f"vs peer, {on(root, TIME_TO_RETURN_RNN)}; env-steps/s {AGENT_STEPS}:",
         "",
         *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
                 "env-steps/s", "final return", "compile s"], _time_to_return_rows(data)),
@@ -797,8 +905,9 @@ def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
         "`mpe_mappo` as jaxwarp trains it now: under a `gru` actor the centralised critic "
         "is a GRU over the global state (one carry per env; MAPPO-RNN's critic), with an "
         "optimiser of its own (Adam moments and gradient clip apart from the actor's, as "
-        "MAPPO's two networks); both trainers in one run on the H100 (the table above is "
-        "the earlier feed-forward critic with one optimiser; docs/decisions.md):",
+        "MAPPO's two networks); both trainers in one run "
+        f"{on(root, TIME_TO_RETURN_MAPPO)} (the table above is the earlier feed-forward "
+        f"critic with one optimiser; docs/decisions.md); env-steps/s {AGENT_STEPS}:",
         "",
         *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
                 "env-steps/s", "final return", "compile s"],
@@ -865,7 +974,8 @@ def section_memory(root: Path) -> tuple[list[str], list[Source]]:
         "`experiments/bench_memory.py`: the shipped `cartpole_ppo` settings with the velocities "
         "hidden (`env_params.hide_velocities=true`) for a feed-forward and a recurrent model, "
         "and the feed-forward model on the full observation as the ceiling; return = mean "
-        "over the last 10% of updates per seed, then mean ± 95% t interval over seeds:",
+        f"over the last 10% of updates per seed, then mean ± 95% t interval over seeds, "
+        f"{on(root, MEMORY)}:",
         "",
         *table(["model", "velocities", "env-steps", "seeds", "return"], rows),
         *sources_block(root, [MEMORY]),
@@ -995,32 +1105,41 @@ def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
             if r["deterministic"]:
                 twin = next(x for x in res if x["config"] == r["config"]
                             and not x["deterministic"])
+                n = r.get("num_agents") or agents_of(r["config"], r["overrides"])
                 rows.append([f"`{r['config']}`", f"{r['num_envs']:,}",
-                             kilo_or_mega(r["env_steps_per_s"]),
-                             kilo_or_mega(twin["env_steps_per_s"]),
+                             rate(r["env_steps_per_s"], n, kilo_or_mega),
+                             rate(twin["env_steps_per_s"], n, kilo_or_mega),
                              f"{100 * (1 - r['env_steps_per_s'] / twin['env_steps_per_s']):.1f}%"])
         lines += ["Training with XLA's deterministic GPU ops (`deterministic: true`, the "
-                  "default) and without, one GPU, alternating in one process (env-steps/s):",
+                  f"default) and without, one GPU ({devices(root, DET_COST)}), alternating in "
+                  f"one process; env-steps/s {AGENT_STEPS}:",
                   "", *table(["config", "envs", "deterministic", "not", "cost"], rows), ""]
     if SCALE_ENV.part in parts:
         rows = [[f"`{r['env']}`", f"{r['envs_per_device']:,}", _VARIANT[r["variant"]],
-                 str(r["devices"]), mega(r["env_steps_per_s"]), f"{r['efficiency']:.2f}"]
+                 str(r["devices"]),
+                 rate(r["env_steps_per_s"], r.get("num_agents")
+                      or agents_of(r["env"], params=r.get("params"))),
+                 f"{r['efficiency']:.2f}"]
                 for r in _read_json(root, SCALE_ENV)["results"]]
         lines += ["Envs alone, weak scaling (the same envs per GPU), "
                   "`experiments/bench_scaling.py --part env`: the protocol scan, variants "
                   "alternating in one process; efficiency = rate on D GPUs / (D × one GPU's, "
                   "per-env sums against per-env sums). A mean over all envs returned every "
-                  "step (plain `jit`, `ShardedEnv`) is an all-reduce across GPUs every step:",
+                  "step (plain `jit`, `ShardedEnv`) is an all-reduce across GPUs every step. "
+                  f"GPUs: {devices(root, SCALE_ENV)}, {AGENT_STEPS}:",
                   "",
                   *table(["env", "envs per GPU", "how", "GPUs", "M env-steps/s", "efficiency"],
                          rows), ""]
     if SCALE_TRAIN.part in parts:
         rows = [[f"`{r['config']}`", f"{r['envs_per_device']:,}", str(r["devices"]),
-                 "yes" if r["deterministic"] else "no", kilo_or_mega(r["env_steps_per_s"]),
+                 "yes" if r["deterministic"] else "no",
+                 rate(r["env_steps_per_s"], r.get("num_agents")
+                      or agents_of(r["config"], r["overrides"]), kilo_or_mega),
                  f"{r['efficiency']:.2f}"]
                 for r in _read_json(root, SCALE_TRAIN)["results"]]
         lines += ["Training, weak scaling in one process (`devices=`, envs split, gradients "
-                  "all-reduced):", "",
+                  f"all-reduced), GPUs: {devices(root, SCALE_TRAIN)}; env-steps/s "
+                  f"{AGENT_STEPS}:", "",
                   *table(["config", "envs per GPU", "GPUs", "deterministic", "env-steps/s",
                           "efficiency"], rows), ""]
     return lines + sources_block(root, sources), sources
@@ -1046,7 +1165,12 @@ def render(root: Path = ROOT) -> tuple[str, list[Path]]:
         "`experiments/report.py`; each table names its files with the device, commit and "
         "command they record (files written before result files recorded their commit say "
         "`commit: not recorded`, and the command that makes such a file is given instead). "
-        "M = 10⁶, K = 10³. Why the code is as it is, with the measurements that decided it: "
+        "M = 10⁶, K = 10³, G = 10⁹. An env-step is one step of one env with all its agents, "
+        "an agent-step one agent's step (env-steps × agents per env); throughput is in "
+        "env-steps/s with agent-steps/s beside it where an env has several agents, and each "
+        "table names its device. Peers count differently: PufferLib's steps/s are agent-steps, "
+        "WarpDrive's paper reports env-steps, EnvPool, gymnax and JaxMARL count env-steps. "
+        "Why the code is as it is, with the measurements that decided it: "
         "[`decisions.md`](decisions.md).",
         "",
     ]

@@ -199,3 +199,100 @@ def test_cite_marks_a_dirty_tree_and_quotes_backticks(tmp_path):
     line = report.cite(tmp_path, report.Source("d.json", "bash run.sh"))
     assert "commit: 0123abc+dirty · " in line
     assert line.endswith("command: `` bash run.sh (each `python b.py` in turn) ``")
+
+
+# --- units: env-steps/s with agent-steps/s, and the device (issue 40) -------
+
+def _tables(page: str):
+    """(section title, text before the table, header cells, rows of cells) per table."""
+    for sec in re.split(r"^#{2,3} ", page, flags=re.M)[1:]:
+        lines = sec.splitlines()
+        i = start = 1  # the text since the title or the table before
+        while i < len(lines):
+            if lines[i].startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+                before = "\n".join(lines[start:i])
+                j = i + 2
+                while j < len(lines) and lines[j].startswith("|"):
+                    j += 1
+                cells = [[c.strip() for c in row.strip("|").split(" | ")] for row in lines[i:j]]
+                yield lines[0], before, cells[0], cells[2:]
+                i = start = j
+            else:
+                i += 1
+
+
+def test_throughput_tables_give_agent_steps_and_name_the_device():
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    throughput = 0
+    for title, before, header, rows in _tables(page):
+        if "env-steps/s" not in before + " ".join(header):
+            continue
+        throughput += 1
+        assert "agent-steps/s" in before + " ".join(header), f"'{title}': no agent-steps/s"
+        assert re.search(r"NVIDIA|CPU|cores", before), f"'{title}': the text names no device"
+        # Where the table gives the agents per env, every row of more than one agent
+        # carries agent-steps/s.
+        col = next((k for k, h in enumerate(header) if h in ("agents", "envs × agents")), None)
+        for row in rows if col is not None else []:
+            agents = int(row[col].split("×")[-1].replace(",", ""))
+            assert (agents > 1) == ("agent-steps/s" in " ".join(row)), (title, row)
+    assert throughput >= 15, throughput
+    # The peers' units are named where their figures are compared.
+    assert "2.9 M env-steps/s (its figure counts env-steps: 2.9G agent-steps/s)" in page
+    assert "PufferLib's steps/s are agent-steps" in page
+
+
+def test_rate_cells_use_jaxwarp_units():
+    report = _report()
+    assert report.rate(18.8e6, 110) == "18.8 (2.07G agent-steps/s)"
+    assert report.rate(3.3e6, 1) == report.mega(3.3e6) == "3.30"  # one agent: the same figure
+    assert report.rate(410e3, None, report.kilo_or_mega, also="rollout 43%") == "410K (rollout 43%)"
+    assert report.rate(410e3, 110, report.kilo_or_mega, also="rollout 43%") == (
+        "410K (45.1M agent-steps/s; rollout 43%)")
+
+
+def test_agent_counts_of_older_result_files_match_the_configs():
+    # Files written before runs recorded agents_per_env name a config or an env.
+    import jaxwarp
+    from jaxwarp.train import load_config
+
+    report = _report()
+    configs = {p.stem for p in (ROOT / "jaxwarp" / "train" / "configs").glob("*.yaml")}
+    for key, agents in report.AGENTS.items():
+        if key in configs:
+            c = load_config(key)
+            env = jaxwarp.make(c.env, backend="jax", config=c.env_config, **dict(c.env_params))
+        else:
+            name, _, config = key.partition("[")
+            env = jaxwarp.make(name, backend="jax",
+                               **({"config": config.rstrip("]")} if config else {}))
+        assert env.num_agents == agents, key
+    assert report.agents_of("tag_chase", ["num_envs=2000"]) == 110
+    assert report.agents_of("tag_chase", ["env_params.num_runners=5"]) is None
+    assert report.agents_of("tag_continuous", params={"config": "warpdrive_default"}) == 110
+    assert report.agents_of("tag_continuous", params={"num_taggers": 5}) is None
+
+
+def test_the_report_reads_the_clis_summary_line_before_and_since_units():
+    report = _report()
+    old = ("500/500 updates, 1,600,000 env-steps per seed x 1 seed(s); 377,649 env-steps/s "
+           "(compile 18.1 s); final {}")
+    new = ("500/500 updates, 1,600,000 env-steps per seed x 1 seed(s); 378K env-steps/s "
+           "(2.64M agent-steps/s) on NVIDIA H100 80GB HBM3 (compile 18.1 s); final {}")
+    a, b = report._run_line(old), report._run_line(new)
+    assert a["env_steps_per_s"] == 377_649 and b["env_steps_per_s"] == 378_000
+    assert a["updates"] == b["updates"] == 500 and a["compile_s"] == b["compile_s"] == 18.1
+    assert a["env_steps"] == b["env_steps"] == 1_600_000
+
+
+def test_experiments_print_throughput_through_jaxwarp_units():
+    # No script formats env-steps/s by hand: each prints through jaxwarp.units
+    # (rate_text: env-steps/s, agent-steps/s, device) or names agent-steps/s beside.
+    hand = re.compile(r"env_steps_per_s['\"]\]\s*(?:/\s*1e\d)?\s*:[^}]*\}[\sKMG\"f]*"
+                      r"(?:env-steps/s|M/s)")
+    quiet = {"ablation_launch.py": "prints µs per step", "report.py": "writes the page"}
+    for path in sorted((ROOT / "experiments").glob("*.py")):
+        src = path.read_text()
+        assert not hand.findall(src), (path.name, hand.findall(src))
+        if "env_steps_per_s" in src and "print(" in src and path.name not in quiet:
+            assert "rate_text(" in src or "agent-steps/s" in src, path.name
