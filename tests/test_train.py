@@ -519,5 +519,5 @@ def test_sample_minibatches_train_and_refuse_recurrent_models():
                                       "minibatch_layout=samples"])
     with pytest.raises(ConfigError, match=r"minibatch_layout=samples: .*recurrent"):
         build_trainer(base)
-    with pytest.raises(ConfigError, match=r"minibatch_layout.*envs or samples"):
+    with pytest.raises(ConfigError, match=r"minibatch_layout.*auto, envs or samples"):
         load_config("cartpole_ppo", ["minibatch_layout=rows"])

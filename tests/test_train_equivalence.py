@@ -23,7 +23,7 @@ CASES = {
     # PPO: 4 minibatches of shuffled envs x 2 epochs, both Tag groups trained.
     "ppo_minibatches": ("tag_duel_cpu", [*SMALL, "num_envs=16", "num_steps=20",
                                          "total_env_steps=960", "num_minibatches=4",
-                                         "update_epochs=2"]),
+                                         "update_epochs=2", "minibatch_layout=envs"]),
     # A2C: gradients accumulated over 2 chunks of envs (110-agent layout, 20 runners).
     "a2c_chunks": ("tag_warpdrive_default", [*SMALL, "num_envs=8", "num_steps=10",
                                              "total_env_steps=240", "num_minibatches=2",

@@ -95,8 +95,9 @@ class TrainConfig:
     # envs; the only layout for recurrent models, whose minibatches replay sequences);
     # "samples": single steps (env, step pairs) drawn from the whole batch, PureJaxRL's
     # layout, less correlated minibatches where envs are few. Over several devices
-    # "samples" shuffles each device's own steps.
-    minibatch_layout: str = "envs"
+    # "samples" shuffles each device's own steps. "auto": samples unless a group's
+    # model is recurrent (docs/decisions.md: as soon or sooner on every case measured).
+    minibatch_layout: str = "auto"
     anneal_lr: bool = True  # linear learning-rate decay to 0 over the run
     normalize_advantages: bool = True  # per-minibatch advantage normalisation
     normalize_obs: bool = False  # running mean/std observation normalisation per group
@@ -316,7 +317,8 @@ def validate(c: TrainConfig) -> None:
          f"a divisor of num_envs={c.num_envs} (minibatches split the envs)")
     need(c.minibatch_shuffle in ("device", "global"), "minibatch_shuffle", "device or global")
     need(c.critic in ("independent", "centralised"), "critic", "independent or centralised")
-    need(c.minibatch_layout in ("envs", "samples"), "minibatch_layout", "envs or samples")
+    need(c.minibatch_layout in ("auto", "envs", "samples"), "minibatch_layout",
+         "auto, envs or samples")
     need(c.chunk_updates >= 1, "chunk_updates", "an integer >= 1")
     need(c.checkpoint_every >= 1 and c.checkpoint_every % c.chunk_updates == 0,
          "checkpoint_every", f"a positive multiple of chunk_updates={c.chunk_updates}")

@@ -96,11 +96,37 @@ class Layout(NamedTuple):
                             batch)
 
     @jax.named_scope("minibatch")
+    def deal_steps(self, batch: Any, perm: jax.Array) -> Any:
+        """Several devices, one permutation `perm` of all T*envs steps (flattened
+        (step, env)): the batch as [1, T*envs, ...], reordered once per epoch so
+        that device k holds its share perm[i*R + k*R/D : i*R + (k+1)*R/D] of every
+        minibatch i (R = T*size), in minibatch order (an all-gather, as `deal`)."""
+        rows = perm.shape[0] // self.minibatches
+        order = perm.reshape(self.minibatches, self.shards, rows // self.shards)
+        order = order.transpose(1, 0, 2).reshape(-1)
+
+        def one(x: jax.Array) -> jax.Array:
+            flat = x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+            return self.pin(jnp.take(flat, order, axis=0)[None], P(None, "envs"))
+
+        return jax.tree.map(one, batch)
+
+    @jax.named_scope("minibatch")
     def steps(self, src: Any, i: jax.Array, perms: jax.Array) -> Any:
         """Minibatch i of single steps: rows perms[k, i*r:(i+1)*r] of device k's
         steps, flattened (step, env) in [T, envs/D] order (perms: i32[D, T*envs/D],
         r = T*size/D), laid out as [1, T*size, ...] so that the loss reads it
-        like a batch of one step of T*size envs."""
+        like a batch of one step of T*size envs. perms i32[T*envs] (one global
+        permutation): src is `deal_steps`' [1, T*envs, ...] and minibatch i is each
+        device's block i, no exchange."""
+        if perms.ndim == 1:
+            def block(x: jax.Array) -> jax.Array:
+                b = x.reshape(1, self.shards, self.minibatches, -1, *x.shape[2:])
+                mb = jax.lax.dynamic_index_in_dim(b, i, axis=2, keepdims=False)
+                return self.pin(mb.reshape(1, -1, *x.shape[2:]), P(None, "envs"))
+
+            return jax.tree.map(block, src)
+
         def take(x: jax.Array) -> jax.Array:
             t, local = x.shape[0], x.shape[1] // self.shards
             rows = t * self.size // self.shards
@@ -120,8 +146,14 @@ class Layout(NamedTuple):
         envs, so that the batch never moves between devices (docs/sharding.md)."""
         if self.minibatches == 1:
             return None, batch
-        if self.samples:  # one permutation of each device's T x envs/D steps
-            steps = jax.tree.leaves(batch)[0].shape[0] * (self.num_envs // self.shards)
+        if self.samples:
+            t = jax.tree.leaves(batch)[0].shape[0]
+            if self.shards > 1 and global_shuffle:  # one permutation of all T x envs steps,
+                # drawn as one device draws it (the one-device minibatches)
+                perm = jax.random.permutation(jax.random.split(key, 1)[0], t * self.num_envs)
+                return perm, self.deal_steps(batch, perm)
+            # one permutation of each device's T x envs/D steps
+            steps = t * (self.num_envs // self.shards)
             return jax.vmap(lambda kd: jax.random.permutation(kd, steps))(
                 jax.random.split(key, self.shards)), batch
         if self.shards == 1 or global_shuffle:

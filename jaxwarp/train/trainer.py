@@ -141,7 +141,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
     sums = episode_sums(policy, getattr(env, "episode_metrics", None))
     txs = {g: optimiser(c, d, g) for g in groups.ids}
     layout = Layout(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
-                    c.num_envs, pin, samples=c.minibatch_layout == "samples")
+                    c.num_envs, pin, samples=_sample_minibatches(c, policy))
 
     def pin_state(rs: RunnerState) -> RunnerState:
         return rs if mesh is None else jax.lax.with_sharding_constraint(
@@ -265,6 +265,14 @@ def _policy(c: TrainConfig, env: Any, groups: Groups, nets: dict[str, nn.Module]
                           "recurrent model, whose minibatches must be whole env sequences; "
                           "use minibatch_layout=envs")
     return policy
+
+
+def _sample_minibatches(c: TrainConfig, policy: Policy) -> bool:
+    """Whether PPO's minibatches are single steps (``minibatch_layout``; ``auto``:
+    where no group is recurrent) rather than whole env sequences."""
+    if c.minibatch_layout == "auto":
+        return c.algorithm == "ppo" and not policy.recurrent
+    return c.minibatch_layout == "samples"
 
 
 def _critics(c: TrainConfig, env: Any, groups: Groups, nets: Mapping[str, nn.Module]
