@@ -2,10 +2,12 @@
 
 Both updates are pure functions of (parameters, optimiser state, a
 `core.Batch` of [T, envs, agents_in_group, ...] arrays): PPO runs
-``epochs`` x ``minibatches`` Optax steps on disjoint random sets of envs,
+``epochs`` x ``minibatches`` Optax steps on disjoint random minibatches,
 A2C one step on the whole batch with its gradient summed over equal chunks
-of envs. A minibatch is always whole env sequences (all T steps of its
-envs), so a recurrent model can replay each env from its first step.
+of envs. A PPO minibatch is a set of single (step, env) samples
+(`Layout.samples`, feed-forward models) or of whole env sequences (all T
+steps of its envs), so that a recurrent model can replay each env from its
+first step; A2C's chunks are always env sequences.
 """
 
 from __future__ import annotations
@@ -202,7 +204,7 @@ def ppo_update(grad_fn: GradFn, tx: optax.GradientTransformation, params: Any,
                epochs: int, normalize_advantages: bool, global_shuffle: bool
                ) -> tuple[Any, Any, dict[str, jax.Array]]:
     """`epochs` passes over the batch, each `layout.minibatches` Optax steps on
-    disjoint random sets of envs (advantages normalised per minibatch where
+    disjoint random sets of steps or envs (`Layout`; advantages normalised per minibatch where
     asked). Returns (params, opt_state, metrics: means over every step)."""
     def epoch(carry, k):
         perm, dealt = layout.shuffle(batch, k, global_shuffle)
