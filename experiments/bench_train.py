@@ -172,6 +172,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", default=None, help="comma list of case indices (default: all)")
     ap.add_argument("--out", default="experiments/results/bench_train.json")
+    ap.add_argument("--variants", default=None,
+                    help="';'-separated override sets, each run on every case and backend "
+                         "(e.g. 'minibatch_layout=envs;minibatch_layout=samples')")
     ap.add_argument("--nondeterministic", action="store_true",
                     help="compile with deterministic=false (XLA:GPU's faster atomics; the "
                          "cost of determinism: experiments/bench_scaling.py --part train)")
@@ -189,6 +192,9 @@ def main() -> None:
     meta.update(run_meta())  # commit, command, device
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     device = device_name(jax.devices()[:1])
+    if args.variants:
+        cases = [(name, [*overrides, *v.split()], updates) for name, overrides, updates in cases
+                 for v in args.variants.split(";")]
     for name, overrides, updates in cases:
         row = {}
         for backend in backends:
