@@ -43,9 +43,7 @@
 //   JW_HD void observe_part(const Params& p, const State& s, const jaxwarp::Agent& a,
 //                           int part, Put&& put);
 //
-// The state is declared once, in the spec. (A header may still restate it
-// with JAXWARP_STATE(f32, x, agent) lines; they are then checked against the
-// spec.)
+// The state is declared once, in the spec.
 //
 // Per env, the kernels (cuda/jaxwarp_kernels.h) run: reset = every agent's
 // reset(), the team pass before observe, then observe; step = for each phase,
@@ -113,26 +111,4 @@ struct StepResult {
   bool truncated = false;
 };
 
-}  // namespace jaxwarp
-
-// Declares a state field the header uses: dtype f32 | i32 | u32, scope agent | env.
-#define JAXWARP_STATE(dtype, name, scope)                                          \
-  static_assert(::jaxwarp::detail::is_field<decltype(State::name),                 \
-                                            ::jaxwarp::detail::dtype##_t>::value,  \
-                "jaxwarp: state field '" #name "' must be declared " #dtype " in the spec");
-
-namespace jaxwarp {
-namespace detail {
-using f32_t = float;
-using i32_t = int32_t;
-using u32_t = uint32_t;
-template <typename A, typename B>
-struct is_field {
-  static constexpr bool value = false;
-};
-template <typename T>
-struct is_field<T*, T> {
-  static constexpr bool value = true;
-};
-}  // namespace detail
 }  // namespace jaxwarp
