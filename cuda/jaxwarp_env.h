@@ -45,19 +45,38 @@
 //
 // The state is declared once, in the spec.
 //
-// Per env, the kernels (cuda/jaxwarp_kernels.h) run: reset = every agent's
-// reset(), the team pass before observe, then observe; step = for each phase,
-// every agent's step() (all agents finish a phase before the next starts)
-// and the team pass of that phase; then where any agent reported terminated
-// or truncated, every agent's reset() with the step's key (fresh start;
-// state fields that reset() does not write keep their values); then the team
-// pass before observe, and observe. The pass before observe and observe()
-// only read the state (they write scratch and observations): the GPU kernel
-// copies the state out while they run. step(autoreset=False) in Python skips
-// the reset of finished envs (their observations are then the final ones).
-// Before the first reset every state field is zero. Per-env fields are
-// written by agent 0 in reset() and step() (or by the team leader in a team
-// pass).
+// What the kernels keep, not the header (the header reads them, never writes
+// them), for an env whose state has these fields:
+//   timestep        (i32, per env): the step counter. 0 after a reset; it
+//                   advances before the first phase of each step, so step()
+//                   reads the number of the step it runs (1 for an episode's
+//                   first) and observe() the steps taken so far.
+//   episode_return  (f32, per agent): after each step, the agent's return
+//                   of the episode so far, (timestep == 1 ? 0 : return) +
+//                   the step's reward (all phases' r.reward summed). reset()
+//                   leaves it alone: after an episode's last step it holds
+//                   that episode's return until the next step restarts it.
+// and, where the spec names a time_limit param (EnvSpec(time_limit="max_steps")),
+// the time limit: an episode is truncated on the step after which timestep
+// >= p.max_steps. So step() reports only what its rules decide: reward, and
+// terminated (or truncated, for an env whose episode end is one of its rules
+// and whose spec then has no time_limit, as Tag's). jaxwarp.core.finish_step
+// does the same in a pure-JAX reference.
+//
+// Per env, the kernels (cuda/jaxwarp_kernels.h) run: reset = timestep = 0,
+// every agent's reset(), the team pass before observe, then observe; step =
+// timestep += 1, then for each phase, every agent's step() (all agents
+// finish a phase before the next starts) and the team pass of that phase;
+// then the time limit and the returns; then where any agent reported
+// terminated or truncated (or the time is up), timestep = 0 and every
+// agent's reset() with the step's key (fresh start; state fields that
+// reset() does not write keep their values); then the team pass before
+// observe, and observe. The pass before observe and observe() only read the
+// state (they write scratch and observations): the GPU kernel copies the
+// state out while they run. step(autoreset=False) in Python skips the reset
+// of finished envs (their observations are then the final ones). Before the
+// first reset every state field is zero. Per-env fields are written by agent
+// 0 in reset() and step() (or by the team leader in a team pass).
 //
 // On the GPU every agent is a thread (an env's agents share a block, with a
 // barrier between passes), so within one pass (reset(), one phase of step(),
@@ -104,7 +123,9 @@ struct Agent {
   }
 };
 
-// What one agent's step() reports; the env is done if any agent says so.
+// What one agent's step() reports; the env is done if any agent says so (or
+// the kernels' time limit is reached: an env with a time_limit leaves
+// truncated alone).
 struct StepResult {
   float reward = 0.0f;
   bool terminated = false;

@@ -14,6 +14,13 @@
 //     static constexpr unsigned kTeamPassPhases;  // bit p: a team pass after phase p
 //     JW_HD static State bind(int32_t* const* field);  // State from field pointers
 //     JW_HD static void pointers(const State&, int32_t** field);  // and back
+//     // What the kernels keep (detail::advance_step and the others below):
+//     static constexpr bool kCountsSteps;     // the state has `timestep`
+//     static constexpr bool kEpisodeReturns;  // the state has `episode_return`
+//     static constexpr bool kTimeLimit;       // the spec names a time_limit param
+//     JW_HD static int32_t* timestep(const State&);     // (nullptr without)
+//     JW_HD static float* episode_return(const State&);
+//     JW_HD static int32_t time_limit(const Params&);
 //   };
 // and the env header's reset/step and observe or observe_part (and
 // optionally team_pass), found by argument-dependent lookup on Params.
@@ -180,6 +187,45 @@ JW_HD void run_team_pass(const typename E::Params& p, const typename E::State& s
     t.sync();
   }
 }
+
+// What the kernels keep for every env whose state (and spec) has it, so that
+// no env header writes it (cuda/jaxwarp_env.h): the step counter, the time
+// limit and the episode returns. Per-env words (the counter) are written by
+// one thread of the env, agent a's return by the thread that runs agent a.
+
+// A fresh start: timestep 0 (before the agents' reset()).
+template <class E>
+JW_HD void restart_clock(const typename E::State& s) {
+  if constexpr (E::kCountsSteps) E::timestep(s)[0] = 0;
+}
+
+// Before a step's first phase: the counter advances, so that step() reads the
+// number of the step it runs (1 for an episode's first). Returns it.
+template <class E>
+JW_HD int32_t advance_step(const typename E::State& s) {
+  if constexpr (E::kCountsSteps) return E::timestep(s)[0] += 1;
+  else return 0;
+}
+
+// After the phases of step number t: the time limit (the spec's time_limit
+// param) is reached.
+template <class E>
+JW_HD bool time_up(const typename E::Params& p, int32_t t) {
+  if constexpr (E::kTimeLimit) return t >= E::time_limit(p);
+  else return false;
+}
+
+// After the phases of step number t: agent i's return with this step's
+// reward (its rewards of all phases, summed as the reward output is). The
+// first step of an episode restarts it, so after an episode's last step it
+// holds that episode's return until the next step.
+template <class E>
+JW_HD void add_return(const typename E::State& s, int i, int32_t t, float reward) {
+  if constexpr (E::kEpisodeReturns) {
+    float* ret = E::episode_return(s);
+    ret[i] = (t == 1 ? 0.0f : ret[i]) + reward;
+  }
+}
 }  // namespace detail
 
 // An env defines observe() (a whole row per agent), observe_part() (part of
@@ -309,6 +355,7 @@ void reset_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int wo
   const typename E::State s = state_at<E>(c.base, c.stride, e, worker);
   const Team t{c.n, 0, 1, true, nullptr};
   const Agent proto{env, 0, c.n, k0, k1, 0u};
+  detail::restart_clock<E>(s);
   for (int i = 0; i < c.n; ++i) {
     Agent a = proto;
     a.agent = i;
@@ -327,6 +374,7 @@ void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int wor
   const int n = c.n;
   bool any_term = false, any_trunc = false;
   for (int i = 0; i < n; ++i) c.reward[e * n + i] = 0.0f;
+  const int32_t step_no = detail::advance_step<E>(s);
   for (int phase = 0; phase < E::kStepPhases; ++phase) {
     for (int i = 0; i < n; ++i) {
       Agent a{env, i, n, k0, k1, 1u};
@@ -338,12 +386,16 @@ void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int wor
     }
     if ((E::kTeamPassPhases >> phase) & 1u) detail::run_team_pass<E>(p, s, t, phase);
   }
+  any_trunc = any_trunc || detail::time_up<E>(p, step_no);
+  for (int i = 0; i < n; ++i) detail::add_return<E>(s, i, step_no, c.reward[e * n + i]);
   const bool d = any_term || any_trunc;
-  if (d && c.autoreset)
+  if (d && c.autoreset) {
+    detail::restart_clock<E>(s);
     for (int i = 0; i < n; ++i) {
       Agent a{env, i, n, k0, k1, 0u};
       reset(p, s, a);
     }
+  }
   detail::run_team_pass<E>(p, s, t, kBeforeObserve);
   observe_env<E>(p, s, c, e, Agent{env, 0, n, k0, k1, 0u}, rows);
   c.done[e] = d;
@@ -605,11 +657,13 @@ __device__ inline void reset_kernel_body(const typename E::Params& p, const Call
   const Team t{c.n, w.lane, l.tpe, w.active, jw_smem + kTeamWords * w.le + 2};
   if (Staged) copy_fields<E, true>(c, w, l.tpe, s, g);  // zeros: fields reset() leaves alone
   __syncthreads();
-  if (w.active)
+  if (w.active) {
+    if (w.lane == 0) detail::restart_clock<E>(s);
     for (int i = w.lane; i < c.n; i += l.tpe) {
       Agent a{env, i, c.n, k0, k1, 0u};
       reset(p, s, a);
     }
+  }
   __syncthreads();
   finish_env<E, Staged>(p, s, g, c, l, w, t, jw_smem, Agent{env, 0, c.n, k0, k1, 0u});
 }
@@ -628,6 +682,9 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
   const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
   const Team t{n, w.lane, l.tpe, w.active, flags + 2};
   if (Staged) copy_fields<E, true>(c, w, l.tpe, s, g);
+  // Lane 0 advances the step counter: it copied the per-env words itself
+  // (copy_fields), and its copies have landed.
+  if (w.active && w.lane == 0) detail::advance_step<E>(s);
   // One agent per thread (n <= tpe): its reward stays in a register;
   // otherwise it accumulates in the output buffer.
   const bool one_each = n <= l.tpe;
@@ -635,6 +692,11 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
   if (w.active && !one_each)
     for (int i = w.lane; i < n; i += l.tpe) c.reward[w.e * n + i] = 0.0f;
   __syncthreads();
+  // This step's number, read before the first phase's barrier: lane 0 sets
+  // the counter to 0 again (autoreset) only after the last one.
+  static_assert(E::kStepPhases >= 1, "jaxwarp: kStepPhases must be at least 1");
+  int32_t step_no = 0;
+  if constexpr (E::kCountsSteps) step_no = w.active ? E::timestep(s)[0] : 0;
   for (int phase = 0; phase < E::kStepPhases; ++phase) {
     if (w.active)
       for (int i = w.lane; i < n; i += l.tpe) {
@@ -649,15 +711,23 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
     __syncthreads();
     if ((E::kTeamPassPhases >> phase) & 1u) detail::run_team_pass<E>(p, s, t, phase);
   }
-  if (w.active && one_each && w.lane < n) c.reward[w.e * n + w.lane] = my_reward;
+  if (w.active && one_each && w.lane < n) {
+    c.reward[w.e * n + w.lane] = my_reward;
+    detail::add_return<E>(s, w.lane, step_no, my_reward);
+  }
+  if (w.active && !one_each)  // the rewards this thread summed into the output
+    for (int i = w.lane; i < n; i += l.tpe)
+      detail::add_return<E>(s, i, step_no, c.reward[w.e * n + i]);
   const bool any_term = w.active && flags[0] != 0;
-  const bool any_trunc = w.active && flags[1] != 0;
+  const bool any_trunc = w.active && (flags[1] != 0 || detail::time_up<E>(p, step_no));
   const bool d = any_term || any_trunc;
-  if (d && c.autoreset)
+  if (d && c.autoreset) {
+    if (w.lane == 0) detail::restart_clock<E>(s);
     for (int i = w.lane; i < n; i += l.tpe) {
       Agent a{env, i, n, k0, k1, 0u};
       reset(p, s, a);
     }
+  }
   __syncthreads();
   finish_env<E, Staged>(p, s, g, c, l, w, t, jw_smem, Agent{env, 0, n, k0, k1, 0u});
   if (w.active && w.lane == 0) {
@@ -701,6 +771,7 @@ __device__ inline void solo_step_kernel_body(const typename E::Params& p, const 
   float reward = 0.0f;
   bool any_term = false, any_trunc = false;
   if (w.active) {
+    const int32_t step_no = detail::advance_step<E>(s);
     const Agent a{env, 0, 1, k0, k1, 1u};
     for (int phase = 0; phase < E::kStepPhases; ++phase) {
       StepResult res;
@@ -709,10 +780,15 @@ __device__ inline void solo_step_kernel_body(const typename E::Params& p, const 
       any_term = any_term || res.terminated;
       any_trunc = any_trunc || res.truncated;
     }
+    any_trunc = any_trunc || detail::time_up<E>(p, step_no);
+    detail::add_return<E>(s, 0, step_no, reward);
   }
   const bool d = any_term || any_trunc;
   const Agent a0{env, 0, 1, k0, k1, 0u};
-  if (d && c.autoreset) reset(p, s, a0);
+  if (d && c.autoreset) {
+    detail::restart_clock<E>(s);
+    reset(p, s, a0);
+  }
   if (w.active) {
     JW_UNROLL
     for (int f = 0; f < E::kFields; ++f) g[f][0] = word[f];

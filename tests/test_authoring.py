@@ -118,9 +118,64 @@ def test_spec_fields_are_read_from_the_state_dataclass():
 def test_field_used_by_the_header_but_not_in_the_spec_is_a_compile_error(cache):
     """Declared once, in the spec: a header that uses a field the spec lacks
     fails to compile, with the field's name and the header's line first."""
-    spec = dataclasses.replace(CARTPOLE, state_type=_state_without("episode_return"))
-    with pytest.raises(EnvBuildError, match=r"(?s)my_cartpole\.h:\d+.*episode_return"):
+    spec = dataclasses.replace(CARTPOLE, state_type=_state_without("theta_dot"))
+    with pytest.raises(EnvBuildError, match=r"(?s)my_cartpole\.h:\d+.*theta_dot"):
         build_env(spec, backend="cpu", header=header_copy(cache.parent))
+
+
+def _state_of(fields: list[tuple[str, str, str]]) -> type:
+    """A state dataclass with these (name, dtype, scope) fields."""
+    from flax import struct
+
+    from jaxwarp.authoring import state_field
+
+    return struct.dataclass(type("OtherState", (), {
+        "__annotations__": {n: jax.Array for n, _, _ in fields},
+        **{n: state_field(d, sc) for n, d, sc in fields}}))
+
+
+CARTPOLE_FIELDS = [(f.name, f.dtype, f.scope) for f in CARTPOLE.fields]
+BARE = [f for f in CARTPOLE_FIELDS if f[0] not in ("timestep", "episode_return")]
+
+
+def test_kept_fields_and_time_limit_are_checked():
+    """timestep, episode_return and the time limit are kept by the kernels:
+    a spec that declares them otherwise is refused, naming what to write."""
+    def redeclared(name, dtype, scope):
+        return _state_of([(n, dtype, scope) if n == name else (n, d, sc)
+                          for n, d, sc in CARTPOLE_FIELDS])
+
+    with pytest.raises(EnvBuildError, match=r"'timestep' is kept by the kernels.*'i32', 'env'"):
+        dataclasses.replace(CARTPOLE, state_type=redeclared("timestep", "i32", "agent"))
+    with pytest.raises(EnvBuildError, match=r"'episode_return' is kept.*'f32', 'agent'"):
+        dataclasses.replace(CARTPOLE, state_type=redeclared("episode_return", "i32", "agent"))
+    with pytest.raises(EnvBuildError, match=r"episode_return.*needs the step counter"):
+        dataclasses.replace(CARTPOLE, state_type=_state_of(BARE + [CARTPOLE_FIELDS[-1]]))
+    with pytest.raises(EnvBuildError, match=r"time_limit='max_steps'.*needs timestep"):
+        dataclasses.replace(CARTPOLE, state_type=_state_of(BARE))
+    with pytest.raises(EnvBuildError, match=r"time_limit must be the name of a kernel param"):
+        dataclasses.replace(CARTPOLE, time_limit=500)
+    for bad, match in (("max_stpes", r"'max_stpes' is not a kernel param"),
+                       ("tau", r"'tau' must name an int kernel param")):
+        with pytest.raises(EnvBuildError, match=match):
+            authoring.generate_source(dataclasses.replace(CARTPOLE, time_limit=bad),
+                                      Path(CARTPOLE.header), "cpu")
+
+
+def test_env_without_kept_fields_or_time_limit(cache):
+    """A state without timestep and episode_return, a spec without
+    time_limit: the kernels keep nothing and never truncate."""
+    spec = dataclasses.replace(CARTPOLE, name="bare_cartpole", state_type=_state_of(BARE),
+                               time_limit=None, header=header_copy(cache.parent))
+    text = authoring.generate_source(spec, Path(spec.header), "cpu")
+    assert "kCountsSteps = false" in text and "kTimeLimit = false" in text
+    env = build_env(spec, CARTPOLE.params_type(max_steps=2), backend="cpu")
+    obs, state = env.reset(jax.random.PRNGKey(0), 8)
+    push = jnp.ones((8, 1, 1), jnp.int32)
+    for t in range(4):  # past max_steps: no time limit
+        obs, state, r, d, info = env.step(jax.random.PRNGKey(t), state, push)
+        assert not bool(info["truncated"].any()) and "episode_return" not in info
+        np.testing.assert_array_equal(r, 1.0)
 
 
 def test_compile_error_points_at_the_user_file_and_line(cache):

@@ -17,7 +17,6 @@ JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   s.theta2[i] = a.uniform(1, -0.1f, 0.1f);
   s.dtheta1[i] = a.uniform(2, -0.1f, 0.1f);
   s.dtheta2[i] = a.uniform(3, -0.1f, 0.1f);
-  s.timestep[0] = 0;
 }
 
 // Constants of Gymnasium's `_dsdt`, folded in double as the reference does in
@@ -116,14 +115,8 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   float s1_unused, c1, s12_unused, c12;
   jaxwarp::sincos_fixed(theta1, &s1_unused, &c1);
   jaxwarp::sincos_fixed(theta2 + theta1, &s12_unused, &c12);
-  const int t = s.timestep[0] + 1;
-  s.timestep[0] = t;
   r.terminated = -c1 - c12 > 1.0f;
   r.reward = r.terminated ? 0.0f : -1.0f;
-  r.truncated = t >= p.max_steps;
-  // Return of the episode so far; after its last step it holds the final
-  // return until the next step (the first of a new episode) restarts it.
-  s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + r.reward;
 }
 
 JW_HD void observe(const Params&, const State& s, const jaxwarp::Agent& a, float* obs) {

@@ -15,7 +15,6 @@ JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   s.x_dot[i] = a.uniform(1, -0.05f, 0.05f);
   s.theta[i] = a.uniform(2, -0.05f, 0.05f);
   s.theta_dot[i] = a.uniform(3, -0.05f, 0.05f);
-  s.timestep[0] = 0;
 }
 
 JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const int32_t* action,
@@ -40,15 +39,9 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   s.x_dot[i] = x_dot;
   s.theta[i] = theta;
   s.theta_dot[i] = theta_dot;
-  const int t = s.timestep[0] + 1;
-  s.timestep[0] = t;
   r.reward = 1.0f;
   r.terminated = x < -p.x_threshold || x > p.x_threshold ||
                  theta < -p.theta_threshold_radians || theta > p.theta_threshold_radians;
-  r.truncated = t >= p.max_steps;
-  // Return of the episode so far; after its last step it holds the final
-  // return until the next step (the first of a new episode) restarts it.
-  s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + r.reward;
 }
 
 JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs) {

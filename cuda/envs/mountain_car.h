@@ -13,7 +13,6 @@ JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   const int i = a.agent;
   s.position[i] = a.uniform(0, -0.6f, -0.4f);
   s.velocity[i] = 0.0f;
-  s.timestep[0] = 0;
 }
 
 JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const int32_t* action,
@@ -31,14 +30,8 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   if (position == lo && velocity < 0.0f) velocity = 0.0f;
   s.position[i] = position;
   s.velocity[i] = velocity;
-  const int t = s.timestep[0] + 1;
-  s.timestep[0] = t;
   r.reward = -1.0f;
   r.terminated = position >= p.goal_position && velocity >= p.goal_velocity;
-  r.truncated = t >= p.max_steps;
-  // Return of the episode so far; after its last step it holds the final
-  // return until the next step (the first of a new episode) restarts it.
-  s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + r.reward;
 }
 
 JW_HD void observe(const Params&, const State& s, const jaxwarp::Agent& a, float* obs) {

@@ -10,8 +10,9 @@
 #pragma once
 
 // 0: forces from the old positions; 1: integrate; 2: rewards on the new
-// positions; 3: agent 0 advances the step counter (read by all in phase 2).
-constexpr int kStepPhases = 4;
+// positions. The kernels keep the step counter, the returns and the time
+// limit (the spec's time_limit, max_episode_steps).
+constexpr int kStepPhases = 3;
 
 // JaxMARL's soft contact: contact_margin * logaddexp(0, -(dist - dist_min) / margin),
 // with jax.numpy's logaddexp: max(0, z) + log1p(exp(-|z|)).
@@ -31,7 +32,6 @@ JW_HD void reset(const Params& p, const State& s, const jaxwarp::Agent& a) {
   s.lm_y[i] = lm ? a.uniform(3, -1.0f, 1.0f) : 0.0f;
   s.force_x[i] = 0.0f;
   s.force_y[i] = 0.0f;
-  if (i == 0) s.timestep[0] = 0;
 }
 
 JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const int32_t* action,
@@ -69,7 +69,7 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
     s.y[i] = fmaf(s.vy[i], p.dt, s.y[i]);
     s.vx[i] = fmaf(s.vx[i], keep, s.force_x[i] / p.mass * p.dt);
     s.vy[i] = fmaf(s.vy[i], keep, s.force_y[i] / p.mass * p.dt);
-  } else if (phase == 2) {
+  } else {
     const float dist_min = p.agent_size + p.agent_size;
     int collisions = 0;
     for (int j = 0; j < n; ++j) {
@@ -90,13 +90,6 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
       shared += -nearest;
     }
     r.reward = static_cast<float>(-collisions) * p.local_ratio + shared * (1.0f - p.local_ratio);
-    const int t = s.timestep[0] + 1;
-    s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + r.reward;
-    // JaxMARL: done = step >= max_steps, on the step count *before* this step,
-    // so an episode has max_steps + 1 steps.
-    r.truncated = s.timestep[0] >= p.max_steps;
-  } else if (i == 0) {
-    s.timestep[0] += 1;
   }
 }
 

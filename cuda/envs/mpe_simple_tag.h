@@ -14,8 +14,9 @@
 #pragma once
 
 // 0: forces from the old positions; 1: integrate; 2: rewards on the new
-// positions; 3: agent 0 advances the step counter (read by all in phase 2).
-constexpr int kStepPhases = 4;
+// positions. The kernels keep the step counter, the returns and the time
+// limit (the spec's time_limit, max_episode_steps).
+constexpr int kStepPhases = 3;
 
 // JaxMARL's soft contact: contact_margin * logaddexp(0, -(dist - dist_min) / margin),
 // with jax.numpy's logaddexp: max(0, z) + log1p(exp(-|z|)).
@@ -35,7 +36,6 @@ JW_HD void reset(const Params& p, const State& s, const jaxwarp::Agent& a) {
   s.lm_y[i] = lm ? a.uniform(3, -1.0f, 1.0f) : 0.0f;
   s.force_x[i] = 0.0f;
   s.force_y[i] = 0.0f;
-  if (i == 0) s.timestep[0] = 0;
 }
 
 JW_HD float tag_size(const Params& p, int i) {
@@ -93,7 +93,7 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
     }
     s.vx[i] = vx;
     s.vy[i] = vy;
-  } else if (phase == 2) {
+  } else {
     // hit(g, b): good agent g touches adversary b. A good agent counts its
     // own row (mpe2; JaxMARL's clamped index gives every good agent the last
     // good agent's row), an adversary every contact.
@@ -116,12 +116,6 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
       r.reward = static_cast<float>(-10 * mine) - (tag_bound(fabsf(s.x[i])) +
                                                    tag_bound(fabsf(s.y[i])));
     }
-    const int t = s.timestep[0] + 1;
-    s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + r.reward;
-    // JaxMARL: done = step >= max_steps before this step (max_steps + 1 steps).
-    r.truncated = s.timestep[0] >= p.max_steps;
-  } else if (i == 0) {
-    s.timestep[0] += 1;
   }
 }
 

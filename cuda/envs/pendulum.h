@@ -15,7 +15,6 @@ JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   const int i = a.agent;
   s.theta[i] = a.uniform(0, -3.14159265358979323846f, 3.14159265358979323846f);
   s.theta_dot[i] = a.uniform(1, -1.0f, 1.0f);
-  s.timestep[0] = 0;
 }
 
 // numpy.linspace(-max_torque, max_torque, n)[i] in double (i * step + start,
@@ -64,14 +63,8 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   const float newth = fmaf(newthdot, dt, th);
   s.theta[i] = newth;
   s.theta_dot[i] = newthdot;
-  const int t = s.timestep[0] + 1;
-  s.timestep[0] = t;
   r.reward = -costs;
   r.terminated = false;
-  r.truncated = t >= p.max_steps;
-  // Return of the episode so far; after its last step it holds the final
-  // return until the next step (the first of a new episode) restarts it.
-  s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + r.reward;
 }
 
 JW_HD void observe(const Params&, const State& s, const jaxwarp::Agent& a, float* obs) {

@@ -6,12 +6,14 @@
 // the two agree bit for bit.
 //
 // Step phases (a barrier after each, no team passes between them):
-//   0  move (taggers also clear their tag counters; agent 0 advances the
-//      step counter);
+//   0  move (taggers also clear their tag counters);
 //   1  each runner in the game finds its nearest tagger (tagged_by[i]) and
 //      counts itself in that tagger's tags and, leaving the game, in the
 //      runners left (integer atomics);
-//   2  rewards, returns, next still_in_game, done.
+//   2  rewards, next still_in_game, done.
+// The kernels keep the step counter (advanced before phase 0) and the
+// returns. The spec has no time_limit: the episode end is one of the rules
+// (truncated on exactly the last step, and only if some runner is left).
 // Observations show the game after the move and before this step's tags
 // (scratch `seen`: still_in_game before tagging, 1 after a reset).
 // Before observe(), a team pass finds every agent's k nearest visible others
@@ -22,8 +24,8 @@
 
 constexpr int kStepPhases = 3;
 // The team pass runs only before observe(): phase 1 counts tags with
-// atomics itself and agent 0 advances the step counter in phase 0, which
-// saves a pass over the agents and three barriers per step.
+// atomics itself, which saves a pass over the agents and three barriers per
+// step.
 constexpr unsigned kTeamPassPhases = 0;
 constexpr int kFeatures = 7;          // per observed agent
 constexpr float kTwoPi = 6.28318548202514648f;  // float32(2 pi)
@@ -58,12 +60,7 @@ JW_HD void reset(const Params& p, const State& s, const jaxwarp::Agent& a) {
   s.acceleration[i] = 0.0f;
   s.still_in_game[i] = 1;
   s.seen[i] = 1;
-  if (i == 0) {
-    s.timestep[0] = 0;
-    s.num_runners_left[0] = p.num_agents - p.num_taggers;
-  }
-  // episode_return is left alone: after a step that ends an episode it holds
-  // that episode's return (zero before the first reset).
+  if (i == 0) s.num_runners_left[0] = p.num_agents - p.num_taggers;
 }
 
 JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const int32_t* action,
@@ -103,7 +100,6 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
     s.tagged_by[i] = -1;
     s.tags[i] = 0;
     s.seen[i] = still ? 1 : 0;  // observations use the game before this step's tags
-    if (i == 0) s.timestep[0] += 1;  // read in phase 2 (no agent reads it in phases 0, 1)
   } else if (phase == 1) {
     // Each runner still in the game finds its nearest tagger (ties: lower id).
     if (tagger || !s.still_in_game[i]) return;
@@ -125,9 +121,8 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
       if (p.exit_after_tag) jaxwarp::atomic_add(&s.num_runners_left[0], -1);
     }
   } else {
-    // Rewards, returns, next still_in_game; every agent reports the end.
-    const int32_t t = s.timestep[0];  // advanced in phase 0
-    const bool last_step = t == p.episode_length;
+    // Rewards, next still_in_game; every agent reports the end.
+    const bool last_step = s.timestep[0] == p.episode_length;
     const bool all_tagged = s.num_runners_left[0] == 0;
     const bool was_still = s.still_in_game[i] != 0;
     const bool tagged = !tagger && s.tagged_by[i] >= 0;
@@ -140,7 +135,6 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
       if (still_after && last_step) rew = rew + p.end_reward;
     }
     r.reward = rew;
-    s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + rew;
     s.still_in_game[i] = still_after ? 1 : 0;
     r.terminated = all_tagged;
     r.truncated = last_step && !all_tagged;

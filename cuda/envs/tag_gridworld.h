@@ -10,7 +10,8 @@
 // every tagger then earns `tag_reward_for_tagger`, the runner loses
 // `tag_penalty_for_runner`, and the episode ends (terminated). Otherwise
 // taggers pay `step_cost_for_tagger` and the runner earns it. The episode is
-// truncated after `episode_length` steps.
+// truncated after `episode_length` steps (the spec's time_limit: the kernels
+// keep the step counter, the time limit and the returns).
 //
 // Dynamics are integer-only; rewards are one float sum per agent, in
 // WarpDrive's order (wall penalty, then the tag term).
@@ -38,7 +39,6 @@ JW_HD void reset(const Params& p, const State& s, const jaxwarp::Agent& a) {
     s.x[i] = 0;
     s.y[i] = 0;
   }
-  if (i == 0) s.timestep[0] = 0;
 }
 
 JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const int32_t* action,
@@ -74,20 +74,13 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
       for (int j = 0; j < p.num_taggers; ++j)
         tagged |= (s.x[j] == s.x[runner] && s.y[j] == s.y[runner]) ? 1 : 0;
       s.tagged[0] = tagged;
-      const int32_t t = s.timestep[0] + 1;
-      s.timestep[0] = t;
       r.terminated = tagged != 0;
-      r.truncated = t >= p.episode_length;
     }
   } else {
     const bool tagged = s.tagged[0] != 0;
     const float term = i < runner ? (tagged ? p.tag_reward_for_tagger : -p.step_cost_for_tagger)
                                   : (tagged ? -p.tag_penalty_for_runner : p.step_cost_for_tagger);
-    const float reward = (s.wall_hit[i] ? -p.wall_hit_penalty : 0.0f) + term;
-    r.reward = reward;
-    // Return of the episode so far; after its last step it holds the final
-    // return until the next step (the first of a new episode) restarts it.
-    s.episode_return[i] = (s.timestep[0] == 1 ? 0.0f : s.episode_return[i]) + reward;
+    r.reward = (s.wall_hit[i] ? -p.wall_hit_penalty : 0.0f) + term;
   }
 }
 

@@ -4,7 +4,8 @@
 // agent moves by `step_size` in one of 4 directions (or stays); its reward is
 // minus its distance to the goal, plus `bonus` once it is within `radius`
 // (it then stays there). The episode ends when every agent is home
-// (terminated) or after `max_steps` (truncated).
+// (terminated) or after `max_steps` (truncated: the spec's time_limit, which
+// the kernels check, as they keep timestep and episode_return).
 //
 // Params and State are generated from the spec in goal_reach.py
 // (GoalReachParams, GoalReachState) before this header is included.
@@ -20,7 +21,6 @@ JW_HD void reset(const Params&, const State& s, const jaxwarp::Agent& a) {
   if (i == 0) {  // per-env fields: agent 0 writes them
     s.goal_x[0] = a.uniform(2);
     s.goal_y[0] = a.uniform(3);
-    s.timestep[0] = 0;
   }
 }
 
@@ -42,15 +42,10 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
     const bool arrived = !s.home[i] && dist < p.radius;
     if (arrived) s.home[i] = 1;
     r.reward = -dist + (arrived ? p.bonus : 0.0f);
-    // Every agent reads timestep in phase 0; it is advanced in phase 1.
-    const int t = s.timestep[0] + 1;
-    s.episode_return[i] = (t == 1 ? 0.0f : s.episode_return[i]) + r.reward;
-    r.truncated = t >= p.max_steps;
   } else if (i == 0) {  // phase 1: all agents have moved
     bool all_home = true;
     for (int j = 0; j < a.num_agents; ++j) all_home = all_home && s.home[j];
     r.terminated = all_home;
-    s.timestep[0] += 1;
   }
 }
 

@@ -18,6 +18,7 @@ The code blocks of docs/custom_env.md are excerpts of this file
 """
 
 import dataclasses
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -27,7 +28,7 @@ from flax import struct
 
 import jaxwarp
 from jaxwarp.authoring import EnvSpec, agent_uniform, state_field
-from jaxwarp.core import auto_reset
+from jaxwarp.core import finish_step
 from jaxwarp.render import BLUE, GREEN
 
 F32 = np.float32
@@ -81,7 +82,7 @@ def reference_reset(p, key_data, num_envs):
     return observe(p, s), s
 
 
-def reference_step(p, key_data, s, actions):
+def reference_step(p, key_data, s, actions, autoreset=True):
     m = actions[..., 0]
     home = s.home == 1
     h = F32(p.step_size)
@@ -93,20 +94,14 @@ def reference_step(p, key_data, s, actions):
     dist = jnp.sqrt(ex * ex + ey * ey)  # the kernel: sqrtf(fmaf(ex, ex, ey * ey))
     arrived = ~home & (dist < F32(p.radius))
     reward = -dist + jnp.where(arrived, F32(p.bonus), F32(0))
-    t = s.timestep + 1
-    episode_return = jnp.where((t == 1)[:, None], F32(0), s.episode_return) + reward
     terminated = jnp.all(home | arrived, axis=1)
-    truncated = t >= p.max_steps
-    done = terminated | truncated
-    # Auto-reset, as the kernels do it: every field reset() writes is taken from
-    # a fresh start (drawn with this step's key) where done; the others
-    # (episode_return) keep the stepped value.
-    stepped = dict(x=x, y=y, home=(home | arrived).astype(jnp.int32), goal_x=s.goal_x,
-                   goal_y=s.goal_y, timestep=t)
-    fresh = dict(_fresh(p, key_data, s.x.shape[0]), timestep=jnp.zeros_like(t))
-    new = GoalReachState(**auto_reset(done, fresh, stepped), episode_return=episode_return)
-    info = {"terminated": terminated, "truncated": truncated}
-    return observe(p, new), new, reward, done, info
+    moved = dict(x=x, y=y, home=(home | arrived).astype(jnp.int32), goal_x=s.goal_x,
+                 goal_y=s.goal_y)
+    # What the kernels keep, as they do it: the step counter, the time limit,
+    # the returns, and the auto-reset (the fields of `moved` taken from a fresh
+    # start, drawn with this step's key, where the env is done).
+    return finish_step(s, moved, _fresh(p, key_data, s.x.shape[0]), reward, terminated,
+                       p.max_steps, partial(observe, p), autoreset)
 
 
 def render_view(p):
@@ -128,6 +123,7 @@ SPEC = EnvSpec(
     nvec=lambda p: (5,),
     reference_reset=reference_reset,
     reference_step=reference_step,
+    time_limit="max_steps",  # the kernels truncate episodes after max_steps steps
     render_view=render_view,  # optional hooks: jaxwarp render, the adapters' render()
     render_draw=render_draw,
     render_fps=10,

@@ -35,6 +35,13 @@ struct Env {
   static constexpr int kStateFields = 4;
   static constexpr int kStepPhases = jaxwarp_env_mountain_car::kStepPhases;
   static constexpr unsigned kTeamPassPhases = jaxwarp_env_mountain_car::kTeamPassPhases;
+  // Kept by the kernel template (cuda/jaxwarp_kernels.h), not by the header:
+  static constexpr bool kCountsSteps = true;
+  static constexpr bool kEpisodeReturns = true;
+  static constexpr bool kTimeLimit = true;
+  JW_HD static int32_t* timestep(const State& s) { return s.timestep; }
+  JW_HD static float* episode_return(const State& s) { return s.episode_return; }
+  JW_HD static int32_t time_limit(const Params& p) { return p.max_steps; }
   JW_HD static State bind(int32_t* const* f) {
     return State{reinterpret_cast<float*>(f[0]),
       reinterpret_cast<float*>(f[1]),

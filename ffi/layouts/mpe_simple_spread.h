@@ -14,7 +14,7 @@ struct Params {
   int32_t num_agents;
   int32_t num_landmarks;
   float local_ratio;
-  int32_t max_steps;
+  int32_t max_episode_steps;
   float dt;
   float damping;
   float contact_force;
@@ -44,6 +44,13 @@ struct Env {
   static constexpr int kStateFields = 10;
   static constexpr int kStepPhases = jaxwarp_env_mpe_simple_spread::kStepPhases;
   static constexpr unsigned kTeamPassPhases = jaxwarp_env_mpe_simple_spread::kTeamPassPhases;
+  // Kept by the kernel template (cuda/jaxwarp_kernels.h), not by the header:
+  static constexpr bool kCountsSteps = true;
+  static constexpr bool kEpisodeReturns = true;
+  static constexpr bool kTimeLimit = true;
+  JW_HD static int32_t* timestep(const State& s) { return s.timestep; }
+  JW_HD static float* episode_return(const State& s) { return s.episode_return; }
+  JW_HD static int32_t time_limit(const Params& p) { return p.max_episode_steps; }
   JW_HD static State bind(int32_t* const* f) {
     return State{reinterpret_cast<float*>(f[0]),
       reinterpret_cast<float*>(f[1]),

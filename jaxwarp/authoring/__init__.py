@@ -42,16 +42,16 @@ from jaxwarp.authoring.build import (CXX_FLAGS, NVCC_FLAGS, cache_dir, compile_c
 from jaxwarp.authoring.codegen import (API_DIR, API_HEADERS, FFI_DIR, FFI_SOURCE, FFI_SOURCES,
                                        LAYOUT_NAME, generate_source, generated_source)
 from jaxwarp.authoring.env import ContractEnv, build_env, env_class, reference_takes_autoreset
-from jaxwarp.authoring.spec import (DTYPES, EnvBuildError, EnvSpec, ParamArray, ScratchField,
-                                    StateField, agent_uniform, check_params_id, fields_of,
-                                    grid_scratch, grid_side, kernel_param_values, pack_params,
-                                    params_id, per_env_words, state_field, static_param_names,
-                                    tag_state, tagged_state_type)
+from jaxwarp.authoring.spec import (DTYPES, KEPT_FIELDS, EnvBuildError, EnvSpec, ParamArray,
+                                    ScratchField, StateField, agent_uniform, check_params_id,
+                                    fields_of, grid_scratch, grid_side, kernel_param_values,
+                                    pack_params, params_id, per_env_words, state_field,
+                                    static_param_names, tag_state, tagged_state_type)
 
 __all__ = [
     "API_DIR", "API_HEADERS", "CXX_FLAGS", "DTYPES", "FFI_DIR", "FFI_SOURCE", "FFI_SOURCES",
-    "LAYOUT_NAME", "NVCC_FLAGS", "ContractEnv", "EnvBuildError", "EnvSpec", "ParamArray",
-    "ScratchField", "StateField", "agent_uniform", "build_env", "cache_dir",
+    "KEPT_FIELDS", "LAYOUT_NAME", "NVCC_FLAGS", "ContractEnv", "EnvBuildError", "EnvSpec",
+    "ParamArray", "ScratchField", "StateField", "agent_uniform", "build_env", "cache_dir",
     "check_params_id", "compile_command", "compile_library", "compiler_id", "env_class",
     "fields_of", "find_cxx", "find_nvcc", "generate_source", "generated_source", "gpu_arch",
     "grid_scratch", "grid_side", "kernel_param_values", "launch_layout", "pack_params",

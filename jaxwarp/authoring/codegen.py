@@ -63,6 +63,38 @@ def _param_decls(values: dict[str, Any], static: tuple[str, ...] = ()) -> list[s
     return decls
 
 
+def _kept(spec: EnvSpec, values: dict[str, Any]) -> str:
+    """The Env traits members through which the kernel template keeps the
+    step counter, the episode returns and the time limit (or, where the spec
+    has none, says so)."""
+    names = {f.name for f in spec.fields}
+    limit = spec.time_limit
+    if limit is not None:
+        v = values.get(limit)
+        if v is None:
+            raise EnvBuildError(f"{spec.name}: time_limit={limit!r} is not a kernel param "
+                                f"({sorted(values)}); name the int param that holds the "
+                                "episode length in steps, or set time_limit=None")
+        if isinstance(v, ParamArray) or np.asarray(v).dtype != np.int32:
+            raise EnvBuildError(f"{spec.name}: time_limit={limit!r} must name an int kernel "
+                                f"param (int32); got {type(v).__name__}")
+    steps, returns = "timestep" in names, "episode_return" in names
+    flag = {True: "true", False: "false"}
+    lines = [
+        "  // Kept by the kernel template (cuda/jaxwarp_kernels.h), not by the header:",
+        f"  static constexpr bool kCountsSteps = {flag[steps]};",
+        f"  static constexpr bool kEpisodeReturns = {flag[returns]};",
+        f"  static constexpr bool kTimeLimit = {flag[limit is not None]};",
+        "  JW_HD static int32_t* timestep(const State& s) { return s.timestep; }" if steps
+        else "  JW_HD static int32_t* timestep(const State&) { return nullptr; }",
+        "  JW_HD static float* episode_return(const State& s) { return s.episode_return; }"
+        if returns else "  JW_HD static float* episode_return(const State&) { return nullptr; }",
+        f"  JW_HD static int32_t time_limit(const Params& p) {{ return p.{limit}; }}"
+        if limit is not None else "  JW_HD static int32_t time_limit(const Params&) { return 0; }",
+    ]
+    return "\n".join(lines)
+
+
 def generate_source(spec: EnvSpec, header_path: Path, platform: str, params: Any = None) -> str:
     """The env's layout header, the env-specific part of its FFI library: the
     Params and State structs, the traits struct `Env` (inside namespace
@@ -88,6 +120,7 @@ def generate_source(spec: EnvSpec, header_path: Path, platform: str, params: Any
                             f"layout ({LAYOUT_NAME}); rename it")
     values = kernel_param_values(spec, params if params is not None else spec.params_type())
     decls = _param_decls(values, static_param_names(spec, values))
+    kept = _kept(spec, values)
     fields = [*spec.fields, *spec.scratch]
     ctype = {k: v[0] for k, v in DTYPES.items()}
     members = "\n".join(f"  {ctype[f.dtype]}* {f.name};" for f in fields)
@@ -123,6 +156,7 @@ struct Env {{
   static constexpr int kStateFields = {len(spec.fields)};
   static constexpr int kStepPhases = {ns}::kStepPhases;
   static constexpr unsigned kTeamPassPhases = {ns}::kTeamPassPhases;
+{kept}
   JW_HD static State bind(int32_t* const* f) {{
     return State{{{binds}}};
   }}

@@ -153,6 +153,18 @@ class EnvSpec:
         of Params (``p.name`` reads the same): the compiler drops the branches
         they rule out and sizes register arrays by them; each distinct value
         is its own library (built once, cached).
+    time_limit: the kernel param (an int) that holds the episode length in
+        steps: the kernels truncate an episode on the step after which its
+        ``timestep`` is ``>= p.<time_limit>`` (with autoreset=False, every
+        step after it too), as `jaxwarp.core.finish_step` does. The state
+        then needs the step counter ``timestep`` (i32, per env). None: the
+        kernels impose no time limit (an env whose episode end is one of its
+        rules reports it through ``StepResult::truncated``, Tag's).
+        What the kernels keep for every env, whatever the header does: the
+        state field ``timestep`` (i32, per env), where the state has one: 0
+        after a reset, advanced before the first phase of each step; and
+        ``episode_return`` (f32, per agent; needs ``timestep``): each
+        agent's rewards summed over its episode (see cuda/jaxwarp_env.h).
     global_state(params, obs f32[envs, agents, obs_dim], state) -> f32[envs, S]:
         what a centralised critic reads (``critic: centralised``, MAPPO), one
         vector per env; None: the env has no global state.
@@ -189,6 +201,7 @@ class EnvSpec:
     scratch: tuple[ScratchField, ...] = ()
     kernel_params: Callable[[Any], dict[str, Any]] | None = None
     static_params: tuple[str, ...] = ()
+    time_limit: str | None = None
     global_state: Callable[[Any, jax.Array, Any], jax.Array] | None = None
     render_view: Callable[[Any], tuple[float, float, float, float]] | None = None
     render_draw: Callable[[Any, dict[str, jax.Array], Any], None] | None = None
@@ -209,6 +222,38 @@ class EnvSpec:
         if dup:
             raise EnvBuildError(f"{self.name}: field name(s) {dup} declared twice (state and "
                                 "scratch fields share one namespace)")
+        _check_kept_fields(self)
+
+
+# State fields that the kernel template keeps for every env that has them
+# (cuda/jaxwarp_kernels.h; the header writes neither): name -> (dtype, scope).
+KEPT_FIELDS = {"timestep": ("i32", "env"), "episode_return": ("f32", "agent")}
+
+
+def _check_kept_fields(spec: EnvSpec) -> None:
+    """EnvBuildError unless the kept fields the spec declares have their dtype
+    and scope, episode_return comes with timestep, and a time_limit has the
+    step counter it is checked against."""
+    have = {f.name: f for f in spec.fields}
+    for name, (dtype, scope) in KEPT_FIELDS.items():
+        f = have.get(name)
+        if f is not None and (f.dtype, f.scope) != (dtype, scope):
+            raise EnvBuildError(
+                f"{spec.name}: state field {name!r} is kept by the kernels (cuda/jaxwarp_env.h); "
+                f"declare it state_field({dtype!r}, {scope!r}), or rename it; got "
+                f"state_field({f.dtype!r}, {f.scope!r})")
+    if "episode_return" in have and "timestep" not in have:
+        raise EnvBuildError(f"{spec.name}: state field 'episode_return' is restarted on an "
+                            "episode's first step: the state needs the step counter too, "
+                            "timestep: jax.Array = state_field('i32', 'env')")
+    if spec.time_limit is not None:
+        if not isinstance(spec.time_limit, str):
+            raise EnvBuildError(f"{spec.name}: time_limit must be the name of a kernel param "
+                                f"(str) or None; got {spec.time_limit!r}")
+        if "timestep" not in have:
+            raise EnvBuildError(f"{spec.name}: time_limit={spec.time_limit!r} is checked "
+                                "against the step counter: the state needs timestep: "
+                                "jax.Array = state_field('i32', 'env')")
 
 
 @functools.cache

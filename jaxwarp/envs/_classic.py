@@ -232,4 +232,5 @@ def env_spec(name: str, params_cls: type, state_cls: type, reset: Callable, step
     the env's other `EnvSpec` fields (``obs_bounds``, ``kernel_params``)."""
     return EnvSpec(name=name, header=API_DIR / "envs" / f"{name}.h", params_type=params_cls,
                    state_type=state_cls, num_agents=lambda p: 1, obs_dim=lambda p: p.obs_dim,
-                   nvec=lambda p: p.nvec, reference_reset=reset, reference_step=step, **more)
+                   nvec=lambda p: p.nvec, reference_reset=reset, reference_step=step,
+                   time_limit="max_steps", **more)

@@ -119,13 +119,12 @@ class MPEParams:
 
 
 def kernel_params(p: Any) -> dict[str, Any]:
-    """The C++ Params: every field but ``truncation`` (a string). The headers
-    truncate when the step count before the step reaches ``max_steps``
-    (JaxMARL's test), so they get ``max_episode_steps - 1`` for either
-    convention (``max_steps`` itself with JaxMARL's)."""
-    out = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "truncation"}
-    out["max_steps"] = episode_steps(p) - 1
-    return out
+    """The C++ Params: every field but ``truncation`` (a string), with
+    ``max_steps`` replaced by ``max_episode_steps`` (`episode_steps`: the
+    length under either convention), the spec's time_limit."""
+    return {("max_episode_steps" if f.name == "max_steps" else f.name):
+            (episode_steps(p) if f.name == "max_steps" else getattr(p, f.name))
+            for f in dataclasses.fields(p) if f.name != "truncation"}
 
 
 @struct.dataclass
@@ -275,7 +274,8 @@ def env_spec(name: str, params_cls: type, obs_dim: Callable[[Any], int], reset: 
     return EnvSpec(name=name, header=API_DIR / "envs" / f"{name}.h", params_type=params_cls,
                    state_type=MPEState, num_agents=lambda p: p.num_agents, obs_dim=obs_dim,
                    nvec=lambda p: (5,), reference_reset=reset, reference_step=step,
-                   kernel_params=kernel_params, global_state=all_observations, **more)
+                   kernel_params=kernel_params, time_limit="max_episode_steps",
+                   global_state=all_observations, **more)
 
 
 def render_view(p: Any) -> tuple[float, float, float, float]:

@@ -494,6 +494,10 @@ SPEC = EnvSpec(
     policy_groups=lambda p: {"tagger": np.arange(p.num_taggers),
                              "runner": np.arange(p.num_taggers, p.num_agents)},
     kernel_params=kernel_params,
+    # No time limit kept by the kernels: the episode end is one of the rules
+    # (truncated on exactly the last step, and only while runners are left),
+    # reported by the header. The step counter and the returns are kept.
+    time_limit=None,
     # Compiled in: the k-nearest lists are sized by k, unused paths dropped.
     static_params=("k_observed", "full_obs", "use_grid"),
     render_view=render_view,

@@ -245,6 +245,7 @@ SPEC = EnvSpec(
     nvec=lambda p: (5,),
     reference_reset=reference_reset,
     reference_step=reference_step,
+    time_limit="episode_length",  # the kernels truncate at timestep >= episode_length
     obs_bounds=lambda p: (np.zeros(p.obs_dim, np.float32), np.ones(p.obs_dim, np.float32)),
     policy_groups=lambda p: {"tagger": np.arange(p.num_taggers),
                              "runner": np.array([p.num_taggers])},
