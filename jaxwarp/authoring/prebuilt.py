@@ -9,7 +9,9 @@ jaxwarp.layouts``) for XLA:CPU and, where nvcc is found, for CUDA
 ``JAXWARP_CUDA_ARCHS`` changes the list). Each library is installed as
 ``jaxwarp/prebuilt/<env>-<platform>-<digest>/lib<env>_<platform>.so``, where
 the digest (`digest`) covers every file it was compiled from: the framework's
-headers, the FFI sources, the flags, the env's header and the layout.
+headers, the FFI sources, the flags, the env's header and the headers of its
+folder that it includes (`env_sources`: ``_mpe.h`` for the MPE envs) and the
+layout.
 
 `find` returns the library whose digest matches what `build.compile_library` would
 compile now, so a changed header, layout or flag falls back to compiling (and
@@ -32,13 +34,33 @@ from jaxwarp.authoring.codegen import API_DIR, API_HEADERS, FFI_DIR, FFI_SOURCES
 MANIFEST = "manifest.txt"
 
 
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def env_sources(header: Path) -> list[Path]:
+    """The env's header and, recursively, every file it includes with
+    ``#include "name"`` that lies in the header's folder (``cuda/envs/_mpe.h``
+    for the MPE envs; names are looked up in that folder only), in the order
+    found. CMakeLists.txt collects the same files for the digest."""
+    header = Path(header)
+    found, todo = [header], [header]
+    while todo:
+        for name in _INCLUDE.findall(todo.pop(0).read_text(errors="replace")):
+            dep = header.parent / name
+            if dep.is_file() and dep not in found:
+                found.append(dep)
+                todo.append(dep)
+    return found
+
+
 def digest(layout: str, header: Path) -> str:
     """16 hex digits over the sources of an env's library: one line
     ``<file name> <sha256 of its bytes>`` per file (framework headers, flags,
-    FFI sources, the env's header, the layout as env_layout.h), sorted, joined
-    with newlines. CMakeLists.txt computes the same digest."""
+    FFI sources, the env's header and the files of its folder it includes
+    (`env_sources`), the layout as env_layout.h), sorted, joined with
+    newlines. CMakeLists.txt computes the same digest."""
     files = ([API_DIR / h for h in API_HEADERS] + [API_DIR / "compile_flags.txt"]
-             + [FFI_DIR / s for s in FFI_SOURCES] + [Path(header)])
+             + [FFI_DIR / s for s in FFI_SOURCES] + env_sources(Path(header)))
     lines = [f"{f.name} {hashlib.sha256(f.read_bytes()).hexdigest()}" for f in files]
     lines.append(f"{LAYOUT_NAME} {hashlib.sha256(layout.encode()).hexdigest()}")
     return hashlib.sha256(("\n".join(sorted(lines)) + "\n").encode()).hexdigest()[:16]
