@@ -48,6 +48,23 @@ def test_digest_covers_every_source(tmp_path):
     assert prebuilt.digest(layout, header) != d
 
 
+def test_digest_covers_the_shared_headers_an_env_includes(tmp_path):
+    """An MPE env's sources are its header and cuda/envs/_mpe.h, which it
+    includes (CMakeLists.txt collects the same files): an edit of _mpe.h is
+    another digest."""
+    src = API_DIR / "envs"
+    assert [p.name for p in prebuilt.env_sources(src / "mpe_simple_tag.h")] == [
+        "mpe_simple_tag.h", "_mpe.h"]
+    assert [p.name for p in prebuilt.env_sources(src / "cartpole.h")] == ["cartpole.h"]
+    for name in ("mpe_simple_tag.h", "_mpe.h"):
+        (tmp_path / name).write_bytes((src / name).read_bytes())
+    layout = (LAYOUTS / "mpe_simple_tag.h").read_text()
+    d = prebuilt.digest(layout, tmp_path / "mpe_simple_tag.h")
+    assert d == prebuilt.digest(layout, src / "mpe_simple_tag.h")
+    (tmp_path / "_mpe.h").write_bytes((src / "_mpe.h").read_bytes() + b"\n")
+    assert prebuilt.digest(layout, tmp_path / "mpe_simple_tag.h") != d
+
+
 def test_runs_on_follows_cuda_compatibility():
     archs = "sm_80,sm_90,sm_100,compute_100"
     assert prebuilt.runs_on(archs, 80) and prebuilt.runs_on(archs, 86)  # sm_80 code on 8.6
@@ -110,7 +127,8 @@ def test_edited_header_is_compiled_not_taken_prebuilt(tmp_path, monkeypatch):
 def test_installed_package_carries_the_builtins_for_cpu():
     """The package as installed here (editable or wheel) carries every
     built-in env's XLA:CPU library, listed in its manifest, and making a
-    built-in env takes it (target prefix = its folder's digest)."""
+    built-in env takes it (target prefix = its folder's digest: CMake's
+    digest and `prebuilt.digest` agree, _mpe.h included)."""
     rows = prebuilt.manifest()
     if not rows:
         pytest.skip("jaxwarp installed without its compiled part (no prebuilt/manifest.txt)")
@@ -119,10 +137,11 @@ def test_installed_package_carries_the_builtins_for_cpu():
     for r in rows:
         if r["platform"] == "cuda" and r["name"] != "_jaxwarp_cuda":
             assert "sm_" in r["archs"], r
-    env = jaxwarp.make("cartpole", backend="cpu")
-    folder = next(Path(r["folder"]) for r in rows if r["name"] == "cartpole"
-                  and r["platform"] == "cpu")
-    assert env._prefix.endswith(folder.name.rsplit("-", 1)[-1])
+    for name in ("cartpole", "mpe_simple_spread", "mpe_simple_tag", "tag_gridworld"):
+        env = jaxwarp.make(name, backend="cpu")
+        folder = next(Path(r["folder"]) for r in rows if r["name"] == name
+                      and r["platform"] == "cpu")
+        assert env._prefix.endswith(folder.name.rsplit("-", 1)[-1]), name
 
 
 def _fake_pip_nvcc(site: Path, major: str) -> Path:

@@ -8,34 +8,16 @@
 // JaxMARL's jaxmarl/environments/mpe/simple.py and simple_tag.py for the
 // physics; rewards and observations as mpe2's simple_tag.py, which JaxMARL
 // reproduces only with one good agent: see docs/envs/mpe_simple_tag.md).
+// What both MPE envs share (phases, physics, reset, observation start): _mpe.h.
 //
 // Obstacle l lives in slot l of the per-agent fields lm_x / lm_y, so
 // num_obs <= num_agents (slots >= num_obs stay 0).
 #pragma once
 
-// 0: forces from the old positions; 1: integrate; 2: rewards on the new
-// positions. The kernels keep the step counter, the returns and the time
-// limit (the spec's time_limit, max_episode_steps).
-constexpr int kStepPhases = 3;
-
-// JaxMARL's soft contact: contact_margin * logaddexp(0, -(dist - dist_min) / margin),
-// with jax.numpy's logaddexp: max(0, z) + log1p(exp(-|z|)).
-JW_HD float mpe_penetration(float dist, float dist_min, float k) {
-  const float z = -(dist - dist_min) / k;
-  return (fmaxf(0.0f, z) + log1pf(expf(-fabsf(z)))) * k;
-}
+#include "_mpe.h"
 
 JW_HD void reset(const Params& p, const State& s, const jaxwarp::Agent& a) {
-  const int i = a.agent;
-  s.x[i] = a.uniform(0, -1.0f, 1.0f);
-  s.y[i] = a.uniform(1, -1.0f, 1.0f);
-  s.vx[i] = 0.0f;
-  s.vy[i] = 0.0f;
-  const bool lm = i < p.num_obs;
-  s.lm_x[i] = lm ? a.uniform(2, -1.0f, 1.0f) : 0.0f;
-  s.lm_y[i] = lm ? a.uniform(3, -1.0f, 1.0f) : 0.0f;
-  s.force_x[i] = 0.0f;
-  s.force_y[i] = 0.0f;
+  mpe_reset(s, a, p.num_obs);
 }
 
 JW_HD float tag_size(const Params& p, int i) {
@@ -55,12 +37,8 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
   const int n = a.num_agents;
   const bool adversary = i < p.num_adversaries;
   if (phase == 0) {
-    // JaxMARL's discrete decoding: 0 no-op, 1 -x, 2 +x, 3 -y, 4 +y, times accel.
-    const int m = action[0];
-    const float sign = (m & 1) == 0 ? 1.0f : -1.0f;
-    const float u = m != 0 ? sign * (adversary ? p.adversary_accel : p.good_accel) : 0.0f;
-    const float ux = m <= 2 ? u : 0.0f;
-    const float uy = m <= 2 ? 0.0f : u;
+    float ux, uy;
+    mpe_action_force(action[0], adversary ? p.adversary_accel : p.good_accel, &ux, &uy);
     // Soft collisions with every other agent and every obstacle.
     float fx = 0.0f, fy = 0.0f;
     for (int j = 0; j < n + p.num_obs; ++j) {
@@ -69,22 +47,13 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
       const float qx = agent ? s.x[j] : s.lm_x[j - n];
       const float qy = agent ? s.y[j] : s.lm_y[j - n];
       const float dist_min = tag_size(p, i) + (agent ? tag_size(p, j) : p.obs_size);
-      const float dx = s.x[i] - qx;
-      const float dy = s.y[i] - qy;
-      // XLA contracts the reference's dx * dx + dy * dy into this fma.
-      const float dist = sqrtf(fmaf(dx, dx, dy * dy));
-      const float pen = mpe_penetration(dist, dist_min, p.contact_margin);
-      fx += p.contact_force * dx / dist * pen;
-      fy += p.contact_force * dy / dist * pen;
+      mpe_add_contact(p, s, i, qx, qy, dist_min, &fx, &fy);
     }
     s.force_x[i] = fx + ux;
     s.force_y[i] = fy + uy;
   } else if (phase == 1) {
-    const float keep = 1.0f - p.damping;
-    s.x[i] = fmaf(s.vx[i], p.dt, s.x[i]);
-    s.y[i] = fmaf(s.vy[i], p.dt, s.y[i]);
-    float vx = fmaf(s.vx[i], keep, s.force_x[i] / p.mass * p.dt);
-    float vy = fmaf(s.vy[i], keep, s.force_y[i] / p.mass * p.dt);
+    float vx, vy;
+    mpe_integrate(p, s, i, &vx, &vy);
     const float max_speed = adversary ? p.adversary_max_speed : p.good_max_speed;
     const float speed = sqrtf(fmaf(vx, vx, vy * vy));
     if (speed > max_speed) {
@@ -103,9 +72,7 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
     for (int g = 0; g < good; ++g) {
       const int gi = p.num_adversaries + g;
       for (int b = 0; b < p.num_adversaries; ++b) {
-        const float dx = s.x[gi] - s.x[b];
-        const float dy = s.y[gi] - s.y[b];
-        const bool hit = sqrtf(fmaf(dx, dx, dy * dy)) < p.good_size + p.adversary_size;
+        const bool hit = mpe_agent_dist(s, gi, b) < p.good_size + p.adversary_size;
         total += hit ? 1 : 0;
         mine += hit && g == row ? 1 : 0;
       }
@@ -125,22 +92,8 @@ JW_HD void step(const Params& p, const State& s, const jaxwarp::Agent& a, const 
 // (who do not see their own velocity twice); their last 2 entries are 0.
 JW_HD void observe(const Params& p, const State& s, const jaxwarp::Agent& a, float* obs) {
   const int i = a.agent;
-  const int n = a.num_agents;
-  int k = 0;
-  obs[k++] = s.vx[i];
-  obs[k++] = s.vy[i];
-  obs[k++] = s.x[i];
-  obs[k++] = s.y[i];
-  for (int l = 0; l < p.num_obs; ++l) {
-    obs[k++] = s.lm_x[l] - s.x[i];
-    obs[k++] = s.lm_y[l] - s.y[i];
-  }
-  for (int j = 0; j < n; ++j) {
-    if (j == i) continue;
-    obs[k++] = s.x[j] - s.x[i];
-    obs[k++] = s.y[j] - s.y[i];
-  }
-  for (int j = p.num_adversaries; j < n; ++j) {
+  int k = mpe_observe_common(s, a, p.num_obs, obs);
+  for (int j = p.num_adversaries; j < a.num_agents; ++j) {
     if (j == i) continue;
     obs[k++] = s.vx[j];
     obs[k++] = s.vy[j];

@@ -10,7 +10,8 @@ jaxmarl 0.2.0 by ``tests/test_mpe.py``), in jaxwarp's stacked layout: state
 fields ``[envs, agents]`` instead of per-entity rows, ``obs: f32[envs, agents,
 obs_dim]``, ``actions: i32[envs, agents, 1]``. The kernels are
 ``cuda/envs/mpe_simple_spread.h`` and ``cuda/envs/mpe_simple_tag.h``, written
-against ``cuda/jaxwarp_env.h`` exactly like a user env; the pure-JAX
+against ``cuda/jaxwarp_env.h`` exactly like a user env, what they share in
+``cuda/envs/_mpe.h`` (as this module is to the env modules); the pure-JAX
 references in the env modules are their oracles.
 
 Physics (JaxMARL's ``SimpleMPE._world_step``), per step of ``dt = 0.1``:
