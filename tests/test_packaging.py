@@ -192,3 +192,21 @@ def test_no_nvcc_anywhere_names_the_pip_extra(tmp_path, monkeypatch):
     with pytest.raises(EnvBuildError, match=r"jaxwarp\[cuda13\]"):
         build.find_nvcc()
 
+
+
+def test_wheel_builds_against_the_oldest_supported_jaxlib():
+    """The prebuilt handlers carry the XLA FFI API version of the jaxlib headers
+    they were compiled with, and XLA refuses handlers newer than itself (seen:
+    a wheel built against a newer jaxlib made jax's cpu and cuda backends fail
+    to start under jaxlib 0.11.2). So the build pins jaxlib to the lower bound
+    that the package supports."""
+    import re
+    import tomllib
+
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())
+    build_req = [r for r in meta["build-system"]["requires"] if r.startswith("jaxlib")]
+    runtime = [r for r in meta["project"]["dependencies"] if re.match(r"jaxlib\b", r)]
+    assert len(build_req) == 1 and len(runtime) == 1, (build_req, runtime)
+    pinned = re.fullmatch(r"jaxlib==([\d.]+)", build_req[0])
+    floor = re.fullmatch(r"jaxlib>=([\d.]+)", runtime[0])
+    assert pinned and floor and pinned.group(1) == floor.group(1), (build_req, runtime)
