@@ -3,7 +3,7 @@
 # nvcc from NVIDIA's pip wheels, with the system CUDA toolkit hidden.
 #
 # The wheels travel in .whl/ (git-excluded): jaxwarp's own cp312 wheel and
-# nvidia-cuda-nvcc, nvidia-nvvm, nvidia-cuda-crt, nvidia-cuda-runtime 13.0.x
+# nvidia-cuda-nvcc, nvidia-nvvm, nvidia-cuda-crt, nvidia-cuda-runtime, nvidia-cuda-cccl 13.0.x
 # (the driver there is CUDA 13.0). Together they are ~100 MiB, more than one call
 # carries (nvidia-nvvm alone is 58.7 MiB), so .whl/ holds one tar of them split in
 # two parts (.whl/1, .whl/2), each with SHA256SUMS (of wheels.tar); the parts are staged in /tmp on the
