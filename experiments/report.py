@@ -1041,6 +1041,26 @@ def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:
             *sources_block(root, [s for s, _ in PYTEST])], [s for s, _ in PYTEST]
 
 
+PIP_CUDA = Source("gpu_pip_cuda_h100.log",
+                  "bash experiments/tools/gpu_pip_cuda.sh (two calls: carry .whl/1, then .whl/2)",
+                  device=H100)
+
+
+def section_pip_cuda(root: Path) -> tuple[list[str], list[Source]]:
+    text = _text(root, PIP_CUDA)
+    keep = ("finder's nvcc", "goal_reach on cuda", "goal_reach cuda vs", "(prebuilt) cuda vs",
+            "PASS", "50/50 updates", "cache after the run")
+    lines = [ln for ln in text.splitlines() if any(k in ln for k in keep)]
+    return ["## Installing from the wheel, CUDA from pip", "",
+            "The jaxwarp wheel and NVIDIA's CUDA 13 wheels (`[cuda13]`) in a fresh venv on "
+            "the GPU machine, the system CUDA toolkit hidden (PATH without it, `CUDA_HOME` "
+            "unset): the nvcc the finder picks, a user env (`examples/goal_reach`) compiled "
+            "at first use and checked against its pure-JAX reference and the `cpu` backend, "
+            "built-in envs from the wheel's prebuilt libraries (nothing compiled for them) "
+            "and a short PPO run. From the log:", "", "```", *lines, "```",
+            *sources_block(root, [PIP_CUDA])], [PIP_CUDA]
+
+
 CURVES = [
     ("`jaxwarp train --config tag_duel_cpu`: both groups' returns per update; the run's "
      "trained-vs-random GIF", None,
@@ -1149,7 +1169,7 @@ SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_car
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_time_to_policy, section_tag_runs,
                            section_time_to_return, section_time_to_return_rnn,
-                           section_memory, section_sample_efficiency,
+                           section_memory, section_sample_efficiency, section_pip_cuda,
                            section_curves, section_sanitizers, section_gpu_tests,
                            section_scaling]
 
