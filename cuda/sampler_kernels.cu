@@ -39,6 +39,24 @@ __device__ __forceinline__ int64_t member_of(int64_t row, const SamplerBuffers& 
   return b.rows_per_member == b.rows ? 0 : row / b.rows_per_member;
 }
 
+// Where (row, head h of n choices) draws: the head's key of the row's vmap
+// member, the row's first counter in the member's whole draw (global under
+// sharding) and the draw's size.
+struct HeadDraw {
+  uint32_t k0, k1;
+  uint64_t first, size;
+};
+__device__ __forceinline__ HeadDraw head_draw(int64_t row, int h, int n, int num_heads,
+                                              const SamplerBuffers& b) {
+  const int64_t member = member_of(row, b);
+  const uint64_t local = static_cast<uint64_t>(row - member * b.rows_per_member) +
+                         __ldg(b.row_offsets + member);
+  return HeadDraw{__ldg(b.keys + 2 * (member * num_heads + h)),
+                  __ldg(b.keys + 2 * (member * num_heads + h) + 1),
+                  local * static_cast<uint64_t>(n),
+                  static_cast<uint64_t>(b.draw_rows) * static_cast<uint64_t>(n)};
+}
+
 // Lane 0's value after butterfly rounds xor OFF, OFF / 2, ..., 1 of
 // `sum += shfl_xor(sum, off)`: s[l] + s[l + off] for the lanes l < off that
 // lane 0 still depends on.
@@ -147,17 +165,10 @@ __global__ void __launch_bounds__(kThreads, 8)
     const int r = q & (tile_rows - 1);
     if (r >= nrows) continue;
     const int n = p.nvec[h];
-    const int64_t row = row0 + r;
-    const int64_t member = member_of(row, b);
-    const uint64_t local = static_cast<uint64_t>(row - member * b.rows_per_member) +
-                           __ldg(b.row_offsets + member);
-    const uint32_t k0 = __ldg(b.keys + 2 * (member * num_heads + h));
-    const uint32_t k1 = __ldg(b.keys + 2 * (member * num_heads + h) + 1);
-    const uint64_t first = local * static_cast<uint64_t>(n);
-    const uint64_t size = static_cast<uint64_t>(b.draw_rows) * static_cast<uint64_t>(n);
+    const HeadDraw d = head_draw(row0 + r, h, n, num_heads, b);
     float lp;
-    acts[r * num_heads + h] = sample_pair<G>(tile + r * stride + p.offset[h], n, k0, k1, first,
-                                             size, partitionable, &lp);
+    acts[r * num_heads + h] = sample_pair<G>(tile + r * stride + p.offset[h], n, d.k0, d.k1,
+                                             d.first, d.size, partitionable, &lp);
     terms[r * num_heads + h] = lp;
   }
   __syncthreads();
@@ -191,18 +202,13 @@ __global__ void __launch_bounds__(kThreads)
     const int n = p.nvec[h];
     const int64_t row = row0 + r;
     const float* x = b.logits + row * p.row_len + p.offset[h];
-    const int64_t member = member_of(row, b);
-    const uint64_t local = static_cast<uint64_t>(row - member * b.rows_per_member) +
-                           __ldg(b.row_offsets + member);
-    const uint32_t k0 = __ldg(b.keys + 2 * (member * num_heads + h));
-    const uint32_t k1 = __ldg(b.keys + 2 * (member * num_heads + h) + 1);
-    const uint64_t first = local * static_cast<uint64_t>(n);
-    const uint64_t size = static_cast<uint64_t>(b.draw_rows) * static_cast<uint64_t>(n);
+    const HeadDraw d = head_draw(row, h, n, num_heads, b);
 
     HeadAcc acc = head_acc_init();
     for (int j = lane; j < n; j += 32) {
       const float v = __ldg(x + j);
-      const float g = gumbel_from_bits(categorical_bits(k0, k1, first + j, size, partitionable));
+      const float g =
+          gumbel_from_bits(categorical_bits(d.k0, d.k1, d.first + j, d.size, partitionable));
       head_acc_push(acc, v, v + g, j);
     }
     // Butterfly: every lane ends with the merge of the whole warp.
