@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
-from jaxwarp.train import core
+from jaxwarp.train import losses
 from jaxwarp.train.evaluate import evaluate, load_run
 from jaxwarp.train.loop import train_run
 
@@ -53,7 +53,7 @@ def test_replay_from_the_stored_carry_reproduces_the_rollout():
     assert bool(traj.first[1:].any())  # episodes ended inside the rollout: resets replayed
     logits, value = t.policy.sequence("agent", rs.params["agent"], None, traj.obs,
                                       rs.carry["agent"], traj.first, None)
-    lp = core.log_prob(logits, traj.actions, t.policy.nvec)
+    lp = losses.log_prob(logits, traj.actions, t.policy.nvec)
     np.testing.assert_allclose(lp, traj.log_prob, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(value, traj.value, rtol=1e-5, atol=1e-5)
 
@@ -138,7 +138,7 @@ def test_centralised_critic_with_gru_is_recurrent_per_env():
     logits, value = t.policy.sequence("agent", rs.params["agent"], None, traj.obs,
                                       rs.carry["agent"], traj.first, traj.state)
     np.testing.assert_allclose(value, traj.value, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(core.log_prob(logits, traj.actions, t.policy.nvec),
+    np.testing.assert_allclose(losses.log_prob(logits, traj.actions, t.policy.nvec),
                                traj.log_prob, rtol=1e-5, atol=1e-5)
     v = np.asarray(traj.value)
     np.testing.assert_array_equal(v, np.broadcast_to(v[..., :1], v.shape))  # one per env

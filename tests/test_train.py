@@ -18,7 +18,7 @@ import jaxwarp
 from jaxwarp.cli import main as cli_main
 from jaxwarp.train import (ConfigError, TrainConfig, build_trainer, config_from_dict, derived,
                            load_config, make_train, shipped_configs)
-from jaxwarp.train import core
+from jaxwarp.train import losses
 from jaxwarp.train.models import MLPActorCritic
 from jaxwarp.train.loop import read_metrics, train_run
 
@@ -45,7 +45,7 @@ def test_gae_hand_computed():
     v = jnp.array([0.5, 1.0, 1.5])
     done = jnp.array([0.0, 1.0, 0.0])
     last_v = jnp.array(2.0)
-    adv, ret = core.gae(r, v, done, last_v, gamma=0.5, lam=0.5)
+    adv, ret = losses.gae(r, v, done, last_v, gamma=0.5, lam=0.5)
     # delta2 = 3 + 0.5*2 - 1.5 = 2.5;                 A2 = 2.5
     # delta1 = 2 + 0 - 1 = 1 (done: no bootstrap);    A1 = 1 (no carry across done)
     # delta0 = 1 + 0.5*1.0 - 0.5 = 1.0;               A0 = 1 + 0.25*1 = 1.25
@@ -61,7 +61,7 @@ def test_gae_matches_python_loop():
     done = (rng.random((T, B)) < 0.2).astype(np.float32)
     last = rng.normal(size=B).astype(np.float32)
     gamma, lam = 0.97, 0.9
-    adv, _ = core.gae(jnp.asarray(r), jnp.asarray(v), jnp.asarray(done), jnp.asarray(last),
+    adv, _ = losses.gae(jnp.asarray(r), jnp.asarray(v), jnp.asarray(done), jnp.asarray(last),
                       gamma, lam)
     expected = np.zeros((T, B), np.float32)
     a, v_next = np.zeros(B), last
@@ -76,13 +76,13 @@ def test_gae_matches_python_loop():
 def test_multi_head_log_prob_and_entropy():
     logits = jnp.array([[0.0, 1.0, 2.0, 5.0, -1.0]])  # heads of 3 and 2
     actions = jnp.array([[2, 1]])
-    lp = core.log_prob(logits, actions, (3, 2))
+    lp = losses.log_prob(logits, actions, (3, 2))
     expected = (2.0 - np.log(np.exp([0, 1, 2]).sum())) + (-1.0 - np.log(np.exp([5, -1]).sum()))
     np.testing.assert_allclose(lp, [expected], rtol=1e-6)
     p1 = np.exp([0, 1, 2]) / np.exp([0, 1, 2]).sum()
     p2 = np.exp([5, -1]) / np.exp([5, -1]).sum()
     h = -(p1 * np.log(p1)).sum() - (p2 * np.log(p2)).sum()
-    np.testing.assert_allclose(core.entropy(logits, (3, 2)), [h], rtol=1e-6)
+    np.testing.assert_allclose(losses.entropy(logits, (3, 2)), [h], rtol=1e-6)
 
 
 class _DenseMLP(nn.Module):
@@ -160,14 +160,14 @@ def test_update_decreases_loss_on_fixed_batch(algorithm):
     actions = jnp.stack([jax.random.randint(k[2], (256,), 0, 4),
                          jax.random.randint(k[3], (256,), 0, 3)], -1)
     adv = obs[:, 0] - 0.5 * obs[:, 1]  # a learnable signal
-    batch = core.Batch(obs=obs, actions=actions, log_prob=core.log_prob(logits, actions, nvec),
+    batch = losses.Batch(obs=obs, actions=actions, log_prob=losses.log_prob(logits, actions, nvec),
                        value=value, advantage=adv, target=obs[:, 2])
     kw = dict(algorithm=algorithm, clip_eps=0.2, vf_coef=0.5, ent_coef=0.0,
               normalize_advantages=True)
 
     def loss(p):
         lg, v = model.apply(p, batch.obs)
-        return core.policy_loss(lg, v, batch, nvec, **kw)
+        return losses.policy_loss(lg, v, batch, nvec, **kw)
 
     before, m0 = loss(params)
     assert float(m0["approx_kl"]) == pytest.approx(0.0, abs=1e-6)  # behaviour == current
@@ -187,12 +187,12 @@ def test_ppo_clipped_objective_is_flat_outside_the_clip():
     # surrogate has zero policy gradient.
     nvec = (2,)
     logits = jnp.array([[3.0, -3.0]])
-    batch = core.Batch(obs=jnp.zeros((1, 1)), actions=jnp.array([[0]]),
+    batch = losses.Batch(obs=jnp.zeros((1, 1)), actions=jnp.array([[0]]),
                        log_prob=jnp.log(jnp.array([0.1])), value=jnp.zeros(1),
                        advantage=jnp.ones(1), target=jnp.zeros(1))
 
     def pg(lg):
-        return core.policy_loss(lg, jnp.zeros(1), batch, nvec, algorithm="ppo", clip_eps=0.2,
+        return losses.policy_loss(lg, jnp.zeros(1), batch, nvec, algorithm="ppo", clip_eps=0.2,
                                 vf_coef=0.0, ent_coef=0.0, normalize_advantages=False)[0]
 
     np.testing.assert_allclose(jax.grad(pg)(logits), 0.0, atol=1e-7)
@@ -202,7 +202,7 @@ def test_ppo_clipped_objective_is_flat_outside_the_clip():
 def test_running_stats_match_numpy():
     rng = np.random.default_rng(1)
     a, b = rng.normal(2.0, 3.0, (100, 4)), rng.normal(-1.0, 0.5, (50, 4))
-    s = core.RunningStats.create(4).update(jnp.asarray(a, jnp.float32))
+    s = losses.RunningStats.create(4).update(jnp.asarray(a, jnp.float32))
     s = s.update(jnp.asarray(b, jnp.float32))
     both = np.concatenate([a, b])
     np.testing.assert_allclose(s.mean, both.mean(0), rtol=1e-4, atol=1e-4)

@@ -1,7 +1,7 @@
 """The learner: minibatch layouts, and the PPO and A2C updates of one group.
 
 Both updates are pure functions of (parameters, optimiser state, a
-`core.Batch` of [T, envs, agents_in_group, ...] arrays): PPO runs
+`losses.Batch` of [T, envs, agents_in_group, ...] arrays): PPO runs
 ``epochs`` x ``minibatches`` Optax steps on disjoint random minibatches,
 A2C one step on the whole batch with its gradient summed over equal chunks
 of envs. A PPO minibatch is a set of single (step, env) samples
@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import PartitionSpec as P
 
-from jaxwarp.train import core
+from jaxwarp.train import losses
 
 # (params, minibatch, normalize_advantages) -> ((loss, metrics), grads)
-GradFn = Callable[[Any, core.Batch, bool], tuple[tuple[jax.Array, dict], Any]]
+GradFn = Callable[[Any, losses.Batch, bool], tuple[tuple[jax.Array, dict], Any]]
 # (tree, PartitionSpec) -> tree with that sharding constraint (identity on one device)
 Pin = Callable[[Any, P], Any]
 
@@ -174,7 +174,7 @@ def _apply(tx: optax.GradientTransformation, params: Any, opt_state: Any, grads:
 
 
 def a2c_update(grad_fn: GradFn, tx: optax.GradientTransformation, params: Any,
-               opt_state: Any, batch: core.Batch, layout: Layout,
+               opt_state: Any, batch: losses.Batch, layout: Layout,
                normalize_advantages: bool) -> tuple[Any, Any, dict[str, jax.Array]]:
     """One optimiser step on the whole batch; the gradient is the mean over
     `layout.minibatches` equal chunks of envs, so that memory stays bounded.
@@ -200,7 +200,7 @@ def a2c_update(grad_fn: GradFn, tx: optax.GradientTransformation, params: Any,
 
 
 def ppo_update(grad_fn: GradFn, tx: optax.GradientTransformation, params: Any,
-               opt_state: Any, batch: core.Batch, key: jax.Array, layout: Layout,
+               opt_state: Any, batch: losses.Batch, key: jax.Array, layout: Layout,
                epochs: int, normalize_advantages: bool, global_shuffle: bool
                ) -> tuple[Any, Any, dict[str, jax.Array]]:
     """`epochs` passes over the batch, each `layout.minibatches` Optax steps on

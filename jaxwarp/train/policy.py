@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.train import core
+from jaxwarp.train import losses
 
 
 def _contiguous(ids: np.ndarray) -> bool:
@@ -104,7 +104,7 @@ class Policy(NamedTuple):
         """Recurrent group -> its fresh carry (`group_carry`)."""
         return {g: self.group_carry(g, num_envs) for g in self.recurrent}
 
-    def forward(self, g: str, params: Any, stats: core.RunningStats | None, obs: jax.Array,
+    def forward(self, g: str, params: Any, stats: losses.RunningStats | None, obs: jax.Array,
                 carry: Any = None, reset: jax.Array | None = None,
                 state: jax.Array | None = None) -> tuple[Any, jax.Array, jax.Array]:
         """Group g's model on its agents' obs f32/bf16[..., agents_in_group, obs_dim]
@@ -133,7 +133,7 @@ class Policy(NamedTuple):
             value = jnp.broadcast_to(v[..., None], obs.shape[:-1])
         return carry, logits, value
 
-    def sequence(self, g: str, params: Any, stats: core.RunningStats | None, obs: jax.Array,
+    def sequence(self, g: str, params: Any, stats: losses.RunningStats | None, obs: jax.Array,
                  carry: Any, reset: jax.Array | None, state: jax.Array | None
                  ) -> tuple[jax.Array, jax.Array]:
         """Group g over env sequences: obs [T, envs, agents_in_group, D] from
@@ -155,7 +155,7 @@ class Policy(NamedTuple):
         _, (logits, value) = jax.lax.scan(body, carry, (obs, reset, state))
         return logits, value
 
-    def step(self, params: Mapping[str, Any], stats: Mapping[str, core.RunningStats],
+    def step(self, params: Mapping[str, Any], stats: Mapping[str, losses.RunningStats],
              obs: jax.Array, carry: Mapping[str, Any], reset: jax.Array,
              state: jax.Array | None = None, trained: Mapping[str, bool] | None = None
              ) -> tuple[dict[str, Any], jax.Array, jax.Array]:
@@ -181,7 +181,7 @@ class Policy(NamedTuple):
         return (new_carry, self.groups.join([o[0] for o in outs]),
                 self.groups.join([o[1] for o in outs]))
 
-    def __call__(self, params: Mapping[str, Any], stats: Mapping[str, core.RunningStats],
+    def __call__(self, params: Mapping[str, Any], stats: Mapping[str, losses.RunningStats],
                  obs: jax.Array, trained: Mapping[str, bool] | None = None,
                  state: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
         """(logits, value) of `step` from fresh carries (every recurrent

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxwarp.train import core
+from jaxwarp.train import losses
 from jaxwarp.train.policy import Policy
 
 # (key, logits f32[envs, agents, sum(nvec)]) -> (actions i32[envs, agents, heads],
@@ -58,7 +58,7 @@ def episode_sums(policy: Policy, episode_metrics: Callable | None) -> EpisodeSum
 
 def act_and_step(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums,
                  centralised: bool, params: Mapping[str, Any],
-                 stats: Mapping[str, core.RunningStats], env_state: Any, obs: jax.Array,
+                 stats: Mapping[str, losses.RunningStats], env_state: Any, obs: jax.Array,
                  carry: Mapping[str, Any], first: jax.Array, ep: Mapping[str, jax.Array],
                  key: jax.Array
                  ) -> tuple[Any, jax.Array, dict[str, Any], jax.Array, dict, Transition]:
@@ -81,7 +81,7 @@ def act_and_step(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums,
 
 @jax.named_scope("rollout")
 def rollout(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums, centralised: bool,
-            params: Mapping[str, Any], stats: Mapping[str, core.RunningStats],
+            params: Mapping[str, Any], stats: Mapping[str, losses.RunningStats],
             env_state: Any, obs: jax.Array, carry: Mapping[str, Any], first: jax.Array,
             key: jax.Array, num_steps: int
             ) -> tuple[Any, jax.Array, dict[str, Any], jax.Array, dict[str, jax.Array],

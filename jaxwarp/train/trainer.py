@@ -42,7 +42,7 @@ from jaxwarp.core import key_data_of, resolve_backend
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import make as make_env
 from jaxwarp.sampler import sample_actions
-from jaxwarp.train import core
+from jaxwarp.train import losses
 from jaxwarp.train.compile import COMPILER_OPTIONS, jit  # noqa: F401  (public re-export)
 from jaxwarp.train.config import ConfigError, Derived, TrainConfig, derived
 from jaxwarp.train.distributed import data_mesh
@@ -69,7 +69,7 @@ class RunnerState:
 
     params: dict[str, Any]
     opt_state: dict[str, Any]
-    obs_stats: dict[str, core.RunningStats]
+    obs_stats: dict[str, losses.RunningStats]
     env_state: Any
     obs: jax.Array
     key: jax.Array
@@ -155,7 +155,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
         return pin_state(RunnerState(
             params=params,
             opt_state={g: txs[g].init(params[g]) for g in groups.ids},
-            obs_stats={g: core.RunningStats.create(obs_dim) for g in groups.ids}
+            obs_stats={g: losses.RunningStats.create(obs_dim) for g in groups.ids}
             if c.normalize_obs else {},
             env_state=env_state, obs=obs, key=key,
             update=jnp.zeros((), jnp.int32),
@@ -178,7 +178,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
             state = env.global_state(obs, env_state) if centralised else None
             _, _, last_value = policy.step(rs.params, rs.obs_stats, obs, carry, first, state)
         with jax.named_scope("gae"):
-            adv, target = core.gae(traj.reward, traj.value, traj.done[:, :, None], last_value,
+            adv, target = losses.gae(traj.reward, traj.value, traj.done[:, :, None], last_value,
                                    c.gamma, c.gae_lambda)
         # [T, envs, ...] stays split along envs (no-op on one device).
         traj = traj.replace(**pin({k: getattr(traj, k) for k in _SPLIT}, P(None, "envs")))
@@ -343,7 +343,7 @@ def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim
         carry = policy.group_carry(g, 2) if g in policy.recurrent else None
         state = jnp.zeros((2, state_dim), jnp.float32) if policy.critics else None
         obs = jnp.zeros((2, n, obs_dim), jnp.float32)
-        stats = core.RunningStats.create(obs_dim) if policy.normalize_obs else None
+        stats = losses.RunningStats.create(obs_dim) if policy.normalize_obs else None
         out = policy.forward(g, params, stats, obs, carry, jnp.ones((2, n), bool), state)
         return carry, out
 
@@ -416,17 +416,17 @@ def optimiser(c: TrainConfig, d: Derived, group: str) -> optax.GradientTransform
         lambda params: {k: jax.tree.map(lambda _: k, v) for k, v in params.items()})
 
 
-def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: core.RunningStats | None
+def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: losses.RunningStats | None
              ) -> Callable:
     """(params, minibatch, normalize_advantages) -> ((loss, metrics), grads) of group g."""
     @jax.named_scope("forward")
-    def loss_fn(p, mb: core.Batch, normalize: bool):
+    def loss_fn(p, mb: losses.Batch, normalize: bool):
         # mb.obs holds every agent: the group's slice is cut here, from the
         # minibatch, so that no copy of the whole batch's group slice is made.
         carry = None if mb.carry is None else jax.tree.map(lambda x: x[0], mb.carry)
         logits, value = policy.sequence(g, p, stats, policy.groups.select(mb.obs, g, 2),
                                         carry, mb.first, mb.state)
-        return core.policy_loss(
+        return losses.policy_loss(
             logits, value, mb, policy.nvec, algorithm=c.algorithm, clip_eps=c.clip_eps,
             vf_coef=c.vf_coef, ent_coef=c.ent_coef, normalize_advantages=normalize)
 
@@ -448,7 +448,7 @@ def _learn(c: TrainConfig, d: Derived, policy: Policy, txs: Mapping[str, Any],
         if not c.policy(g).train or not jax.tree.leaves(params[g]):
             continue
         recurrent = g in policy.recurrent
-        batch = core.Batch(
+        batch = losses.Batch(
             traj.obs, *(groups.select(x, g, 2) for x in
                         (traj.actions, traj.log_prob, traj.value, adv, target)),
             first=traj.first if recurrent else None, state=traj.state,

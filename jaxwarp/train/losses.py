@@ -1,4 +1,5 @@
-"""Pure pieces of the trainer: GAE, multi-head categorical, losses, obs stats."""
+"""The losses and what they read: the minibatch (`Batch`), GAE, multi-head
+categorical log-probabilities and entropy, running observation statistics."""
 
 from __future__ import annotations
 
