@@ -27,62 +27,17 @@ imports one module first (docs/models.md).
 
 from __future__ import annotations
 
-from types import ModuleType
+from jaxwarp.registry import ENV_GROUP, PluginError, load_env_plugins
+from jaxwarp.train.models import MODEL_GROUP, load_model_plugins
 
 __all__ = ["ENV_GROUP", "MODEL_GROUP", "PluginError", "load_plugins"]
-
-ENV_GROUP = "jaxwarp.envs"
-MODEL_GROUP = "jaxwarp.models"
-
-_loaded: set[str] = set()
-
-
-class PluginError(ImportError):
-    """An entry point could not be loaded or names something of the wrong kind."""
-
-
-def _register_env(name: str, obj: object, where: str) -> None:
-    from jaxwarp.authoring import EnvSpec
-    from jaxwarp.registry import _REGISTRY, register_module, register_spec
-
-    if isinstance(obj, ModuleType):
-        if hasattr(obj, "SPEC") and hasattr(obj, "ENV") \
-                and getattr(obj.SPEC, "name", None) not in _REGISTRY:
-            register_module(obj)
-        return  # else: it registered itself when imported
-    if isinstance(obj, EnvSpec):
-        register_spec(obj)
-        return
-    raise PluginError(f"{where}: expected an env module (SPEC, ENV) or an EnvSpec; got "
-                      f"{type(obj).__name__}")
-
-
-def _register_model(name: str, obj: object, where: str) -> None:
-    from jaxwarp.train.models import register_model
-
-    if isinstance(obj, ModuleType):
-        return  # it called register_model when imported
-    if not callable(obj):
-        raise PluginError(f"{where}: expected a model factory (nvec, policy_config) -> "
-                          f"flax module; got {type(obj).__name__}")
-    register_model(name, obj)
 
 
 def load_plugins(groups: tuple[str, ...] = (ENV_GROUP, MODEL_GROUP)) -> None:
     """Loads and registers every installed entry point of `groups`, once per
-    group and process. Raises PluginError naming the entry point that fails."""
-    from importlib.metadata import entry_points
-
-    for group in groups:
-        if group in _loaded:
-            continue
-        _loaded.add(group)
-        register = _register_env if group == ENV_GROUP else _register_model
-        for ep in entry_points(group=group):
-            where = f"entry point {ep.name} = {ep.value!r} (group {group!r})"
-            try:
-                obj = ep.load()
-            except Exception as e:  # noqa: BLE001 - named, with the cause
-                raise PluginError(f"{where}: cannot load it: {type(e).__name__}: {e}") \
-                    from None
-            register(ep.name, obj, where)
+    group and process (envs: `jaxwarp.registry`, models: `jaxwarp.train.models`,
+    which own their groups). Raises PluginError naming the entry point that fails."""
+    if ENV_GROUP in groups:
+        load_env_plugins()
+    if MODEL_GROUP in groups:
+        load_model_plugins()

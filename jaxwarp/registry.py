@@ -151,6 +151,51 @@ def contract_envs() -> tuple[str, ...]:
                  if isinstance(cls, type) and issubclass(cls, ContractEnv))
 
 
+# Installed packages' envs: the entry point group (jaxwarp/plugins.py tells the recipe).
+ENV_GROUP = "jaxwarp.envs"
+_plugin_groups_loaded: set[str] = set()
+
+
+class PluginError(ImportError):
+    """An entry point could not be loaded or names something of the wrong kind."""
+
+
+def entry_point_objects(group: str):
+    """(name, loaded object, description) of every installed entry point of
+    `group`, once per group and process (later calls yield nothing); a
+    PluginError names one that fails to load."""
+    from importlib.metadata import entry_points
+
+    if group in _plugin_groups_loaded:
+        return
+    _plugin_groups_loaded.add(group)
+    for ep in entry_points(group=group):
+        where = f"entry point {ep.name} = {ep.value!r} (group {group!r})"
+        try:
+            obj = ep.load()
+        except Exception as e:  # noqa: BLE001 - named, with the cause
+            raise PluginError(f"{where}: cannot load it: {type(e).__name__}: {e}") from None
+        yield ep.name, obj, where
+
+
+def load_env_plugins() -> None:
+    """Registers the envs of every installed ``jaxwarp.envs`` entry point: an
+    env module (SPEC, ENV), a module that registers itself when imported, or
+    an `EnvSpec`."""
+    from jaxwarp.authoring import EnvSpec
+
+    for _, obj, where in entry_point_objects(ENV_GROUP):
+        if isinstance(obj, ModuleType):
+            if hasattr(obj, "SPEC") and hasattr(obj, "ENV") \
+                    and getattr(obj.SPEC, "name", None) not in _REGISTRY:
+                register_module(obj)
+            continue  # else: it registered itself when imported
+        if not isinstance(obj, EnvSpec):
+            raise PluginError(f"{where}: expected an env module (SPEC, ENV) or an EnvSpec; "
+                              f"got {type(obj).__name__}")
+        register_spec(obj)
+
+
 def make(name: str, backend: str = "auto", config: str | None = None, checks: bool = False,
          obs_dtype: Any = "float32", **params: Any):
     """Builds an environment.
@@ -169,9 +214,7 @@ def make(name: str, backend: str = "auto", config: str | None = None, checks: bo
         raise TypeError(f"name must be a str, one of {registered_envs()}; got "
                         f"{type(name).__name__} {name!r}")
     if name not in _REGISTRY:
-        from jaxwarp.plugins import ENV_GROUP, load_plugins
-
-        load_plugins((ENV_GROUP,))  # installed packages' envs (entry points)
+        load_env_plugins()  # installed packages' envs (entry points)
     if name not in _REGISTRY:
         raise ValueError(f"unknown env {name!r}; registered envs: {registered_envs()}. A user "
                          "env is registered by importing its module first: env_module=PATH.py "

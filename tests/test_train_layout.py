@@ -42,6 +42,54 @@ def test_the_package_imports_no_private_name_of_another_jaxwarp_train_module():
     assert not found, found
 
 
+def _imports(path: Path, package: Path) -> set[str]:
+    """The jaxwarp modules `path` imports, at module level or inside functions."""
+    mod = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+    pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")[:len(pkg.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            found |= {base} | {f"{base}.{a.name}" for a in node.names}
+    return {m for m in found if m.startswith("jaxwarp")}
+
+
+def test_no_import_circle_between_jaxwarp_modules():
+    """No module of the package imports, directly or through others, a module
+    that imports it back (lazy imports inside functions count too: they are
+    the same dependency, resolved later). A package's __init__ re-exporting its
+    modules is not an edge back."""
+    package = TRAIN.parent
+    files = {".".join(p.relative_to(package.parent).with_suffix("").parts): p
+             for p in package.rglob("*.py")}
+    files = {k.removesuffix(".__init__"): v for k, v in files.items()}
+    graph = {m: {i for i in _imports(p, package) if i in files and i != m
+                 and not m.startswith(i + ".")}  # a module's own package __init__
+             for m, p in files.items()}
+    circles = []
+
+    def visit(m, stack, done):
+        if m in stack:
+            circles.append(stack[stack.index(m):] + [m])
+            return
+        if m in done:
+            return
+        done.add(m)
+        for n in sorted(graph[m]):
+            visit(n, stack + [m], done)
+
+    done: set[str] = set()
+    for m in sorted(graph):
+        if not files[m].name == "__init__.py":
+            visit(m, [], done)
+    assert not circles, circles[:5]
+
+
 def test_the_host_loop_names_no_env_metric():
     for name in ("loop.py", "plot.py", "metrics.py", "checkpoint.py"):
         text = (TRAIN / name).read_text()

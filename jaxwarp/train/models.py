@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -317,6 +318,24 @@ MODELS: dict[str, ModelFactory] = {
 def register_model(name: str, factory: ModelFactory) -> None:
     """Makes `factory(nvec, policy_config) -> nn.Module` available as ``model: name``."""
     MODELS[name] = factory
+
+
+# Installed packages' models: the entry point group (jaxwarp/plugins.py tells the recipe).
+MODEL_GROUP = "jaxwarp.models"
+
+
+def load_model_plugins() -> None:
+    """Registers every installed ``jaxwarp.models`` entry point: a factory,
+    under the entry point's name, or a module that calls `register_model`."""
+    from jaxwarp.registry import PluginError, entry_point_objects
+
+    for name, obj, where in entry_point_objects(MODEL_GROUP):
+        if isinstance(obj, types.ModuleType):
+            continue  # it called register_model when imported
+        if not callable(obj):
+            raise PluginError(f"{where}: expected a model factory (nvec, policy_config) -> "
+                              f"flax module; got {type(obj).__name__}")
+        register_model(name, obj)
 
 
 def make_model(name: str, nvec: Sequence[int], policy: PolicyConfig, group: str) -> nn.Module:
