@@ -1,14 +1,17 @@
 """Loads jaxwarp's compiled FFI libraries and registers their targets, once.
 
-`_jaxwarp_cpu` (XLA:CPU handlers) is always built; `_jaxwarp_cuda` exists when
-the package was built with nvcc. Both import on any host (the CUDA runtime is
-linked statically), so importing jaxwarp never needs a GPU.
+`_jaxwarp_cpu.so` (the sampler's XLA:CPU handler) is always built;
+`_jaxwarp_cuda.so` exists when the package was built with nvcc. They are plain
+shared libraries, loaded with ctypes and registered with `jax.ffi` like every
+env library (`jaxwarp.authoring.build.register_targets`); both load on any host
+(the CUDA runtime is linked statically), so importing jaxwarp never needs a GPU.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
-import importlib
+import importlib.util
 from collections.abc import Callable, Sequence
 
 import jax
@@ -17,23 +20,26 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 
-def _load(name: str):
+def _load(name: str, symbol: str, target: str, platform: str) -> ctypes.CDLL | None:
+    """Loads jaxwarp/<name>.so and registers its handler `symbol` as `target`;
+    None where the package was built without it."""
     try:
-        return importlib.import_module(f"jaxwarp.{name}")
-    except ImportError:
+        spec = importlib.util.find_spec(f"jaxwarp.{name}")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
         return None
+    lib = ctypes.CDLL(spec.origin)
+    # Platform strings are case-sensitive in jax.ffi: "cpu" and "CUDA".
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)),
+                                platform=platform)
+    return lib
 
 
-_cpu_lib = _load("_jaxwarp_cpu")
-_cuda_lib = _load("_jaxwarp_cuda")
-
-# Platform strings are case-sensitive in jax.ffi: "cpu" and "CUDA".
-if _cpu_lib is not None:
-    for _name, _capsule in _cpu_lib.registrations().items():
-        jax.ffi.register_ffi_target(_name, _capsule, platform="cpu")
-if _cuda_lib is not None:
-    for _name, _capsule in _cuda_lib.registrations().items():
-        jax.ffi.register_ffi_target(_name, _capsule, platform="CUDA")
+_cpu_lib = _load("_jaxwarp_cpu", "JaxwarpSampleCategoricalCpu",
+                 "jaxwarp_sample_categorical_cpu", "cpu")
+_cuda_lib = _load("_jaxwarp_cuda", "JaxwarpSampleCategoricalCuda",
+                  "jaxwarp_sample_categorical_cuda", "CUDA")
 
 
 def has_cpu_library() -> bool:

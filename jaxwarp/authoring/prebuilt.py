@@ -69,7 +69,7 @@ def digest(layout: str, header: Path) -> str:
 def prebuilt_dirs() -> list[Path]:
     """Folders that may hold prebuilt libraries: jaxwarp/prebuilt next to the
     package and, in an editable install (where the compiled files live in
-    site-packages), next to the compiled extension module."""
+    site-packages), next to the compiled sampler library (jaxwarp/_jaxwarp_cpu.so)."""
     dirs = [Path(__file__).resolve().parent.parent / "prebuilt"]
     try:
         spec = importlib.util.find_spec("jaxwarp._jaxwarp_cpu")
