@@ -24,10 +24,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from jaxwarp.params_check import quoted
-from jaxwarp.train.config import (MAX_SEEDS, SEED_LIMIT, ConfigError, config_description,
-                                  default_config_for, load_config, parse_override,
-                                  shipped_configs)
+# Nothing heavy at module level (jax, numpy, the envs): the console script
+# imports this module before `main` runs, and `main` is where Ctrl-C is
+# handled, so every heavy import happens inside it.
 
 
 DESCRIPTION = ("jaxwarp command line: train policies on jaxwarp envs, evaluate and render "
@@ -58,6 +57,8 @@ class _IntermixedParser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from jaxwarp.train.config import MAX_SEEDS, shipped_configs
+
     p = argparse.ArgumentParser(prog="jaxwarp", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
     t = sub.add_parser("train", help="train policies on an env (PPO or A2C, one jitted program)",
@@ -148,6 +149,8 @@ def _fail(command: str, msg: Any) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from jaxwarp.train.config import SEED_LIMIT, ConfigError
+
     if args.episodes < 2:
         return _fail("eval", f"--episodes must be >= 2; got {args.episodes}")
     if not 0 <= args.seed < SEED_LIMIT:
@@ -177,6 +180,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
+    from jaxwarp.train.config import SEED_LIMIT, ConfigError
+
     def fail(msg: Any) -> int:
         return _fail("render", msg)
 
@@ -294,20 +299,80 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
     return 0
 
 
+COMMANDS = ("train", "eval", "render", "configs", "info", "build")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The `jaxwarp` command; returns the exit status (2: a usage error)."""
+    """The `jaxwarp` command; returns the exit status (2: a usage error, 130:
+    interrupted)."""
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    name = f"jaxwarp {words[0]}" if words and words[0] in COMMANDS else "jaxwarp"
     try:
+        _EARLY.install()  # first, before any heavy import
         status = _main(argv)
+        _EARLY.release(check=status != 130)  # a Ctrl-C swallowed on its way still stops
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return status
     except KeyboardInterrupt:  # Ctrl-C outside a run's own handling (imports, eval)
-        print("jaxwarp: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader went away (`jaxwarp configs | head -3`): stop quietly, as
         # Unix tools do, instead of a traceback (and another one at exit).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    finally:
+        _EARLY.release(check=False)
+
+
+class _EarlyInterrupt:
+    """Ctrl-C from `main`'s first line (the heavy imports: jax, the envs, the
+    user's modules) until a command's own handling takes over (train_run's;
+    `release` hands Python's handler back first): it raises KeyboardInterrupt
+    as Python's handler does, and is remembered, so that one raised inside a
+    gc callback of jax (which Python only reports, "Exception ignored in:
+    <function _xla_gc_callback ...>", and goes on) still stops the command,
+    without that report. Main thread only, over Python's default handler."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous: Any = None
+        self._hook: Any = None
+
+    def install(self) -> None:
+        import signal
+        import threading
+
+        self.pressed = False
+        if self._previous is None and threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._hook = sys.unraisablehook
+            sys.unraisablehook = self._unraisable
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    def _unraisable(self, unraisable: Any) -> None:
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):  # remembered: no report
+            self._hook(unraisable)
+
+    def release(self, check: bool = True) -> None:
+        """Python's handler back; with `check`, KeyboardInterrupt if a Ctrl-C
+        came (one that was caught on its way)."""
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            sys.unraisablehook = self._hook
+            self._previous = self._hook = None
+        if check and self.pressed:
+            self.pressed = False
+            raise KeyboardInterrupt
+
+
+_EARLY = _EarlyInterrupt()
 
 
 def _load_plugins(command: str) -> int | None:
@@ -329,6 +394,8 @@ def _main(argv: list[str] | None) -> int:
         if failed is not None:
             return failed
     if args.command == "configs":
+        from jaxwarp.train.config import config_description, shipped_configs
+
         names = shipped_configs()
         width = max(map(len, names), default=0)
         for name in names:
@@ -348,6 +415,7 @@ def _main(argv: list[str] | None) -> int:
 
     from jaxwarp.authoring import EnvBuildError
     from jaxwarp.train.checkpoint import checkpoint_steps
+    from jaxwarp.train.config import ConfigError, default_config_for, load_config
     from jaxwarp.train.loop import CheckpointWarning, RunError, train_run
     from jaxwarp.train.seeds import check_seeds
 
@@ -376,6 +444,7 @@ def _main(argv: list[str] | None) -> int:
                 print(f"jaxwarp train: {out} is already finished ({finished}); nothing to "
                       f"resume (jaxwarp eval --run {out} evaluates it)", file=sys.stderr)
                 return 0
+            _EARLY.release()  # train_run handles Ctrl-C from here on
             result = train_run(None, out, resume=True, progress=progress,
                                devices=args.devices)
         else:
@@ -396,6 +465,7 @@ def _main(argv: list[str] | None) -> int:
             except ValueError as e:  # "seeds ..." -> "--seeds ..."
                 raise ConfigError(f"--{e}") from None
             out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+            _EARLY.release()  # train_run handles Ctrl-C from here on
             result = train_run(config, out, seeds=args.seeds, progress=progress)
     except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,
             EnvBuildError) as e:
@@ -450,6 +520,9 @@ def _finished(out: Path) -> str | None:
 
 def _check_one_env(env: str, overrides: list[str]) -> None:
     """ConfigError unless every ``env=NAME`` override names `env` (--env)."""
+    from jaxwarp.params_check import quoted
+    from jaxwarp.train.config import ConfigError, parse_override
+
     for o in overrides:
         key, _, value = o.partition("=")
         if key.strip() == "env":

@@ -55,6 +55,64 @@ def test_ctrl_c_at_any_moment_stops_with_one_line_and_130(tmp_path, delay):
     assert len(lines) <= 3 and all(x.startswith("jaxwarp") for x in lines), err
 
 
+# Sends SIGINT to itself when `module` is first imported (the heavy imports
+# that run inside cli.main), or from an object's __del__ run by the garbage
+# collector there, where Python only reports the KeyboardInterrupt ("Exception
+# ignored in ...") and goes on, as it does in jax's gc callback.
+_EARLY_SIGINT = textwrap.dedent("""
+    import gc, os, signal, sys
+
+    module, how, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # the handler runs here, inside __del__
+
+    class Hook:
+        def find_spec(self, name, path=None, target=None):
+            if name == module:
+                sys.meta_path.remove(self)
+                if how == "gc":
+                    a = Finalized(); a.self = a; del a; gc.collect()
+                else:
+                    os.kill(os.getpid(), signal.SIGINT)
+            return None
+
+    sys.meta_path.insert(0, Hook())
+    from jaxwarp.cli import main  # as the console script does, before main
+    sys.exit(main(args))
+    """)
+
+
+def test_importing_the_cli_loads_nothing_heavy():
+    """The console script imports jaxwarp.cli before main() handles Ctrl-C:
+    that import loads no jax, numpy, flax or yaml (they load inside main)."""
+    code = ("import sys, jaxwarp.cli; "
+            "print([m for m in ('jax', 'numpy', 'flax', 'yaml') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("module, how", [("numpy", "raise"), ("jax", "raise"),
+                                         ("flax", "raise"), ("jaxwarp.train.loop", "raise"),
+                                         ("flax", "gc")])
+def test_ctrl_c_during_the_imports_stops_with_one_line_and_130(tmp_path, module, how):
+    """SIGINT while main() imports jax, flax, the envs, the trainer (before the
+    command's first line): `jaxwarp train: interrupted` alone on stderr and
+    exit 130; one raised inside a gc finalizer (swallowed by Python) too."""
+    args = ["train", "--no-progress", "--out", str(tmp_path / "run"), *TINY]
+    p = subprocess.run([sys.executable, "-c", _EARLY_SIGINT, module, how, *args],
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True,
+                       text=True, timeout=240)
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert p.returncode == 130, (p.returncode, p.stderr)
+    assert len(lines) == 1 and re.fullmatch(r"jaxwarp train: interrupted(; no checkpoint "
+                                            r"was written yet)?", lines[0]), p.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def _plugin_dist(tmp_path: Path) -> Path:
     """A folder on sys.path with an installed-looking package (dist-info) that
     declares goal_reach (an env module) and a model factory as entry points."""
