@@ -79,6 +79,32 @@ def test_every_registered_env_renders(name):
     assert (~drawn).mean() > 0.3, "mostly background"
 
 
+@pytest.mark.parametrize("name", jaxwarp.registered_envs())
+def test_shapes_keep_their_share_of_a_larger_frame(name):
+    """--size 512 draws what --size 128 does, four times as wide: the agents of
+    the multi-agent envs (points in tag_continuous, cells in tag_gridworld)
+    cover the same share of the picture, not a fixed few pixels; the classic
+    envs' hairlines (at least a pixel wide) may thin, their bodies not."""
+    env = jaxwarp.make(name, backend="jax")
+    states = rollout_states(env, jax.random.key(0), num_envs=1, steps=0)
+    share = {}
+    for size in (128, 512):
+        frame = np.asarray(render_frames(env, states, size=size))[0]
+        share[size] = (frame != np.array(BACKGROUND, np.uint8)).any(-1).mean()
+    ratio = share[512] / share[128]
+    assert (0.8 < ratio < 1.25) if env.num_agents > 1 else ratio > 0.35, (share, ratio)
+
+
+def test_tag_discs_grow_with_the_frame(tag_env):
+    """One tagger's disc at 4x the frame size covers ~16x the pixels; at a
+    small frame it keeps its 3-pixel radius."""
+    states = _tag_state(tag_env, (5.0, 15.0), (14.0, 4.0), runner_in_game=True)
+    red = {size: int((np.asarray(render_frames(tag_env, states, size=size))[0]
+                      == np.array(RED, np.uint8)).all(-1).sum()) for size in (32, 128, 512)}
+    assert 12 * red[128] < red[512] < 20 * red[128], red
+    assert red[32] >= 20, red  # a disc of radius 3 pixels: about 28 pixels
+
+
 def test_unknown_env_raises():
     class Fake:
         name = "my_env"

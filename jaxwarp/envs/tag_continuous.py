@@ -464,10 +464,13 @@ def render_view(p: TagContinuousParams) -> tuple[float, float, float, float]:
 
 
 def render_draw(p: TagContinuousParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
-    nt, px = p.num_taggers, canvas.px
+    # Agents are points: the discs are a share of the picture (2 and 3 pixels of
+    # a 128-pixel frame; that look at any --size), at least 2 and 3 pixels.
+    xmin, xmax, _, _ = render_view(p)
+    nt, unit = p.num_taggers, max(canvas.px, (xmax - xmin) / 128)
     x, y, alive = s["x"], s["y"], s["still_in_game"] != 0
-    canvas.disc(x[nt:], y[nt:], 2.0 * px, BLUE, alive[nt:])  # runners under taggers
-    canvas.disc(x[:nt], y[:nt], 3.0 * px, RED, alive[:nt])
+    canvas.disc(x[nt:], y[nt:], 2.0 * unit, BLUE, alive[nt:])  # runners under taggers
+    canvas.disc(x[:nt], y[:nt], 3.0 * unit, RED, alive[:nt])
 
 
 SPEC = EnvSpec(

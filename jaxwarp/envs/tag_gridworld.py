@@ -228,9 +228,11 @@ def render_view(p: TagGridworldParams) -> tuple[float, float, float, float]:
 
 
 def render_draw(p: TagGridworldParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
-    nt = p.num_taggers
+    # A disc fills its cell, and is at least the share of the picture it has in a
+    # 128-pixel frame (2.5 pixels there; that look at any --size on a large grid).
+    xmin, xmax, _, _ = render_view(p)
+    nt, r = p.num_taggers, max(0.45, 2.5 * max(canvas.px, (xmax - xmin) / 128))
     x, y = s["x"].astype(jnp.float32), s["y"].astype(jnp.float32)
-    r = max(0.45, 2.5 * canvas.px)
     canvas.disc(x[nt:], y[nt:], r, BLUE)
     canvas.disc(x[:nt], y[:nt], r, RED)
 
