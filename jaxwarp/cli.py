@@ -4,7 +4,7 @@
                   [--seeds S] [--devices N] [--out DIR] [--resume DIR] [--no-progress]
     jaxwarp eval --run DIR [--episodes N] [--seed S] [--json FILE]
                              # trained policies of a run against random ones
-    jaxwarp render (--env NAME | --run DIR) [--steps T] [--out FILE.gif]
+    jaxwarp render (--env NAME [env_module=PATH] | --run DIR) [--steps T] [--out FILE.gif]
     jaxwarp configs          # list the shipped training configs
     jaxwarp build [--backend cpu|cuda|all] [ENV ...]   # build contract envs into the cache now
                              # (cuda needs a GPU or JAXWARP_CUDA_ARCH, e.g. 90)
@@ -108,6 +108,10 @@ def _parser() -> argparse.ArgumentParser:
                        "prints its path. --env NAME: uniformly random actions. --run DIR: the "
                        "run's trained policies (newest intact checkpoint) on the left, random "
                        "policies from the same start on the right.")
+    r.add_argument("env_module", nargs="*", metavar="env_module=PATH",
+                   help="with --env: a .py file or module to import first, registering an "
+                   "env of your own (as train's env_module=; installed packages' entry "
+                   "points need none)")
     r.add_argument("--env", help="env name (random actions)")
     r.add_argument("--run", metavar="DIR", help="a training run folder (trained vs random)")
     r.add_argument("--config", help="the env's named configuration, e.g. warpdrive_default")
@@ -189,6 +193,16 @@ def _render(args: argparse.Namespace) -> int:
         return fail("give either --env NAME (random actions) or --run DIR (trained policies)")
     if args.run and args.config:
         return fail("--config goes with --env; a run's env comes from its saved config")
+    modules = []
+    for item in args.env_module:
+        key, eq, value = item.partition("=")
+        if key.strip() != "env_module" or not eq or not value.strip():
+            return fail(f"{item[:200]!r}: render takes no key=value but env_module=PATH.py "
+                        "(or a module name), with --env")
+        modules.append(value.strip())
+    if modules and args.run:
+        return fail("env_module= goes with --env; a run's env_module comes from its saved "
+                    "config")
     if args.steps is not None and args.steps < 0:
         return fail(f"--steps must be >= 0; got {args.steps}")
     if not 0 <= args.seed < SEED_LIMIT:
@@ -210,6 +224,10 @@ def _render(args: argparse.Namespace) -> int:
             frames = render_run(load_run(args.run), args.steps, args.size, args.seed)
             default = Path(args.run) / "trained_vs_random.gif"
         else:
+            from jaxwarp.train.trainer import import_env_module
+
+            for module in modules:
+                import_env_module(module)
             env = jaxwarp.make(args.env, backend=args.backend, config=args.config)
             states = rollout_states(env, jax.random.key(args.seed), 1, args.steps)
             frames = jax.jit(lambda s: render_frames(env, s, size=args.size))(states)
