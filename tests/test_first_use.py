@@ -156,6 +156,34 @@ def test_entry_points_name_an_env_and_a_model_on_the_command_line(tmp_path):
     assert "goal_reach update 2" in stdout
 
 
+def test_env_module_names_a_model_on_the_command_line(tmp_path, monkeypatch, capsys):
+    """docs/models.md, "Naming your model on the command line": env_module=PATH.py
+    registers a model (register_model) that policies.G.model= then names; the
+    run's eval finds it again from another folder; an unknown model's error says
+    how to name one."""
+    (tmp_path / "my_models.py").write_text(textwrap.dedent("""
+        from jaxwarp.train.models import MLPActorCritic, register_model
+
+        register_model("my_tiny_mlp", lambda nvec, policy: MLPActorCritic(
+            tuple(int(n) for n in nvec), (4,), "tanh"))
+        """))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "--no-progress", "--out", "run", "--eval-episodes", "0",
+                     "env_module=my_models.py", "policies.agent.model=my_tiny_mlp",
+                     *TINY]) == 0
+    capsys.readouterr()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    p = _jaxwarp("eval", "--run", str(tmp_path / "run"), "--episodes", "2", cwd=elsewhere)
+    stdout, err = p.communicate(timeout=400)
+    assert p.returncode == 0, err
+    assert "cartpole update 2" in stdout
+    assert cli.main(["train", "--out", "run2", "policies.agent.model=nope", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'nope' is unknown" in err
+    assert "env_module=PATH.py" in err and "'jaxwarp.models'" in err
+
+
 def test_config_yaml_keeps_env_module_absolute(tmp_path, monkeypatch):
     """env_module=relative/path.py is stored absolute, so the run folder works
     from any folder (eval --run, --resume)."""
@@ -270,6 +298,20 @@ def test_a_line_per_chunk_when_stdout_is_not_a_terminal(tmp_path):
     assert [x.split()[1] for x in lines] == ["1/2", "2/2"], out
     assert "env-steps/s" in lines[0] and "agent" in lines[0]
     assert "tensorboardX" not in out + err  # no install hint on every run
+
+
+def test_a_return_before_any_episode_ended_is_said_not_nan(capsys):
+    """A group's episode_return is NaN until one of its episodes ends: the
+    line per chunk says so instead of printing nan."""
+    from jaxwarp.train.loop import _Progress
+
+    bar = _Progress(total=2, done=0, batch=8, enabled="lines")
+    bar.advance(1, 1000.0, [{"update": 1, "agent/episode_return": float("nan")}])
+    bar.advance(1, 1000.0, [{"update": 2, "agent/episode_return": 12.5}])
+    first, second = capsys.readouterr().out.splitlines()
+    assert first.startswith("update 1/2") and "nan" not in first.lower()
+    assert first.endswith("agent - (no episode ended yet)"), first
+    assert second.startswith("update 2/2") and second.endswith("agent 12.5"), second
 
 
 def test_messages_name_the_fix():

@@ -342,5 +342,8 @@ def make_model(name: str, nvec: Sequence[int], policy: PolicyConfig, group: str)
     """The Flax module that the config names for policy group `group`."""
     if name not in MODELS:
         raise ConfigError(f"policies.{group}.model: {name!r} is unknown; expected one of "
-                          f"{sorted(MODELS)} (or pass a flax module via models=...)")
+                          f"{sorted(MODELS)}. A model of your own is named once registered "
+                          "(register_model) by a module imported with env_module=PATH.py, or "
+                          "by an entry point of the group 'jaxwarp.models'; from Python, pass "
+                          "the flax module via models=... (docs/models.md)")
     return MODELS[name](nvec, policy)
