@@ -14,9 +14,8 @@ ffi::Error SampleCategoricalCpu(ffi::Buffer<ffi::U32> keys, ffi::Buffer<ffi::F32
                                 int64_t draw_rows) {
   SamplerParams p;
   Layout lay;
-  if (auto err = MakeSampler(nvec, partitionable, draw_rows, keys.element_count(),
-                             logits.element_count(), row_offsets.element_count(),
-                             actions->element_count(), log_prob->element_count(), &p, &lay);
+  if (auto err = MakeSampler(keys, logits, row_offsets, actions, log_prob, nvec, partitionable,
+                             draw_rows, &p, &lay);
       !err.success())
     return err;
   const uint32_t* k = keys.typed_data();
@@ -53,12 +52,4 @@ ffi::Error SampleCategoricalCpu(ffi::Buffer<ffi::U32> keys, ffi::Buffer<ffi::F32
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxwarpSampleCategoricalCpu,
                               jaxwarp::sampler::SampleCategoricalCpu,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::Buffer<xla::ffi::U32>>()
-                                  .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                                  .Arg<xla::ffi::Buffer<xla::ffi::U32>>()
-                                  .Ret<xla::ffi::Buffer<xla::ffi::S32>>()
-                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
-                                  .Attr<xla::ffi::Span<const int32_t>>("nvec")
-                                  .Attr<int32_t>("partitionable")
-                                  .Attr<int64_t>("draw_rows"));
+                              jaxwarp::sampler::SamplerBinding(xla::ffi::Ffi::Bind()));

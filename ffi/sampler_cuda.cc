@@ -20,9 +20,8 @@ ffi::Error SampleCategoricalCuda(cudaStream_t stream, ffi::Buffer<ffi::U32> keys
                                  int64_t draw_rows) {
   SamplerParams p;
   Layout lay;
-  if (auto err = MakeSampler(nvec, partitionable, draw_rows, keys.element_count(),
-                             logits.element_count(), row_offsets.element_count(),
-                             actions->element_count(), log_prob->element_count(), &p, &lay);
+  if (auto err = MakeSampler(keys, logits, row_offsets, actions, log_prob, nvec, partitionable,
+                             draw_rows, &p, &lay);
       !err.success())
     return err;
   SamplerBuffers b{keys.typed_data(),    logits.typed_data(), row_offsets.typed_data(),
@@ -40,16 +39,7 @@ ffi::Error SampleCategoricalCuda(cudaStream_t stream, ffi::Buffer<ffi::U32> keys
 
 namespace xffi = xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxwarpSampleCategoricalCuda,
-                              jaxwarp::sampler::SampleCategoricalCuda,
-                              xffi::Ffi::Bind()
-                                  .Ctx<xffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xffi::Buffer<xffi::U32>>()
-                                  .Arg<xffi::Buffer<xffi::F32>>()
-                                  .Arg<xffi::Buffer<xffi::U32>>()
-                                  .Ret<xffi::Buffer<xffi::S32>>()
-                                  .Ret<xffi::Buffer<xffi::F32>>()
-                                  .Attr<xffi::Span<const int32_t>>("nvec")
-                                  .Attr<int32_t>("partitionable")
-                                  .Attr<int64_t>("draw_rows"),
-                              {xffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    JaxwarpSampleCategoricalCuda, jaxwarp::sampler::SampleCategoricalCuda,
+    jaxwarp::sampler::SamplerBinding(xffi::Ffi::Bind().Ctx<xffi::PlatformStream<cudaStream_t>>()),
+    {xffi::Traits::kCmdBufferCompatible});

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "sampler.h"
 #include "xla/ffi/api/ffi.h"
@@ -68,6 +69,34 @@ inline ffi::Error MakeSampler(ffi::Span<const int32_t> nvec, int32_t partitionab
   if (action_elements != lay->rows * h || log_prob_elements != lay->rows)
     return ffi::Error::InvalidArgument("output buffers do not match the logits");
   return ffi::Error::Success();
+}
+
+// The buffers of one call: keys u32[members, H, 2], logits f32[rows, sum(nvec)],
+// row offsets u32[members] in; actions s32[rows, H], log-probs f32[rows] out.
+template <class Keys, class Logits, class Offsets, class Actions, class LogProb>
+inline ffi::Error MakeSampler(const Keys& keys, const Logits& logits, const Offsets& offsets,
+                              Actions& actions, LogProb& log_prob,
+                              ffi::Span<const int32_t> nvec, int32_t partitionable,
+                              int64_t draw_rows, SamplerParams* p, Layout* lay) {
+  return MakeSampler(nvec, partitionable, draw_rows, keys.element_count(),
+                     logits.element_count(), offsets.element_count(),
+                     actions->element_count(), log_prob->element_count(), p, lay);
+}
+
+// Both handlers' buffers and attributes, in order, after what `bind` already
+// binds (the CUDA handler's stream): XLA_FFI_DEFINE_HANDLER_SYMBOL(...,
+// SamplerBinding(ffi::Ffi::Bind()), ...).
+template <class Binding>
+inline auto SamplerBinding(Binding bind) {
+  return std::move(bind)
+      .template Arg<ffi::Buffer<ffi::U32>>()
+      .template Arg<ffi::Buffer<ffi::F32>>()
+      .template Arg<ffi::Buffer<ffi::U32>>()
+      .template Ret<ffi::Buffer<ffi::S32>>()
+      .template Ret<ffi::Buffer<ffi::F32>>()
+      .template Attr<ffi::Span<const int32_t>>("nvec")
+      .template Attr<int32_t>("partitionable")
+      .template Attr<int64_t>("draw_rows");
 }
 
 }  // namespace sampler
