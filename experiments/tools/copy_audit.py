@@ -29,10 +29,14 @@ from jaxwarp.train.compile import jit
 
 _BYTES = {"f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "pred": 1, "s8": 1, "u8": 1,
           "f64": 8, "s64": 8, "u64": 8}
-# Computations that are bodies of fusions (one kernel with the rest): a copy
-# there is an index shuffle inside that kernel, not a copy of its own.
-_FUSED = ("fused_", "wrapped_", "horizontally_fused", "input_concatenate_fusion")
-_INSTR = re.compile(r"^\s*(?:ROOT )?%?(\S+) = (\S+?)\[([\d,]*)\]\S* (copy|copy-start)\(")
+# Opcodes that only move data: a fusion of nothing else is a copy kernel or,
+# on XLA:GPU, a memcpy (a contiguous slice or update becomes one).
+_MOVE = {"parameter", "slice", "dynamic-slice", "dynamic-update-slice", "copy", "bitcast",
+         "reshape", "transpose", "concatenate", "constant", "tuple", "get-tuple-element",
+         "broadcast", "pad", "copy-start", "copy-done", "bitcast-convert"}
+_COMP = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(.*\{\s*$")
+_OP = re.compile(r"^\s*(?:ROOT )?%?(\S+) = \(?([a-z0-9]+)\[([\d,]*)\]\S* ([a-z\-]+)\(")
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
 
 
 def _bytes(dtype: str, dims: str) -> int:
@@ -42,23 +46,46 @@ def _bytes(dtype: str, dims: str) -> int:
     return n * _BYTES.get(dtype, 4)
 
 
-def copies(hlo: str) -> list[dict]:
-    """The copy instructions of an optimised HLO module's text."""
-    out, comp = [], None
+def _computations(hlo: str) -> dict[str, list[tuple[str, str, str, str, str]]]:
+    """computation name -> its instructions (name, dtype, dims, opcode, line)."""
+    comps: dict[str, list] = {}
+    cur = None
     for line in hlo.splitlines():
-        if (m := re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)) and "=" not in line.split("{")[0]:
-            comp = m.group(1)
+        if (m := _COMP.match(line)) and " = " not in line.split("(")[0]:
+            cur = m.group(2)
+            comps[cur] = []
+        elif cur is not None and (m := _OP.match(line)):
+            comps[cur].append((*m.groups(), line))
+    return comps
+
+
+def copies(hlo: str) -> list[dict]:
+    """The data movement of an optimised HLO module that runs as kernels of its
+    own: copy / dynamic-slice / dynamic-update-slice instructions outside
+    fusions, and fusions whose body only moves data (slices, updates, copies,
+    transposes; on XLA:GPU a contiguous one is a memcpy)."""
+    comps = _computations(hlo)
+    fused = {m.group(1) for ops in comps.values() for *_, line in ops
+             if " fusion(" in line and (m := _CALLS.search(line))}
+    out = []
+    for comp, ops in comps.items():
+        if comp in fused:
             continue
-        m = _INSTR.match(line)
-        if not m:
-            continue
-        name, dtype, dims, kind = m.groups()
-        if comp and comp.startswith(_FUSED):  # inside a fusion: no copy of its own
-            continue
-        op = re.search(r'op_name="([^"]*)"', line)
-        out.append({"computation": comp, "instruction": name, "kind": kind, "dtype": dtype,
-                    "shape": [int(d) for d in filter(None, dims.split(","))],
-                    "bytes": _bytes(dtype, dims), "op_name": op.group(1) if op else None})
+        for name, dtype, dims, opcode, line in ops:
+            what = None
+            if opcode in ("copy", "copy-start", "dynamic-slice", "dynamic-update-slice"):
+                what = opcode
+            elif opcode == "fusion" and (body := _CALLS.search(line)):
+                kinds = {o[3] for o in comps.get(body.group(1), [])}
+                if kinds and kinds <= _MOVE:
+                    what = "fusion:" + "+".join(sorted(kinds - {"parameter", "constant",
+                                                                 "tuple", "bitcast"}))
+            if what is None:
+                continue
+            op = re.search(r'op_name="([^"]*)"', line)
+            out.append({"computation": comp, "instruction": name, "kind": what, "dtype": dtype,
+                        "shape": [int(d) for d in filter(None, dims.split(","))],
+                        "bytes": _bytes(dtype, dims), "op_name": op.group(1) if op else None})
     return out
 
 
@@ -83,7 +110,7 @@ def main() -> int:
     for comp, b in by_comp.most_common():
         print(f"  {b / 1e6:9.3f} MB  {comp}")
     for r in sorted(rows, key=lambda r: -r["bytes"])[:25]:
-        print(f"  {r['bytes'] / 1e6:9.3f} MB {r['kind']:10s} {r['dtype']}{r['shape']} in "
+        print(f"  {r['bytes'] / 1e6:9.3f} MB {r['kind']:28s} {r['dtype']}{r['shape']} in "
               f"{r['computation']}: {r['op_name']}")
     if args.out:
         args.out.write_text(json.dumps({"meta": run_meta(), "config": args.config,
