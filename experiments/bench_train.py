@@ -172,6 +172,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", default=None, help="comma list of case indices (default: all)")
     ap.add_argument("--out", default="experiments/results/bench_train.json")
+    ap.add_argument("--config", default=None,
+                    help="a shipped config to time instead of the cases (with --variants: "
+                         "its override sets), --updates updates per timed call")
+    ap.add_argument("--updates", type=int, default=50)
     ap.add_argument("--variants", default=None,
                     help="';'-separated override sets, each run on every case and backend "
                          "(e.g. 'minibatch_layout=envs;minibatch_layout=samples')")
@@ -185,6 +189,8 @@ def main() -> None:
     cases = SMALL_CASES if args.small or not gpu else GPU_CASES
     if args.cases:
         cases = [cases[int(i)] for i in args.cases.split(",")]
+    if args.config:
+        cases = [(args.config, [], args.updates)]
     results = []
     meta = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
             "jax": jax.__version__, "python": platform.python_version(),
