@@ -156,7 +156,9 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
         "matmul_flops_per_update": flops,
         "matmul_tflops_per_s": sum(flops.values()) / (sec / updates) / 1e12,
         "mfu": mfu,
-        "tagger_loss_finite": bool(jax.numpy.isfinite(m["tagger/loss"]).all()),
+        # every group's losses finite (Tag's files so far: the taggers' alone)
+        "losses_finite": all(bool(jax.numpy.isfinite(v).all()) for k, v in m.items()
+                             if k.endswith("/loss")),
     }
 
 

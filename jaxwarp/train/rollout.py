@@ -94,13 +94,13 @@ def rollout(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums, centra
     names = [*sums(jnp.zeros((num_envs, obs.shape[1])), jnp.zeros(num_envs)), "episodes"]
     ep0 = {k: jnp.zeros((num_envs,), jnp.float32) for k in names}
 
-    # The parameters are the loop's constants, not part of its carry: what the
-    # policy derives from them alone (the fused heads' concatenated weights) is
-    # then loop-invariant and computed once per rollout, not once per step.
     def body(c, k):
-        *c, step = act_and_step(policy, sample, env, sums, centralised, params, stats, *c, k)
-        return tuple(c), step
+        params_, stats_, *loop = c
+        *loop, step = act_and_step(policy, sample, env, sums, centralised, params_, stats_,
+                                   *loop, k)
+        return (params_, stats_, *loop), step
 
-    (env_state, obs, carry, first, ep), traj = jax.lax.scan(
-        body, (env_state, obs, dict(carry), first, ep0), jax.random.split(key, num_steps))
+    (_, _, env_state, obs, carry, first, ep), traj = jax.lax.scan(
+        body, (params, stats, env_state, obs, dict(carry), first, ep0),
+        jax.random.split(key, num_steps))
     return env_state, obs, carry, first, {k: v.sum() for k, v in ep.items()}, traj
