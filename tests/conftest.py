@@ -1,7 +1,15 @@
+import signal
+
 import jax
 import pytest
 
 import jaxwarp
+
+# A suite started in the background by a non-interactive shell inherits SIGINT
+# ignored (POSIX job control), and so would every jaxwarp it starts: the Ctrl-C
+# tests need it delivered, as it is from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):

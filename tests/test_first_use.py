@@ -46,7 +46,10 @@ def test_ctrl_c_at_any_moment_stops_with_one_line_and_130(tmp_path, delay):
     assert "starting from the shipped config" in first, first
     time.sleep(delay)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=240)
+    try:
+        out, err = p.communicate(timeout=240)
+    finally:
+        p.kill()  # a run that went on must not outlive the test
     lines = [x for x in err.splitlines() if x.strip()]
     assert p.returncode == 130, (p.returncode, err)
     assert "Traceback" not in err and "Fatal" not in err and "Exception ignored" not in err, err
