@@ -837,6 +837,11 @@ def _time_to_return_rows(data: dict) -> list[list[str]]:
     return rows
 
 
+TIME_TO_RETURN_PAPER = Source("time_to_return_paper_h100.json",
+                              "python experiments/bench_time_to_return.py --cases cartpole,mpe "
+                              "--scale paper --seeds 10")
+
+
 def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
     data = _read_json(root, TIME_TO_RETURN)
     rows = _time_to_return_rows(data)
@@ -864,8 +869,17 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
         "",
         "The file holds the runs of " + " and ".join(code(r) for r in runs) + ".",
         *sources_block(root, [TIME_TO_RETURN]),
+        "",
+        "The paper sizes again with PPO's minibatches of single steps (`minibatch_layout: "
+        "auto`, the default since; the table above used env sequences), "
+        f"{on(root, TIME_TO_RETURN_PAPER)}; env-steps/s {AGENT_STEPS}:",
+        "",
+        *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
+                "env-steps/s", "final return", "compile s"],
+               _time_to_return_rows(_read_json(root, TIME_TO_RETURN_PAPER))),
+        *sources_block(root, [TIME_TO_RETURN_PAPER]),
     ]
-    return lines, [TIME_TO_RETURN]
+    return lines, [TIME_TO_RETURN, TIME_TO_RETURN_PAPER]
 
 
 TIME_TO_RETURN_RNN = Source("time_to_return_rnn_h100.json",
