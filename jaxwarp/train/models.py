@@ -205,6 +205,22 @@ class MLPActorCritic(nn.Module):
         return logits.astype(jnp.float32), jnp.squeeze(v, -1).astype(jnp.float32)
 
 
+def _gru_torso(carry: jax.Array, x: jax.Array, reset: jax.Array, hidden_sizes: Sequence[int],
+               rnn_size: int, act: Callable[[jax.Array], jax.Array]
+               ) -> tuple[jax.Array, jax.Array]:
+    """Inside a recurrent module's compact call: the carry reset where `reset`,
+    an MLP embedding of x (`hidden_sizes`) and a GRU cell of `rnn_size` units.
+    Returns (carry, GRU output). The layers are created in the calling module
+    (named Dense_0.., GRUCell_0 there, as if written inline)."""
+    carry = jnp.where(reset[..., None], jnp.zeros_like(carry), carry)
+    x = x.astype(jnp.float32)
+    for w in hidden_sizes:
+        x = act(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)))(x))
+    # Flax's default recurrent initialiser (orthogonal) through `orthogonal`: the
+    # same values, one QR per matrix under vmap over seeds (see `orthogonal`).
+    return nn.GRUCell(rnn_size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
+
+
 class GRUActorCritic(nn.Module):
     """A recurrent actor-critic (JaxMARL's IPPO-RNN layout): an MLP embedding
     of the observation (``hidden_sizes``), a GRU cell (Flax's `nn.GRUCell`,
@@ -231,13 +247,7 @@ class GRUActorCritic(nn.Module):
     def __call__(self, carry: jax.Array, obs: jax.Array, reset: jax.Array
                  ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         act = _ACTIVATIONS[self.activation]
-        carry = jnp.where(reset[..., None], self.initialize_carry(reset.shape), carry)
-        x = obs.astype(jnp.float32)
-        for w in self.hidden_sizes:
-            x = act(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)))(x))
-        # Flax's default recurrent initialiser (orthogonal) through `orthogonal`: the
-        # same values, one QR per matrix under vmap over seeds (see `orthogonal`).
-        carry, x = nn.GRUCell(self.rnn_size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
+        carry, x = _gru_torso(carry, obs, reset, self.hidden_sizes, self.rnn_size, act)
         pi = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
         logits = nn.Dense(int(sum(self.action_dims)), kernel_init=orthogonal(0.01))(pi)
         v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
@@ -280,11 +290,7 @@ class CentralGRUCritic(nn.Module):
     def __call__(self, carry: jax.Array, state: jax.Array, reset: jax.Array
                  ) -> tuple[jax.Array, jax.Array]:
         act = _ACTIVATIONS[self.activation]
-        carry = jnp.where(reset[..., None], self.initialize_carry(reset.shape), carry)
-        x = state.astype(jnp.float32)
-        for w in self.hidden_sizes:
-            x = act(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)))(x))
-        carry, x = nn.GRUCell(self.rnn_size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
+        carry, x = _gru_torso(carry, state, reset, self.hidden_sizes, self.rnn_size, act)
         v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
         return carry, jnp.squeeze(nn.Dense(1, kernel_init=orthogonal(1.0))(v), -1)
 
