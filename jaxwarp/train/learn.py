@@ -46,12 +46,12 @@ class Layout(NamedTuple):
 
     def _spread(self, x: jax.Array, i: jax.Array) -> jax.Array:
         """Minibatch i of [T, envs, ...] laid out device-major (see `deal`) is
-        local env block [i*size/D, (i+1)*size/D) of every device: a reshape of
-        the sharded env axis and a slice, no copy between devices."""
-        blocks = x.reshape(x.shape[0], self.shards, self.minibatches,
-                           self.size // self.shards, *x.shape[2:])
+        local block i of every device's equal blocks along axis 1 (envs, or
+        steps as `deal_steps` lays them out): a reshape of the sharded axis and a
+        slice, no copy between devices."""
+        blocks = x.reshape(x.shape[0], self.shards, self.minibatches, -1, *x.shape[2:])
         mb = jax.lax.dynamic_index_in_dim(blocks, i, axis=2, keepdims=False)
-        return self.pin(mb.reshape(x.shape[0], self.size, *x.shape[2:]), P(None, "envs"))
+        return self.pin(mb.reshape(x.shape[0], -1, *x.shape[2:]), P(None, "envs"))
 
     def _local_take(self, x: jax.Array, perms: jax.Array, i: jax.Array) -> jax.Array:
         """Minibatch i of [T, envs, ...] is local envs perms[k, i*size/D:(i+1)*size/D]
@@ -92,8 +92,7 @@ class Layout(NamedTuple):
         perm[i*size + k*size/D + j] (device k's share of minibatch i) sit at
         env index k*n/D + i*size/D + j, i.e. on device k (one exchange of the
         batch between devices per epoch instead of one per minibatch)."""
-        order = perm.reshape(self.minibatches, self.shards, self.size // self.shards)
-        order = order.transpose(1, 0, 2).reshape(-1)
+        order = perm.reshape(self.minibatches, self.shards, -1).transpose(1, 0, 2).reshape(-1)
         return jax.tree.map(lambda x: self.pin(jnp.take(x, order, axis=1), P(None, "envs")),
                             batch)
 
@@ -102,16 +101,9 @@ class Layout(NamedTuple):
         """Several devices, one permutation `perm` of all T*envs steps (flattened
         (step, env)): the batch as [1, T*envs, ...], reordered once per epoch so
         that device k holds its share perm[i*R + k*R/D : i*R + (k+1)*R/D] of every
-        minibatch i (R = T*size), in minibatch order (an all-gather, as `deal`)."""
-        rows = perm.shape[0] // self.minibatches
-        order = perm.reshape(self.minibatches, self.shards, rows // self.shards)
-        order = order.transpose(1, 0, 2).reshape(-1)
-
-        def one(x: jax.Array) -> jax.Array:
-            flat = x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
-            return self.pin(jnp.take(flat, order, axis=0)[None], P(None, "envs"))
-
-        return jax.tree.map(one, batch)
+        minibatch i (R = T*size), in minibatch order (`deal` of the flattened steps)."""
+        return self.deal(jax.tree.map(
+            lambda x: x.reshape(1, x.shape[0] * x.shape[1], *x.shape[2:]), batch), perm)
 
     @jax.named_scope("minibatch")
     def steps(self, src: Any, i: jax.Array, perms: jax.Array) -> Any:
@@ -122,12 +114,7 @@ class Layout(NamedTuple):
         permutation): src is `deal_steps`' [1, T*envs, ...] and minibatch i is each
         device's block i, no exchange."""
         if perms.ndim == 1:
-            def block(x: jax.Array) -> jax.Array:
-                b = x.reshape(1, self.shards, self.minibatches, -1, *x.shape[2:])
-                mb = jax.lax.dynamic_index_in_dim(b, i, axis=2, keepdims=False)
-                return self.pin(mb.reshape(1, -1, *x.shape[2:]), P(None, "envs"))
-
-            return jax.tree.map(block, src)
+            return jax.tree.map(lambda x: self._spread(x, i), src)
 
         def take(x: jax.Array) -> jax.Array:
             t, local = x.shape[0], x.shape[1] // self.shards
