@@ -30,6 +30,10 @@ def _load(name: str, symbol: str, target: str, platform: str) -> ctypes.CDLL | N
     if spec is None or not spec.origin:
         return None
     lib = ctypes.CDLL(spec.origin)
+    if not hasattr(lib, symbol):  # e.g. an extension module left by an older build
+        raise ImportError(f"{spec.origin} lacks {symbol}: a file of another jaxwarp build; "
+                          "reinstall jaxwarp (pip install --force-reinstall, or pip install "
+                          "-e . again in a checkout)")
     # Platform strings are case-sensitive in jax.ffi: "cpu" and "CUDA".
     jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)),
                                 platform=platform)
