@@ -210,3 +210,12 @@ def test_wheel_builds_against_the_oldest_supported_jaxlib():
     pinned = re.fullmatch(r"jaxlib==([\d.]+)", build_req[0])
     floor = re.fullmatch(r"jaxlib>=([\d.]+)", runtime[0])
     assert pinned and floor and pinned.group(1) == floor.group(1), (build_req, runtime)
+
+
+def test_a_sampler_library_without_its_handler_says_to_reinstall():
+    """A stale file of another build found under the library's name (an old
+    extension module) fails in one ImportError naming it and the fix."""
+    from jaxwarp import _ffi
+
+    with pytest.raises(ImportError, match=r"_jaxwarp_cpu.*lacks NoSuchHandler.*reinstall"):
+        _ffi._load("_jaxwarp_cpu", "NoSuchHandler", "jaxwarp_test_missing", "cpu")
