@@ -99,11 +99,14 @@ constexpr int kMaxThreads = 512;
 // help.
 constexpr int kBlockThreads = 128;
 
+// max_epb > 0 caps the envs per block (the fused rollout spreads few envs
+// over more blocks: cuda/jaxwarp_fused.h).
 inline Layout layout_for(int n, int obs_dim, int fields, const int32_t* per_env,
-                         int state_fields) {
+                         int state_fields, int max_epb = 0) {
   Layout l{};
   l.tpe = n < kMaxThreads ? n : kMaxThreads;
   l.epb = l.tpe >= kBlockThreads ? 1 : kBlockThreads / l.tpe;
+  if (max_epb > 0 && l.epb > max_epb) l.epb = max_epb;
   int64_t words = 0, scratch = 0;
   for (int f = 0; f < fields; ++f) {
     words += per_env[f];
@@ -668,20 +671,23 @@ __device__ inline void reset_kernel_body(const typename E::Params& p, const Call
   finish_env<E, Staged>(p, s, g, c, l, w, t, jw_smem, Agent{env, 0, c.n, k0, k1, 0u});
 }
 
-template <class E, bool Staged>
-__device__ inline void step_kernel_body(const typename E::Params& p, const Call& c,
-                                        const Layout& l) {
-  extern __shared__ __align__(16) int32_t jw_smem[];
-  const Lane w = lane_of(l, c.envs);
+// What one step of an env decided (its lane 0's copy is the env's).
+struct StepEnd {
+  bool done, term, trunc;
+};
+
+// The body of one step of the block's envs, from the counter's advance to
+// the state's final values (autoreset included), ending on a barrier; the
+// caller has cleared the env's flags (flags[0], flags[1]) before and, staged,
+// issued the state's copy in. Shared by the step kernel and the fused
+// rollout (cuda/jaxwarp_fused.h), which runs it once per step on a state that
+// stays in shared memory.
+template <class E>
+__device__ inline StepEnd step_block(const typename E::Params& p, const typename E::State& s,
+                                     const Call& c, const Layout& l, const Lane& w,
+                                     const Team& t, int32_t* flags, uint32_t k0, uint32_t k1,
+                                     uint32_t env) {
   const int n = c.n;
-  int32_t* flags = jw_smem + kTeamWords * w.le;
-  if (w.lane == 0 && w.le < l.epb) flags[0] = flags[1] = 0;
-  uint32_t k0 = 0, k1 = 0, env = 0;
-  if (w.active) member_of(c, w.e, &k0, &k1, &env);
-  typename E::State g;
-  const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
-  const Team t{n, w.lane, l.tpe, w.active, flags + 2};
-  if (Staged) copy_fields<E, true>(c, w, l.tpe, s, g);
   // Lane 0 advances the step counter: it copied the per-env words itself
   // (copy_fields), and its copies have landed.
   if (w.active && w.lane == 0) detail::advance_step<E>(s);
@@ -729,12 +735,34 @@ __device__ inline void step_kernel_body(const typename E::Params& p, const Call&
     }
   }
   __syncthreads();
-  finish_env<E, Staged>(p, s, g, c, l, w, t, jw_smem, Agent{env, 0, n, k0, k1, 0u});
+  return {d, any_term, any_trunc};
+}
+
+// Lane 0 of each active env writes what its step decided.
+__device__ inline void write_done(const Call& c, const Lane& w, const StepEnd& r) {
   if (w.active && w.lane == 0) {
-    c.done[w.e] = d;
-    c.term[w.e] = any_term;
-    c.trunc[w.e] = any_trunc;
+    c.done[w.e] = r.done;
+    c.term[w.e] = r.term;
+    c.trunc[w.e] = r.trunc;
   }
+}
+
+template <class E, bool Staged>
+__device__ inline void step_kernel_body(const typename E::Params& p, const Call& c,
+                                        const Layout& l) {
+  extern __shared__ __align__(16) int32_t jw_smem[];
+  const Lane w = lane_of(l, c.envs);
+  int32_t* flags = jw_smem + kTeamWords * w.le;
+  if (w.lane == 0 && w.le < l.epb) flags[0] = flags[1] = 0;
+  uint32_t k0 = 0, k1 = 0, env = 0;
+  if (w.active) member_of(c, w.e, &k0, &k1, &env);
+  typename E::State g;
+  const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
+  const Team t{c.n, w.lane, l.tpe, w.active, flags + 2};
+  if (Staged) copy_fields<E, true>(c, w, l.tpe, s, g);
+  const StepEnd r = step_block<E>(p, s, c, l, w, t, flags, k0, k1, env);
+  finish_env<E, Staged>(p, s, g, c, l, w, t, jw_smem, Agent{env, 0, c.n, k0, k1, 0u});
+  write_done(c, w, r);
 }
 
 // The step of an env with one agent, no scratch and no team pass (classic

@@ -26,6 +26,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "jaxwarp_fused.h"
 #include "jaxwarp_kernels.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -347,6 +348,154 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
 #endif
   return ffi::Error::Success();
 }
+
+// The fused rollout (cuda/jaxwarp_fused.h): buffers
+//   rollout(env_keys u32[steps, members, 3], head_keys u32[steps, members, heads, 2],
+//           weights f32[members, groups, per_group], agent_group i32[n],
+//           obs f32[envs, n, obs_dim], state fields...) ->
+//     (state fields..., scratch, traj_obs f32[steps, envs, n, obs_dim], next_obs,
+//      actions i32[steps, envs, n, heads], log_prob, value, reward, ep_return
+//      f32[steps, envs, n], done bool[steps, envs], term, trunc bool[envs])
+// and the step's attributes plus jw_steps, jw_mlp (fused::make_mlp's words),
+// jw_nvec and jw_partitionable.
+template <class E>
+ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> env_keys,
+                   ffi::Buffer<ffi::U32> head_keys, ffi::Buffer<ffi::F32> weights,
+                   ffi::Buffer<ffi::S32> agent_group, ffi::Buffer<ffi::F32> obs0,
+                   ffi::RemainingArgs args, ffi::RemainingRets rets,
+                   ffi::Span<const int32_t> params, ffi::Span<const int32_t> per_env, int32_t n,
+                   int32_t obs_dim, int32_t heads, int32_t steps, ffi::Span<const int32_t> mlp,
+                   ffi::Span<const int32_t> nvec, int32_t partitionable) {
+  typename E::Params p;
+  if (auto err = decode_params<E>(params, &p); err.failure()) return err;
+  const int k = E::kStateFields;
+  if (args.size() != static_cast<size_t>(k) || rets.size() != static_cast<size_t>(k + 11))
+    return ffi::Error::InvalidArgument("jaxwarp rollout: wrong number of buffers");
+  fused::Rollout ro{};
+  if (!fused::make_mlp(mlp.begin(), mlp.size(), &ro.mlp) || ro.mlp.in_dim != obs_dim)
+    return ffi::Error::InvalidArgument("jaxwarp rollout: jw_mlp does not describe a model");
+  if (steps < 1 || heads < 1 || heads > sampler::kMaxHeads || nvec.size() != size_t(heads))
+    return ffi::Error::InvalidArgument("jaxwarp rollout: bad steps, heads or nvec");
+  ro.steps = steps;
+  ro.partitionable = partitionable;
+  int32_t off = 0;
+  for (int h = 0; h < heads; ++h) {
+    ro.nvec[h] = nvec[h];
+    ro.head_offset[h] = off;
+    off += nvec[h];
+  }
+  if (off != ro.mlp.logits)
+    return ffi::Error::InvalidArgument("jaxwarp rollout: sum(nvec) differs from the logits");
+  auto get = [&](int i) { return rets.get<ffi::AnyBuffer>(k + i); };
+  auto traj_obs = get(1), next_obs = get(2), actions = get(3), log_prob = get(4), value = get(5),
+       reward = get(6), ep_return = get(7), done = get(8), term = get(9), trunc = get(10);
+  if (!traj_obs.has_value() || !next_obs.has_value() || !actions.has_value() ||
+      !log_prob.has_value() || !value.has_value() || !reward.has_value() ||
+      !ep_return.has_value() || !done.has_value() || !term.has_value() || !trunc.has_value())
+    return ffi::Error::InvalidArgument("jaxwarp rollout: bad result buffers");
+  Call c{};
+  const int64_t key_words = env_keys.element_count() / steps;
+  if (auto err = prepare<E>(&c, per_env, n, obs_dim, (*next_obs)->element_count(), key_words);
+      err.failure())
+    return err;
+  ro.members = static_cast<int32_t>(key_words / 3);
+  if (head_keys.element_count() != static_cast<size_t>(steps) * ro.members * heads * 2 ||
+      weights.element_count() != static_cast<size_t>(ro.members) * ro.mlp.groups *
+                                     ro.mlp.per_group ||
+      agent_group.element_count() != static_cast<size_t>(n) ||
+      obs0.element_count() != static_cast<size_t>(c.envs) * n * obs_dim)
+    return ffi::Error::InvalidArgument("jaxwarp rollout: buffer sizes disagree");
+  c.keys = env_keys.typed_data();
+  c.heads = heads;
+  c.autoreset = 1;
+  if (auto err = bind_obs(&c, **next_obs); err.failure()) return err;
+  if (c.obs_bf16) return ffi::Error::InvalidArgument("jaxwarp rollout: observations must be f32");
+  c.term = static_cast<bool*>((*term)->untyped_data());
+  c.trunc = static_cast<bool*>((*trunc)->untyped_data());
+  ro.env_keys = env_keys.typed_data();
+  ro.head_keys = head_keys.typed_data();
+  ro.weights = weights.typed_data();
+  ro.agent_group = agent_group.typed_data();
+  ro.obs0 = obs0.typed_data();
+  ro.traj_obs = static_cast<float*>((*traj_obs)->untyped_data());
+  ro.next_obs = static_cast<float*>((*next_obs)->untyped_data());
+  ro.actions = static_cast<int32_t*>((*actions)->untyped_data());
+  ro.log_prob = static_cast<float*>((*log_prob)->untyped_data());
+  ro.value = static_cast<float*>((*value)->untyped_data());
+  ro.reward = static_cast<float*>((*reward)->untyped_data());
+  ro.ep_return = static_cast<float*>((*ep_return)->untyped_data());
+  ro.done = static_cast<bool*>((*done)->untyped_data());
+#if defined(__CUDACC__)
+  static int sms = 0;
+  if (sms == 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (sms < 1) sms = 1;
+  }
+  // Few envs spread over the SMs: about two blocks per SM before blocks fill.
+  const int64_t per_block = (c.envs + 2 * sms - 1) / (2 * sms);
+  const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields,
+                              static_cast<int>(per_block < 1 ? 1 : per_block));
+  if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
+  ro.mlp_smem_word = (l.smem_bytes / 4 + 3) / 4 * 4;
+  const int64_t row_bytes = 4 * (2 + 2 * static_cast<int64_t>(ro.mlp.hidden_max) +
+                                 ro.mlp.logits + 1);
+  int64_t room = fused::kSmemLimit - 4 * static_cast<int64_t>(ro.mlp_smem_word);
+  room = room < fused::kMlpBudget ? room : fused::kMlpBudget;
+  const int64_t block_rows = static_cast<int64_t>(l.epb) * n;
+  int64_t chunk = room / row_bytes;
+  chunk = chunk < block_rows ? chunk : block_rows;
+  if (chunk < 1)
+    return ffi::Error::InvalidArgument("jaxwarp rollout: the model's layers do not fit in "
+                                       "shared memory beside the env");
+  ro.chunk_rows = static_cast<int32_t>(chunk);
+  const int smem = static_cast<int>(4 * ro.mlp_smem_word + chunk * row_bytes);
+#else
+  if (auto err = bind_results<E>(&c, rets, true); err.failure()) return err;
+#endif
+  // State is aliased input -> output; copy where XLA did not alias.
+  for (int f = 0; f < k; ++f) {
+    auto in = args.get<ffi::AnyBuffer>(f);
+    if (!in.has_value()) return in.error();
+    if (in->untyped_data() == c.base[f]) continue;
+#if defined(__CUDACC__)
+    cudaMemcpyAsync(c.base[f], in->untyped_data(), in->size_bytes(), cudaMemcpyDeviceToDevice,
+                    static_cast<cudaStream_t>(stream));
+#else
+    memcpy(c.base[f], in->untyped_data(), in->size_bytes());
+#endif
+  }
+#if defined(__CUDACC__)
+  const void* kernel = kernels[l.staged ? 1 : 0];
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (smem > 48 * 1024) {
+    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             smem); e != cudaSuccess)
+      return ffi::Error::Internal(cudaGetErrorString(e));
+  }
+  const unsigned blocks = static_cast<unsigned>((c.envs + l.epb - 1) / l.epb);
+  void* kargs[] = {&p, &c, const_cast<Layout*>(&l), &ro};
+  if (c.envs > 0) {
+    if (cudaError_t e = cudaLaunchKernel(kernel, dim3(blocks), dim3(fused::rollout_threads(l)),
+                                         kargs, smem, st); e != cudaSuccess)
+      return ffi::Error::Internal(cudaGetErrorString(e));
+  }
+#else
+  (void)kernels;
+  const CpuPool* pool = static_cast<const CpuPool*>(stream);
+  const bool rows = use_rows<E>(
+      layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields));
+  std::vector<Call> calls(steps);
+  for (int t = 0; t < steps; ++t) calls[t] = fused::step_call(c, ro, t);
+  for_envs(c.envs, cpu_workers<E>(c, rets, pool),
+           [&](int n, auto&& task) { pool->run(n, task); },
+           [&](int64_t e, int worker) {
+             fused::rollout_env_cpu<E>(p, calls.data(), ro, e, worker, rows);
+           });
+#endif
+  return ffi::Error::Success();
+}
 }  // namespace ffi_impl
 
 }  // namespace jaxwarp
@@ -370,6 +519,35 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
       .Attr<int32_t>("jw_obs_dim")                                                          \
       .Attr<int32_t>("jw_heads")                                                            \
       .Attr<int32_t>("jw_autoreset")
+#define JAXWARP_BIND_ROLLOUT(STREAM_BIND)                                                   \
+  xla::ffi::Ffi::Bind() STREAM_BIND.Arg<xla::ffi::Buffer<xla::ffi::U32>>()                  \
+      .Arg<xla::ffi::Buffer<xla::ffi::U32>>()                                               \
+      .Arg<xla::ffi::Buffer<xla::ffi::F32>>()                                               \
+      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()                                               \
+      .Arg<xla::ffi::Buffer<xla::ffi::F32>>()                                               \
+      .RemainingArgs()                                                                      \
+      .RemainingRets()                                                                      \
+      .Attr<xla::ffi::Span<const int32_t>>("jw_params")                                     \
+      .Attr<xla::ffi::Span<const int32_t>>("jw_per_env")                                    \
+      .Attr<int32_t>("jw_num_agents")                                                       \
+      .Attr<int32_t>("jw_obs_dim")                                                          \
+      .Attr<int32_t>("jw_heads")                                                            \
+      .Attr<int32_t>("jw_steps")                                                            \
+      .Attr<xla::ffi::Span<const int32_t>>("jw_mlp")                                        \
+      .Attr<xla::ffi::Span<const int32_t>>("jw_nvec")                                       \
+      .Attr<int32_t>("jw_partitionable")
+#define JAXWARP_HANDLER_ARGS_ROLLOUT                                                        \
+  xla::ffi::Buffer<xla::ffi::U32> env_keys, xla::ffi::Buffer<xla::ffi::U32> head_keys,      \
+      xla::ffi::Buffer<xla::ffi::F32> weights, xla::ffi::Buffer<xla::ffi::S32> agent_group, \
+      xla::ffi::Buffer<xla::ffi::F32> obs0, xla::ffi::RemainingArgs args,                   \
+      xla::ffi::RemainingRets rets, xla::ffi::Span<const int32_t> params,                   \
+      xla::ffi::Span<const int32_t> per_env, int32_t n, int32_t obs_dim, int32_t heads,     \
+      int32_t steps, xla::ffi::Span<const int32_t> mlp, xla::ffi::Span<const int32_t> nvec, \
+      int32_t partitionable
+#define JAXWARP_ROLLOUT_CALL(ENV, KERNELS, STREAM)                                             \
+  jaxwarp::ffi_impl::rollout<ENV>(KERNELS, STREAM, env_keys, head_keys, weights,            \
+                                  agent_group, obs0, args, rets, params, per_env, n,        \
+                                  obs_dim, heads, steps, mlp, nvec, partitionable)
 #define JAXWARP_HANDLER_ARGS_RESET                                                          \
   xla::ffi::Buffer<xla::ffi::U32> keys, xla::ffi::RemainingRets rets,                       \
       xla::ffi::Span<const int32_t> params, xla::ffi::Span<const int32_t> per_env,          \
@@ -419,6 +597,27 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
                                         jaxwarp::Layout l) {                                 \
     if constexpr (jaxwarp::solo_kernel<ENV>()) jaxwarp::solo_step_kernel_body<ENV>(p, c, l); \
   }                                                                                          \
+  extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
+      jaxwarp_##NAME##_rollout_kernel(ENV::Params p, jaxwarp::Call c, jaxwarp::Layout l,     \
+                                      jaxwarp::fused::Rollout ro) {                          \
+    jaxwarp::fused::rollout_kernel_body<ENV, false>(p, c, l, ro);                            \
+  }                                                                                          \
+  extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
+      jaxwarp_##NAME##_rollout_kernel_staged(ENV::Params p, jaxwarp::Call c,                 \
+                                             jaxwarp::Layout l, jaxwarp::fused::Rollout ro) {\
+    jaxwarp::fused::rollout_kernel_body<ENV, true>(p, c, l, ro);                             \
+  }                                                                                          \
+  static const void* const jw_rollout_kernels_##NAME[2] = {                                 \
+      reinterpret_cast<const void*>(jaxwarp_##NAME##_rollout_kernel),                        \
+      reinterpret_cast<const void*>(jaxwarp_##NAME##_rollout_kernel_staged)};                \
+  static xla::ffi::Error jw_rollout_##NAME(cudaStream_t stream,                              \
+                                           JAXWARP_HANDLER_ARGS_ROLLOUT) {                   \
+    return JAXWARP_ROLLOUT_CALL(ENV, jw_rollout_kernels_##NAME, stream);                      \
+  }                                                                                          \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                             \
+      jaxwarp_##NAME##_rollout_cuda, jw_rollout_##NAME,                                      \
+      JAXWARP_BIND_ROLLOUT(.Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),                  \
+      {xla::ffi::Traits::kCmdBufferCompatible});                                             \
   JAXWARP_DEFINE_LAYOUT(NAME, ENV)                                                           \
   static const void* const jw_reset_kernels_##NAME[2] = {                                   \
       reinterpret_cast<const void*>(jaxwarp_##NAME##_reset_kernel),                          \
@@ -460,5 +659,11 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_##NAME##_reset_cpu, jw_reset_##NAME,                 \
                                 JAXWARP_BIND_RESET(.Ctx<jaxwarp::CpuPool>()), {});           \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_##NAME##_step_cpu, jw_step_##NAME,                   \
-                                JAXWARP_BIND_STEP(.Ctx<jaxwarp::CpuPool>()), {});
+                                JAXWARP_BIND_STEP(.Ctx<jaxwarp::CpuPool>()), {});            \
+  static xla::ffi::Error jw_rollout_##NAME(jaxwarp::CpuPool pool,                            \
+                                           JAXWARP_HANDLER_ARGS_ROLLOUT) {                   \
+    return JAXWARP_ROLLOUT_CALL(ENV, nullptr, &pool);                                      \
+  }                                                                                          \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_##NAME##_rollout_cpu, jw_rollout_##NAME,             \
+                                JAXWARP_BIND_ROLLOUT(.Ctx<jaxwarp::CpuPool>()), {});
 #endif

@@ -27,7 +27,8 @@ _REPO = Path(__file__).resolve().parent.parent.parent
 API_DIR = _INSTALLED if (_INSTALLED / "jaxwarp_env.h").exists() else _REPO / "cuda"
 FFI_DIR = _INSTALLED if (_INSTALLED / "env_ffi.cc").exists() else _REPO / "ffi"
 # The framework's headers in API_DIR: every built env depends on them (cache key).
-API_HEADERS = ("jaxwarp_env.h", "jaxwarp_common.h", "jaxwarp_team.h", "jaxwarp_kernels.h")
+API_HEADERS = ("jaxwarp_env.h", "jaxwarp_common.h", "jaxwarp_team.h", "jaxwarp_kernels.h",
+               "jaxwarp_fused.h", "sampler.h")
 # In FFI_DIR: the translation unit every env's library compiles (FFI_SOURCE)
 # and the handler templates it instantiates; in the cache key too.
 FFI_SOURCE = "env_ffi.cc"
