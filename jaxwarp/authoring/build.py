@@ -357,7 +357,7 @@ def register_targets(spec: EnvSpec, header: Path, platform: str, params: Any = N
     prefix = f"jaxwarp_user_{spec.name}_{lib_path.parent.name.rsplit('-', 1)[-1]}"
     if (prefix, platform) not in _REGISTERED:
         lib = ctypes.cdll.LoadLibrary(str(lib_path))
-        for kind in ("reset", "step"):
+        for kind in ("reset", "step", "rollout"):
             fn = getattr(lib, f"jaxwarp_{spec.name}_{kind}_{platform}")
             jax.ffi.register_ffi_target(f"{prefix}_{kind}_{platform}", jax.ffi.pycapsule(fn),
                                         platform="CUDA" if platform == "cuda" else "cpu")

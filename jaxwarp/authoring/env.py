@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -369,6 +370,42 @@ class ContractEnv:
         )(keys, actions, *fields, jw_heads=np.int32(heads),
           jw_autoreset=np.int32(bool(autoreset)), **self._attrs)
         return tuple(outs[:k]) + tuple(outs[k + 1:])
+
+    def rollout_call(self, env_keys: jax.Array, head_keys: jax.Array, weights: jax.Array,
+                     agent_group: jax.Array, obs: jax.Array, state: Any, *,
+                     mlp: Sequence[int], nvec: Sequence[int], partitionable: bool
+                     ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+        """The fused rollout (cuda/jaxwarp_fused.h; jaxwarp.train.fused builds
+        its arguments): T steps of an MLP policy's forward pass, the action
+        draw and the env step in one call, over every env of every vmap member
+        folded into the env axis. env_keys u32[T, members, 3] (each step's env
+        key and env offset), head_keys u32[T, members, heads, 2] (the sampler's
+        head keys), weights f32[members, groups, P], agent_group i32[agents],
+        obs f32[envs, agents, obs_dim], state with [envs, ...] fields; mlp: the
+        model's words (``jaxwarp.train.fused.mlp_words``).
+        Returns (state, next obs, trajectory: obs f32[T, envs, agents, obs_dim],
+        actions i32[T, envs, agents, heads], log_prob, value, reward,
+        episode_return f32[T, envs, agents], done bool[T, envs])."""
+        fields = [getattr(state, f.name) for f in self.spec.fields]
+        k, steps = len(fields), int(env_keys.shape[0])
+        num_envs, n, dim = int(obs.shape[0]), self.num_agents, self.obs_dim
+        f32, sds = jnp.float32, jax.ShapeDtypeStruct
+        per_step = sds((steps, num_envs, n), f32)
+        outs = jax.ffi.ffi_call(
+            f"{self._prefix}_rollout_{self.backend}",
+            [sds(v.shape, v.dtype) for v in fields]
+            + [self._scratch(num_envs), sds((steps, num_envs, n, dim), f32),
+               sds((num_envs, n, dim), f32), sds((steps, num_envs, n, len(nvec)), jnp.int32),
+               per_step, per_step, per_step, per_step, sds((steps, num_envs), jnp.bool_),
+               sds((num_envs,), jnp.bool_), sds((num_envs,), jnp.bool_)],
+            input_output_aliases={5 + i: i for i in range(k)},
+        )(env_keys, head_keys, weights, agent_group, obs, *fields,
+          jw_heads=np.int32(len(nvec)), jw_steps=np.int32(steps),
+          jw_mlp=np.asarray(mlp, np.int32), jw_nvec=np.asarray(nvec, np.int32),
+          jw_partitionable=np.int32(bool(partitionable)), **self._attrs)
+        traj = dict(zip(("obs", "actions", "log_prob", "value", "reward", "episode_return",
+                         "done"), (outs[k + 1], *outs[k + 3:k + 9])))
+        return self._tag(self.spec.state_type(*outs[:k])), outs[k + 2], traj
 
     def __repr__(self) -> str:
         return f"ContractEnv({self.name!r}, backend={self.backend!r}, params={self.params})"

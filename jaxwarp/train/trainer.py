@@ -42,7 +42,7 @@ from jaxwarp.core import key_data_of, resolve_backend
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import make as make_env
 from jaxwarp.sampler import sample_actions
-from jaxwarp.train import losses
+from jaxwarp.train import fused, losses
 from jaxwarp.train.compile import COMPILER_OPTIONS, jit  # noqa: F401  (public re-export)
 from jaxwarp.train.config import ConfigError, Derived, TrainConfig, derived
 from jaxwarp.train.distributed import data_mesh
@@ -139,6 +139,9 @@ def build_trainer(config: TrainConfig, env: Any = None,
     sample = _sampler(nvec, sampler, mesh)
     pin = _pinner(mesh)
     sums = episode_sums(policy, getattr(env, "episode_metrics", None))
+    # One custom call per rollout where the policy and env allow it
+    # (jaxwarp.train.fused.why_not); the step-by-step scan elsewhere.
+    roll_fn = fused.plan(policy, env, sums, sampler, mesh is not None) or rollout
     txs = {g: optimiser(c, d, g) for g in groups.ids}
     layout = Layout(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
                     c.num_envs, pin, samples=_sample_minibatches(c, policy))
@@ -168,7 +171,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
                                                       dict, Transition]:
         """num_steps env steps with the current policies: (env_state, obs,
         carry, first, episode sums, trajectory); see `rollout`."""
-        return rollout(policy, sample, env, sums, centralised, rs.params, rs.obs_stats,
+        return roll_fn(policy, sample, env, sums, centralised, rs.params, rs.obs_stats,
                        rs.env_state, rs.obs, rs.carry, rs.first, key, c.num_steps)
 
     def update(rs: RunnerState, _) -> tuple[RunnerState, dict[str, jax.Array]]:

@@ -1,0 +1,180 @@
+"""The fused rollout: a whole rollout of a built-in MLP policy in one custom call.
+
+`rollout` (jaxwarp.train.rollout) runs each step as the policy's forward pass,
+the sampler's call and the env's call: at small batches a chain of small
+launches per step. Where the policy is the built-in ``mlp`` model (float32,
+tanh or relu, feed-forward, its own value head) and the env is a kernel env,
+`plan` returns a `FusedRollout` instead: one call of the env's library
+(cuda/jaxwarp_fused.h) does every step's forward pass, draws and env step,
+and writes the same `Transition` (same actions for the same keys as the
+step-by-step path wherever the two paths' logits, equal to float rounding,
+do not straddle a draw's decision; tests/test_fused_rollout.py). Everything
+else keeps the step-by-step rollout; `why_not` says why (docs/training.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwarp.core import key_data_of
+from jaxwarp.train.models import MLPActorCritic
+from jaxwarp.train.policy import Policy
+from jaxwarp.train.rollout import EpisodeSums, Transition
+
+_ACTS = {"tanh": 0, "relu": 1}  # cuda/jaxwarp_fused.h: kActTanh, kActRelu
+MAX_LAYERS = 4  # cuda/jaxwarp_fused.h: kMaxLayers
+MAX_WIDTH = 1024  # kMaxWidth
+
+
+def _architecture(net: Any) -> tuple | str:
+    """The MLP's (hidden sizes, activation, shared torso), or why it is not fusable."""
+    if type(net) is not MLPActorCritic:
+        return f"model {type(net).__name__} (only the built-in 'mlp')"
+    if jnp.dtype(net.dtype) != jnp.float32:
+        return f"model dtype {jnp.dtype(net.dtype).name} (only float32)"
+    if net.activation not in _ACTS:
+        return f"activation {net.activation!r} (only {sorted(_ACTS)})"
+    widths = tuple(int(w) for w in net.hidden_sizes)
+    if len(widths) > MAX_LAYERS or any(not 1 <= w <= MAX_WIDTH for w in widths):
+        return f"hidden sizes {list(widths)} (at most {MAX_LAYERS} layers of 1..{MAX_WIDTH})"
+    return widths, net.activation, bool(net.shared_torso)
+
+
+def why_not(policy: Policy, env: Any, sampler: str, sharded: bool) -> str | None:
+    """Why the trainer's rollout cannot run fused (None: it can)."""
+    from jaxwarp.authoring import ContractEnv
+
+    if not isinstance(env, ContractEnv) or env.backend not in ("cpu", "cuda"):
+        return "the env is not a kernel env on the cpu or cuda backend"
+    if sampler != env.backend:
+        return f"sampler {sampler!r} differs from the env's backend {env.backend!r}"
+    if sharded:
+        return "the envs are split over several devices"
+    if policy.normalize_obs:
+        return "normalize_obs"
+    if policy.critics is not None:
+        return "a centralised critic"
+    if jnp.dtype(env.obs_dtype) != jnp.float32:
+        return "obs_dtype bfloat16"
+    if "episode_return" not in [f.name for f in env.spec.fields]:
+        return "the env's state has no episode_return"
+    archs = {g: _architecture(policy.nets[g]) for g in policy.groups.ids}
+    for g, a in archs.items():
+        if isinstance(a, str):
+            return f"policies.{g}: {a}"
+    if len(set(archs.values())) > 1:
+        return "the policy groups' models differ in architecture"
+    return None
+
+
+def mlp_words(net: MLPActorCritic, obs_dim: int, num_groups: int) -> tuple[int, ...]:
+    """The model as cuda/jaxwarp_fused.h's make_mlp reads it: (in_dim,
+    layers, shared, activation, logits, groups, widths...)."""
+    widths = [int(w) for w in net.hidden_sizes]
+    return (obs_dim, len(widths), int(bool(net.shared_torso)), _ACTS[net.activation],
+            int(sum(net.action_dims)), num_groups, *widths)
+
+
+def pack(params: Mapping[str, Any], groups: Sequence[str]) -> jax.Array:
+    """f32[groups, P]: each group's parameters flat, its Dense_<i> layers in
+    order of i, each layer's kernel [in, out] (row-major) then its bias."""
+    rows = []
+    for g in groups:
+        layers = params[g]["params"]
+        order = sorted(layers, key=lambda name: int(name.rsplit("_", 1)[1]))
+        rows.append(jnp.concatenate([jnp.concatenate([layers[k]["kernel"].ravel(),
+                                                      layers[k]["bias"]]) for k in order]))
+    return jnp.stack(rows).astype(jnp.float32)
+
+
+class FusedRollout(NamedTuple):
+    """A drop-in for `jaxwarp.train.rollout.rollout` (same arguments, same
+    results) for the policies and envs `why_not` lets through."""
+
+    policy: Policy
+    env: Any
+    sums: EpisodeSums
+    mlp: tuple[int, ...]
+    agent_group: np.ndarray  # i32[agents]: index of each agent's group in policy.groups.ids
+
+    def keys(self, key: jax.Array, num_steps: int) -> tuple[jax.Array, jax.Array]:
+        """Each step's env keys u32[T, 3] and the sampler's head keys
+        u32[T, heads, 2]: the keys the step-by-step rollout passes to
+        env.step and sample_actions (key split into steps, each step's into
+        an action key and an env key)."""
+        from jaxwarp.sampler import _head_keys
+
+        heads = len(self.policy.nvec)
+        pair = jax.vmap(jax.random.split)(jax.random.split(key, num_steps))
+        env_keys = jax.vmap(lambda k: self.env._keys(k, 0))(pair[:, 1])
+        head_keys = jax.vmap(lambda k: jax.random.key_data(
+            _head_keys(k, key_data_of(k), heads)))(pair[:, 0])
+        return env_keys, head_keys
+
+    def __call__(self, policy: Policy, sample: Any, env: Any, sums: EpisodeSums,
+                 centralised: bool, params: Mapping[str, Any], stats: Any, env_state: Any,
+                 obs: jax.Array, carry: Mapping[str, Any], first: jax.Array, key: jax.Array,
+                 num_steps: int) -> tuple[Any, jax.Array, dict[str, Any], jax.Array,
+                                          dict[str, jax.Array], Transition]:
+        env_keys, head_keys = self.keys(key, num_steps)
+        weights = pack(params, list(self.policy.groups.ids))
+        env_state, next_obs, traj = _call(self, env_keys, head_keys, weights, obs, env_state)
+        done = traj["done"]
+        w = done.astype(jnp.float32)
+        per_step = jax.vmap(self.sums)(traj["episode_return"], w)
+        ep = {k: v.sum() for k, v in per_step.items()}
+        ep["episodes"] = w.sum()
+        step = Transition(traj["obs"], traj["actions"], traj["log_prob"], traj["value"],
+                          traj["reward"], done, jnp.concatenate([first[None], done[:-1]]), None)
+        return env_state, next_obs, dict(carry), done[-1], ep, step
+
+
+def _call(f: FusedRollout, env_keys, head_keys, weights, obs, state):
+    """env.rollout_call for one member (env_keys u32[T, 3], ...) or, under
+    `jax.vmap`, for all members in one call (their envs folded into the env
+    axis; the step-major trajectory moved back to member-major after)."""
+
+    def call(env_keys, head_keys, weights, obs, state):
+        return f.env.rollout_call(env_keys, head_keys, weights, jnp.asarray(f.agent_group),
+                                  obs, state, mlp=f.mlp, nvec=f.policy.nvec,
+                                  partitionable=bool(jax.config.jax_threefry_partitionable))
+
+    @jax.custom_batching.custom_vmap
+    def one(env_keys, head_keys, weights, obs, state):
+        return call(env_keys[:, None], head_keys[:, None], weights[None], obs, state)
+
+    @one.def_vmap
+    def batched(size, in_batched, env_keys, head_keys, weights, obs, state):
+        args = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (size, *x.shape)),
+                            (env_keys, head_keys, weights, obs, state), tuple(in_batched))
+        env_keys, head_keys, weights, obs, state = args
+        envs = obs.shape[1]
+        fold = lambda x: x.reshape(size * envs, *x.shape[2:])  # noqa: E731
+        state, next_obs, traj = call(jnp.swapaxes(env_keys, 0, 1),
+                                     jnp.swapaxes(head_keys, 0, 1), weights, fold(obs),
+                                     jax.tree.map(fold, state))
+        unfold = lambda x: x.reshape(size, envs, *x.shape[1:])  # noqa: E731
+        traj = {k: jnp.moveaxis(v.reshape(v.shape[0], size, envs, *v.shape[2:]), 1, 0)
+                for k, v in traj.items()}
+        out = (jax.tree.map(unfold, state), unfold(next_obs), traj)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return one(env_keys, head_keys, weights, obs, state)
+
+
+def plan(policy: Policy, env: Any, sums: EpisodeSums, sampler: str, sharded: bool
+         ) -> FusedRollout | None:
+    """The fused rollout for this trainer, or None where `why_not` objects."""
+    if why_not(policy, env, sampler, sharded) is not None:
+        return None
+    ids = list(policy.groups.ids)
+    group = np.zeros(env.num_agents, np.int32)
+    for i, g in enumerate(ids):
+        group[policy.groups.ids[g]] = i
+    return FusedRollout(policy, env, sums, mlp_words(policy.nets[ids[0]], env.obs_dim, len(ids)),
+                        group)

@@ -1,0 +1,148 @@
+"""The fused rollout (jaxwarp.train.fused, cuda/jaxwarp_fused.h) against the
+step-by-step one: same actions, rewards, dones and observations for the same
+keys and parameters, log-probs and values equal to float rounding, the same
+env state after; under vmap over seeds as member by member; and which
+policies and envs it takes (the rest keep the step-by-step path)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwarp.train import fused, load_config
+from jaxwarp.train.trainer import build_trainer
+
+BASE = ["backend=cpu", "sampler=auto"]
+CASES = {
+    # One agent, one head (the solo step path of the step kernel).
+    "cartpole": ("cartpole_ppo", ["num_envs=6", "num_steps=40", "num_minibatches=2"]),
+    # Three agents sharing a policy; relu and a shared torso.
+    "mpe_relu_shared": ("mpe_simple_spread_ppo",
+                        ["num_envs=5", "num_steps=30", "num_minibatches=1", "policies.agent.activation=relu",
+                         "policies.agent.shared_torso=true"]),
+    # Two policy groups (taggers, runners), observe_part, two-phase steps.
+    "tag_duel": ("tag_duel_cpu", ["num_envs=4", "num_steps=25", "num_minibatches=2",
+                                  "policies.tagger.hidden_sizes=[32, 16]",
+                                  "policies.runner.hidden_sizes=[32, 16]"]),
+}
+
+
+def _trainers(name, monkeypatch):
+    config, extra = CASES[name]
+    c = load_config(config, [*BASE, *extra])
+    t_fused = build_trainer(c)
+    with monkeypatch.context() as m:
+        m.setattr(fused, "plan", lambda *a, **k: None)
+        t_step = build_trainer(c)
+    return t_fused, t_step
+
+
+def _rollout(trainer, seed):
+    rs = jax.jit(trainer.init)(jax.random.PRNGKey(seed))
+    # Parameters away from the near-uniform initial policy head, so that the
+    # draws depend on the logits.
+    rs = rs.replace(params=jax.tree.map(lambda x: x * 3.0, rs.params))
+    out = jax.jit(trainer.rollout)(rs, jax.random.PRNGKey(seed + 100))
+    return rs, out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fused_rollout_equals_the_step_by_step_rollout(name, monkeypatch):
+    t_fused, t_step = _trainers(name, monkeypatch)
+    assert fused.why_not(t_fused.policy, t_fused.env, t_fused.sampler, False) is None
+    _, (state_f, obs_f, _, first_f, ep_f, traj_f) = _rollout(t_fused, 1)
+    _, (state_s, obs_s, _, first_s, ep_s, traj_s) = _rollout(t_step, 1)
+    steps, envs = traj_s.reward.shape[:2]
+    assert traj_f.actions.shape == traj_s.actions.shape and traj_f.actions.dtype == jnp.int32
+    for field in ("actions", "reward", "done", "first", "obs"):
+        np.testing.assert_array_equal(getattr(traj_f, field), getattr(traj_s, field),
+                                      err_msg=field)
+    for field in ("log_prob", "value"):
+        got, want = getattr(traj_f, field), getattr(traj_s, field)
+        assert got.dtype == jnp.float32 and got.shape == (steps, envs, want.shape[2])
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=field)
+    np.testing.assert_array_equal(obs_f, obs_s)
+    np.testing.assert_array_equal(first_f, first_s)
+    for a, b in zip(jax.tree.leaves(state_f), jax.tree.leaves(state_s)):
+        np.testing.assert_array_equal(a, b)
+    assert ep_f.keys() == ep_s.keys()
+    for k in ep_s:
+        np.testing.assert_allclose(ep_f[k], ep_s[k], rtol=1e-5, atol=1e-5, err_msg=k)
+    # Something happened: episodes ended and several actions were drawn.
+    assert float(ep_s["episodes"]) > 0 or name == "tag_duel"
+    assert len(np.unique(np.asarray(traj_s.actions))) > 1
+
+
+def test_vmap_over_seeds_equals_one_seed_at_a_time(monkeypatch):
+    t_fused, _ = _trainers("mpe_relu_shared", monkeypatch)
+    seeds = jnp.arange(3)
+
+    def one(seed):
+        rs = t_fused.init(jax.random.PRNGKey(seed))
+        return t_fused.rollout(rs, jax.random.PRNGKey(seed + 7))
+
+    batched = jax.jit(jax.vmap(one))(seeds)
+    for i, s in enumerate(seeds.tolist()):
+        single = jax.jit(one)(s)
+        for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(batched)):
+            np.testing.assert_array_equal(a, b[i])
+
+
+def test_training_with_the_fused_rollout_learns_as_before(monkeypatch):
+    config, extra = CASES["cartpole"]
+    c = load_config(config, [*BASE, *extra, "total_env_steps=960", "num_minibatches=2",
+                             "update_epochs=2"])
+    from jaxwarp.train import make_train
+
+    rs_f, m_f = jax.jit(make_train(c))(jax.random.PRNGKey(3))
+    monkeypatch.setattr(fused, "plan", lambda *a, **k: None)
+    rs_s, m_s = jax.jit(make_train(c))(jax.random.PRNGKey(3))
+    for a, b in zip(jax.tree.leaves(rs_f.params), jax.tree.leaves(rs_s.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(m_f["agent/loss"], m_s["agent/loss"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("override, reason", [
+    ("policies.agent.model=gru", "only the built-in 'mlp'"),
+    ("policies.agent.dtype=bfloat16", "only float32"),
+    ("policies.agent.activation=gelu", "activation 'gelu'"),
+    ("normalize_obs=true", "normalize_obs"),
+    ("critic=centralised", "a centralised critic"),
+    ("sampler=jax", "sampler 'jax' differs"),
+])
+def test_what_keeps_the_step_by_step_rollout(override, reason):
+    c = load_config("mpe_simple_spread_ppo", [*BASE, "num_envs=2", "num_steps=4", "num_minibatches=1", override])
+    t = build_trainer(c)
+    why = fused.why_not(t.policy, t.env, t.sampler, False)
+    assert why is not None and reason in why
+    assert fused.why_not(t.policy, t.env, t.sampler, True) is not None
+
+
+def test_the_jax_backend_and_several_devices_keep_the_step_by_step_rollout():
+    c = load_config("mpe_simple_spread_ppo", ["backend=jax", "num_envs=2", "num_steps=4", "num_minibatches=1"])
+    t = build_trainer(c)
+    assert "kernel env" in fused.why_not(t.policy, t.env, t.sampler, False)
+    c = load_config("mpe_simple_spread_ppo", [*BASE, "num_envs=2", "num_steps=4", "num_minibatches=1"])
+    t = build_trainer(c)
+    assert "several devices" in fused.why_not(t.policy, t.env, t.sampler, True)
+
+
+def test_packed_parameters_follow_the_layers_in_order():
+    c = load_config("mpe_simple_spread_ppo", [*BASE, "num_envs=2", "num_steps=4", "num_minibatches=1",
+                                              "policies.agent.hidden_sizes=[8, 4]"])
+    t = build_trainer(c)
+    rs = t.init(jax.random.PRNGKey(0))
+    packed = fused.pack(rs.params, ["agent"])
+    words = fused.mlp_words(t.policy.nets["agent"], t.env.obs_dim, 1)
+    obs_dim, logits = t.env.obs_dim, sum(t.policy.nvec)
+    # Two towers of (obs->8, 8->4), the policy head 4->logits, the value head 4->1.
+    sizes = 2 * (obs_dim * 8 + 8 + 8 * 4 + 4) + 4 * logits + logits + 4 + 1
+    assert packed.shape == (1, sizes) and packed.dtype == jnp.float32
+    assert words == (obs_dim, 2, 0, 0, logits, 1, 8, 4)
+    layer0 = rs.params["agent"]["params"]["Dense_0"]
+    np.testing.assert_array_equal(packed[0, :obs_dim * 8], layer0["kernel"].ravel())
+    np.testing.assert_array_equal(packed[0, obs_dim * 8:obs_dim * 8 + 8], layer0["bias"])
+    value_bias = rs.params["agent"]["params"]["Dense_5"]["bias"]
+    np.testing.assert_array_equal(packed[0, -1:], value_bias)
