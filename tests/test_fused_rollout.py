@@ -15,6 +15,7 @@ from jaxwarp.train import fused, load_config
 from jaxwarp.train.trainer import build_trainer
 
 BASE = ["backend=cpu", "sampler=auto"]
+GPU = pytest.mark.gpu
 CASES = {
     # One agent, one head (the solo step path of the step kernel).
     "cartpole": ("cartpole_ppo", ["num_envs=6", "num_steps=40", "num_minibatches=2"]),
@@ -26,12 +27,17 @@ CASES = {
     "tag_duel": ("tag_duel_cpu", ["num_envs=4", "num_steps=25", "num_minibatches=2",
                                   "policies.tagger.hidden_sizes=[32, 16]",
                                   "policies.runner.hidden_sizes=[32, 16]"]),
+    # 110 agents, 256-256: the forward pass in several passes of rows (GPU).
+    "tag_110_agents": ("tag_warpdrive_default", ["num_envs=4", "num_steps=6",
+                                                 "num_minibatches=2"]),
+    # Many small envs: several envs per block (GPU).
+    "mpe_many_envs": ("mpe_simple_spread_ppo", ["num_envs=600", "num_steps=30"]),
 }
 
 
-def _trainers(name, monkeypatch):
+def _trainers(name, monkeypatch, backend="cpu"):
     config, extra = CASES[name]
-    c = load_config(config, [*BASE, *extra])
+    c = load_config(config, [*BASE, *extra, f"backend={backend}"])
     t_fused = build_trainer(c)
     with monkeypatch.context() as m:
         m.setattr(fused, "plan", lambda *a, **k: None)
@@ -44,13 +50,18 @@ def _rollout(trainer, seed):
     # Parameters away from the near-uniform initial policy head, so that the
     # draws depend on the logits.
     rs = rs.replace(params=jax.tree.map(lambda x: x * 3.0, rs.params))
-    out = jax.jit(trainer.rollout)(rs, jax.random.PRNGKey(seed + 100))
+    # Float32 matmuls in the step-by-step path too (XLA:GPU's default is
+    # tf32, which would change its logits by ~1e-3 and some draws with them).
+    with jax.default_matmul_precision("highest"):
+        out = jax.jit(trainer.rollout)(rs, jax.random.PRNGKey(seed + 100))
     return rs, out
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_fused_rollout_equals_the_step_by_step_rollout(name, monkeypatch):
-    t_fused, t_step = _trainers(name, monkeypatch)
+@pytest.mark.parametrize("name, backend", [
+    *[(n, "cpu") for n in sorted(CASES)],
+    *[pytest.param(n, "cuda", marks=GPU) for n in sorted(CASES)]])
+def test_fused_rollout_equals_the_step_by_step_rollout(name, backend, monkeypatch):
+    t_fused, t_step = _trainers(name, monkeypatch, backend)
     assert fused.why_not(t_fused.policy, t_fused.env, t_fused.sampler, False) is None
     _, (state_f, obs_f, _, first_f, ep_f, traj_f) = _rollout(t_fused, 1)
     _, (state_s, obs_s, _, first_s, ep_s, traj_s) = _rollout(t_step, 1)
@@ -71,12 +82,13 @@ def test_fused_rollout_equals_the_step_by_step_rollout(name, monkeypatch):
     for k in ep_s:
         np.testing.assert_allclose(ep_f[k], ep_s[k], rtol=1e-5, atol=1e-5, err_msg=k)
     # Something happened: episodes ended and several actions were drawn.
-    assert float(ep_s["episodes"]) > 0 or name == "tag_duel"
+    assert float(ep_s["episodes"]) > 0 or name.startswith("tag")
     assert len(np.unique(np.asarray(traj_s.actions))) > 1
 
 
-def test_vmap_over_seeds_equals_one_seed_at_a_time(monkeypatch):
-    t_fused, _ = _trainers("mpe_relu_shared", monkeypatch)
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=GPU)])
+def test_vmap_over_seeds_equals_one_seed_at_a_time(backend, monkeypatch):
+    t_fused, _ = _trainers("mpe_relu_shared", monkeypatch, backend)
     seeds = jnp.arange(3)
 
     def one(seed):

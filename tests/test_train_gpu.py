@@ -29,19 +29,33 @@ def test_kernels_run_inside_one_compiled_program():
     trainer = build_trainer(cfg())
     rs = jax.jit(trainer.init)(jax.random.PRNGKey(0))
     text = jax.jit(lambda r: trainer.run(r, 3)).lower(rs).compile().as_text()
+    # The rollout: one fused call (act and step, every step; jaxwarp.train.fused).
+    assert len(re.findall(r'custom_call_target="jaxwarp_user_tag_continuous_\w+_rollout_cuda"',
+                          text)) == 1
+    assert "_step_cuda" not in text and "jaxwarp_sample_categorical_cuda" not in text
+
+
+def test_step_by_step_rollout_runs_the_env_and_sampler_kernels_once(monkeypatch):
+    from jaxwarp.train import fused
+
+    monkeypatch.setattr(fused, "plan", lambda *a, **k: None)
+    trainer = build_trainer(cfg())
+    rs = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+    text = jax.jit(lambda r: trainer.run(r, 3)).lower(rs).compile().as_text()
     assert len(re.findall(r'custom_call_target="jaxwarp_user_tag_continuous_\w+_step_cuda"',
                           text)) == 1
     assert text.count('custom_call_target="jaxwarp_sample_categorical_cuda"') == 1
 
 
-def test_sampler_runs_once_per_step_at_scale():
+def test_sampler_runs_once_per_step_at_scale(monkeypatch):
     """WarpDrive's training config at 2000 envs: XLA:GPU's dynamic-slice
     fusion cloned the sampler call (to write the stacked log_prob in place),
     so every step sampled twice, until the sampler's outputs went through an
     optimization barrier (measured: 2 calls in the compiled update without
     it, 100 kernel launches for 50 steps). Compiled only, not run."""
-    from jaxwarp.train import load_config
+    from jaxwarp.train import fused, load_config
 
+    monkeypatch.setattr(fused, "plan", lambda *a, **k: None)  # the step-by-step rollout
     trainer = build_trainer(load_config("tag_warpdrive_default", [
         "num_envs=2000", "num_steps=50", "num_minibatches=10", "backend=cuda"]))
     rs = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))
@@ -74,11 +88,14 @@ def test_cuda_and_jax_backends_start_from_the_same_numbers():
     # Same key: the cuda env/sampler reproduce the reference's draws, so the
     # first update's rollout statistics agree (later updates drift apart
     # through float rounding in the networks).
+    # (Float32 matmuls: the jax backend's policy would otherwise run in tf32,
+    # the fused rollout's in float32.)
     ms = {}
     for backend in ("cuda", "jax"):
         trainer = build_trainer(cfg(backend=backend))
         rs = jax.jit(trainer.init)(jax.random.PRNGKey(2))
-        _, ms[backend] = jax.jit(lambda r: trainer.run(r, 1))(rs)
+        with jax.default_matmul_precision("highest"):
+            _, ms[backend] = jax.jit(lambda r: trainer.run(r, 1))(rs)
     for k in ("tagger/reward", "runner/reward"):
         np.testing.assert_allclose(ms["cuda"][k], ms["jax"][k], rtol=1e-4, atol=1e-6, err_msg=k)
 
