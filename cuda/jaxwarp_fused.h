@@ -111,14 +111,17 @@ JW_HD float activate(int act, float x) {
 }
 
 // y[j] = act(b[j] + sum_i x[i] W[i][j]) for j < out, the sum in order of i
-// (fused multiply-adds, the same on both platforms).
-JW_HD void dense_row(const float* x, int in, const float* W, const float* b, int out,
-                            float* y, int act) {
-  for (int j = 0; j < out; ++j) {
-    float acc = b[j];
-    for (int i = 0; i < in; ++i) acc = fmaf(x[i], W[static_cast<int64_t>(i) * out + j], acc);
-    y[j] = activate(act, acc);
+// (the CPU path: a row of W at a time, so that the compiler vectorises over j).
+inline void dense_row(const float* x, int in, const float* W, const float* b, int out,
+                      float* y, int act) {
+  for (int j = 0; j < out; ++j) y[j] = b[j];
+  for (int i = 0; i < in; ++i) {
+    const float xi = x[i];
+    const float* w = W + static_cast<int64_t>(i) * out;
+    for (int j = 0; j < out; ++j) y[j] += xi * w[j];
   }
+  if (act != kActNone)
+    for (int j = 0; j < out; ++j) y[j] = activate(act, y[j]);
 }
 
 // One agent's forward pass (the CPU path): x f32[in_dim] -> logits

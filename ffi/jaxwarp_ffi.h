@@ -221,8 +221,9 @@ constexpr int64_t kMinParallelWork = 4096;
 // Workers for the CPU loop: the pool's threads (and the caller), at most as
 // many as the scratch buffer has env slots (Python sizes it).
 template <class E>
-int cpu_workers(const Call& c, const ffi::RemainingRets& rets, const CpuPool* pool) {
-  if (c.envs * c.n * c.n < kMinParallelWork) return 1;
+int cpu_workers(const Call& c, const ffi::RemainingRets& rets, const CpuPool* pool,
+                bool busy = false) {
+  if (!busy && c.envs * c.n * c.n < kMinParallelWork) return 1;
   int64_t slots = 1 << 30;
   int32_t words = 0;
   for (int f = E::kStateFields; f < E::kFields; ++f) words += c.per_env[f];
@@ -488,7 +489,9 @@ ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U3
       layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields));
   std::vector<Call> calls(steps);
   for (int t = 0; t < steps; ++t) calls[t] = fused::step_call(c, ro, t);
-  for_envs(c.envs, cpu_workers<E>(c, rets, pool),
+  // The forward passes dominate the work: the pool's threads wherever there
+  // are several envs (cpu_workers' threshold counts the env's work alone).
+  for_envs(c.envs, c.envs > 1 ? cpu_workers<E>(c, rets, pool, true) : 1,
            [&](int n, auto&& task) { pool->run(n, task); },
            [&](int64_t e, int worker) {
              fused::rollout_env_cpu<E>(p, calls.data(), ro, e, worker, rows);

@@ -38,7 +38,9 @@ CASES = {
 def _trainers(name, monkeypatch, backend="cpu"):
     config, extra = CASES[name]
     c = load_config(config, [*BASE, *extra, f"backend={backend}"])
-    t_fused = build_trainer(c)
+    with monkeypatch.context() as m:  # fused on the cpu backend too (the trainer's is cuda's)
+        m.setattr(fused, "plan", lambda policy, env, sums, *a: fused.build(policy, env, sums))
+        t_fused = build_trainer(c)
     with monkeypatch.context() as m:
         m.setattr(fused, "plan", lambda *a, **k: None)
         t_step = build_trainer(c)
@@ -108,7 +110,9 @@ def test_training_with_the_fused_rollout_learns_as_before(monkeypatch):
                              "update_epochs=2"])
     from jaxwarp.train import make_train
 
-    rs_f, m_f = jax.jit(make_train(c))(jax.random.PRNGKey(3))
+    with monkeypatch.context() as m:
+        m.setattr(fused, "plan", lambda policy, env, sums, *a: fused.build(policy, env, sums))
+        rs_f, m_f = jax.jit(make_train(c))(jax.random.PRNGKey(3))
     monkeypatch.setattr(fused, "plan", lambda *a, **k: None)
     rs_s, m_s = jax.jit(make_train(c))(jax.random.PRNGKey(3))
     for a, b in zip(jax.tree.leaves(rs_f.params), jax.tree.leaves(rs_s.params)):
@@ -139,6 +143,14 @@ def test_the_jax_backend_and_several_devices_keep_the_step_by_step_rollout():
     c = load_config("mpe_simple_spread_ppo", [*BASE, "num_envs=2", "num_steps=4", "num_minibatches=1"])
     t = build_trainer(c)
     assert "several devices" in fused.why_not(t.policy, t.env, t.sampler, True)
+
+
+def test_the_trainer_fuses_on_the_cuda_backend_only():
+    c = load_config("mpe_simple_spread_ppo", [*BASE, "num_envs=2", "num_steps=4",
+                                              "num_minibatches=1"])
+    t = build_trainer(c)
+    assert fused.why_not(t.policy, t.env, t.sampler, False) is None
+    assert fused.plan(t.policy, t.env, None, t.sampler, False) is None  # cpu: step by step
 
 
 def test_packed_parameters_follow_the_layers_in_order():

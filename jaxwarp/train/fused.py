@@ -169,9 +169,17 @@ def _call(f: FusedRollout, env_keys, head_keys, weights, obs, state):
 
 def plan(policy: Policy, env: Any, sums: EpisodeSums, sampler: str, sharded: bool
          ) -> FusedRollout | None:
-    """The fused rollout for this trainer, or None where `why_not` objects."""
-    if why_not(policy, env, sampler, sharded) is not None:
+    """The trainer's rollout: the fused one on the cuda backend where `why_not`
+    lets it through; None (the step-by-step scan) elsewhere. On the cpu
+    backend the fused path runs too (`build`: tests, conformance) but XLA:CPU's
+    matmuls make the step-by-step rollout faster there (docs/decisions.md)."""
+    if getattr(env, "backend", None) != "cuda" or why_not(policy, env, sampler, sharded):
         return None
+    return build(policy, env, sums)
+
+
+def build(policy: Policy, env: Any, sums: EpisodeSums) -> FusedRollout:
+    """The fused rollout of `policy` on `env` (one that `why_not` lets through)."""
     ids = list(policy.groups.ids)
     group = np.zeros(env.num_agents, np.int32)
     for i, g in enumerate(ids):
