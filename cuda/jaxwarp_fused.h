@@ -316,13 +316,25 @@ template <class E, bool Staged>
 __device__ inline void rollout_kernel_body(const typename E::Params& p, const Call& c,
                                            const Layout& l, const Rollout& ro) {
   extern __shared__ __align__(16) int32_t jw_smem[];
-  const Lane w = lane_of(l, c.envs);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
+  Lane w = lane_of(l, c.envs);
+  if (w.le >= l.epb) {
+    // A thread beyond the env layout's (there for the forward pass): inactive,
+    // with the block's first env's view (its state, flags and team words), and
+    // a lane past the env's threads, so that it reads what that env's threads
+    // read (and takes the same turns through the team's barriers) and writes
+    // nothing of it (every write of the env code is an active thread's, or
+    // lane 0's of a team).
+    w.lane = l.tpe + static_cast<int>(threadIdx.x) - l.tpe * l.epb;
+    w.le = 0;
+    w.e = first;
+    w.active = false;
+  }
   int32_t* flags = jw_smem + kTeamWords * w.le;
   typename E::State g;
   const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);
   const Team team{c.n, w.lane, l.tpe, w.active, flags + 2};
   if (Staged) copy_fields<E, true>(c, w, l.tpe, s, g);
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
   const int64_t envs_here = c.envs - first < l.epb ? c.envs - first : l.epb;
   const int64_t row_words = static_cast<int64_t>(c.n) * c.obs_dim;
   for (int64_t j = threadIdx.x; j < envs_here * row_words; j += blockDim.x)

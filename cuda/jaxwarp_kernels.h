@@ -629,7 +629,9 @@ __device__ inline void observe_block(const typename E::Params& p, const typename
         observe_row<E>(p, s, a, staged + static_cast<int64_t>(q) * dim);
       }
     __syncthreads();
-    if (w.active) store_obs_rows(c, at, staged, static_cast<int64_t>(rows) * dim);
+    // Every thread of the block takes part in the copy (the fused rollout's
+    // blocks have threads beyond the env's: cuda/jaxwarp_fused.h).
+    store_obs_rows(c, at, staged, static_cast<int64_t>(rows) * dim);
   }
 }
 
