@@ -1,0 +1,26 @@
+"""One fused rollout per layout case on the GPU, for compute-sanitizer:
+a single-env block with threads beyond the env's (MPE, 5 envs), several envs
+per block (MPE, 600 envs), one agent per env without staging (CartPole), two
+policy groups with a team pass and observation parts (Tag duel), and 110
+agents whose forward pass runs in several passes of rows (Tag, 256-256).
+
+    compute-sanitizer --tool racecheck python experiments/tools/fused_sanitize.py
+"""
+
+import jax
+
+from jaxwarp.train import fused, load_config
+from jaxwarp.train.trainer import build_trainer
+
+CASES = [("mpe_simple_spread_ppo", ["num_envs=5", "num_steps=30", "num_minibatches=1"]),
+         ("mpe_simple_spread_ppo", ["num_envs=600", "num_steps=30"]),
+         ("cartpole_ppo", ["num_envs=6", "num_steps=40", "num_minibatches=2"]),
+         ("tag_duel_cpu", ["num_envs=4", "num_steps=25", "num_minibatches=2"]),
+         ("tag_warpdrive_default", ["num_envs=2", "num_steps=4", "num_minibatches=2"])]
+
+for config, overrides in CASES:
+    t = build_trainer(load_config(config, [*overrides, "backend=cuda"]))
+    assert fused.why_not(t.policy, t.env, t.sampler, False) is None, config
+    rs = jax.jit(t.init)(jax.random.PRNGKey(0))
+    out = jax.block_until_ready(jax.jit(t.rollout)(rs, jax.random.PRNGKey(1)))
+    print(config, overrides[0], "ok", float(out[-1].reward.sum()), flush=True)
