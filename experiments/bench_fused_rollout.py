@@ -42,6 +42,7 @@ def cases(backend: str) -> dict[str, tuple[str, list[str], int]]:
     hp = hyperparameters("tag", "paper", None)
     out["tag_duel"] = (TTR["tag"]["jaxwarp_config"], jaxwarp_overrides("tag", hp, backend, 0), 20)
     out["tag_2000_envs"] = ("tag_2000_envs", [f"backend={backend}"], 5)
+    out["tag_a2c_f32"] = ("tag_warpdrive_default", [f"backend={backend}"], 5)
     return out
 
 
