@@ -151,6 +151,24 @@ def test_the_trainer_fuses_on_the_cuda_backend_only():
     t = build_trainer(c)
     assert fused.why_not(t.policy, t.env, t.sampler, False) is None
     assert fused.plan(t.policy, t.env, None, t.sampler, False) is None  # cpu: step by step
+    assert t.rollout_path == "step by step: the cpu backend (XLA:CPU's matmuls are faster there)"
+
+
+def test_large_models_keep_the_step_by_step_rollout(monkeypatch):
+    c = load_config("tag_warpdrive_default", [*BASE, "num_envs=2", "num_steps=4",
+                                              "num_minibatches=2"])
+    t = build_trainer(c)
+    monkeypatch.setattr(t.env, "backend", "cuda")  # the choice, without a GPU
+    words = fused.mlp_words(t.policy.nets["tagger"], t.env.obs_dim, 1)
+    rs = jax.eval_shape(t.init, jax.random.PRNGKey(0))
+    count = sum(x.size for x in jax.tree.leaves(rs.params["tagger"]))
+    assert fused.param_count(words) == count > fused.MAX_FUSED_PARAMS
+    assert fused.choice(t.policy, t.env, "cuda", False) == (
+        f"step by step: {count} parameters per group (fused up to {fused.MAX_FUSED_PARAMS})")
+    c = load_config("tag_duel_cpu", [*BASE, "num_envs=2", "num_steps=4", "num_minibatches=2"])
+    t = build_trainer(c)
+    monkeypatch.setattr(t.env, "backend", "cuda")
+    assert fused.choice(t.policy, t.env, "cuda", False) == "fused"
 
 
 def test_packed_parameters_follow_the_layers_in_order():

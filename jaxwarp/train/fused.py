@@ -29,6 +29,13 @@ from jaxwarp.train.rollout import EpisodeSums, Transition
 _ACTS = {"tanh": 0, "relu": 1}  # cuda/jaxwarp_fused.h: kActTanh, kActRelu
 MAX_LAYERS = 4  # cuda/jaxwarp_fused.h: kMaxLayers
 MAX_WIDTH = 1024  # kMaxWidth
+# The trainer fuses models of at most this many parameters per group. The
+# kernel's forward pass is plain fused multiply-adds (no tensor cores): on
+# the H200 the fused rollout won 1.4-3.1x with 64-64 models (9-12K
+# parameters: MPE, CartPole, Tag duel) and lost 29x with WarpDrive's
+# 256-256 Tag model (95K) against XLA's matmuls (docs/decisions.md,
+# experiments/results/fused_rollout_h200.json).
+MAX_FUSED_PARAMS = 16384
 
 
 def _architecture(net: Any) -> tuple | str:
@@ -167,13 +174,37 @@ def _call(f: FusedRollout, env_keys, head_keys, weights, obs, state):
     return one(env_keys, head_keys, weights, obs, state)
 
 
+def param_count(words: Sequence[int]) -> int:
+    """Parameters of one group's model from its `mlp_words`."""
+    in_dim, layers, shared, _, logits, _, *widths = words
+    dims = [in_dim, *widths]
+    torso = sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(layers))
+    last = dims[-1]
+    return (1 if shared else 2) * torso + last * logits + logits + last + 1
+
+
+def choice(policy: Policy, env: Any, sampler: str, sharded: bool) -> str:
+    """The trainer's rollout: "fused", or "step by step: <why>" (`why_not`,
+    or where the step-by-step path measured faster: the cpu backend, where
+    XLA:CPU's matmuls beat the kernel's loops, and models over
+    MAX_FUSED_PARAMS parameters per group; docs/decisions.md)."""
+    why = why_not(policy, env, sampler, sharded)
+    if why is None and env.backend != "cuda":
+        why = "the cpu backend (XLA:CPU's matmuls are faster there)"
+    if why is None:
+        g = next(iter(policy.groups.ids))
+        n = param_count(mlp_words(policy.nets[g], env.obs_dim, 1))
+        if n > MAX_FUSED_PARAMS:
+            why = f"{n} parameters per group (fused up to {MAX_FUSED_PARAMS})"
+    return "fused" if why is None else f"step by step: {why}"
+
+
 def plan(policy: Policy, env: Any, sums: EpisodeSums, sampler: str, sharded: bool
          ) -> FusedRollout | None:
-    """The trainer's rollout: the fused one on the cuda backend where `why_not`
-    lets it through; None (the step-by-step scan) elsewhere. On the cpu
-    backend the fused path runs too (`build`: tests, conformance) but XLA:CPU's
-    matmuls make the step-by-step rollout faster there (docs/decisions.md)."""
-    if getattr(env, "backend", None) != "cuda" or why_not(policy, env, sampler, sharded):
+    """The fused rollout where `choice` picks it; None (the step-by-step scan)
+    elsewhere. (The cpu backend runs the fused path too, through `build`:
+    tests and the conformance of the two paths.)"""
+    if choice(policy, env, sampler, sharded) != "fused":
         return None
     return build(policy, env, sums)
 

@@ -95,6 +95,7 @@ class Trainer(NamedTuple):
     policy: Callable[..., tuple[jax.Array, jax.Array]]
     mesh: Mesh | None = None  # the data-parallel mesh (axis "envs"); None: one device
     sampler: str = "auto"  # the action sampler's backend as run ("jax" | "cpu" | "cuda")
+    rollout_path: str = "step by step"  # "fused" or "step by step: <why>" (train/fused.py)
 
     def state_shardings(self, state: Any, seed_axis: bool = False) -> Any:
         """NamedShardings of a RunnerState-shaped tree (arrays or
@@ -141,7 +142,11 @@ def build_trainer(config: TrainConfig, env: Any = None,
     sums = episode_sums(policy, getattr(env, "episode_metrics", None))
     # One custom call per rollout where the policy and env allow it
     # (jaxwarp.train.fused.why_not); the step-by-step scan elsewhere.
-    roll_fn = fused.plan(policy, env, sums, sampler, mesh is not None) or rollout
+    fused_roll = fused.plan(policy, env, sums, sampler, mesh is not None)
+    roll_fn = fused_roll or rollout
+    path = "fused" if fused_roll is not None else (
+        fused.choice(policy, env, sampler, mesh is not None)
+        if hasattr(env, "backend") else "step by step")
     txs = {g: optimiser(c, d, g) for g in groups.ids}
     layout = Layout(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
                     c.num_envs, pin, samples=_sample_minibatches(c, policy))
@@ -214,7 +219,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
 
     return Trainer(config=c, derived=d, env=env, groups=groups.ids, models=policy.nets,
                    init=init, run=run, rollout=roll, policy=policy, mesh=mesh,
-                   sampler=sampler)
+                   sampler=sampler, rollout_path=path)
 
 
 # Trajectory fields kept split along the env axis between rollout and update.
