@@ -878,8 +878,63 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
                 "env-steps/s", "final return", "compile s"],
                _time_to_return_rows(_read_json(root, TIME_TO_RETURN_PAPER))),
         *sources_block(root, [TIME_TO_RETURN_PAPER]),
+        "",
+        "Both sizes again with the fused rollout (the trainer's rollout for these models on "
+        "the `cuda` backend since: one kernel per rollout; next section), "
+        f"{on(root, TIME_TO_RETURN_FUSED)}; env-steps/s {AGENT_STEPS}:",
+        "",
+        *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
+                "env-steps/s", "final return", "compile s"],
+               _time_to_return_rows(_read_json(root, TIME_TO_RETURN_FUSED))),
+        *sources_block(root, [TIME_TO_RETURN_FUSED]),
     ]
-    return lines, [TIME_TO_RETURN, TIME_TO_RETURN_PAPER]
+    return lines, [TIME_TO_RETURN, TIME_TO_RETURN_PAPER, TIME_TO_RETURN_FUSED]
+
+
+TIME_TO_RETURN_FUSED = Source("time_to_return_fused_h200.json",
+                              "python experiments/bench_time_to_return.py --cases CASE "
+                              "--scale SCALE --seeds 10 (four runs merged)")
+
+
+FUSED_ROLLOUT = Source("fused_rollout_h200.json",
+                       "python experiments/bench_fused_rollout.py")
+
+
+def section_fused_rollout(root: Path) -> tuple[list[str], list[Source]]:
+    data = _read_json(root, FUSED_ROLLOUT)
+    results = data["results"] + [r for run in data.get("more_runs", []) for r in run["results"]]
+    by_case: dict[str, dict[str, dict]] = {}
+    for r in results:
+        by_case.setdefault(r["case"], {})[r["variant"]] = r
+    rows = []
+    for case, v in by_case.items():
+        f, s = v["fused"], v["step_by_step"]
+        rows.append([f"`{case}`", f"{f['num_envs']:,} × {f['num_steps']}",
+                     " vs ".join(rate(r["env_steps_per_s"], r["num_agents"], kilo_or_mega)
+                                 for r in (f, s)),
+                     ratio(f["env_steps_per_s"] / s["env_steps_per_s"]),
+                     " vs ".join(f"{r['rollout_seconds_per_update'] * 1e3:.2f}" for r in (f, s)),
+                     ratio(s["rollout_seconds_per_update"] / f["rollout_seconds_per_update"])])
+    san = data["sanitizer"]
+    lines = [
+        "## The fused rollout",
+        "",
+        "`experiments/bench_fused_rollout.py`: the trainer's whole update and its rollout "
+        "alone, with the fused rollout (one kernel per rollout: the MLP's forward pass, the "
+        "draws and the env step of every step) and with the step-by-step scan, side by side "
+        "in one process, at the time-to-return cases' settings and two Tag configs "
+        f"(`tag_2000_envs` has a bfloat16 model and keeps the scan in both rows), "
+        f"{on(root, FUSED_ROLLOUT)}; env-steps/s {AGENT_STEPS}:",
+        "",
+        *table(["case", "envs × steps", "update env-steps/s (fused vs scan)", "update",
+                "rollout ms (fused vs scan)", "rollout"], rows),
+        "",
+        f"compute-sanitizer over the fused kernel's layouts (`experiments/tools/"
+        f"fused_sanitize.py`, commit {san['commit']}): memcheck `{san['memcheck']}`, racecheck "
+        f"`{san['racecheck']}`.",
+        *sources_block(root, [FUSED_ROLLOUT]),
+    ]
+    return lines, [FUSED_ROLLOUT]
 
 
 TIME_TO_RETURN_RNN = Source("time_to_return_rnn_h100.json",
@@ -1182,7 +1237,8 @@ def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_time_to_policy, section_tag_runs,
-                           section_time_to_return, section_time_to_return_rnn,
+                           section_time_to_return, section_fused_rollout,
+                           section_time_to_return_rnn,
                            section_memory, section_sample_efficiency, section_pip_cuda,
                            section_curves, section_sanitizers, section_gpu_tests,
                            section_scaling]

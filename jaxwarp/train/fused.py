@@ -9,7 +9,7 @@ tanh or relu, feed-forward, its own value head) and the env is a kernel env,
 and writes the same `Transition` (same actions for the same keys as the
 step-by-step path wherever the two paths' logits, equal to float rounding,
 do not straddle a draw's decision; tests/test_fused_rollout.py). Everything
-else keeps the step-by-step rollout; `why_not` says why (docs/training.md).
+else keeps the step-by-step rollout; `choice` says why (docs/models.md).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 from jaxwarp.core import key_data_of
 from jaxwarp.train.models import MLPActorCritic
 from jaxwarp.train.policy import Policy
-from jaxwarp.train.rollout import EpisodeSums, Transition
+from jaxwarp.train.rollout import EpisodeSums, Transition, rollout
 
 _ACTS = {"tanh": 0, "relu": 1}  # cuda/jaxwarp_fused.h: kActTanh, kActRelu
 MAX_LAYERS = 4  # cuda/jaxwarp_fused.h: kMaxLayers
@@ -207,6 +207,16 @@ def plan(policy: Policy, env: Any, sums: EpisodeSums, sampler: str, sharded: boo
     if choice(policy, env, sampler, sharded) != "fused":
         return None
     return build(policy, env, sums)
+
+
+def rollout_for(policy: Policy, env: Any, sums: EpisodeSums, sampler: str, sharded: bool
+                ) -> tuple[Any, str]:
+    """(the trainer's rollout function, "fused" or "step by step: <why>")."""
+    f = plan(policy, env, sums, sampler, sharded)
+    if f is not None:
+        return f, "fused"
+    why = choice(policy, env, sampler, sharded)
+    return rollout, why if why != "fused" else "step by step"
 
 
 def build(policy: Policy, env: Any, sums: EpisodeSums) -> FusedRollout:

@@ -50,7 +50,7 @@ from jaxwarp.train.learn import Layout, a2c_update, ppo_update
 from jaxwarp.train.metrics import env_metric_names
 from jaxwarp.train.models import CentralCritic, CentralGRUCritic, MLPActorCritic, make_model
 from jaxwarp.train.policy import Groups, Policy, is_recurrent
-from jaxwarp.train.rollout import Sampler, Transition, episode_sums, rollout
+from jaxwarp.train.rollout import Sampler, Transition, episode_sums
 
 
 @struct.dataclass
@@ -140,13 +140,8 @@ def build_trainer(config: TrainConfig, env: Any = None,
     sample = _sampler(nvec, sampler, mesh)
     pin = _pinner(mesh)
     sums = episode_sums(policy, getattr(env, "episode_metrics", None))
-    # One custom call per rollout where the policy and env allow it
-    # (jaxwarp.train.fused.why_not); the step-by-step scan elsewhere.
-    fused_roll = fused.plan(policy, env, sums, sampler, mesh is not None)
-    roll_fn = fused_roll or rollout
-    path = "fused" if fused_roll is not None else (
-        fused.choice(policy, env, sampler, mesh is not None)
-        if hasattr(env, "backend") else "step by step")
+    # One custom call per rollout where it is faster (jaxwarp.train.fused.choice).
+    roll_fn, path = fused.rollout_for(policy, env, sums, sampler, mesh is not None)
     txs = {g: optimiser(c, d, g) for g in groups.ids}
     layout = Layout(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
                     c.num_envs, pin, samples=_sample_minibatches(c, policy))
