@@ -128,6 +128,13 @@ class FusedRollout(NamedTuple):
                  obs: jax.Array, carry: Mapping[str, Any], first: jax.Array, key: jax.Array,
                  num_steps: int) -> tuple[Any, jax.Array, dict[str, Any], jax.Array,
                                           dict[str, jax.Array], Transition]:
+        """`rollout`'s arguments and results: from env_state, obs f32[envs,
+        agents, obs_dim] and first bool[envs], num_steps steps; returns
+        (env_state, obs, carry (unchanged: no group is recurrent), first after
+        the last step, episode sums name -> f32[], Transition of [T, ...]
+        arrays). `policy`, `sample`, `env`, `sums`, `centralised` and `stats`
+        are this object's own (or unused: no centralised critic, no
+        normalize_obs) and are taken only for the signature."""
         env_keys, head_keys = self.keys(key, num_steps)
         weights = pack(params, list(self.policy.groups.ids))
         env_state, next_obs, traj = _call(self, env_keys, head_keys, weights, obs, env_state)
