@@ -816,6 +816,11 @@ TIME_TO_RETURN = Source("time_to_return_h100.json",
                         "--scale both")
 
 
+# The columns of every time-to-return table (`_time_to_return_rows`).
+TTR_HEADER = ["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
+              "env-steps/s", "final return", "compile s"]
+
+
 def _time_to_return_rows(data: dict) -> list[list[str]]:
     rows = []
     for case, c in data["cases"].items():
@@ -860,8 +865,7 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
         f"{on(root, TIME_TO_RETURN)}; both sides' env-steps/s measured here "
         f"{AGENT_STEPS}:",
         "",
-        *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
-                "env-steps/s", "final return", "compile s"], rows),
+        *table(TTR_HEADER, rows),
         "",
         *(f"The file's note on `{case}` at {scale} sizes: {sc['threshold_note']}"
           for case, c in data["cases"].items()
@@ -874,8 +878,7 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
         "auto`, the default since; the table above used env sequences), "
         f"{on(root, TIME_TO_RETURN_PAPER)}; env-steps/s {AGENT_STEPS}:",
         "",
-        *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
-                "env-steps/s", "final return", "compile s"],
+        *table(TTR_HEADER,
                _time_to_return_rows(_read_json(root, TIME_TO_RETURN_PAPER))),
         *sources_block(root, [TIME_TO_RETURN_PAPER]),
         "",
@@ -883,8 +886,7 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
         "the `cuda` backend since: one kernel per rollout; next section), "
         f"{on(root, TIME_TO_RETURN_FUSED)}; env-steps/s {AGENT_STEPS}:",
         "",
-        *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
-                "env-steps/s", "final return", "compile s"],
+        *table(TTR_HEADER,
                _time_to_return_rows(_read_json(root, TIME_TO_RETURN_FUSED))),
         *sources_block(root, [TIME_TO_RETURN_FUSED]),
     ]
@@ -961,8 +963,7 @@ def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
         f"{meta['seeds']} seeds per trainer. {meta.get('commit_note', '')}. Each pair jaxwarp "
         f"vs peer, {on(root, TIME_TO_RETURN_RNN)}; env-steps/s {AGENT_STEPS}:",
         "",
-        *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
-                "env-steps/s", "final return", "compile s"], _time_to_return_rows(data)),
+        *table(TTR_HEADER, _time_to_return_rows(data)),
         "",
         *(f"The file's note on `{case}` at {scale} sizes: {sc['threshold_note']}"
           for case, c in data["cases"].items()
@@ -978,8 +979,7 @@ def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
         f"{on(root, TIME_TO_RETURN_MAPPO)} (the table above is the earlier feed-forward "
         f"critic with one optimiser; docs/decisions.md); env-steps/s {AGENT_STEPS}:",
         "",
-        *table(["case: peer", "envs × steps", "threshold", "to threshold", "jaxwarp ahead",
-                "env-steps/s", "final return", "compile s"],
+        *table(TTR_HEADER,
                _time_to_return_rows(_read_json(root, TIME_TO_RETURN_MAPPO))),
         *sources_block(root, [TIME_TO_RETURN_MAPPO]),
     ]
