@@ -205,3 +205,17 @@ def test_packed_parameters_follow_the_layers_in_order():
     np.testing.assert_array_equal(packed[0, obs_dim * 8:obs_dim * 8 + 8], layer0["bias"])
     value_bias = rs.params["agent"]["params"]["Dense_5"]["bias"]
     np.testing.assert_array_equal(packed[0, -1:], value_bias)
+
+
+def test_summary_names_the_rollout_path(tmp_path):
+    import json
+
+    from jaxwarp.train.loop import train_run
+
+    c = load_config("cartpole_ppo", [*BASE, "num_envs=4", "num_steps=8", "num_minibatches=1",
+                                     "total_env_steps=64", "chunk_updates=2",
+                                     "checkpoint_every=2"])
+    run = train_run(c, tmp_path / "run", progress=False)
+    want = "step by step: the cpu backend (XLA:CPU's matmuls are faster there)"
+    assert run.summary["rollout"] == want
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["rollout"] == want
