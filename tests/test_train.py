@@ -141,7 +141,7 @@ def test_mlp_matches_plain_dense_layers(shared, hidden):
 
 
 def test_weight_gradient_row_blocks():
-    from jaxwarp.train.models import _row_blocks
+    from jaxwarp.train.mlp_kernel import row_blocks as _row_blocks
     assert _row_blocks(1_000_000) == 125  # 8,000 rows per block
     assert _row_blocks(2_500_000) == 125
     assert _row_blocks(1024 * 96) == 96

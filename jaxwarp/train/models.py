@@ -10,7 +10,6 @@ that call signature can be passed to the trainer instead of a name.
 from __future__ import annotations
 
 import functools
-import math
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp.train import mlp_kernel
 from jaxwarp.train.config import ConfigError, PolicyConfig
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -53,16 +53,6 @@ def orthogonal(scale: float) -> Callable[..., jax.Array]:
     return init
 
 
-def _row_blocks(rows: int) -> int:
-    """How many row blocks a weight gradient over `rows` rows is summed
-    over: the largest divisor of `rows` in [8, 128] that leaves blocks of at
-    least 1024 rows (1 when there is none)."""
-    for s in range(128, 7, -1):
-        if rows % s == 0 and rows // s >= 1024:
-            return s
-    return 1
-
-
 def _matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     return jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
 
@@ -92,23 +82,8 @@ def _linear_fwd(x, kernel, bias, fold, blocks):
 def _linear_bwd(fold, blocks, res, dy):
     x, w = res
     dx = jax.lax.dot_general(dy, w, (((dy.ndim - 1,), (1,)), ((), ())))
-    # Weight gradient = x^T dy, a contraction over every row of the batch
-    # (millions). As one matmul XLA:GPU splits that dimension itself and pads
-    # the rows to a multiple of its split first (a copy of both operands);
-    # here it is a batched matmul over row blocks that divide the rows
-    # (accumulated in float32, then summed). Not with the envs split over
-    # devices (`blocks` False): the reshape would cross the split axis, and
-    # XLA would all-reduce every block's partial gradient before the sum.
+    dw = mlp_kernel.weight_grad(x, dy, blocks)  # over row blocks, float32
     lead = tuple(range(x.ndim - 1))
-    s = _row_blocks(math.prod(x.shape[:-1])) if blocks else 1
-    if s > 1:
-        xb = x.reshape(s, -1, x.shape[-1])
-        dyb = dy.reshape(s, -1, dy.shape[-1])
-        dw = jax.lax.dot_general(xb, dyb, (((1,), (1,)), ((0,), (0,))),
-                                 preferred_element_type=jnp.float32).sum(0)
-    else:
-        dw = jax.lax.dot_general(x, dy, ((lead, lead), ((), ())),
-                                 preferred_element_type=jnp.float32)
     db = jnp.sum(dy, axis=lead, dtype=jnp.float32)
     return dx, dw, db
 
@@ -188,6 +163,16 @@ class MLPActorCritic(nn.Module):
         policy = DenseParams(int(sum(self.action_dims)), orthogonal(0.01),
                              name=next(names))(last)
         value = DenseParams(1, orthogonal(1.0), name=next(names))(last)
+
+        layout = (mlp_kernel.layout_for(obs.shape[-1], widths, policy[0].shape[1] + 1, towers,
+                                        self.activation, self.dtype)
+                  if self.row_blocks and widths else None)
+        if layout is not None:
+            # On the GPU: every layer of a tile of rows on chip (mlp_kernel).
+            weights = mlp_kernel.pack(layout, torsos, policy, value)
+            out = mlp_kernel.fused_mlp(layout, obs, weights, self.row_blocks)
+            a = policy[0].shape[1]
+            return out[..., :a], out[..., a]
 
         # Two towers' first layers could share one matmul of the observations,
         # but slicing its [rows, 2 x width] output in two costs XLA:GPU a copy

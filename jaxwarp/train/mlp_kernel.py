@@ -1,0 +1,415 @@
+"""The `mlp` model's layers fused per tile of rows: two Pallas (Triton) kernels.
+
+XLA runs an MLP as one matmul per layer with the activations in HBM between
+them: at GPU batch sizes every 256-wide layer is bound by moving those
+activations, not by arithmetic (docs/decisions.md, "The learner's bound").
+Here each program of a kernel takes a tile of rows and keeps its activations
+on chip through every layer:
+
+- `forward`: observations -> every hidden layer of one or two towers -> the
+  heads' columns (logits of every head, then the value), written once,
+  float32 [N, out_pad]. Nothing else is stored: the backward recomputes.
+- the backward (`_backward`): recomputes the tile's hidden activations, then
+  back-propagates the heads' output gradient through them, writing each
+  layer's activation h and pre-activation gradient dz once (the compute
+  dtype) and each tile's bias-gradient column sums (float32). The weight
+  gradients h_{l-1}^T dz_l are then XLA matmuls over every row (row blocks
+  accumulated in float32, as `weight_grad`), deterministic: no atomics.
+
+Matmuls run on tensor cores (bfloat16 with float32 accumulation; float32
+models in tf32, as XLA's default precision on the GPU). Activations live as
+column blocks of `Layout.block` columns (Triton tensors cannot be sliced), so
+every dot is [rows, block] x [block, block] and widths may be any multiple of
+the block. `fused_mlp` is the op (a `jax.custom_vjp`; works under jit, vmap,
+scan); `why_not` says which shapes it covers.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+ACTIVATIONS = ("tanh", "relu")
+MAX_LAYERS = 3
+WIDTHS = range(64, 513, 64)  # hidden widths covered: multiples of 64 up to 512
+MAX_IN = 256  # observation features
+MAX_OUT = 256  # logits of every head + the value
+
+
+def row_blocks(rows: int) -> int:
+    """How many row blocks a weight gradient over `rows` rows is summed
+    over: the largest divisor of `rows` in [8, 128] that leaves blocks of at
+    least 1024 rows (1 when there is none)."""
+    for s in range(128, 7, -1):
+        if rows % s == 0 and rows // s >= 1024:
+            return s
+    return 1
+
+
+def weight_grad(x: jax.Array, dy: jax.Array, blocks: bool) -> jax.Array:
+    """x^T dy in float32 over every leading (row) axis: x [..., K], dy [..., N]
+    -> f32[K, N].
+
+    As one matmul XLA:GPU splits the (millions of) rows itself and pads them
+    to a multiple of its split first (a copy of both operands); here it is a
+    batched matmul over row blocks that divide the rows, accumulated in
+    float32, then summed. Not with the envs split over devices (`blocks`
+    False): the reshape would cross the split axis, and XLA would all-reduce
+    every block's partial gradient before the sum.
+    """
+    lead = tuple(range(x.ndim - 1))
+    s = row_blocks(math.prod(x.shape[:-1])) if blocks else 1
+    if s > 1:
+        xb = x.reshape(s, -1, x.shape[-1])
+        dyb = dy.reshape(s, -1, dy.shape[-1])
+        return jax.lax.dot_general(xb, dyb, (((1,), (1,)), ((0,), (0,))),
+                                   preferred_element_type=jnp.float32).sum(0)
+    return jax.lax.dot_general(x, dy, ((lead, lead), ((), ())),
+                               preferred_element_type=jnp.float32)
+
+
+def _pow2(n: int, least: int = 16) -> int:
+    return max(least, 1 << (int(n) - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The static shape of a fused MLP and its tiling.
+
+    in_dim: observation features D; widths: hidden widths (each tower);
+    out_cols: logits of every head + 1 (the value, last); towers: 1 (shared
+    torso) or 2 (actor, critic); dtype: the matmuls' dtype name.
+    """
+
+    in_dim: int
+    widths: tuple[int, ...]
+    out_cols: int
+    towers: int
+    activation: str
+    dtype: str
+    rows: int = 64  # rows per program
+    warps: int = 4
+
+    @property
+    def in_pad(self) -> int:
+        return _pow2(self.in_dim)
+
+    @property
+    def out_pad(self) -> int:
+        return _pow2(self.out_cols)
+
+    @property
+    def block(self) -> int:
+        """Columns per activation block: 128 where every width allows it."""
+        return 128 if all(w % 128 == 0 for w in self.widths) else 64
+
+
+def why_not(in_dim: int, widths: Sequence[int], out_cols: int, activation: str,
+            dtype: Any) -> str | None:
+    """Why `fused_mlp` does not cover this MLP (None: it does)."""
+    if activation not in ACTIVATIONS:
+        return f"activation {activation!r} (the kernel has {list(ACTIVATIONS)})"
+    if jnp.dtype(dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
+        return f"dtype {jnp.dtype(dtype).name} (the kernel has float32 and bfloat16)"
+    if not 1 <= len(widths) <= MAX_LAYERS or any(w not in WIDTHS for w in widths):
+        return (f"hidden sizes {list(widths)} (the kernel has 1..{MAX_LAYERS} layers, each "
+                "a multiple of 64 up to 512)")
+    if not 1 <= in_dim <= MAX_IN:
+        return f"{in_dim} observation features (the kernel has at most {MAX_IN})"
+    if out_cols > MAX_OUT:
+        return f"{out_cols - 1} logits (the kernel has at most {MAX_OUT - 1})"
+    return None
+
+
+def on_cuda() -> bool:
+    """Whether JAX's default backend is a CUDA GPU (where Pallas lowers to Triton)."""
+    try:
+        dev = jax.devices()[0]
+        return dev.platform == "gpu" and "cuda" in dev.client.platform_version.lower()
+    except (RuntimeError, AttributeError):
+        return False
+
+
+def layout_for(in_dim: int, widths: Sequence[int], out_cols: int, towers: int,
+               activation: str, dtype: Any) -> Layout | None:
+    """The kernels' layout for this MLP where they run it: on a CUDA GPU, for
+    the shapes `why_not` covers (None: XLA's layers)."""
+    if not on_cuda() or why_not(in_dim, widths, out_cols, activation, dtype):
+        return None
+    return Layout(int(in_dim), tuple(int(w) for w in widths), int(out_cols), int(towers),
+                  activation, jnp.dtype(dtype).name)
+
+
+# ---------------------------------------------------------------------------
+# Kernel bodies. Refs: x, [g,] then per tower the hidden layers' (W, b), then
+# per tower the head's W [width, out_pad], then the heads' one bias, then the
+# outputs. Weights come in the compute dtype, biases in float32.
+# ---------------------------------------------------------------------------
+def _act(z: jax.Array, activation: str) -> jax.Array:
+    return jnp.tanh(z) if activation == "tanh" else jnp.maximum(z, 0.0)
+
+
+def _act_grad(h: jax.Array, activation: str) -> jax.Array:
+    """d act / d z from the activation's output h (float32)."""
+    return 1.0 - h * h if activation == "tanh" else (h > 0).astype(jnp.float32)
+
+
+def _dot(a: jax.Array, b: jax.Array, trans_b: bool = False) -> jax.Array:
+    dims = (((1,), (1 if trans_b else 0,)), ((), ()))
+    return jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+
+
+def _split(refs: Sequence[Any], lay: Layout) -> tuple[list, list, Any, list]:
+    """(per tower [(W, b) per layer], per tower head W, head bias, outputs)."""
+    n = len(lay.widths)
+    towers = [[(refs[2 * (t * n + i)], refs[2 * (t * n + i) + 1]) for i in range(n)]
+              for t in range(lay.towers)]
+    k = 2 * n * lay.towers
+    return towers, list(refs[k:k + lay.towers]), refs[k + lay.towers], list(
+        refs[k + lay.towers + 1:])
+
+
+def _layer(h: list[jax.Array], w_ref: Any, b_ref: Any, width: int, lay: Layout
+           ) -> list[jax.Array]:
+    """act(h @ W + b) for one tile, as column blocks in the compute dtype."""
+    dt, nb = jnp.dtype(lay.dtype), lay.block
+    out = []
+    for n0 in range(0, width, nb):
+        z = b_ref[pl.ds(n0, nb)][None, :]
+        k0 = 0
+        for blk in h:
+            k = blk.shape[1]
+            z = z + _dot(blk, w_ref[pl.ds(k0, k), pl.ds(n0, nb)])
+            k0 += k
+        out.append(_act(z, lay.activation).astype(dt))
+    return out
+
+
+def _row_mask(lay: Layout, n_rows: int) -> jax.Array:
+    """bool[rows, 1]: the tile's rows inside the array (the last tile may pass its end)."""
+    rows = pl.program_id(0) * lay.rows + jnp.arange(lay.rows)
+    return (rows < n_rows)[:, None]
+
+
+def _store(ref: Any, val: jax.Array, mask: jax.Array) -> None:
+    plgpu.store(ref, val, mask=jnp.broadcast_to(mask, val.shape))
+
+
+def _load_x(x_ref: Any, lay: Layout, mask: jax.Array) -> jax.Array:
+    cols = jnp.arange(lay.in_pad) < lay.in_dim
+    x = plgpu.load(x_ref, mask=mask & cols[None, :], other=0)
+    return x.astype(jnp.dtype(lay.dtype))
+
+
+def _forward_kernel(x_ref: Any, *refs: Any, lay: Layout, n_rows: int) -> None:
+    towers, heads, bo_ref, (out_ref,) = _split(refs, lay)
+    mask = _row_mask(lay, n_rows)
+    x = _load_x(x_ref, lay, mask)
+    out = bo_ref[...][None, :]
+    for layers, wo_ref in zip(towers, heads):
+        h = [x]
+        for (w_ref, b_ref), width in zip(layers, lay.widths):
+            h = _layer(h, w_ref, b_ref, width, lay)
+        k0 = 0
+        for blk in h:
+            out = out + _dot(blk, wo_ref[pl.ds(k0, blk.shape[1]), :])
+            k0 += blk.shape[1]
+    _store(out_ref, out, mask)
+
+
+def _backward_kernel(x_ref: Any, g_ref: Any, *refs: Any, lay: Layout, n_rows: int) -> None:
+    towers, heads, _, outs = _split(refs, lay)
+    n, nb, dt = len(lay.widths), lay.block, jnp.dtype(lay.dtype)
+    mask = _row_mask(lay, n_rows)
+    x = _load_x(x_ref, lay, mask)
+    g = plgpu.load(g_ref, mask=jnp.broadcast_to(mask, (lay.rows, lay.out_pad)), other=0)  # zero rows past the end: dz 0
+    for t, (layers, wo_ref) in enumerate(zip(towers, heads)):
+        h_refs = outs[3 * n * t:3 * n * t + n]
+        dz_refs = outs[3 * n * t + n:3 * n * t + 2 * n]
+        sum_refs = outs[3 * n * t + 2 * n:3 * n * (t + 1)]
+        hs = [[x]]
+        for i, ((w_ref, b_ref), width) in enumerate(zip(layers, lay.widths)):
+            hs.append(_layer(hs[-1], w_ref, b_ref, width, lay))
+            for j, blk in enumerate(hs[-1]):
+                _store(h_refs[i].at[:, pl.ds(j * nb, nb)], blk, mask)
+        # the head's output gradient back through its weights
+        dh = [_dot(g, wo_ref[pl.ds(j * nb, nb), :], trans_b=True)
+              for j in range(lay.widths[-1] // nb)]
+        for i in range(n - 1, -1, -1):
+            dz = [d * _act_grad(h.astype(jnp.float32), lay.activation)
+                  for d, h in zip(dh, hs[i + 1])]
+            for j, d in enumerate(dz):
+                _store(dz_refs[i].at[:, pl.ds(j * nb, nb)], d.astype(dt), mask)
+                sum_refs[i][:, pl.ds(j * nb, nb)] = jnp.sum(d, axis=0)[None, :]
+            if i == 0:
+                break
+            w_ref = layers[i][0]
+            dzc = [d.astype(dt) for d in dz]
+            dh = []
+            for k in range(lay.widths[i - 1] // nb):
+                acc = None
+                for j, d in enumerate(dzc):
+                    term = _dot(d, w_ref[pl.ds(k * nb, nb), pl.ds(j * nb, nb)], trans_b=True)
+                    acc = term if acc is None else acc + term
+                dh.append(acc)
+
+
+# ---------------------------------------------------------------------------
+# The calls.
+# ---------------------------------------------------------------------------
+def _full(a: jax.Array) -> pl.BlockSpec:
+    return pl.BlockSpec(a.shape, lambda i: (0,) * a.ndim)
+
+
+def _params(lay: Layout, weights: Sequence[jax.Array]) -> list[jax.Array]:
+    """The packed parameters as the kernels read them: kernels in the compute
+    dtype (each tower's first kernel padded to in_pad rows), biases float32."""
+    dt, n = jnp.dtype(lay.dtype), len(lay.widths)
+    out = []
+    for i, w in enumerate(weights):
+        if w.ndim == 1:
+            out.append(w.astype(jnp.float32))
+            continue
+        w = w.astype(dt)
+        if i < 2 * n * lay.towers and i % (2 * n) == 0:  # a tower's first layer
+            w = jnp.pad(w, ((0, lay.in_pad - lay.in_dim), (0, 0)))
+        out.append(w)
+    return out
+
+
+def _compiler(lay: Layout, interpret: bool) -> dict:
+    if interpret:
+        return {"interpret": True}
+    return {"compiler_params": plgpu.CompilerParams(num_warps=lay.warps, num_stages=1)}
+
+
+def forward(lay: Layout, x: jax.Array, weights: Sequence[jax.Array],
+            interpret: bool = False) -> jax.Array:
+    """The heads' columns f32[N, out_pad] of x [N, in_dim] (any float dtype).
+
+    weights: per tower (kernel, bias) of each hidden layer, then per tower the
+    head's kernel [width, out_pad], then the heads' bias f32[out_pad] (`pack`).
+    """
+    n_rows = x.shape[0]
+    ws = _params(lay, weights)
+    grid = (pl.cdiv(n_rows, lay.rows),)
+    return pl.pallas_call(
+        functools.partial(_forward_kernel, lay=lay, n_rows=n_rows),
+        out_shape=jax.ShapeDtypeStruct((n_rows, lay.out_pad), jnp.float32),
+        grid=grid,
+        in_specs=[pl.BlockSpec((lay.rows, lay.in_pad), lambda i: (i, 0))]
+        + [_full(w) for w in ws],
+        out_specs=pl.BlockSpec((lay.rows, lay.out_pad), lambda i: (i, 0)),
+        name="jaxwarp_mlp_forward",
+        **_compiler(lay, interpret),
+    )(x, *ws)
+
+
+def _backward(lay: Layout, x: jax.Array, g: jax.Array, weights: Sequence[jax.Array],
+              interpret: bool = False) -> list[jax.Array]:
+    """Per tower: each hidden layer's h [N, w], then its dz [N, w] (compute
+    dtype), then its tile column sums of dz f32[tiles, w]."""
+    n_rows = x.shape[0]
+    dt = jnp.dtype(lay.dtype)
+    ws = _params(lay, weights)
+    tiles = pl.cdiv(n_rows, lay.rows)
+    shapes, specs = [], []
+    for _ in range(lay.towers):
+        for kind in ("h", "dz", "sum"):
+            for w in lay.widths:
+                if kind == "sum":
+                    shapes.append(jax.ShapeDtypeStruct((tiles, w), jnp.float32))
+                    specs.append(pl.BlockSpec((1, w), lambda i: (i, 0)))
+                else:
+                    shapes.append(jax.ShapeDtypeStruct((n_rows, w), dt))
+                    specs.append(pl.BlockSpec((lay.rows, w), lambda i: (i, 0)))
+    return pl.pallas_call(
+        functools.partial(_backward_kernel, lay=lay, n_rows=n_rows),
+        out_shape=shapes,
+        grid=(tiles,),
+        in_specs=[pl.BlockSpec((lay.rows, lay.in_pad), lambda i: (i, 0)),
+                  pl.BlockSpec((lay.rows, lay.out_pad), lambda i: (i, 0))]
+        + [_full(w) for w in ws],
+        out_specs=specs,
+        name="jaxwarp_mlp_backward",
+        **_compiler(lay, interpret),
+    )(x, g.astype(dt), *ws)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
+def fused_mlp(lay: Layout, x: jax.Array, weights: tuple[jax.Array, ...], blocks: bool = True,
+              interpret: bool = False) -> jax.Array:
+    """The MLP's heads' columns f32[..., out_pad] of x [..., in_dim].
+
+    weights: `pack`'s tuple (float32 parameters; their gradients are float32).
+    blocks: weight gradients over row blocks (`weight_grad`); interpret: run
+    the kernels in Pallas's interpreter (any backend; the tests' CPU path).
+    """
+    return _fwd(lay, x, weights, blocks, interpret)[0]
+
+
+def _fwd(lay, x, weights, blocks, interpret):
+    lead = x.shape[:-1]
+    out = forward(lay, x.reshape(-1, x.shape[-1]), weights, interpret)
+    return out.reshape(*lead, lay.out_pad), (x, weights)
+
+
+def _bwd(lay, blocks, interpret, res, g):
+    x, weights = res
+    dt, n = jnp.dtype(lay.dtype), len(lay.widths)
+    x2 = x.reshape(-1, x.shape[-1])
+    g2 = g.reshape(-1, lay.out_pad)
+    outs = _backward(lay, x2, g2, weights, interpret)
+    grads: list[jax.Array] = []
+    head_grads = []
+    dx = jnp.zeros(x2.shape, jnp.float32)
+    for t in range(lay.towers):
+        hs = outs[3 * n * t:3 * n * t + n]
+        dzs = outs[3 * n * t + n:3 * n * t + 2 * n]
+        sums = outs[3 * n * t + 2 * n:3 * n * (t + 1)]
+        prev = x2.astype(dt)
+        for i in range(n):
+            grads.append(weight_grad(prev, dzs[i], blocks))
+            grads.append(jnp.sum(sums[i], axis=0))
+            prev = hs[i]
+        head_grads.append(weight_grad(prev, g2.astype(dt), blocks))
+        w1 = weights[2 * n * t].astype(dt)
+        dx = dx + _dot(dzs[0], w1, trans_b=True)
+    grads += head_grads
+    grads.append(jnp.sum(g2, axis=0, dtype=jnp.float32))
+    grads = [gr.astype(w.dtype) for gr, w in zip(grads, weights)]
+    return dx.astype(x.dtype).reshape(x.shape), tuple(grads)
+
+
+fused_mlp.defvjp(_fwd, _bwd)
+
+
+def pack(lay: Layout, torsos: Sequence[Sequence[tuple[jax.Array, jax.Array]]],
+         policy: tuple[jax.Array, jax.Array], value: tuple[jax.Array, jax.Array]
+         ) -> tuple[jax.Array, ...]:
+    """`fused_mlp`'s weights from the model's float32 parameters (differentiable:
+    gradients flow back to them): each torso's layers, then the heads as one
+    [width, out_pad] kernel per tower (a shared torso: policy and value side by
+    side; two towers: the actor's policy columns, the critic's value column)
+    and one bias [out_pad] (logits, then the value, then zeros)."""
+    a = policy[0].shape[1]
+    pad = lay.out_pad - lay.out_cols
+
+    def cols(k, at):  # k [width, c] placed at column `at` of out_pad
+        return jnp.pad(k, ((0, 0), (at, lay.out_pad - at - k.shape[1])))
+
+    flat = [p for torso in torsos for layer in torso for p in layer]
+    if lay.towers == 1:
+        heads = [cols(jnp.concatenate([policy[0], value[0]], 1), 0)]
+    else:
+        heads = [cols(policy[0], 0), cols(value[0], a)]
+    bias = jnp.pad(jnp.concatenate([policy[1], value[1]]), (0, pad))
+    return tuple(flat + heads + [bias])
