@@ -79,8 +79,9 @@ def bench(name: str, tiles: list[tuple[int, int]]) -> dict:
         logits, v = net.apply(p, o)
         return jnp.sum(logits * cl) + jnp.sum(v * cv)
 
-    fwd = jax.jit(net.apply)
-    grad = jax.jit(jax.grad(loss))
+    # fresh functions for each variant: jax.jit caches traces by function
+    fwd = jax.jit(lambda p, o: net.apply(p, o))
+    grad = jax.jit(jax.grad(lambda p, o: loss(p, o)))
     widths = [d, *hidden]
     towers = 1 if shared else 2
     flops = 2 * rows * towers * sum(k * n for k, n in zip(widths[:-1], widths[1:]))
@@ -110,8 +111,8 @@ def bench(name: str, tiles: list[tuple[int, int]]) -> dict:
             lay = orig(*args, **kw)
             return None if lay is None else dataclasses.replace(lay, rows=_r, warps=_w)
         mlp_kernel.layout_for = tiled
-        fwd_k = jax.jit(net.apply)
-        grad_k = jax.jit(jax.grad(loss))
+        fwd_k = jax.jit(lambda p, o: net.apply(p, o))
+        grad_k = jax.jit(jax.grad(lambda p, o: loss(p, o)))
         try:
             out, g = fwd_k(params, obs), grad_k(params, obs)
             entry = {"rows": r, "warps": w, "forward_rel_diff": _rel(out, ref_out),
