@@ -4,19 +4,25 @@ For each case (a shipped model at its training minibatch size) the model's
 forward pass and its forward + backward (gradient of a fixed linear function
 of logits and value with respect to the parameters) are timed with XLA's
 layers (`mlp_kernel.layout_for` patched to return None: the variant lives
-here) and with the kernels at each tile setting (rows per program, warps).
+here) and with the kernels at each backward tile setting (rows per program,
+warps; the forward's are the Layout's).
 Also records the largest relative difference of outputs and gradients
 (kernel vs XLA, max |a - b| / max |b|), matmul TFLOP/s and the bytes the
 kernels cannot avoid (observations in, heads out; the backward's h and dz
 per hidden layer written and read back by the weight-gradient matmuls).
 
+With --train, bench_train's GPU cases end to end (the trainer's update with
+the kernels, with XLA's layers, and the pure-JAX env backend).
+
     python experiments/bench_mlp_kernel.py --out experiments/results/mlp_kernel_h100.json
+    python experiments/bench_mlp_kernel.py --cases "" --train 3,6
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import statistics
 import time
@@ -40,10 +46,13 @@ CASES = {
     # one rollout step's forward pass of the 2000-env A2C row
     "tag_step_bf16": (71, (256, 256), 43, True, "relu", "bfloat16", 220_000),
     # MPE at GPU size (1024 envs x 32 steps x 3 agents, 4 minibatches)
-    "mpe_gpu": (18, (64, 64), 5, False, "tanh", "float32", 24_576),
+    "tag_step_f32": (71, (256, 256), 43, True, "relu", "float32", 220_000),
+    # a 128-128 model at MPE's GPU size (1024 envs x 32 steps x 3 agents, 4 minibatches)
+    "mpe_gpu_128": (18, (128, 128), 5, False, "tanh", "float32", 24_576),
     "wide_512": (71, (512, 512), 43, True, "relu", "bfloat16", 550_000),
 }
-TILES = [(32, 4), (64, 4), (64, 8), (128, 4), (128, 8)]
+# the backward kernel's (rows, warps); the forward's stay the Layout's
+TILES = [(32, 4), (64, 4), (64, 8), (128, 8)]
 
 
 def _time(f, *args, iters: int = 10, repeats: int = 5) -> float:
@@ -60,8 +69,9 @@ def _time(f, *args, iters: int = 10, repeats: int = 5) -> float:
 
 
 def _rel(a, b) -> float:
-    return max(float(jnp.max(jnp.abs(x.astype(jnp.float32) - y.astype(jnp.float32)))
-                     / (jnp.max(jnp.abs(y.astype(jnp.float32))) + 1e-12))
+    """The largest over leaves of |a - b| / |b| (Euclidean norms)."""
+    return max(float(jnp.linalg.norm((x.astype(jnp.float32) - y.astype(jnp.float32)).ravel())
+                     / (jnp.linalg.norm(y.astype(jnp.float32).ravel()) + 1e-12))
                for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
@@ -73,7 +83,7 @@ def bench(name: str, tiles: list[tuple[int, int]]) -> dict:
         jnp.bfloat16 if dtype == "bfloat16" else jnp.float32)
     params = jax.jit(net.init)(k2, obs[:8])
     cl = jax.random.normal(k3, (rows, a), jnp.float32)
-    cv = jnp.linspace(-1, 1, rows, dtype=jnp.float32)
+    cv = jax.random.normal(k1, (rows,), jnp.float32)
 
     def loss(p, o):
         logits, v = net.apply(p, o)
@@ -84,7 +94,7 @@ def bench(name: str, tiles: list[tuple[int, int]]) -> dict:
     grad = jax.jit(jax.grad(lambda p, o: loss(p, o)))
     widths = [d, *hidden]
     towers = 1 if shared else 2
-    flops = 2 * rows * towers * sum(k * n for k, n in zip(widths[:-1], widths[1:]))
+    flops = 2 * rows * towers * sum(k * n for k, n in itertools.pairwise(widths))
     flops += 2 * rows * hidden[-1] * (a + 1)
     item = jnp.dtype(dtype).itemsize
     # fwd kernel: obs in, f32 heads out; bwd kernel + weight grads: h and dz
@@ -109,7 +119,8 @@ def bench(name: str, tiles: list[tuple[int, int]]) -> dict:
     for r, w in tiles:
         def tiled(*args, _r=r, _w=w, **kw):
             lay = orig(*args, **kw)
-            return None if lay is None else dataclasses.replace(lay, rows=_r, warps=_w)
+            return None if lay is None else dataclasses.replace(lay, back_rows=_r,
+                                                                 back_warps=_w)
         mlp_kernel.layout_for = tiled
         fwd_k = jax.jit(lambda p, o: net.apply(p, o))
         grad_k = jax.jit(jax.grad(lambda p, o: loss(p, o)))
@@ -127,7 +138,7 @@ def bench(name: str, tiles: list[tuple[int, int]]) -> dict:
     ok = [e for e in res["kernel"] if "error" not in e]
     if ok:
         best = min(ok, key=lambda e: e["grad_s"])
-        res["best"] = {"rows": best["rows"], "warps": best["warps"],
+        res["best"] = {"back_rows": best["rows"], "back_warps": best["warps"],
                        "forward_speedup": res["xla"]["forward_s"] / best["forward_s"],
                        "grad_speedup": res["xla"]["grad_s"] / best["grad_s"],
                        "forward_tflops": flops / best["forward_s"] / 1e12,
@@ -136,19 +147,50 @@ def bench(name: str, tiles: list[tuple[int, int]]) -> dict:
     return res
 
 
+def train(indices: list[int], repeats: int) -> list[dict]:
+    """bench_train's GPU cases: the cuda backend with the kernels (what the
+    trainer picks) and with XLA's layers, and the jax backend, in turn."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_train import GPU_CASES, bench_case
+
+    out = []
+    for i in indices:
+        config, overrides, updates = GPU_CASES[i]
+        for variant, backend in (("kernel", "cuda"), ("xla", "cuda"), ("kernel", "jax")):
+            orig = mlp_kernel.layout_for
+            if variant == "xla":
+                mlp_kernel.layout_for = lambda *args, **kw: None
+            try:
+                r = bench_case(config, overrides, backend, updates, repeats)
+            finally:
+                mlp_kernel.layout_for = orig
+            r.update(case_index=i, layers=variant)
+            print(f"train case {i} {backend} {variant}: {r['env_steps_per_s'] / 1e6:.3f}M "
+                  f"env-steps/s, {1e3 * r['seconds_per_update']:.1f} ms/update, rollout "
+                  f"{1e3 * r['rollout_seconds_per_update']:.1f} ms, MFU {r['mfu']}", flush=True)
+            out.append(r)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--tiles", default=";".join(f"{r},{w}" for r, w in TILES),
                     help="';'-separated rows,warps settings")
+    ap.add_argument("--train", default="",
+                    help="comma list of bench_train GPU case indices to time end to end")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="experiments/results/mlp_kernel.json")
     args = ap.parse_args()
     if not mlp_kernel.on_cuda():
         raise SystemExit("bench_mlp_kernel: error: needs a CUDA GPU (the kernels lower to Triton)")
     tiles = [tuple(int(v) for v in t.split(",")) for t in args.tiles.split(";")]
-    results = [bench(c, tiles) for c in args.cases.split(",")]
+    results = [bench(c, tiles) for c in args.cases.split(",") if c]
+    trained = train([int(i) for i in args.train.split(",") if i], args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"meta": run_meta(), "results": results}, indent=1))
+    Path(args.out).write_text(json.dumps({"meta": run_meta(), "results": results,
+                                          "train": trained}, indent=1))
     print("wrote", args.out)
 
 

@@ -8,13 +8,15 @@ on chip through every layer:
 
 - `forward`: observations -> every hidden layer of one or two towers -> the
   heads' columns (logits of every head, then the value), written once,
-  float32 [N, out_pad]. Nothing else is stored: the backward recomputes.
-- the backward (`_backward`): recomputes the tile's hidden activations, then
-  back-propagates the heads' output gradient through them, writing each
-  layer's activation h and pre-activation gradient dz once (the compute
-  dtype) and each tile's bias-gradient column sums (float32). The weight
-  gradients h_{l-1}^T dz_l are then XLA matmuls over every row (row blocks
-  accumulated in float32, as `weight_grad`), deterministic: no atomics.
+  float32 [N, out_pad]; no activation leaves the chip (the rollout's case).
+  Under differentiation it also writes each hidden layer's activation h
+  once (the compute dtype): the backward reads them instead of recomputing.
+- the backward (`_backward`): back-propagates the heads' output gradient
+  through a tile's layers, writing each layer's pre-activation gradient dz
+  once (the compute dtype) and each tile's bias-gradient column sums
+  (float32). The weight gradients h_{l-1}^T dz_l are then XLA matmuls over
+  every row (row blocks accumulated in float32, as `weight_grad`):
+  deterministic, no atomics.
 
 Matmuls run on tensor cores (bfloat16 with float32 accumulation; float32
 models in tf32, as XLA's default precision on the GPU). Activations live as
@@ -39,7 +41,10 @@ from jax.experimental.pallas import triton as plgpu
 
 ACTIVATIONS = ("tanh", "relu")
 MAX_LAYERS = 3
-WIDTHS = range(64, 513, 64)  # hidden widths covered: multiples of 64 up to 512
+# Hidden widths covered: multiples of 128 up to 512. At 64 (MPE's and
+# CartPole's 64-64 models at GPU batch sizes) XLA's layers were faster
+# (docs/decisions.md, "A fused MLP in Pallas").
+WIDTHS = range(128, 513, 128)
 MAX_IN = 256  # observation features
 MAX_OUT = 256  # logits of every head + the value
 
@@ -95,8 +100,10 @@ class Layout:
     towers: int
     activation: str
     dtype: str
-    rows: int = 64  # rows per program
-    warps: int = 4
+    rows: int = 128  # the forward's rows per program
+    warps: int = 8
+    back_rows: int = 64  # the backward's
+    back_warps: int = 4
 
     @property
     def in_pad(self) -> int:
@@ -106,10 +113,7 @@ class Layout:
     def out_pad(self) -> int:
         return _pow2(self.out_cols)
 
-    @property
-    def block(self) -> int:
-        """Columns per activation block: 128 where every width allows it."""
-        return 128 if all(w % 128 == 0 for w in self.widths) else 64
+    block = 128  # columns per activation block
 
 
 def why_not(in_dim: int, widths: Sequence[int], out_cols: int, activation: str,
@@ -121,7 +125,7 @@ def why_not(in_dim: int, widths: Sequence[int], out_cols: int, activation: str,
         return f"dtype {jnp.dtype(dtype).name} (the kernel has float32 and bfloat16)"
     if not 1 <= len(widths) <= MAX_LAYERS or any(w not in WIDTHS for w in widths):
         return (f"hidden sizes {list(widths)} (the kernel has 1..{MAX_LAYERS} layers, each "
-                "a multiple of 64 up to 512)")
+                "a multiple of 128 up to 512)")
     if not 1 <= in_dim <= MAX_IN:
         return f"{in_dim} observation features (the kernel has at most {MAX_IN})"
     if out_cols > MAX_OUT:
@@ -193,9 +197,9 @@ def _layer(h: list[jax.Array], w_ref: Any, b_ref: Any, width: int, lay: Layout
     return out
 
 
-def _row_mask(lay: Layout, n_rows: int) -> jax.Array:
-    """bool[rows, 1]: the tile's rows inside the array (the last tile may pass its end)."""
-    rows = pl.program_id(0) * lay.rows + jnp.arange(lay.rows)
+def _row_mask(tile: int, n_rows: int) -> jax.Array:
+    """bool[tile, 1]: the tile's rows inside the array (the last tile may pass its end)."""
+    rows = pl.program_id(0) * tile + jnp.arange(tile)
     return (rows < n_rows)[:, None]
 
 
@@ -204,48 +208,51 @@ def _store(ref: Any, val: jax.Array, mask: jax.Array) -> None:
 
 
 def _load_x(x_ref: Any, lay: Layout, mask: jax.Array) -> jax.Array:
-    cols = jnp.arange(lay.in_pad) < lay.in_dim
+    cols = jnp.arange(lay.in_pad) < lay.in_dim  # rows: the forward's tile
     x = plgpu.load(x_ref, mask=mask & cols[None, :], other=0)
     return x.astype(jnp.dtype(lay.dtype))
 
 
-def _forward_kernel(x_ref: Any, *refs: Any, lay: Layout, n_rows: int) -> None:
-    towers, heads, bo_ref, (out_ref,) = _split(refs, lay)
-    mask = _row_mask(lay, n_rows)
+def _forward_kernel(x_ref: Any, *refs: Any, lay: Layout, n_rows: int, save: bool) -> None:
+    n = len(lay.widths)
+    towers, heads, bo_ref, outs = _split(refs, lay)
+    mask = _row_mask(lay.rows, n_rows)
     x = _load_x(x_ref, lay, mask)
     out = bo_ref[...][None, :]
-    for layers, wo_ref in zip(towers, heads):
+    for t, (layers, wo_ref) in enumerate(zip(towers, heads)):
         h = [x]
-        for (w_ref, b_ref), width in zip(layers, lay.widths):
+        for i, ((w_ref, b_ref), width) in enumerate(zip(layers, lay.widths)):
             h = _layer(h, w_ref, b_ref, width, lay)
+            if save:  # the backward's residual (and the weight gradients' operand)
+                for j, blk in enumerate(h):
+                    _store(outs[1 + t * n + i].at[:, pl.ds(j * lay.block, lay.block)], blk, mask)
         k0 = 0
         for blk in h:
             out = out + _dot(blk, wo_ref[pl.ds(k0, blk.shape[1]), :])
             k0 += blk.shape[1]
-    _store(out_ref, out, mask)
+    _store(outs[0], out, mask)
 
 
-def _backward_kernel(x_ref: Any, g_ref: Any, *refs: Any, lay: Layout, n_rows: int) -> None:
-    towers, heads, _, outs = _split(refs, lay)
+def _backward_kernel(g_ref: Any, *refs: Any, lay: Layout, n_rows: int) -> None:
+    """dz of every hidden layer from the heads' gradient g and the saved h."""
     n, nb, dt = len(lay.widths), lay.block, jnp.dtype(lay.dtype)
-    mask = _row_mask(lay, n_rows)
-    x = _load_x(x_ref, lay, mask)
-    g = plgpu.load(g_ref, mask=jnp.broadcast_to(mask, (lay.rows, lay.out_pad)), other=0)  # zero rows past the end: dz 0
+    h_refs = refs[:n * lay.towers]
+    towers, heads, _, outs = _split(refs[n * lay.towers:], lay)
+    mask = _row_mask(lay.back_rows, n_rows)
+    g = plgpu.load(g_ref, mask=jnp.broadcast_to(mask, (lay.back_rows, lay.out_pad)), other=0)
     for t, (layers, wo_ref) in enumerate(zip(towers, heads)):
-        h_refs = outs[3 * n * t:3 * n * t + n]
-        dz_refs = outs[3 * n * t + n:3 * n * t + 2 * n]
-        sum_refs = outs[3 * n * t + 2 * n:3 * n * (t + 1)]
-        hs = [[x]]
-        for i, ((w_ref, b_ref), width) in enumerate(zip(layers, lay.widths)):
-            hs.append(_layer(hs[-1], w_ref, b_ref, width, lay))
-            for j, blk in enumerate(hs[-1]):
-                _store(h_refs[i].at[:, pl.ds(j * nb, nb)], blk, mask)
+        dz_refs = outs[2 * n * t:2 * n * t + n]
+        sum_refs = outs[2 * n * t + n:2 * n * (t + 1)]
         # the head's output gradient back through its weights
         dh = [_dot(g, wo_ref[pl.ds(j * nb, nb), :], trans_b=True)
               for j in range(lay.widths[-1] // nb)]
         for i in range(n - 1, -1, -1):
-            dz = [d * _act_grad(h.astype(jnp.float32), lay.activation)
-                  for d, h in zip(dh, hs[i + 1])]
+            h_ref = h_refs[t * n + i]
+            dz = []
+            for j, d in enumerate(dh):
+                h = plgpu.load(h_ref.at[:, pl.ds(j * nb, nb)],
+                               mask=jnp.broadcast_to(mask, (lay.back_rows, nb)), other=0)
+                dz.append(d * _act_grad(h.astype(jnp.float32), lay.activation))
             for j, d in enumerate(dz):
                 _store(dz_refs[i].at[:, pl.ds(j * nb, nb)], d.astype(dt), mask)
                 sum_refs[i][:, pl.ds(j * nb, nb)] = jnp.sum(d, axis=0)[None, :]
@@ -269,6 +276,10 @@ def _full(a: jax.Array) -> pl.BlockSpec:
     return pl.BlockSpec(a.shape, lambda i: (0,) * a.ndim)
 
 
+def _rows(tile: int, width: int) -> pl.BlockSpec:
+    return pl.BlockSpec((tile, width), lambda i: (i, 0))
+
+
 def _params(lay: Layout, weights: Sequence[jax.Array]) -> list[jax.Array]:
     """The packed parameters as the kernels read them: kernels in the compute
     dtype (each tower's first kernel padded to in_pad rows), biases float32."""
@@ -285,63 +296,67 @@ def _params(lay: Layout, weights: Sequence[jax.Array]) -> list[jax.Array]:
     return out
 
 
-def _compiler(lay: Layout, interpret: bool) -> dict:
+def _compiler(warps: int, interpret: bool) -> dict:
     if interpret:
         return {"interpret": True}
-    return {"compiler_params": plgpu.CompilerParams(num_warps=lay.warps, num_stages=1)}
+    return {"compiler_params": plgpu.CompilerParams(num_warps=warps, num_stages=1)}
 
 
-def forward(lay: Layout, x: jax.Array, weights: Sequence[jax.Array],
-            interpret: bool = False) -> jax.Array:
-    """The heads' columns f32[N, out_pad] of x [N, in_dim] (any float dtype).
+def forward(lay: Layout, x: jax.Array, weights: Sequence[jax.Array], save: bool = False,
+            interpret: bool = False) -> list[jax.Array]:
+    """[the heads' columns f32[N, out_pad]] of x [N, in_dim] (any float dtype),
+    then with `save` every hidden layer's h [N, width] (compute dtype; per
+    tower, in layer order).
 
     weights: per tower (kernel, bias) of each hidden layer, then per tower the
     head's kernel [width, out_pad], then the heads' bias f32[out_pad] (`pack`).
     """
     n_rows = x.shape[0]
     ws = _params(lay, weights)
-    grid = (pl.cdiv(n_rows, lay.rows),)
+    shapes = [jax.ShapeDtypeStruct((n_rows, lay.out_pad), jnp.float32)]
+    specs = [_rows(lay.rows, lay.out_pad)]
+    if save:
+        for _ in range(lay.towers):
+            for w in lay.widths:
+                shapes.append(jax.ShapeDtypeStruct((n_rows, w), jnp.dtype(lay.dtype)))
+                specs.append(_rows(lay.rows, w))
     return pl.pallas_call(
-        functools.partial(_forward_kernel, lay=lay, n_rows=n_rows),
-        out_shape=jax.ShapeDtypeStruct((n_rows, lay.out_pad), jnp.float32),
-        grid=grid,
-        in_specs=[pl.BlockSpec((lay.rows, lay.in_pad), lambda i: (i, 0))]
-        + [_full(w) for w in ws],
-        out_specs=pl.BlockSpec((lay.rows, lay.out_pad), lambda i: (i, 0)),
+        functools.partial(_forward_kernel, lay=lay, n_rows=n_rows, save=save),
+        out_shape=shapes,
+        grid=(pl.cdiv(n_rows, lay.rows),),
+        in_specs=[_rows(lay.rows, lay.in_pad)] + [_full(w) for w in ws],
+        out_specs=specs,
         name="jaxwarp_mlp_forward",
-        **_compiler(lay, interpret),
+        **_compiler(lay.warps, interpret),
     )(x, *ws)
 
 
-def _backward(lay: Layout, x: jax.Array, g: jax.Array, weights: Sequence[jax.Array],
+def _backward(lay: Layout, g: jax.Array, hs: Sequence[jax.Array], weights: Sequence[jax.Array],
               interpret: bool = False) -> list[jax.Array]:
-    """Per tower: each hidden layer's h [N, w], then its dz [N, w] (compute
-    dtype), then its tile column sums of dz f32[tiles, w]."""
-    n_rows = x.shape[0]
+    """Per tower: each hidden layer's dz [N, w] (compute dtype), then each
+    layer's tile column sums of dz f32[tiles, w]."""
+    n_rows = g.shape[0]
     dt = jnp.dtype(lay.dtype)
     ws = _params(lay, weights)
-    tiles = pl.cdiv(n_rows, lay.rows)
+    tiles = pl.cdiv(n_rows, lay.back_rows)
     shapes, specs = [], []
     for _ in range(lay.towers):
-        for kind in ("h", "dz", "sum"):
-            for w in lay.widths:
-                if kind == "sum":
-                    shapes.append(jax.ShapeDtypeStruct((tiles, w), jnp.float32))
-                    specs.append(pl.BlockSpec((1, w), lambda i: (i, 0)))
-                else:
-                    shapes.append(jax.ShapeDtypeStruct((n_rows, w), dt))
-                    specs.append(pl.BlockSpec((lay.rows, w), lambda i: (i, 0)))
+        for w in lay.widths:
+            shapes.append(jax.ShapeDtypeStruct((n_rows, w), dt))
+            specs.append(_rows(lay.back_rows, w))
+        for w in lay.widths:
+            shapes.append(jax.ShapeDtypeStruct((tiles, w), jnp.float32))
+            specs.append(pl.BlockSpec((1, w), lambda i: (i, 0)))
     return pl.pallas_call(
         functools.partial(_backward_kernel, lay=lay, n_rows=n_rows),
         out_shape=shapes,
         grid=(tiles,),
-        in_specs=[pl.BlockSpec((lay.rows, lay.in_pad), lambda i: (i, 0)),
-                  pl.BlockSpec((lay.rows, lay.out_pad), lambda i: (i, 0))]
-        + [_full(w) for w in ws],
+        in_specs=[_rows(lay.back_rows, lay.out_pad)]
+        + [_rows(lay.back_rows, h.shape[1]) for h in hs] + [_full(w) for w in ws],
         out_specs=specs,
         name="jaxwarp_mlp_backward",
-        **_compiler(lay, interpret),
-    )(x, g.astype(dt), *ws)
+        **_compiler(lay.back_warps, interpret),
+    )(g.astype(dt), *hs, *ws)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
@@ -353,36 +368,39 @@ def fused_mlp(lay: Layout, x: jax.Array, weights: tuple[jax.Array, ...], blocks:
     blocks: weight gradients over row blocks (`weight_grad`); interpret: run
     the kernels in Pallas's interpreter (any backend; the tests' CPU path).
     """
-    return _fwd(lay, x, weights, blocks, interpret)[0]
+    lead = x.shape[:-1]
+    out = forward(lay, x.reshape(-1, x.shape[-1]), weights, False, interpret)[0]
+    return out.reshape(*lead, lay.out_pad)
 
 
 def _fwd(lay, x, weights, blocks, interpret):
+    # Under differentiation the forward also writes every hidden layer's
+    # activation: the backward reads them rather than recomputing the layers
+    # (and the weight gradients need them in memory either way).
     lead = x.shape[:-1]
-    out = forward(lay, x.reshape(-1, x.shape[-1]), weights, interpret)
-    return out.reshape(*lead, lay.out_pad), (x, weights)
+    out, *hs = forward(lay, x.reshape(-1, x.shape[-1]), weights, True, interpret)
+    return out.reshape(*lead, lay.out_pad), (x, weights, hs)
 
 
 def _bwd(lay, blocks, interpret, res, g):
-    x, weights = res
+    x, weights, hs = res
     dt, n = jnp.dtype(lay.dtype), len(lay.widths)
     x2 = x.reshape(-1, x.shape[-1])
     g2 = g.reshape(-1, lay.out_pad)
-    outs = _backward(lay, x2, g2, weights, interpret)
+    outs = _backward(lay, g2, hs, weights, interpret)
     grads: list[jax.Array] = []
     head_grads = []
     dx = jnp.zeros(x2.shape, jnp.float32)
     for t in range(lay.towers):
-        hs = outs[3 * n * t:3 * n * t + n]
-        dzs = outs[3 * n * t + n:3 * n * t + 2 * n]
-        sums = outs[3 * n * t + 2 * n:3 * n * (t + 1)]
+        dzs = outs[2 * n * t:2 * n * t + n]
+        sums = outs[2 * n * t + n:2 * n * (t + 1)]
         prev = x2.astype(dt)
         for i in range(n):
             grads.append(weight_grad(prev, dzs[i], blocks))
             grads.append(jnp.sum(sums[i], axis=0))
-            prev = hs[i]
+            prev = hs[t * n + i]
         head_grads.append(weight_grad(prev, g2.astype(dt), blocks))
-        w1 = weights[2 * n * t].astype(dt)
-        dx = dx + _dot(dzs[0], w1, trans_b=True)
+        dx = dx + _dot(dzs[0], weights[2 * n * t].astype(dt), trans_b=True)
     grads += head_grads
     grads.append(jnp.sum(g2, axis=0, dtype=jnp.float32))
     grads = [gr.astype(w.dtype) for gr, w in zip(grads, weights)]
