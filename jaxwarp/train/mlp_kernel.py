@@ -18,8 +18,9 @@ on chip through every layer:
   every row (row blocks accumulated in float32, as `weight_grad`):
   deterministic, no atomics.
 
-Matmuls run on tensor cores (bfloat16 with float32 accumulation; float32
-models in tf32, as XLA's default precision on the GPU). Activations live as
+Matmuls run on tensor cores (bfloat16 with float32 accumulation; a float32
+layout runs tf32 dots, XLA's default precision on the GPU, but the model
+keeps XLA's layers for float32: measured slower). Activations live as
 column blocks of `Layout.block` columns (Triton tensors cannot be sliced), so
 every dot is [rows, block] x [block, block] and widths may be any multiple of
 the block. `fused_mlp` is the op (a `jax.custom_vjp`; works under jit, vmap,
@@ -121,8 +122,11 @@ def why_not(in_dim: int, widths: Sequence[int], out_cols: int, activation: str,
     """Why `fused_mlp` does not cover this MLP (None: it does)."""
     if activation not in ACTIVATIONS:
         return f"activation {activation!r} (the kernel has {list(ACTIVATIONS)})"
-    if jnp.dtype(dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
-        return f"dtype {jnp.dtype(dtype).name} (the kernel has float32 and bfloat16)"
+    if jnp.dtype(dtype) != jnp.dtype(jnp.bfloat16):
+        # The kernels run float32 too (tf32 dots, tested), but trained slower
+        # than XLA's layers: 0.68x with tag_2000_envs's float32 model
+        # (docs/decisions.md, "A fused MLP in Pallas").
+        return f"dtype {jnp.dtype(dtype).name} (the model uses the kernels in bfloat16)"
     if not 1 <= len(widths) <= MAX_LAYERS or any(w not in WIDTHS for w in widths):
         return (f"hidden sizes {list(widths)} (the kernel has 1..{MAX_LAYERS} layers, each "
                 "a multiple of 128 up to 512)")
