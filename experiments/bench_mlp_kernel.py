@@ -35,6 +35,7 @@ import numpy as np
 from jaxwarp.benchmark import run_meta
 from jaxwarp.train import mlp_kernel
 from jaxwarp.train.models import MLPActorCritic
+from jaxwarp.units import device_name, rate_text
 
 # name -> (obs features, hidden, logits, shared torso, activation, dtype, rows)
 CASES = {
@@ -166,9 +167,10 @@ def train(indices: list[int], repeats: int) -> list[dict]:
             finally:
                 mlp_kernel.layout_for = orig
             r.update(case_index=i, layers=variant)
-            print(f"train case {i} {backend} {variant}: {r['env_steps_per_s'] / 1e6:.3f}M "
-                  f"env-steps/s, {1e3 * r['seconds_per_update']:.1f} ms/update, rollout "
-                  f"{1e3 * r['rollout_seconds_per_update']:.1f} ms, MFU {r['mfu']}", flush=True)
+            rate = rate_text(r["env_steps_per_s"], r["num_agents"], device_name())
+            print(f"train case {i} {backend} {variant}: {rate}, "
+                  f"{1e3 * r['seconds_per_update']:.1f} ms/update, rollout "
+                  f"{1e3 * r['rollout_seconds_per_update']:.1f} ms", flush=True)
             out.append(r)
     return out
 

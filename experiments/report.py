@@ -453,7 +453,13 @@ def section_host(root: Path) -> tuple[list[str], list[Source]]:
     return lines + sources_block(root, [THREADS]), [TORCH, THREADS]
 
 
-TRAIN = Source("bench_train_h100.json", "python experiments/bench_train.py")
+TRAIN = Source("train_h100.json", "python experiments/bench_train.py",
+               part="bench_train_h100.json")
+KERNEL = Source("train_h100.json", "python experiments/bench_mlp_kernel.py --train 3,6,7",
+                part="mlp_kernel_train_h100.json")
+LAYERS = Source("train_h100.json", "python experiments/bench_mlp_kernel.py",
+                part="mlp_kernel_h100.json")
+H100_BF16_PEAK = 989e12
 EQUIV = Source("learner_equivalence_h100.json", "bash experiments/tools/gpu_learner_check.sh")
 SAMPLER = Source("bench_sampler_h100.json", "python experiments/bench_sampler.py")
 
@@ -502,6 +508,7 @@ def section_training(root: Path) -> tuple[list[str], list[Source]]:
                _train_rows(_read_json(root, TRAIN)["results"], ("cuda", "jax"))),
         *sources_block(root, [TRAIN]),
     ]
+    lines += _kernel_lines(root)
     eq = _read_json(root, EQUIV)
     erows = [[f"`{c}`", p["trainer"], ", ".join(f"{x:.1f}" for x in p["final_tags_per_episode"]),
               pm(p["summary"]["mean"], p["summary"]["ci95"]),
@@ -538,7 +545,74 @@ def section_training(root: Path) -> tuple[list[str], list[Source]]:
         "",
         *table(["rows", "nvec", "kernel", "`jax.random.categorical`", "speed-up"], rows),
     ]
-    return lines + sources_block(root, [SAMPLER]), [TRAIN, EQUIV, SAMPLER]
+    return lines + sources_block(root, [SAMPLER]), [TRAIN, KERNEL, LAYERS, EQUIV, SAMPLER]
+
+
+def _kernel_lines(root: Path) -> list[str]:
+    """The fused MLP kernels against XLA's layers, end to end."""
+    res = _read_json(root, KERNEL)["train"]
+    rows = []
+    for k in (r for r in res if r["backend"] == "cuda" and r["layers"] == "kernel"):
+        same = [r for r in res if r["case_index"] == k["case_index"]]
+        x = next(r for r in same if r["layers"] == "xla")
+        j = next(r for r in same if r["backend"] == "jax")
+        # MFU from the XLA program's matmul FLOPs (the jaxpr count misses the
+        # kernels' own): the same model arithmetic per update
+        flops = sum(x["matmul_flops_per_update"].values())
+        peak = H100_BF16_PEAK if "bfloat16" in x["matmul_flops_per_update"] else (
+            H100_BF16_PEAK / 2)
+        rows.append([
+            f"`{k['config']}`", " ".join(f"`{o}`" for o in k["overrides"]) or "—",
+            k["algorithm"], _dtype(k),
+            rate(k["env_steps_per_s"], k["num_agents"], kilo_or_mega),
+            rate(x["env_steps_per_s"], x["num_agents"], kilo_or_mega),
+            ratio(k["env_steps_per_s"] / x["env_steps_per_s"]),
+            f"{1e3 * k['seconds_per_update']:.1f} / {1e3 * x['seconds_per_update']:.1f}",
+            f"{1e3 * k['rollout_seconds_per_update']:.1f} / "
+            f"{1e3 * x['rollout_seconds_per_update']:.1f}",
+            f"{flops / k['seconds_per_update'] / peak:.1%} / {x['mfu']:.1%}",
+            ratio(k["env_steps_per_s"] / j["env_steps_per_s"])])
+    return [
+        "### The fused MLP kernels",
+        "",
+        "`experiments/bench_mlp_kernel.py --train`: bench_train.py's cases with the `mlp` "
+        "model's layers as the Pallas kernels (`jaxwarp/train/mlp_kernel.py`: every layer of a "
+        "row tile on chip) and as XLA's matmuls, and the pure-JAX env backend (on the kernels), "
+        f"in one process, {on(root, KERNEL)}. ms per update and ms of rollout: kernels / XLA; "
+        "MFU: the XLA program's matmul FLOPs per update (its jaxpr count; the kernels' are "
+        "the same arithmetic) over each time, at the H100's dense peak:",
+        "",
+        *table(["config", "overrides", "algorithm", "matmuls", "kernels", "XLA's layers",
+                "speed-up", "ms / update", "ms rollout", "MFU", "kernel env vs pure JAX"],
+               rows),
+        *sources_block(root, [KERNEL]),
+        *_layer_lines(root),
+    ]
+
+
+def _layer_lines(root: Path) -> list[str]:
+    """The kernels' first version, layer timings against XLA's."""
+    rows, data = [], _read_json(root, LAYERS)
+    for r in data["results"]:
+        for k in r["kernel"]:
+            rows.append([r["case"], f"{r['rows']:,}", f"{k['rows']} × {k['warps']}",
+                         f"{1e3 * k['forward_s']:.3f} / {1e3 * r['xla']['forward_s']:.3f}",
+                         ratio(r["xla"]["forward_s"] / k["forward_s"]),
+                         f"{r['forward_flops'] / k['forward_s'] / 1e12:.0f}",
+                         f"{1e3 * k['grad_s']:.3f} / {1e3 * r['xla']['grad_s']:.3f}",
+                         ratio(r["xla"]["grad_s"] / k["grad_s"])])
+    return [
+        "",
+        "The Tag model alone (bf16, shared 256-256 torso, 71 inputs, 43 logits; a minibatch "
+        "of the A2C row and one rollout step's rows), the kernels' first version (its "
+        "backward recomputed the forward), per tile (rows per program × warps, forward and "
+        "backward alike), ms kernels / XLA's layers, the forward's TFLOP/s, "
+        f"{on(root, LAYERS)} ({data['meta']['commit_note']}):",
+        "",
+        *table(["case", "rows", "tile", "forward ms", "speed-up", "TFLOP/s",
+                "forward + backward ms", "speed-up"], rows),
+        *sources_block(root, [LAYERS]),
+    ]
 
 
 LEARNER = Source("train_learner_variants_h200.json", "bash experiments/tools/gpu_learner_ab.sh")

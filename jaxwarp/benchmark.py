@@ -110,6 +110,12 @@ def _jaxpr_matmul_flops(jaxpr) -> dict[str, float]:
             dtype = np.dtype(lhs.dtype).name if lhs.dtype == rhs.dtype else "mixed"
             add({dtype: 2.0 * float(np.prod(lhs.shape)) * float(np.prod(free))})
             continue
+        if name == "pallas_call":  # a kernel: its body's products once per grid point
+            grid = getattr(eqn.params.get("grid_mapping"), "grid", ())
+            body = eqn.params["jaxpr"]
+            add(_jaxpr_matmul_flops(getattr(body, "jaxpr", body)),
+                float(np.prod([g for g in grid if isinstance(g, int)])))
+            continue
         if name == "while":  # trip count unknown: the body once
             add(_jaxpr_matmul_flops(eqn.params["body_jaxpr"].jaxpr))
             continue
@@ -129,7 +135,8 @@ def matmul_flops(fn, *args, **kwargs) -> dict[str, float]:
     """FLOPs of every matrix product that ``fn(*args, **kwargs)`` computes,
     by input dtype ("float32", "bfloat16", ...): 2 x M x N x K summed over
     the dot_general equations of its jaxpr, scan bodies times their length
-    (a forward pass, its backward pass, any einsum). Counted from the program
+    (a forward pass, its backward pass, any einsum), a Pallas kernel's body
+    times its grid (the tiles' padding included). Counted from the program
     as written once products whose results nothing reads are dropped (as XLA
     drops them); a while loop's body counts once.
     args may be arrays or jax.ShapeDtypeStruct."""

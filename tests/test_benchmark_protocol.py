@@ -118,6 +118,15 @@ def test_matmul_flops_count_forward_backward_scans_and_dtypes():
     wl = matmul_flops(lambda a, w: jax.lax.while_loop(
         lambda x: jnp.sum(x @ jnp.ones((4, 2))) < 0, lambda x: x @ jnp.ones((4, 4)), a @ w), a, w)
     assert wl == {"float32": 2 * 8 * 16 * 4 + 2 * 8 * 4 * 4}
+    # A Pallas kernel: its body's products once per grid point (the fused MLP's
+    # forward over 4 tiles of 128 rows: the model's matmuls, nothing padded here).
+    from jaxwarp.train import mlp_kernel
+
+    lay = mlp_kernel.Layout(128, (256,), 64, 1, "relu", "float32")
+    ws = (jnp.zeros((128, 256)), jnp.zeros(256), jnp.zeros((256, 64)), jnp.zeros(64))
+    fwd = matmul_flops(lambda x: mlp_kernel.fused_mlp(lay, x, ws, True, True),
+                       jnp.zeros((512, 128)))
+    assert fwd == {"float32": 2 * 512 * (128 * 256 + 256 * 64)}
 
     kind = "NVIDIA H100 80GB HBM3"
     assert model_flops_utilization({"bfloat16": 989.4e12}, 2.0, kind) == pytest.approx(0.5)
