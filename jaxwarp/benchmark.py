@@ -110,7 +110,8 @@ def _jaxpr_matmul_flops(jaxpr) -> dict[str, float]:
             dtype = np.dtype(lhs.dtype).name if lhs.dtype == rhs.dtype else "mixed"
             add({dtype: 2.0 * float(np.prod(lhs.shape)) * float(np.prod(free))})
             continue
-        if name == "pallas_call":  # a kernel: its body's products once per grid point
+        if name == "pallas_call" and eqn.params.get("jaxpr") is not None:
+            # a kernel: its body's products once per grid point
             grid = getattr(eqn.params.get("grid_mapping"), "grid", ())
             body = eqn.params["jaxpr"]
             add(_jaxpr_matmul_flops(getattr(body, "jaxpr", body)),
