@@ -157,8 +157,9 @@ def layout_for(in_dim: int, widths: Sequence[int], out_cols: int, towers: int,
 
 
 # ---------------------------------------------------------------------------
-# Kernel bodies. Refs: x, [g,] then per tower the hidden layers' (W, b), then
-# per tower the head's W [width, out_pad], then the heads' one bias, then the
+# Kernel bodies. Refs: the forward's x (the backward's g, then the saved h of
+# every tower's layers), then per tower the hidden layers' (W, b), then per
+# tower the head's W [width, out_pad], then the heads' one bias, then the
 # outputs. Weights come in the compute dtype, biases in float32.
 # ---------------------------------------------------------------------------
 def _act(z: jax.Array, activation: str) -> jax.Array:
@@ -212,7 +213,7 @@ def _store(ref: Any, val: jax.Array, mask: jax.Array) -> None:
 
 
 def _load_x(x_ref: Any, lay: Layout, mask: jax.Array) -> jax.Array:
-    cols = jnp.arange(lay.in_pad) < lay.in_dim  # rows: the forward's tile
+    cols = jnp.arange(lay.in_pad) < lay.in_dim  # in_dim features loaded into in_pad
     x = plgpu.load(x_ref, mask=mask & cols[None, :], other=0)
     return x.astype(jnp.dtype(lay.dtype))
 
