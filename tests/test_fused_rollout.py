@@ -218,4 +218,7 @@ def test_summary_names_the_rollout_path(tmp_path):
     run = train_run(c, tmp_path / "run", progress=False)
     want = "step by step: the cpu backend (XLA:CPU's matmuls are faster there)"
     assert run.summary["rollout"] == want
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["rollout"] == want
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["rollout"] == want
+    # and which layers ran the group's mlp (the fused kernels need a CUDA GPU)
+    assert summary["model_layers"] == {"agent": "XLA's layers: no CUDA GPU"}

@@ -168,6 +168,16 @@ def test_which_models_keep_xla_layers(kernels):
         assert _uses_kernel(net, net.init(jax.random.PRNGKey(0), obs), obs) is fused, net
 
 
+def test_the_model_says_which_layers_run_it(kernels):
+    bf16 = jnp.bfloat16
+    assert MLPActorCritic((21, 21), (256, 256), "relu", True, bf16).layers(71) == "fused kernels"
+    assert MLPActorCritic((4,), (256,)).layers(71) == (
+        "XLA's layers: dtype float32 (the model uses the kernels in bfloat16)")
+    assert MLPActorCritic((4,), (256,), dtype=bf16, row_blocks=False).layers(71) == (
+        "XLA's layers: the envs are split over devices")
+    assert MLPActorCritic((4,), (), dtype=bf16).layers(71) == "XLA's layers: no hidden layers"
+
+
 def test_why_not_names_the_reason():
     assert mlp_kernel.why_not(71, (256, 256), 44, "relu", jnp.bfloat16) is None
     bf16 = jnp.bfloat16

@@ -572,7 +572,7 @@ def _summary(run: _Run) -> dict[str, Any]:
         # Devices the envs are split over (all processes) and processes.
         "data_parallel_devices": 1 if mesh is None else int(mesh.size),
         "processes": run.proc.num_processes, "sampler": run.trainer.sampler,
-        "rollout": run.trainer.rollout_path,
+        "rollout": run.trainer.rollout_path, "model_layers": dict(run.trainer.model_layers or {}),
         "finished": run.done_updates == run.num_updates, "stopped_early": run.stopped_early,
         "final": final_means(all_rows, run.env_metrics),
     } | ({"error": str(run.failure)} if run.failure is not None else {})

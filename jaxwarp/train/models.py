@@ -149,6 +149,27 @@ class MLPActorCritic(nn.Module):
     dtype: Any = jnp.float32
     row_blocks: bool = True  # see fused_linear; the trainer sets False over several devices
 
+    def _kernels(self, obs_dim: int) -> tuple[mlp_kernel.Layout | None, str]:
+        """(the fused kernels' layout, or None, and why not) for obs_dim inputs."""
+        widths = list(self.hidden_sizes)
+        if not self.row_blocks:
+            return None, "the envs are split over devices"
+        if not widths:
+            return None, "no hidden layers"
+        if not mlp_kernel.on_cuda():
+            return None, "no CUDA GPU"
+        out_cols = int(sum(self.action_dims)) + 1
+        why = mlp_kernel.why_not(obs_dim, widths, out_cols, self.activation, self.dtype)
+        layout = mlp_kernel.layout_for(obs_dim, widths, out_cols, 1 if self.shared_torso else 2,
+                                       self.activation, self.dtype)
+        return layout, why or ""
+
+    def layers(self, obs_dim: int) -> str:
+        """Which layers run this model on obs_dim inputs: "fused kernels"
+        (jaxwarp/train/mlp_kernel.py) or "XLA's layers: <why>"."""
+        layout, why = self._kernels(obs_dim)
+        return "fused kernels" if layout is not None else f"XLA's layers: {why}"
+
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         act = _ACTIVATIONS[self.activation]
@@ -164,9 +185,7 @@ class MLPActorCritic(nn.Module):
                              name=next(names))(last)
         value = DenseParams(1, orthogonal(1.0), name=next(names))(last)
 
-        layout = (mlp_kernel.layout_for(obs.shape[-1], widths, policy[0].shape[1] + 1, towers,
-                                        self.activation, self.dtype)
-                  if self.row_blocks and widths else None)
+        layout, _ = self._kernels(obs.shape[-1])
         if layout is not None:
             # On the GPU: every layer of a tile of rows on chip (mlp_kernel).
             weights = mlp_kernel.pack(layout, torsos, policy, value)

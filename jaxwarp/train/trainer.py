@@ -96,6 +96,8 @@ class Trainer(NamedTuple):
     mesh: Mesh | None = None  # the data-parallel mesh (axis "envs"); None: one device
     sampler: str = "auto"  # the action sampler's backend as run ("jax" | "cpu" | "cuda")
     rollout_path: str = "step by step"  # "fused" or "step by step: <why>" (train/fused.py)
+    # group -> which layers run its `mlp` model (MLPActorCritic.layers; other models absent)
+    model_layers: Mapping[str, str] | None = None
 
     def state_shardings(self, state: Any, seed_axis: bool = False) -> Any:
         """NamedShardings of a RunnerState-shaped tree (arrays or
@@ -214,7 +216,9 @@ def build_trainer(config: TrainConfig, env: Any = None,
 
     return Trainer(config=c, derived=d, env=env, groups=groups.ids, models=policy.nets,
                    init=init, run=run, rollout=roll, policy=policy, mesh=mesh,
-                   sampler=sampler, rollout_path=path)
+                   sampler=sampler, rollout_path=path,
+                   model_layers={g: m.layers(env.obs_dim) for g, m in policy.nets.items()
+                                 if isinstance(m, MLPActorCritic)})
 
 
 # Trajectory fields kept split along the env axis between rollout and update.
