@@ -217,7 +217,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
     return Trainer(config=c, derived=d, env=env, groups=groups.ids, models=policy.nets,
                    init=init, run=run, rollout=roll, policy=policy, mesh=mesh,
                    sampler=sampler, rollout_path=path,
-                   model_layers={g: m.layers(env.obs_dim) for g, m in policy.nets.items()
+                   model_layers={g: m.layers(obs_dim) for g, m in policy.nets.items()
                                  if isinstance(m, MLPActorCritic)})
 
 
