@@ -216,9 +216,12 @@ def build_trainer(config: TrainConfig, env: Any = None,
 
     return Trainer(config=c, derived=d, env=env, groups=groups.ids, models=policy.nets,
                    init=init, run=run, rollout=roll, policy=policy, mesh=mesh,
-                   sampler=sampler, rollout_path=path,
-                   model_layers={g: m.layers(obs_dim) for g, m in policy.nets.items()
-                                 if isinstance(m, MLPActorCritic)})
+                   sampler=sampler, rollout_path=path, model_layers=_layers(policy, obs_dim))
+
+
+def _layers(policy: Policy, obs_dim: int) -> dict[str, str]:
+    """Group -> which layers run its `mlp` model (MLPActorCritic.layers)."""
+    return {g: m.layers(obs_dim) for g, m in policy.nets.items() if isinstance(m, MLPActorCritic)}
 
 
 # Trajectory fields kept split along the env axis between rollout and update.
