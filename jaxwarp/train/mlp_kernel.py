@@ -146,11 +146,19 @@ def on_cuda() -> bool:
         return False
 
 
+def why_not_here(in_dim: int, widths: Sequence[int], out_cols: int, activation: str,
+                 dtype: Any) -> str | None:
+    """`why_not`, or "no CUDA GPU" where the kernels cannot lower (None: they run)."""
+    if not on_cuda():
+        return "no CUDA GPU"
+    return why_not(in_dim, widths, out_cols, activation, dtype)
+
+
 def layout_for(in_dim: int, widths: Sequence[int], out_cols: int, towers: int,
                activation: str, dtype: Any) -> Layout | None:
     """The kernels' layout for this MLP where they run it: on a CUDA GPU, for
     the shapes `why_not` covers (None: XLA's layers)."""
-    if not on_cuda() or why_not(in_dim, widths, out_cols, activation, dtype):
+    if why_not_here(in_dim, widths, out_cols, activation, dtype):
         return None
     return Layout(int(in_dim), tuple(int(w) for w in widths), int(out_cols), int(towers),
                   activation, jnp.dtype(dtype).name)

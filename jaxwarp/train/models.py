@@ -156,12 +156,10 @@ class MLPActorCritic(nn.Module):
             return None, "the envs are split over devices"
         if not widths:
             return None, "no hidden layers"
-        if not mlp_kernel.on_cuda():
-            return None, "no CUDA GPU"
         out_cols = int(sum(self.action_dims)) + 1
-        why = mlp_kernel.why_not(obs_dim, widths, out_cols, self.activation, self.dtype)
-        layout = mlp_kernel.layout_for(obs_dim, widths, out_cols, 1 if self.shared_torso else 2,
-                                       self.activation, self.dtype)
+        why = mlp_kernel.why_not_here(obs_dim, widths, out_cols, self.activation, self.dtype)
+        layout = None if why else mlp_kernel.layout_for(
+            obs_dim, widths, out_cols, 1 if self.shared_torso else 2, self.activation, self.dtype)
         return layout, why or ""
 
     def layers(self, obs_dim: int) -> str:
