@@ -16,6 +16,11 @@ throughput) and <out>/learn_compare.png (tags per episode vs env-steps).
 With ``--seeds S`` every variant trains seeds 0..S-1 (one run each) and the
 summary gives the mean final tags per episode with a 95% interval over seeds
 (t distribution), so that two variants, or two commits, can be compared.
+
+A variant's ``@xla_layers`` (not a config key) runs its `mlp` models on XLA's
+layers where they would run on the fused kernels (`mlp_kernel.layout_for`
+patched for that variant's runs: the comparison lives here, not in the
+package).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxwarp.benchmark import run_meta
-from jaxwarp.train import load_config
+from jaxwarp.train import load_config, mlp_kernel
 from jaxwarp.train.loop import read_metrics, train_run
 from jaxwarp.units import rate_text
 
@@ -116,32 +121,46 @@ def main() -> None:
     res = {"meta": run_meta(), "config": args.config, "seeds": args.seeds, "overrides": args.overrides, "env_steps": updates * batch,
            "random_tags_per_episode": base, "window": window, "variants": {}}
     for name, *extra in args.variant:
+        xla_layers = "@xla_layers" in extra
+        extra = [e for e in extra if e != "@xla_layers"]
         for seed in range(args.seeds):
             label = name if args.seeds == 1 else f"{name}/seed{seed}"
             cfg = load_config(args.config, [*args.overrides, *extra, f"seed={seed}",
                                             f"total_env_steps={updates * batch}",
                                             f"chunk_updates={chunk}",
                                             f"checkpoint_every={updates // chunk * chunk}"])
-            run = train_run(cfg, work / label.replace("/", "_"), progress=False)
+            layout_for = mlp_kernel.layout_for
+            if xla_layers:
+                mlp_kernel.layout_for = lambda *a, **kw: None
+            try:
+                run = train_run(cfg, work / label.replace("/", "_"), progress=False)
+            finally:
+                mlp_kernel.layout_for = layout_for
             rows = sorted(read_metrics(work / label.replace("/", "_")), key=lambda r: r["update"])
             tags = [float(r["tags_per_episode"]) for r in rows]
             smooth = moving_mean(tags, window)
             res["variants"][label] = {
-                "overrides": extra, "seed": seed,
+                "overrides": extra, "xla_layers": xla_layers, "seed": seed,
+                "model_layers": run.summary.get("model_layers"),
                 "env_steps_per_s": run.summary["env_steps_per_s"],
                 "agents_per_env": run.summary["agents_per_env"],
                 "agent_steps_per_s": run.summary["agent_steps_per_s"],
                 "final_tags_per_episode": smooth[-1], "ratio_to_random": smooth[-1] / base,
                 "env_steps": [r["env_steps"] for r in rows], "tags_per_episode": tags,
                 "tags_per_episode_smoothed": smooth,
-                "tagger_episode_return": [float(r["tagger/episode_return"]) for r in rows]}
+                "tagger_episode_return": [float(r["tagger/episode_return"]) for r in rows],
+                "runner_episode_return": [float(r.get("runner/episode_return", math.nan))
+                                          for r in rows]}
             rate = rate_text(run.summary["env_steps_per_s"], run.summary["agents_per_env"],
                              run.summary["device"])
             print(f"{label}: {smooth[-1]:.2f} tags per episode after {updates * batch:,} "
                   f"env-steps ({smooth[-1] / base:.2f}x random, {rate})", flush=True)
+            mine = [v for k, v in res["variants"].items() if k == name or k.startswith(name + "/")]
             res.setdefault("summary", {})[name] = summarize(
-                [v["final_tags_per_episode"] for k, v in res["variants"].items()
-                 if k == name or k.startswith(name + "/")])
+                [v["final_tags_per_episode"] for v in mine])
+            runner = [moving_mean(v["runner_episode_return"], window)[-1] for v in mine]
+            if not any(math.isnan(r) for r in runner):  # the runners learn too
+                res.setdefault("runner_return", {})[name] = summarize(runner)
             (out / "learn_compare.json").write_text(json.dumps(
                 res, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v)
                 else v))
@@ -149,6 +168,9 @@ def main() -> None:
             sm = res["summary"][name]
             print(f"{name}: {sm['mean']:.2f} +- {sm['ci95']:.2f} tags per episode "
                   f"(95% interval over {sm['n']} seeds)", flush=True)
+            if name in res.get("runner_return", {}):
+                rr = res["runner_return"][name]
+                print(f"{name}: runners' return {rr['mean']:.3f} +- {rr['ci95']:.3f}", flush=True)
     plot(res, out / "learn_compare.png")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)

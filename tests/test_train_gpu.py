@@ -157,6 +157,30 @@ def test_same_command_twice_gives_the_same_bits_and_a_quiet_exit(tmp_path):
         assert noise == [], "\n".join(noise[:20])
 
 
+# Both groups' models as bf16 128-128 MLPs: on the GPU they run on the fused
+# Pallas kernels (jaxwarp/train/mlp_kernel.py), whose weight gradients are
+# XLA matmuls over row blocks and whose bias sums are per-tile partials summed
+# in a fixed order (no atomics).
+ON_KERNELS = [f"policies.{g}.{k}" for g in ("tagger", "runner")
+              for k in ("hidden_sizes=[128, 128]", "dtype=bfloat16")]
+
+
+def test_same_command_twice_on_the_fused_kernels_gives_the_same_bits(tmp_path):
+    import json
+
+    from jaxwarp.train.evaluate import load_run
+
+    for i in range(2):
+        _cli_train(tmp_path / f"run{i}", *ON_KERNELS)
+    summary = json.loads((tmp_path / "run0" / "summary.json").read_text())
+    assert summary["model_layers"] == {"tagger": "fused kernels", "runner": "fused kernels"}
+    a, b = _metrics(tmp_path / "run0"), _metrics(tmp_path / "run1")
+    assert len(a) == 10 and a.keys() == b.keys()
+    for k in a:
+        assert a[k] == b[k], (k, {n: (a[k][n], b[k][n]) for n in a[k] if a[k][n] != b[k][n]})
+    _same_params(load_run(tmp_path / "run0").params, load_run(tmp_path / "run1").params)
+
+
 def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
     from jaxwarp.train import load_config
     from jaxwarp.train.evaluate import load_run

@@ -20,13 +20,15 @@ tests)
   G=("tests/test_conformance.py -k \"tag_ or mpe\""
      "tests/test_conformance.py -k \"not (tag_ or mpe)\""
      "tests/test_authoring_gpu.py tests/test_classic_control_kernels.py tests/test_mpe.py tests/test_pycuda_bridge.py"
-     "tests/test_tag_continuous_gpu.py tests/test_tag_continuous.py tests/test_tag_gridworld.py"
-     "tests/test_sampler_gpu.py tests/test_train_gpu.py tests/test_adapters_gpu.py tests/test_fused_rollout.py")
-  for g in 1 2 3 4 5; do eval "python3 ${T#python } ${G[$((g - 1))]}" > $OUT/g$g.log 2>&1 & done
+     "tests/test_tag_continuous_gpu.py tests/test_tag_continuous.py tests/test_tag_gridworld.py tests/test_fused_rollout.py"
+     "tests/test_sampler_gpu.py tests/test_train_gpu.py tests/test_adapters_gpu.py"
+     # not marked gpu: on a GPU these run the Pallas kernels themselves, on a CPU their interpreter
+     "tests/test_mlp_kernel.py -m \"gpu or not gpu\"")
+  for g in 1 2 3 4 5 6; do eval "python3 ${T#python } ${G[$((g - 1))]}" > $OUT/g$g.log 2>&1 & done
   wait
   { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), jax $(python3 -c 'import jax; print(jax.__version__)')"
     echo "# bash experiments/tools/gpu_tests.sh tests (pytest processes at once on one GPU)"
-    for g in 1 2 3 4 5; do
+    for g in 1 2 3 4 5 6; do
       echo "==> group$g <=="; echo "\$ $T ${G[$((g - 1))]}"
       grep -v "^W1\|bfc_alloc\|^I1" $OUT/g$g.log
     done

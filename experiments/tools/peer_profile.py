@@ -1,0 +1,142 @@
+"""Where one update of jaxwarp's trainer and one of the peer's spend their time,
+at one case and scale of `bench_time_to_return.py`, in one process on one GPU.
+
+Both programs are what that benchmark runs (``jax.jit(jax.vmap(train))`` over
+``--seeds`` keys), shortened to ``--updates`` updates: each is compiled, run
+once, then timed over a second run (wall clock, seconds per update) and traced
+once with `jax.profiler` (device kernels: time and count per update, the
+longest kernels by name; jaxwarp's also by the trainer's phases, as
+`profile_phases.py` attributes them). Variants of jaxwarp's run (``--variant
+NAME KEY=VALUE ...``) add config overrides or, with ``@step_by_step``, keep the
+step-by-step rollout where the fused one would run (`fused.why_not` patched:
+the comparison lives here, not in the package).
+
+    XLA_FLAGS=--xla_gpu_enable_command_buffer= \\
+    python experiments/tools/peer_profile.py --case cartpole --scale gpu \\
+        --variant default --variant envs minibatch_layout=envs --out peer_profile.json
+
+With command buffers on (XLA's default) the wall times are the benchmark's; the
+phase attribution needs them off (kernels in a CUDA graph carry the graph's name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench_time_to_return as ttr  # noqa: E402
+import profile_phases as pp  # noqa: E402
+
+from jaxwarp.benchmark import run_meta  # noqa: E402
+
+
+def _jaxwarp_train(case: str, hp: dict, overrides: list[str], backend: str):
+    from jaxwarp.train import build_trainer, load_config
+
+    config = load_config(ttr.CASES[case]["jaxwarp_config"],
+                         ttr.jaxwarp_overrides(case, hp, backend, 0) + overrides)
+    config = dataclasses.replace(config, chunk_updates=1, checkpoint_every=1)
+    trainer = build_trainer(config)
+    info = {"rollout": trainer.rollout_path, "model_layers": dict(trainer.model_layers or {})}
+    return (lambda key: trainer.run(trainer.init(key), trainer.derived.num_updates)), info
+
+
+def _peer_train(case: str, hp: dict):
+    mpe = case.startswith("mpe")
+    venv = (ttr.ippo_reference.jaxmarl_env("MPE_simple_spread_v3") if mpe
+            else ttr.ippo_reference.gymnax_env("CartPole-v1"))
+    fields = {f.name for f in dataclasses.fields(ttr.ippo_reference.PPOConfig)}
+    config = ttr.ippo_reference.PPOConfig(**{k: v for k, v in hp.items() if k in fields})
+    return ttr.ippo_reference.make_train(config, venv), {}
+
+
+def measure(fn, keys, updates: int, phases: bool) -> dict:
+    """Seconds per update (second run) and the traced device kernels of a third."""
+    compiled = jax.jit(jax.vmap(fn)).lower(keys).compile()
+    jax.block_until_ready(compiled(keys))
+    t0 = time.perf_counter()
+    jax.block_until_ready(compiled(keys))
+    wall = (time.perf_counter() - t0) / updates
+    instr = pp.hlo_instructions(compiled.as_text()) if phases else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp, create_perfetto_trace=True):
+            jax.block_until_ready(compiled(keys))
+        events = pp.device_events(Path(tmp))
+    by_name = collections.defaultdict(lambda: [0.0, 0])
+    by_phase = collections.defaultdict(lambda: [0.0, 0])
+    for e in events:
+        ms = e.get("dur", 0) / 1e3 / updates
+        row = by_name[e.get("name", "?")[:70]]
+        row[0] += ms
+        row[1] += 1 / updates
+        if phases:
+            info = instr.get(pp._hlo_op(e, instr))
+            ph = by_phase[pp.phase_of(info["op_name"]) if info else "unattributed"]
+            ph[0] += ms
+            ph[1] += 1 / updates
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:15]
+    return {"s_per_update": wall,
+            "device_ms_per_update": sum(v[0] for v in by_name.values()),
+            "kernels_per_update": sum(v[1] for v in by_name.values()),
+            "top_kernels": [[k, round(v[0], 4), round(v[1], 1)] for k, v in top],
+            "phases": {k: [round(v[0], 4), round(v[1], 1)] for k, v in by_phase.items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--case", default="cartpole", choices=("cartpole", "mpe"))
+    ap.add_argument("--scale", default="gpu", choices=("paper", "gpu"))
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--updates", type=int, default=10)
+    ap.add_argument("--variant", nargs="+", action="append", metavar=("NAME", "KEY=VALUE"),
+                    help="a jaxwarp variant: a name and its overrides (repeatable)")
+    ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    hp = ttr.hyperparameters(args.case, args.scale, None)
+    hp["total_env_steps"] = args.updates * hp["num_envs"] * hp["num_steps"]
+    keys = jax.numpy.stack([jax.random.PRNGKey(i) for i in range(args.seeds)])
+    res = {"meta": run_meta(), "case": args.case, "scale": args.scale, "seeds": args.seeds,
+           "updates": args.updates, "hyperparameters": hp, "runs": {}}
+    runs = [] if args.no_peer else [("peer", None)]
+    runs += [(name, extra) for name, *extra in (args.variant or [["default"]])]
+    for name, extra in runs:
+        from jaxwarp.train import fused
+
+        why_not = fused.why_not
+        if extra is not None and "@step_by_step" in extra:
+            fused.why_not = lambda *a, **kw: "step by step (peer_profile.py's variant)"
+        try:
+            if extra is None:
+                fn, info = _peer_train(args.case, hp)
+            else:
+                fn, info = _jaxwarp_train(args.case, hp,
+                                          [e for e in extra if not e.startswith("@")],
+                                          "cuda" if jax.default_backend() == "gpu" else "cpu")
+            r = {**info, "overrides": extra, **measure(fn, keys, args.updates, extra is not None)}
+        finally:
+            fused.why_not = why_not
+        res["runs"][name] = r
+        print(f"{name}: {1e3 * r['s_per_update']:.2f} ms per update (wall), device "
+              f"{r['device_ms_per_update']:.2f} ms in {r['kernels_per_update']:.0f} kernels "
+              f"{info}", flush=True)
+        for ph, (ms, n) in sorted(r["phases"].items(), key=lambda kv: -kv[1][0]):
+            print(f"    {ph:13s} {ms:8.3f} ms {n:7.1f} kernels")
+        for k, ms, n in r["top_kernels"][:8]:
+            print(f"      {ms:8.3f} ms {n:7.1f}x  {k}")
+        if args.out:
+            Path(args.out).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
