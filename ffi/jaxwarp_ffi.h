@@ -434,8 +434,11 @@ ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U3
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (sms < 1) sms = 1;
   }
-  // Few envs spread over the SMs: about two blocks per SM before blocks fill.
-  const int64_t per_block = (c.envs + 2 * sms - 1) / (2 * sms);
+  // Few envs spread over the SMs: about two blocks per SM before blocks fill;
+  // many envs: at most kMaxBlockRows agents a block (more blocks per SM).
+  int64_t per_block = (c.envs + 2 * sms - 1) / (2 * sms);
+  const int64_t cap = fused::kMaxBlockRows / n > 1 ? fused::kMaxBlockRows / n : 1;
+  per_block = per_block < cap ? per_block : cap;
   const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields,
                               static_cast<int>(per_block < 1 ? 1 : per_block));
   if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
