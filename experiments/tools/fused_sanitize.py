@@ -2,7 +2,9 @@
 a single-env block with threads beyond the env's (MPE, 5 envs), several envs
 per block (MPE, 600 envs), one agent per env without staging (CartPole), two
 policy groups with a team pass and observation parts (Tag duel), and 110
-agents whose forward pass runs in several passes of rows (Tag, 256-256).
+agents whose forward pass runs in several passes of rows (Tag, 256-256);
+and enough envs that blocks are capped at 16 agents (`kMaxBlockRows`: CartPole
+5,000 envs, full row tiles; MPE 2,000 envs, 15 rows a block, a partial tile).
 
     compute-sanitizer --tool racecheck python experiments/tools/fused_sanitize.py
 """
@@ -16,7 +18,9 @@ CASES = [("mpe_simple_spread_ppo", ["num_envs=5", "num_steps=30", "num_minibatch
          ("mpe_simple_spread_ppo", ["num_envs=600", "num_steps=30"]),
          ("cartpole_ppo", ["num_envs=6", "num_steps=40", "num_minibatches=2"]),
          ("tag_duel_cpu", ["num_envs=4", "num_steps=25", "num_minibatches=2"]),
-         ("tag_warpdrive_default", ["num_envs=2", "num_steps=4", "num_minibatches=2"])]
+         ("tag_warpdrive_default", ["num_envs=2", "num_steps=4", "num_minibatches=2"]),
+         ("cartpole_ppo", ["num_envs=5000", "num_steps=3"]),
+         ("mpe_simple_spread_ppo", ["num_envs=2000", "num_steps=3"])]
 
 for config, overrides in CASES:
     t = build_trainer(load_config(config, [*overrides, "backend=cuda"]))
