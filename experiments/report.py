@@ -527,8 +527,25 @@ def section_training(root: Path) -> tuple[list[str], list[Source]]:
         f"(mean over seeds) {AGENT_STEPS}:",
         "",
         *table(["commit", "trainer", "per seed", "mean", "env-steps/s"], erows),
-        *sources_block(root, [EQUIV]),
     ]
+    both = eq.get("tag_100_agents")
+    if both:
+        lines += [
+            "",
+            f"`{both['config']}` (both groups learn), {both['env_steps']:,} env-steps, seeds "
+            f"0-{both['seeds'] - 1}, at {both['meta']['commit']} on one GPU "
+            f"({both['meta']['device']}), the fused kernels against XLA's layers in one "
+            f"process (`{both['command'].split(' (')[0]}`; random taggers "
+            f"{both['random_tags_per_episode']:.1f} tags per episode):",
+            "",
+            *table(["layers", "tags per episode, per seed", "mean", "runners' return"],
+                   [[name.replace("_", " "),
+                     ", ".join(f"{x:.1f}" for x in v["final_tags_per_episode"]),
+                     pm(v["tags"]["mean"], v["tags"]["ci95"]),
+                     pm(v["runner_return"]["mean"], v["runner_return"]["ci95"])]
+                    for name, v in both["variants"].items()]),
+        ]
+    lines += sources_block(root, [EQUIV])
     data = _read_json(root, SAMPLER)
     rows = []
     for k in (r for r in data["results"] if r["backend"] == "cuda"):
@@ -964,20 +981,70 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
                _time_to_return_rows(_read_json(root, TIME_TO_RETURN_FUSED))),
         *sources_block(root, [TIME_TO_RETURN_FUSED]),
     ]
-    return lines, [TIME_TO_RETURN, TIME_TO_RETURN_PAPER, TIME_TO_RETURN_FUSED]
+    lines += [
+        "",
+        "The GPU sizes and the Tag duel again on an H100 after the fused rollout's block cap "
+        f"(previous section), {on(root, TIME_TO_RETURN_FUSED_H100)}; env-steps/s {AGENT_STEPS}:",
+        "",
+        *table(TTR_HEADER,
+               _time_to_return_rows(_read_json(root, TIME_TO_RETURN_FUSED_H100))),
+        *sources_block(root, [TIME_TO_RETURN_FUSED_H100]),
+    ]
+    return lines, [TIME_TO_RETURN, TIME_TO_RETURN_PAPER, TIME_TO_RETURN_FUSED,
+                   TIME_TO_RETURN_FUSED_H100]
 
 
 TIME_TO_RETURN_FUSED = Source("time_to_return_fused_h200.json",
                               "python experiments/bench_time_to_return.py --cases CASE "
                               "--scale SCALE --seeds 10 (four runs merged)")
+TIME_TO_RETURN_FUSED_H100 = Source("train_h100.json",
+                                   "python experiments/bench_time_to_return.py --cases "
+                                   "cartpole,mpe --scale gpu --seeds 10; the same with --cases "
+                                   "tag --scale both", part="time_to_return_fused_h100.json")
 
 
 FUSED_ROLLOUT = Source("fused_rollout_h200.json",
                        "python experiments/bench_fused_rollout.py")
 
 
-def section_fused_rollout(root: Path) -> tuple[list[str], list[Source]]:
-    data = _read_json(root, FUSED_ROLLOUT)
+FUSED_ROLLOUT_H100 = Source("train_h100.json",
+                            "python experiments/bench_fused_rollout.py --repeats 2",
+                            part="bench_fused_rollout_h100.json")
+PEER_PROFILES = [
+    (Source("train_h100.json", "python experiments/tools/peer_profile.py --case "
+            "cartpole --scale gpu --variant default --variant step @step_by_step",
+            part="peer_profile_cartpole_before_h100.json"), "CartPole, blocks of 78 envs"),
+    (Source("train_h100.json", "python experiments/tools/peer_profile.py --case "
+            "cartpole --scale gpu --variant default --variant step @step_by_step",
+            part="peer_profile_cartpole_h100.json"), "CartPole, blocks of 16 agents"),
+    (Source("train_h100.json", "python experiments/tools/peer_profile.py --case mpe "
+            "--scale gpu --variant default --variant step @step_by_step",
+            part="peer_profile_mpe_h100.json"), "MPE, blocks of 15 agents"),
+]
+
+
+PEER_PHASES = Source("train_h100.json", "XLA_FLAGS=--xla_gpu_enable_command_buffer= "
+                     "python experiments/tools/peer_profile.py --case cartpole --scale gpu "
+                     "--variant default --variant step @step_by_step",
+                     part="peer_profile_cartpole_before_nocb_h100.json")
+
+
+def _peer_profile_rows(root: Path) -> list[list[str]]:
+    rows = []
+    for src, what in PEER_PROFILES:
+        d = _read_json(root, src)
+        for name in ("default", "step", "peer"):
+            r = d["runs"][name]
+            kernel = sum(ms for k, ms, _ in r["top_kernels"] if "rollout_kernel" in k)
+            label = {"default": "jaxwarp, fused rollout", "step": "jaxwarp, step by step",
+                     "peer": "the peer"}[name]
+            rows.append([what if name == "default" else "", f"`{d['meta']['commit']}`", label,
+                         f"{r['s_per_update'] * 1e3:.1f}", f"{r['device_ms_per_update']:.1f}",
+                         f"{r['kernels_per_update']:.0f}", f"{kernel:.2f}" if kernel else "—"])
+    return rows
+
+
+def _fused_rows(data: dict) -> list[list[str]]:
     results = data["results"] + [r for run in data.get("more_runs", []) for r in run["results"]]
     by_case: dict[str, dict[str, dict]] = {}
     for r in results:
@@ -991,6 +1058,16 @@ def section_fused_rollout(root: Path) -> tuple[list[str], list[Source]]:
                      ratio(f["env_steps_per_s"] / s["env_steps_per_s"]),
                      " vs ".join(f"{r['rollout_seconds_per_update'] * 1e3:.2f}" for r in (f, s)),
                      ratio(s["rollout_seconds_per_update"] / f["rollout_seconds_per_update"])])
+    return rows
+
+
+FUSED_HEADER = ["case", "envs × steps", "update env-steps/s (fused vs scan)", "update",
+                "rollout ms (fused vs scan)", "rollout"]
+
+
+def section_fused_rollout(root: Path) -> tuple[list[str], list[Source]]:
+    data = _read_json(root, FUSED_ROLLOUT)
+    rows = _fused_rows(data)
     san = data["sanitizer"]
     lines = [
         "## The fused rollout",
@@ -1002,15 +1079,38 @@ def section_fused_rollout(root: Path) -> tuple[list[str], list[Source]]:
         f"(`tag_2000_envs` has a bfloat16 model and keeps the scan in both rows), "
         f"{on(root, FUSED_ROLLOUT)}; env-steps/s {AGENT_STEPS}:",
         "",
-        *table(["case", "envs × steps", "update env-steps/s (fused vs scan)", "update",
-                "rollout ms (fused vs scan)", "rollout"], rows),
+        *table(FUSED_HEADER, rows),
         "",
         f"compute-sanitizer over the fused kernel's layouts (`experiments/tools/"
         f"fused_sanitize.py`, commit {san['commit']}): memcheck `{san['memcheck']}`, racecheck "
         f"`{san['racecheck']}`.",
         *sources_block(root, [FUSED_ROLLOUT]),
+        "",
+        "The same after the block cap and the row tiles (at most 16 agents a block where envs "
+        "are many; each thread a unit of 4 rows), one seed, "
+        f"{on(root, FUSED_ROLLOUT_H100)}; env-steps/s {AGENT_STEPS}:",
+        "",
+        *table(FUSED_HEADER, _fused_rows(_read_json(root, FUSED_ROLLOUT_H100))),
+        *sources_block(root, [FUSED_ROLLOUT_H100]),
+        "",
+        "One update at GPU sizes with 10 seeds vmapped (the time-to-return runs: 20,480 "
+        "CartPoles, 10,240 MPEs per launch), `experiments/tools/peer_profile.py`: wall ms per "
+        "update (command buffers on), device ms and kernels per update from a profiler "
+        f"trace, and the fused rollout kernel's own ms, {on(root, PEER_PROFILES[0][0])}:",
+        "",
+        *table(["case", "commit", "trainer", "ms per update", "device ms", "kernels",
+                "rollout kernel ms"], _peer_profile_rows(root)),
+        "",
+        "Where the rest goes (CartPole, blocks of 78 envs, command buffers off, device ms per "
+        "update by the trainer's phases; `other` holds the fused rollout kernel): "
+        + "; ".join(f"{'fused' if n == 'default' else 'step by step'}: " + ", ".join(
+            f"{ph} {ms:.1f}" for ph, (ms, _) in sorted(r["phases"].items(), key=lambda kv: -kv[1][0])
+            if ms >= 0.1)
+            for n, r in _read_json(root, PEER_PHASES)["runs"].items() if n != "peer") + ".",
+        *sources_block(root, [s for s, _ in PEER_PROFILES] + [PEER_PHASES]),
     ]
-    return lines, [FUSED_ROLLOUT]
+    return lines, [FUSED_ROLLOUT, FUSED_ROLLOUT_H100, *(s for s, _ in PEER_PROFILES),
+                   PEER_PHASES]
 
 
 TIME_TO_RETURN_RNN = Source("time_to_return_rnn_h100.json",
@@ -1165,9 +1265,12 @@ PYTEST = [
      "conformance suite on `cuda`: the other envs"),
     (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group3"),
      "authoring, classic-control, MPE and PyCUDA GPU tests"),
-    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group4"), "Tag and gridworld GPU tests"),
+    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group4"),
+     "Tag, gridworld and fused-rollout GPU tests"),
     (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group5"),
      "sampler, trainer and adapter GPU tests"),
+    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group6"),
+     "the fused MLP kernels against XLA's layers (rerun at the commit its part names)"),
 ]
 
 
@@ -1178,7 +1281,8 @@ def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:
         counts = re.sub(r"\s+in [\d.]+s.*$", "", last).strip()
         rows.append([what, counts, f"`{src.path}` (`{src.part}`)"])
     return ["## GPU test runs", "",
-            "Every `gpu`-marked test, in five pytest processes sharing one GPU (the log's first "
+            "Every `gpu`-marked test and `tests/test_mlp_kernel.py`, in six pytest processes sharing "
+            "one GPU (the log's first "
             "line names the commit):", "",
             *table(["tests", "result", "file"], rows),
             *sources_block(root, [s for s, _ in PYTEST])], [s for s, _ in PYTEST]
