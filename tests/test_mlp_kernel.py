@@ -200,6 +200,23 @@ def test_cpu_keeps_xla_layers():
     assert not _uses_kernel(net, net.init(jax.random.PRNGKey(0), obs), obs)
 
 
+def test_on_cuda_follows_the_default_device(monkeypatch):
+    """A CUDA GPU first among the devices, but jax.default_device(cpu) (a
+    device or the platform's name): the kernels would not lower there."""
+    class Gpu:
+        platform = "gpu"
+        client = type("Client", (), {"platform_version": "PJRT C API\ncuda 13000"})()
+
+    real = jax.devices
+    monkeypatch.setattr(jax, "devices", lambda backend=None: real(backend) if backend else [Gpu()])
+    assert mlp_kernel.on_cuda()
+    for cpu in (real("cpu")[0], "cpu"):
+        with jax.default_device(cpu):
+            assert not mlp_kernel.on_cuda()
+            assert mlp_kernel.why_not_here(10, (256,), 5, "tanh", jnp.bfloat16) == "no CUDA GPU"
+    assert mlp_kernel.on_cuda()
+
+
 def test_weight_grad_row_blocks_equal_one_matmul():
     x = jax.random.normal(jax.random.PRNGKey(0), (16, 1024, 12))
     dy = jax.random.normal(jax.random.PRNGKey(1), (16, 1024, 7))

@@ -138,9 +138,15 @@ def why_not(in_dim: int, widths: Sequence[int], out_cols: int, activation: str,
 
 
 def on_cuda() -> bool:
-    """Whether JAX's default backend is a CUDA GPU (where Pallas lowers to Triton)."""
+    """Whether the device a computation lands on by default is a CUDA GPU
+    (where Pallas lowers to Triton): `jax.default_device`'s where one is set
+    (a device or a platform name), else JAX's first device. A model built
+    under ``jax.default_device(cpu)`` in a GPU process keeps XLA's layers."""
     try:
-        dev = jax.devices()[0]
+        dev = jax.config.jax_default_device
+        if isinstance(dev, str):
+            dev = jax.devices(dev)[0]
+        dev = dev or jax.devices()[0]
         return dev.platform == "gpu" and "cuda" in dev.client.platform_version.lower()
     except (RuntimeError, AttributeError):
         return False
