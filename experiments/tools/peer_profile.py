@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_time_to_return as ttr  # noqa: E402
