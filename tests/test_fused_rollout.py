@@ -34,6 +34,10 @@ CASES = {
                                                  "num_minibatches=2"]),
     # Many small envs: several envs per block (GPU).
     "mpe_many_envs": ("mpe_simple_spread_ppo", ["num_envs=600", "num_steps=30"]),
+    # Envs enough that a block takes at most kMaxBlockRows = 16 agents (GPU): full
+    # tiles of 4 rows (CartPole, 16 a block); 5 MPEs a block, 15 rows, a partial tile.
+    "cartpole_capped_blocks": ("cartpole_ppo", ["num_envs=5000", "num_steps=30"]),
+    "mpe_capped_blocks": ("mpe_simple_spread_ppo", ["num_envs=2000", "num_steps=30"]),
 }
 
 
