@@ -1,5 +1,6 @@
 """Where one update of jaxwarp's trainer and one of the peer's spend their time,
-at one case and scale of `bench_time_to_return.py`, in one process on one GPU.
+at one case and scale of `bench_time_to_return.py`, in one process on one GPU
+(the Tag duel's peer: the same trainer on the pure-JAX `jax` backend).
 
 Both programs are what that benchmark runs (``jax.jit(jax.vmap(train))`` over
 ``--seeds`` keys), shortened to ``--updates`` updates: each is compiled, run
@@ -93,7 +94,7 @@ def measure(fn, keys, updates: int, phases: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--case", default="cartpole", choices=("cartpole", "mpe"))
+    ap.add_argument("--case", default="cartpole", choices=("cartpole", "mpe", "tag"))
     ap.add_argument("--scale", default="gpu", choices=("paper", "gpu"))
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--updates", type=int, default=10)
@@ -103,7 +104,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     hp = ttr.hyperparameters(args.case, args.scale, None)
-    hp["total_env_steps"] = args.updates * hp["num_envs"] * hp["num_steps"]
+    hp["total_env_steps"] = (args.updates * ttr._size(args.case, hp, "num_envs")
+                             * ttr._size(args.case, hp, "num_steps"))
     keys = jax.numpy.stack([jax.random.PRNGKey(i) for i in range(args.seeds)])
     res = {"meta": run_meta(), "case": args.case, "scale": args.scale, "seeds": args.seeds,
            "updates": args.updates, "hyperparameters": hp, "runs": {}}
@@ -116,13 +118,17 @@ def main() -> None:
         if extra is not None and "@step_by_step" in extra:
             fused.why_not = lambda *a, **kw: "step by step (peer_profile.py's variant)"
         try:
-            if extra is None:
+            own = ttr.CASES[args.case]["peer"] == "jaxwarp_jax"  # Tag: the `jax` backend
+            if extra is None and own:
+                fn, info = _jaxwarp_train(args.case, hp, [], "jax")
+            elif extra is None:
                 fn, info = _peer_train(args.case, hp)
             else:
                 fn, info = _jaxwarp_train(args.case, hp,
                                           [e for e in extra if not e.startswith("@")],
                                           "cuda" if jax.default_backend() == "gpu" else "cpu")
-            r = {**info, "overrides": extra, **measure(fn, keys, args.updates, extra is not None)}
+            r = {**info, "overrides": extra,
+                 **measure(fn, keys, args.updates, extra is not None or own)}
         finally:
             fused.why_not = why_not
         res["runs"][name] = r
