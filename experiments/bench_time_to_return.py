@@ -329,19 +329,26 @@ def jaxwarp_overrides(case: str, hp: dict[str, Any], backend: str, seed: int) ->
     return out
 
 
-def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: int
-                ) -> dict[str, Any]:
-    from jaxwarp.train import build_trainer, derived, load_config
+def jaxwarp_train(case: str, hp: dict[str, Any], backend: str, seed: int,
+                  extra: list[str] = ()) -> tuple[Any, Any, list[str]]:
+    """(train(key) -> (state, metrics), the trainer, its overrides) of jaxwarp's
+    trainer on `case` at `hp` (`extra`: more overrides)."""
+    from jaxwarp.train import build_trainer, load_config
 
-    overrides = jaxwarp_overrides(case, hp, backend, seed)
+    overrides = jaxwarp_overrides(case, hp, backend, seed) + list(extra)
     config = load_config(CASES[case]["jaxwarp_config"], overrides)
-    config = dataclasses.replace(config, chunk_updates=1, checkpoint_every=1)
-    d = derived(config)
-    trainer = build_trainer(config)
+    trainer = build_trainer(dataclasses.replace(config, chunk_updates=1, checkpoint_every=1))
 
     def train(key):  # jaxwarp.train.make_train's, keeping the trainer for its env
         return trainer.run(trainer.init(key), trainer.derived.num_updates)
 
+    return train, trainer, overrides
+
+
+def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: int
+                ) -> dict[str, Any]:
+    train, trainer, overrides = jaxwarp_train(case, hp, backend, seed)
+    config, d = trainer.config, trainer.derived
     keys = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
     compile_s, run_s, (_, metrics) = _timed(train, keys)
     groups = sorted(k.split("/")[0] for k in metrics if k.endswith("/episode_return"))
@@ -355,11 +362,9 @@ def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: i
                 "episodes": np.asarray(metrics["episodes"], np.float64)}
 
 
-def run_peer(case: str, hp: dict[str, Any], seeds: int, seed: int) -> dict[str, Any]:
-    if CASES[case]["peer"] == "jaxwarp_jax":
-        out = run_jaxwarp(case, hp, "jax", seeds, seed)
-        out["impl"] = "jaxwarp_jax"
-        return out
+def peer_train(case: str, hp: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(train(key) -> (state, metrics), its config, its env) of the pure-JAX
+    peer of `case` (not the Tag duel's, which is jaxwarp's `jax` backend)."""
     mpe = case.startswith("mpe")
     try:
         venv = ippo_reference.jaxmarl_env("MPE_simple_spread_v3") if mpe \
@@ -376,7 +381,15 @@ def run_peer(case: str, hp: dict[str, Any], seeds: int, seed: int) -> dict[str, 
     if recurrent:
         kw["algorithm"] = "mappo" if CASES[case]["peer"] == "mappo_rnn_jaxmarl" else "ippo"
     config = cls(**kw)
-    train = ref.make_train(config, venv)
+    return ref.make_train(config, venv), config, venv
+
+
+def run_peer(case: str, hp: dict[str, Any], seeds: int, seed: int) -> dict[str, Any]:
+    if CASES[case]["peer"] == "jaxwarp_jax":
+        out = run_jaxwarp(case, hp, "jax", seeds, seed)
+        out["impl"] = "jaxwarp_jax"
+        return out
+    train, config, venv = peer_train(case, hp)
     keys = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
     compile_s, run_s, (_, metrics) = _timed(train, keys)
     group = CASES[case]["group"]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import json
 import sys
 import tempfile
@@ -41,23 +40,9 @@ from jaxwarp.benchmark import run_meta  # noqa: E402
 
 
 def _jaxwarp_train(case: str, hp: dict, overrides: list[str], backend: str):
-    from jaxwarp.train import build_trainer, load_config
-
-    config = load_config(ttr.CASES[case]["jaxwarp_config"],
-                         ttr.jaxwarp_overrides(case, hp, backend, 0) + overrides)
-    config = dataclasses.replace(config, chunk_updates=1, checkpoint_every=1)
-    trainer = build_trainer(config)
-    info = {"rollout": trainer.rollout_path, "model_layers": dict(trainer.model_layers or {})}
-    return (lambda key: trainer.run(trainer.init(key), trainer.derived.num_updates)), info
-
-
-def _peer_train(case: str, hp: dict):
-    mpe = case.startswith("mpe")
-    venv = (ttr.ippo_reference.jaxmarl_env("MPE_simple_spread_v3") if mpe
-            else ttr.ippo_reference.gymnax_env("CartPole-v1"))
-    fields = {f.name for f in dataclasses.fields(ttr.ippo_reference.PPOConfig)}
-    config = ttr.ippo_reference.PPOConfig(**{k: v for k, v in hp.items() if k in fields})
-    return ttr.ippo_reference.make_train(config, venv), {}
+    train, trainer, _ = ttr.jaxwarp_train(case, hp, backend, 0, overrides)
+    return train, {"rollout": trainer.rollout_path,
+                   "model_layers": dict(trainer.model_layers or {})}
 
 
 def measure(fn, keys, updates: int, phases: bool) -> dict:
@@ -122,7 +107,7 @@ def main() -> None:
             if extra is None and own:
                 fn, info = _jaxwarp_train(args.case, hp, [], "jax")
             elif extra is None:
-                fn, info = _peer_train(args.case, hp)
+                fn, info = ttr.peer_train(args.case, hp)[0], {}
             else:
                 fn, info = _jaxwarp_train(args.case, hp,
                                           [e for e in extra if not e.startswith("@")],
