@@ -250,55 +250,66 @@ void rollout_env_cpu(const typename E::Params& p, const Call* calls, const Rollo
 // pairs of a layer in turn (consecutive threads, consecutive units: the
 // weights' loads coalesce, the row's input is one shared-memory broadcast).
 // ---------------------------------------------------------------------------
-// y[r][j] = act(b[j] + sum_i x[r][i] W[i][j]) for the pass's rows; param[r]:
-// row r's group parameters (its member's and its agent's group's). A thread
-// takes unit j of kRowTile consecutive rows: where they share their
-// parameters (the same member and group: nearly always) each weight it loads
-// serves every row of the tile, and the tile's rows are independent chains of
-// multiply-adds. Every row sums in the same order as alone (bias, then inputs
-// 0, 1, ...), so the tile changes no bit of y.
+// y[r][j] = act(b[j] + sum_i x[r][i] W[i][j]) for the pass's rows; row r's
+// input at x + xrow[r] (xrow null: x + r * xs); param[r]: row r's group
+// parameters (its member's and its agent's group's). A thread takes unit j of
+// kRowTile consecutive rows, in runs of rows that share their parameters
+// (act_block orders a block's rows agent by agent, so a tile is nearly always
+// one run): each weight it loads serves every row of the run, and the run's
+// rows are independent chains of multiply-adds (slots past the run repeat
+// its first row and are not stored). Every row sums in the same order as
+// alone (bias, then inputs 0, 1, ...), so neither the tiles nor the row order
+// change a bit of y.
 constexpr int kRowTile = 4;
 
-__device__ inline void dense_rows(int rows, const float* x, int xs, const int64_t* param,
-                                  const float* weights, int64_t kern, int64_t bias, int in,
-                                  int out, float* y, int ys, int act) {
+__device__ inline void dense_rows(int rows, const float* x, int xs, const int32_t* xrow,
+                                  const int64_t* param, const float* weights, int64_t kern,
+                                  int64_t bias, int in, int out, float* y, int ys, int act) {
   const int tiles = (rows + kRowTile - 1) / kRowTile;
   for (int idx = threadIdx.x; idx < tiles * out; idx += blockDim.x) {
     const int t = idx / out, j = idx - t * out;
     const int r0 = t * kRowTile;
     const int nr = rows - r0 < kRowTile ? rows - r0 : kRowTile;
-    const int64_t p0 = param[r0];
-    bool same = nr == kRowTile;
-    for (int q = 1; q < nr; ++q) same = same && param[r0 + q] == p0;
-    if (same) {
+    for (int q0 = 0; q0 < nr;) {
+      const int64_t p0 = param[r0 + q0];
+      int len = 1;
+      while (q0 + len < nr && param[r0 + q0 + len] == p0) ++len;
+      const float* xr[kRowTile];
+#pragma unroll
+      for (int q = 0; q < kRowTile; ++q) {
+        const int r = r0 + q0 + (q < len ? q : 0);
+        xr[q] = x + (xrow ? static_cast<int64_t>(xrow[r]) : static_cast<int64_t>(r) * xs);
+      }
       const float* w = weights + p0;
       const float* wk = w + kern + j;
-      const float* xr = x + static_cast<int64_t>(r0) * xs;
-      float acc[kRowTile];
       const float b = __ldg(w + bias + j);
+      float acc[kRowTile];
 #pragma unroll
       for (int q = 0; q < kRowTile; ++q) acc[q] = b;
       for (int i = 0; i < in; ++i) {
         const float wi = __ldg(wk + static_cast<int64_t>(i) * out);
 #pragma unroll
-        for (int q = 0; q < kRowTile; ++q) acc[q] = fmaf(xr[q * xs + i], wi, acc[q]);
+        for (int q = 0; q < kRowTile; ++q) acc[q] = fmaf(xr[q][i], wi, acc[q]);
       }
 #pragma unroll
       for (int q = 0; q < kRowTile; ++q)
-        y[static_cast<int64_t>(r0 + q) * ys + j] = activate(act, acc[q]);
-      continue;
-    }
-    for (int q = 0; q < nr; ++q) {
-      const int r = r0 + q;
-      const float* w = weights + param[r];
-      const float* xr = x + static_cast<int64_t>(r) * xs;
-      const float* wk = w + kern + j;
-      float acc = __ldg(w + bias + j);
-      for (int i = 0; i < in; ++i)
-        acc = fmaf(xr[i], __ldg(wk + static_cast<int64_t>(i) * out), acc);
-      y[static_cast<int64_t>(r) * ys + j] = activate(act, acc);
+        if (q < len) y[static_cast<int64_t>(r0 + q0 + q) * ys + j] = activate(act, acc[q]);
+      q0 += len;
     }
   }
+}
+
+// Pass row q of a block's rows (of envs [first, first + envs_here)): agent by
+// agent, each agent's envs in order, so that consecutive rows share their
+// agent and hence their parameters (env by env, a Tag duel's taggers and
+// runners alternate within every tile of four).
+struct PassRow {
+  int64_t e;  // the env
+  int agent;
+};
+__device__ inline PassRow pass_row(int64_t first, int64_t envs_here, int64_t q) {
+  const int64_t agent = q / envs_here;
+  return PassRow{first + (q - agent * envs_here), static_cast<int>(agent)};
 }
 
 // Step t's actions, log-probs and values of the block's envs [first,
@@ -309,7 +320,8 @@ __device__ inline void act_block(const Call& c, const Rollout& ro, int t, int32_
   const int n = c.n, dim = c.obs_dim;
   const int R = ro.chunk_rows, H = m.hidden_max, A = m.logits;
   int64_t* param = reinterpret_cast<int64_t*>(smem);
-  float* buf0 = reinterpret_cast<float*>(smem + 2 * R);
+  int32_t* xrow = smem + 2 * R;
+  float* buf0 = reinterpret_cast<float*>(smem + 3 * R);
   float* buf1 = buf0 + static_cast<int64_t>(R) * H;
   float* logits = buf1 + static_cast<int64_t>(R) * H;
   float* value = logits + static_cast<int64_t>(R) * A;
@@ -318,36 +330,35 @@ __device__ inline void act_block(const Call& c, const Rollout& ro, int t, int32_
   for (int64_t r0 = 0; r0 < rows; r0 += R) {
     const int rc = static_cast<int>(rows - r0 < R ? rows - r0 : R);
     for (int r = threadIdx.x; r < rc; r += blockDim.x) {
-      const int64_t row = first * n + r0 + r;
-      const int64_t e = row / n;
-      const int agent = static_cast<int>(row - e * n);
-      param[r] = (e / c.per_member * m.groups + ro.agent_group[agent]) * m.per_group;
+      const PassRow pr = pass_row(first, envs_here, r0 + r);
+      param[r] = (pr.e / c.per_member * m.groups + ro.agent_group[pr.agent]) * m.per_group;
+      xrow[r] = static_cast<int32_t>(((pr.e - first) * n + pr.agent) * dim);
     }
     __syncthreads();
     for (int k = 0; k < towers(m); ++k) {
-      const float* x = obs + r0 * dim;
+      const float* x = obs;
+      const int32_t* xr = xrow;
       int xs = dim;
       for (int i = 0; i < m.layers; ++i) {
         float* y = (i & 1) ? buf1 : buf0;
-        dense_rows(rc, x, xs, param, ro.weights, m.kern[k][i], m.bias[k][i], layer_in(m, i),
-                   m.width[i], y, H, m.act);
+        dense_rows(rc, x, xs, xr, param, ro.weights, m.kern[k][i], m.bias[k][i],
+                   layer_in(m, i), m.width[i], y, H, m.act);
         __syncthreads();
         x = y;
+        xr = nullptr;
         xs = H;
       }
       if (k == 0)
-        dense_rows(rc, x, xs, param, ro.weights, m.pol_k, m.pol_b, last_width(m), A, logits, A,
-                   kActNone);
+        dense_rows(rc, x, xs, xr, param, ro.weights, m.pol_k, m.pol_b, last_width(m), A,
+                   logits, A, kActNone);
       if (k == towers(m) - 1)
-        dense_rows(rc, x, xs, param, ro.weights, m.val_k, m.val_b, last_width(m), 1, value, 1,
-                   kActNone);
+        dense_rows(rc, x, xs, xr, param, ro.weights, m.val_k, m.val_b, last_width(m), 1,
+                   value, 1, kActNone);
       __syncthreads();
     }
     for (int r = threadIdx.x; r < rc; r += blockDim.x) {
-      const int64_t row = first * n + r0 + r;
-      const int64_t e = row / n;
-      draw_row(ro, c, t, e, static_cast<int>(row - e * n), logits + static_cast<int64_t>(r) * A,
-               value[r]);
+      const PassRow pr = pass_row(first, envs_here, r0 + r);
+      draw_row(ro, c, t, pr.e, pr.agent, logits + static_cast<int64_t>(r) * A, value[r]);
     }
     __syncthreads();
   }

@@ -443,7 +443,9 @@ ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U3
                               static_cast<int>(per_block < 1 ? 1 : per_block));
   if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
   ro.mlp_smem_word = (l.smem_bytes / 4 + 3) / 4 * 4;
-  const int64_t row_bytes = 4 * (2 + 2 * static_cast<int64_t>(ro.mlp.hidden_max) +
+  // A pass row's shared memory (act_block): its parameters' offset (int64),
+  // its input's offset (int32), two hidden layers, logits and value.
+  const int64_t row_bytes = 4 * (3 + 2 * static_cast<int64_t>(ro.mlp.hidden_max) +
                                  ro.mlp.logits + 1);
   int64_t room = fused::kSmemLimit - 4 * static_cast<int64_t>(ro.mlp_smem_word);
   room = room < fused::kMlpBudget ? room : fused::kMlpBudget;

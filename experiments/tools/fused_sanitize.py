@@ -4,10 +4,15 @@ per block (MPE, 600 envs), one agent per env without staging (CartPole), two
 policy groups with a team pass and observation parts (Tag duel), and 110
 agents whose forward pass runs in several passes of rows (Tag, 256-256);
 and enough envs that blocks are capped at 16 agents (`kMaxBlockRows`: CartPole
-5,000 envs, full row tiles; MPE 2,000 envs, 15 rows a block, a partial tile).
+5,000 envs, full row tiles; MPE 2,000 envs, 15 rows a block, a partial tile;
+Tag duel 2,000 envs, rows of two groups in one tile). Arguments: the indices
+of the cases to run (default: all).
 
-    compute-sanitizer --tool racecheck python experiments/tools/fused_sanitize.py
+    compute-sanitizer --tool racecheck --kernel-name regex:rollout \\
+        python experiments/tools/fused_sanitize.py 5 6 7
 """
+
+import sys
 
 import jax
 
@@ -20,9 +25,11 @@ CASES = [("mpe_simple_spread_ppo", ["num_envs=5", "num_steps=30", "num_minibatch
          ("tag_duel_cpu", ["num_envs=4", "num_steps=25", "num_minibatches=2"]),
          ("tag_warpdrive_default", ["num_envs=2", "num_steps=4", "num_minibatches=2"]),
          ("cartpole_ppo", ["num_envs=5000", "num_steps=3"]),
-         ("mpe_simple_spread_ppo", ["num_envs=2000", "num_steps=3"])]
+         ("mpe_simple_spread_ppo", ["num_envs=2000", "num_steps=3"]),
+         ("tag_duel_cpu", ["num_envs=2000", "num_steps=3"])]
 
-for config, overrides in CASES:
+for i in [int(a) for a in sys.argv[1:]] or range(len(CASES)):
+    config, overrides = CASES[i]
     t = build_trainer(load_config(config, [*overrides, "backend=cuda"]))
     assert fused.why_not(t.policy, t.env, t.sampler, False) is None, config
     rs = jax.jit(t.init)(jax.random.PRNGKey(0))
