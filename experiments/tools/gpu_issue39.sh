@@ -30,9 +30,11 @@ check)
   } 2>&1 | tee "$OUT/fused_checks$SUF.log"
   timeout 300 python3 experiments/bench_fused_rollout.py \
     --out "$OUT/bench_fused_rollout$SUF.json" 2>&1 | grep -v "$F" | tail -20
-  for s in gpu paper; do
-    timeout 300 python3 experiments/tools/peer_profile.py --case tag --scale $s \
-      --variant default --variant step @step_by_step --out "$OUT/peer_profile_tag_$s$SUF.json" \
-      2>&1 | grep -v "$F" | tail -12
+  # Wall times with XLA's command buffers (the benchmark's); kernels by phase without them.
+  for run in "gpu " "gpu _nocb" "paper "; do
+    set -- $run; CB=(); [ -n "$2" ] && CB=(env XLA_FLAGS=--xla_gpu_enable_command_buffer=)
+    timeout 300 "${CB[@]}" python3 experiments/tools/peer_profile.py --case tag --scale $1 \
+      --variant default --variant step @step_by_step \
+      --out "$OUT/peer_profile_tag_$1$2$SUF.json" 2>&1 | grep -v "$F" | tail -12
   done ;;
 esac
