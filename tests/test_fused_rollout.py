@@ -128,6 +128,33 @@ def test_vmap_over_seeds_equals_one_seed_at_a_time(backend, monkeypatch):
             np.testing.assert_array_equal(a, b[i])
 
 
+def test_vmap_past_the_work_limit_runs_step_by_step(monkeypatch):
+    """Seeds whose folded launch would exceed MAX_FUSED_WORK run the
+    step-by-step rollout (the same bits as its own vmap); below it, fused."""
+    t_fused, t_step = _trainers("mpe_relu_shared", monkeypatch)
+    seeds = jnp.arange(2)
+    agents = 2 * 5 * 3  # seeds x envs x agents
+    work = agents * fused.param_count(fused.mlp_words(t_fused.policy.nets["agent"],
+                                                      t_fused.env.obs_dim, 1))
+
+    def one(t):
+        return lambda seed: t.rollout(t.init(jax.random.PRNGKey(seed)),
+                                      jax.random.PRNGKey(seed + 7))
+
+    def matmuls(t):  # the step-by-step rollout's forward passes are XLA's dots (init has some)
+        return str(jax.make_jaxpr(jax.vmap(one(t)))(seeds)).count("dot_general")
+
+    want = jax.jit(jax.vmap(one(t_step)))(seeds)
+    monkeypatch.setattr(fused, "MAX_FUSED_WORK", work - 1)
+    step_dots = matmuls(t_step)
+    assert matmuls(t_fused) == step_dots
+    for a, b in zip(jax.tree.leaves(jax.jit(jax.vmap(one(t_fused)))(seeds)),
+                    jax.tree.leaves(want)):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(fused, "MAX_FUSED_WORK", work)
+    assert matmuls(t_fused) < step_dots, (matmuls(t_fused), step_dots)
+
+
 def test_training_with_the_fused_rollout_learns_as_before(monkeypatch):
     config, extra = CASES["cartpole"]
     c = load_config(config, [*BASE, *extra, "total_env_steps=960", "num_minibatches=2",
@@ -193,6 +220,13 @@ def test_large_models_keep_the_step_by_step_rollout(monkeypatch):
     t = build_trainer(c)
     monkeypatch.setattr(t.env, "backend", "cuda")
     assert fused.choice(t.policy, t.env, "cuda", False) == "fused"
+    # Many envs: past MAX_FUSED_WORK agents x parameters a launch.
+    n = fused.param_count(fused.mlp_words(t.policy.nets["tagger"], t.env.obs_dim, 1))
+    envs = fused.MAX_FUSED_WORK // (n * t.env.num_agents) + 1
+    assert fused.choice(t.policy, t.env, "cuda", False, envs - 1) == "fused"
+    assert fused.choice(t.policy, t.env, "cuda", False, envs) == (
+        f"step by step: {envs * t.env.num_agents} agents x {n} parameters a launch "
+        "(fused up to 1e+08)")
 
 
 def test_packed_parameters_follow_the_layers_in_order():

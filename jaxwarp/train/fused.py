@@ -36,6 +36,16 @@ MAX_WIDTH = 1024  # kMaxWidth
 # 256-256 Tag model (95K) against XLA's matmuls (docs/decisions.md,
 # experiments/results/fused_rollout_h200.json).
 MAX_FUSED_PARAMS = 16384
+# And at most this much work per launch: agents (envs x agents, every vmapped
+# seed's) times parameters per group. The forward pass's FMAs take time in
+# proportion to it, XLA's tensor-core matmuls far less, so past some size the
+# step-by-step rollout's launches cost less than the kernel's arithmetic. On
+# the H200 (10 seeds, 64-64 models, `peer_profile.py`, docs/decisions.md) the
+# fused rollout won at 2-5e7 (CartPole 2,048 envs, MPE 3,072 agents, Tag duel
+# 4,480 agents), drew at 1.8e8 (CartPole, 20,480 envs), and lost at 3e8 (MPE,
+# 30,720 agents) and 1.7e9 (Tag duel, 143,360 agents: 41 ms a rollout against
+# 11 ms step by step).
+MAX_FUSED_WORK = 100_000_000
 
 
 def _architecture(net: Any) -> tuple | str:
@@ -134,7 +144,37 @@ class FusedRollout(NamedTuple):
         the last step, episode sums name -> f32[], Transition of [T, ...]
         arrays). `policy`, `sample`, `env`, `sums`, `centralised` and `stats`
         are this object's own (or unused: no centralised critic, no
-        normalize_obs) and are taken only for the signature."""
+        normalize_obs) except where the call runs step by step.
+
+        Under `jax.vmap` (several seeds) the members' envs fold into one
+        launch; where they would make it more than MAX_FUSED_WORK (agents
+        of the launch times parameters per group) the members run the
+        step-by-step rollout instead, as `choice` picks it for one member."""
+
+        def fused_one(params, stats, env_state, obs, carry, first, key):
+            return self._fused(params, env_state, obs, carry, first, key, num_steps)
+
+        def step_by_step(params, stats, env_state, obs, carry, first, key):
+            return rollout(policy, sample, env, sums, centralised, params, stats, env_state,
+                           obs, carry, first, key, num_steps)
+
+        @jax.custom_batching.custom_vmap
+        def one(*args):
+            return fused_one(*args)
+
+        @one.def_vmap
+        def batched(size, in_batched, *args):
+            args = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (size, *x.shape)),
+                                args, tuple(in_batched))
+            agents = size * args[3].shape[1] * args[3].shape[2]  # obs [size, envs, agents, dim]
+            big = agents * param_count(self.mlp) > MAX_FUSED_WORK
+            out = jax.vmap(step_by_step if big else fused_one)(*args)
+            return out, jax.tree.map(lambda _: True, out)
+
+        return one(params, stats, env_state, obs, carry, first, key)
+
+    def _fused(self, params, env_state, obs, carry, first, key, num_steps):
+        """The fused call for one member (`__call__`'s results)."""
         env_keys, head_keys = self.keys(key, num_steps)
         weights = pack(params, list(self.policy.groups.ids))
         env_state, next_obs, traj = _call(self, env_keys, head_keys, weights, obs, env_state)
@@ -190,39 +230,44 @@ def param_count(words: Sequence[int]) -> int:
     return (1 if shared else 2) * torso + last * logits + logits + last + 1
 
 
-def choice(policy: Policy, env: Any, sampler: str, sharded: bool) -> str:
-    """The trainer's rollout: "fused", or "step by step: <why>" (`why_not`,
-    or where the step-by-step path measured faster: the cpu backend, where
-    XLA:CPU's matmuls beat the kernel's loops, and models over
-    MAX_FUSED_PARAMS parameters per group; docs/decisions.md)."""
+def choice(policy: Policy, env: Any, sampler: str, sharded: bool, num_envs: int = 1) -> str:
+    """The trainer's rollout for num_envs envs: "fused", or "step by step:
+    <why>" (`why_not`, or where the step-by-step path measured faster: the
+    cpu backend, where XLA:CPU's matmuls beat the kernel's loops, models over
+    MAX_FUSED_PARAMS parameters per group, and launches of more than
+    MAX_FUSED_WORK agents times parameters; docs/decisions.md)."""
     why = why_not(policy, env, sampler, sharded)
     if why is None and env.backend != "cuda":
         why = "the cpu backend (XLA:CPU's matmuls are faster there)"
     if why is None:
         g = next(iter(policy.groups.ids))
         n = param_count(mlp_words(policy.nets[g], env.obs_dim, 1))
+        agents = num_envs * env.num_agents
         if n > MAX_FUSED_PARAMS:
             why = f"{n} parameters per group (fused up to {MAX_FUSED_PARAMS})"
+        elif agents * n > MAX_FUSED_WORK:
+            why = (f"{agents} agents x {n} parameters a launch (fused up to "
+                   f"{MAX_FUSED_WORK:.0e})")
     return "fused" if why is None else f"step by step: {why}"
 
 
-def plan(policy: Policy, env: Any, sums: EpisodeSums, sampler: str, sharded: bool
-         ) -> FusedRollout | None:
+def plan(policy: Policy, env: Any, sums: EpisodeSums, sampler: str, sharded: bool,
+         num_envs: int = 1) -> FusedRollout | None:
     """The fused rollout where `choice` picks it; None (the step-by-step scan)
     elsewhere. (The cpu backend runs the fused path too, through `build`:
     tests and the conformance of the two paths.)"""
-    if choice(policy, env, sampler, sharded) != "fused":
+    if choice(policy, env, sampler, sharded, num_envs) != "fused":
         return None
     return build(policy, env, sums)
 
 
-def rollout_for(policy: Policy, env: Any, sums: EpisodeSums, sampler: str, sharded: bool
-                ) -> tuple[Any, str]:
+def rollout_for(policy: Policy, env: Any, sums: EpisodeSums, sampler: str, sharded: bool,
+                num_envs: int = 1) -> tuple[Any, str]:
     """(the trainer's rollout function, "fused" or "step by step: <why>")."""
-    f = plan(policy, env, sums, sampler, sharded)
+    f = plan(policy, env, sums, sampler, sharded, num_envs)
     if f is not None:
         return f, "fused"
-    why = choice(policy, env, sampler, sharded)
+    why = choice(policy, env, sampler, sharded, num_envs)
     return rollout, why if why != "fused" else "step by step"
 
 
