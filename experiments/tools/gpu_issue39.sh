@@ -5,9 +5,16 @@
 #                                                  # (memcheck, racecheck) over the fused kernel's
 #                                                  # capped layouts, bench_fused_rollout, and
 #                                                  # the Tag duel's profile against the jax backend
+#   bash experiments/tools/gpu_issue39.sh sanitize # compute-sanitizer only
+#   bash experiments/tools/gpu_issue39.sh ttr CASES SCALE
+#                                                  # bench_time_to_return, 10 seeds (the peers'
+#                                                  # wheels carried in .whl/ttr)
 set -o pipefail
 export PYTHONUNBUFFERED=1
-W=/tmp/w; rm -rf $W; mkdir -p $W && tar -xf .snap/src.tar -C $W && cd $W || exit 1
+W=/tmp/w; rm -rf $W; mkdir -p $W && tar -xf .snap/src.tar -C $W || exit 1
+[ -d .whl/ttr ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  --upgrade --target /tmp/site .whl/ttr/*.whl && export PYTHONPATH=/tmp/site
+cd $W || exit 1
 export JAXWARP_COMMIT=$(cat .snap_commit 2>/dev/null || echo unknown)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SUF=_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]\+' | tr 'H' 'h')
@@ -22,12 +29,22 @@ check)
     echo "\$ python3 -m pytest -m gpu tests/test_fused_rollout.py"
     timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_fused_rollout.py 2>&1 \
       | grep -v "$F" | tail -8
+  } 2>&1 | tee "$OUT/fused_checks$SUF.log"
+  ;;&
+check|sanitize)
+  { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
     for tool in memcheck racecheck; do
-      echo "\$ compute-sanitizer --tool $tool --kernel-name regex:rollout python3 experiments/tools/fused_sanitize.py 5 6 7 3"
-      timeout 240 compute-sanitizer --tool $tool --kernel-name regex:rollout \
+      echo "\$ compute-sanitizer --tool $tool --kernel-name kns=rollout_kernel python3 experiments/tools/fused_sanitize.py 5 6 7 3"
+      timeout 200 compute-sanitizer --tool $tool --kernel-name kns=rollout_kernel \
         python3 experiments/tools/fused_sanitize.py 5 6 7 3 2>&1 | grep -v "$F" | tail -8
     done
-  } 2>&1 | tee "$OUT/fused_checks$SUF.log"
+  } 2>&1 | tee "$OUT/fused_sanitize$SUF.log" ;;
+ttr)
+  timeout 500 python3 experiments/bench_time_to_return.py --cases "$2" --scale "$3" --seeds 10 \
+    --out "$OUT/time_to_return_${2//,/_}_$3$SUF.json" 2>&1 | grep -v "$F" | tail -30 ;;
+esac
+case "$1" in
+check)
   timeout 300 python3 experiments/bench_fused_rollout.py \
     --out "$OUT/bench_fused_rollout$SUF.json" 2>&1 | grep -v "$F" | tail -20
   # Wall times with XLA's command buffers (the benchmark's); kernels by phase without them.
