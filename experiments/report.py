@@ -989,9 +989,17 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
         *table(TTR_HEADER,
                _time_to_return_rows(_read_json(root, TIME_TO_RETURN_FUSED_H100))),
         *sources_block(root, [TIME_TO_RETURN_FUSED_H100]),
+        "",
+        "With the fused rollout's work limit (10 seeds of the Tag duel's GPU size fold into "
+        "one launch of 143,360 agents: the step-by-step rollout now; the peers' sizes stay "
+        f"fused), {on(root, TIME_TO_RETURN_WORK_RULE_H100)}; env-steps/s {AGENT_STEPS}:",
+        "",
+        *table(TTR_HEADER,
+               _time_to_return_rows(_read_json(root, TIME_TO_RETURN_WORK_RULE_H100))),
+        *sources_block(root, [TIME_TO_RETURN_WORK_RULE_H100]),
     ]
     return lines, [TIME_TO_RETURN, TIME_TO_RETURN_PAPER, TIME_TO_RETURN_FUSED,
-                   TIME_TO_RETURN_FUSED_H100]
+                   TIME_TO_RETURN_FUSED_H100, TIME_TO_RETURN_WORK_RULE_H100]
 
 
 TIME_TO_RETURN_FUSED = Source("time_to_return_fused_h200.json",
@@ -1001,6 +1009,12 @@ TIME_TO_RETURN_FUSED_H100 = Source("train_h100.json",
                                    "python experiments/bench_time_to_return.py --cases "
                                    "cartpole,mpe --scale gpu --seeds 10; the same with --cases "
                                    "tag --scale both", part="time_to_return_fused_h100.json")
+
+
+TIME_TO_RETURN_WORK_RULE_H100 = Source(
+    "train_h100.json", "python experiments/bench_time_to_return.py --cases tag --scale both "
+    "--seeds 10; the same with --cases cartpole,mpe --scale paper",
+    part="time_to_return_work_rule_h100.json")
 
 
 FUSED_ROLLOUT = Source("fused_rollout_h200.json",
@@ -1023,15 +1037,28 @@ PEER_PROFILES = [
 ]
 
 
+FUSED_ROLLOUT_AGENT_MAJOR = Source("train_h100.json", "python experiments/bench_fused_rollout.py",
+                                   part="bench_fused_rollout_agent_major_h200.json")
+FUSED_GPU_TESTS = Source("train_h100.json",
+                         "python3 -m pytest -m gpu tests/test_fused_rollout.py",
+                         part="pytest_fused_rollout_h200.json")
+TAG_PROFILES = [
+    (Source("train_h100.json", "python experiments/tools/peer_profile.py --case tag --scale "
+            f"{scale} --variant default --variant step @step_by_step",
+            part=f"peer_profile_tag_{scale}_h200.json"), what)
+    for scale, what in (("paper", "Tag duel, 10 × 64 envs"),
+                        ("gpu", "Tag duel, 10 × 2,048 envs"))]
+
+
 PEER_PHASES = Source("train_h100.json", "XLA_FLAGS=--xla_gpu_enable_command_buffer= "
                      "python experiments/tools/peer_profile.py --case cartpole --scale gpu "
                      "--variant default --variant step @step_by_step",
                      part="peer_profile_cartpole_before_nocb_h100.json")
 
 
-def _peer_profile_rows(root: Path) -> list[list[str]]:
+def _peer_profile_rows(root: Path, profiles: list | None = None) -> list[list[str]]:
     rows = []
-    for src, what in PEER_PROFILES:
+    for src, what in profiles or PEER_PROFILES:
         d = _read_json(root, src)
         for name in ("default", "step", "peer"):
             r = d["runs"][name]
@@ -1108,9 +1135,31 @@ def section_fused_rollout(root: Path) -> tuple[list[str], list[Source]]:
             if ms >= 0.1)
             for n, r in _read_json(root, PEER_PHASES)["runs"].items() if n != "peer") + ".",
         *sources_block(root, [s for s, _ in PEER_PROFILES] + [PEER_PHASES]),
+        "",
+        "A block's rows agent by agent (each agent's envs in a row, so that a tile of four "
+        "rows shares one group's parameters: the Tag duel's taggers and runners alternated "
+        f"within every tile before), one seed, {on(root, FUSED_ROLLOUT_AGENT_MAJOR)}; "
+        f"env-steps/s {AGENT_STEPS}:",
+        "",
+        *table(FUSED_HEADER, _fused_rows(_read_json(root, FUSED_ROLLOUT_AGENT_MAJOR))),
+        "",
+        f"The fused rollout's GPU tests at that commit: "
+        f"`{_read_json(root, FUSED_GPU_TESTS)['log'].splitlines()[-1]}`.",
+        *sources_block(root, [FUSED_ROLLOUT_AGENT_MAJOR, FUSED_GPU_TESTS]),
+        "",
+        "The Tag duel at 10 seeds, the same commit, "
+        f"{on(root, TAG_PROFILES[0][0])}: at GPU sizes the forward pass's "
+        "multiply-adds over 143,360 agents a step cost more than XLA's matmuls and the "
+        "step-by-step launches together, so the trainer now runs launches of more than "
+        "`MAX_FUSED_WORK` = 1e8 agents × parameters step by step (`jaxwarp/train/fused.py`):",
+        "",
+        *table(["case", "commit", "trainer", "ms per update", "device ms", "kernels",
+                "rollout kernel ms"], _peer_profile_rows(root, TAG_PROFILES)),
+        *sources_block(root, [s for s, _ in TAG_PROFILES]),
     ]
     return lines, [FUSED_ROLLOUT, FUSED_ROLLOUT_H100, *(s for s, _ in PEER_PROFILES),
-                   PEER_PHASES]
+                   PEER_PHASES, FUSED_ROLLOUT_AGENT_MAJOR, FUSED_GPU_TESTS,
+                   *(s for s, _ in TAG_PROFILES)]
 
 
 TIME_TO_RETURN_RNN = Source("time_to_return_rnn_h100.json",
