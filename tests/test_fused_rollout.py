@@ -227,6 +227,11 @@ def test_large_models_keep_the_step_by_step_rollout(monkeypatch):
     assert fused.choice(t.policy, t.env, "cuda", False, envs) == (
         f"step by step: {envs * t.env.num_agents} agents x {n} parameters a launch "
         "(fused up to 1e+08)")
+    # Seeds vmapped fold their envs into one launch (summary.json's path with --seeds).
+    assert fused.seeds_path("fused", t.policy, t.env, "cuda", envs // 2, 1) == "fused"
+    assert fused.seeds_path("fused", t.policy, t.env, "cuda", envs // 2, 3).startswith(
+        f"step by step: {envs // 2 * 3 * t.env.num_agents} agents x")
+    assert fused.seeds_path("step by step: x", t.policy, t.env, "cuda", 2, 3) == "step by step: x"
 
 
 def test_packed_parameters_follow_the_layers_in_order():

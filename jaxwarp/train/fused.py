@@ -251,6 +251,15 @@ def choice(policy: Policy, env: Any, sampler: str, sharded: bool, num_envs: int 
     return "fused" if why is None else f"step by step: {why}"
 
 
+def seeds_path(path: str, policy: Policy, env: Any, sampler: str, num_envs: int,
+               seeds: int) -> str:
+    """The rollout path (`choice`) of `seeds` seeds vmapped, whose envs fold
+    into one launch, given one seed's path."""
+    if path != "fused" or seeds == 1:
+        return path
+    return choice(policy, env, sampler, False, num_envs * seeds)
+
+
 def plan(policy: Policy, env: Any, sums: EpisodeSums, sampler: str, sharded: bool,
          num_envs: int = 1) -> FusedRollout | None:
     """The fused rollout where `choice` picks it; None (the step-by-step scan)

@@ -45,7 +45,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwarp.train import distributed
+from jaxwarp.train import distributed, fused
 from jaxwarp.train.checkpoint import (CONFIG_FILE, abstract_state, checkpointer, quiet_orbax,
                                       read_saved_config, restore_intact, save_checkpoint,
                                       saved_distributed, write_config)
@@ -572,7 +572,10 @@ def _summary(run: _Run) -> dict[str, Any]:
         # Devices the envs are split over (all processes) and processes.
         "data_parallel_devices": 1 if mesh is None else int(mesh.size),
         "processes": run.proc.num_processes, "sampler": run.trainer.sampler,
-        "rollout": run.trainer.rollout_path, "model_layers": dict(run.trainer.model_layers or {}),
+        "rollout": fused.seeds_path(run.trainer.rollout_path, run.trainer.policy,
+                                    run.trainer.env, run.trainer.sampler, run.config.num_envs,
+                                    run.seeds),
+        "model_layers": dict(run.trainer.model_layers or {}),
         "finished": run.done_updates == run.num_updates, "stopped_early": run.stopped_early,
         "final": final_means(all_rows, run.env_metrics),
     } | ({"error": str(run.failure)} if run.failure is not None else {})

@@ -143,8 +143,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
     pin = _pinner(mesh)
     sums = episode_sums(policy, getattr(env, "episode_metrics", None))
     # One custom call per rollout where it is faster (jaxwarp.train.fused.choice).
-    roll_fn, path = fused.rollout_for(policy, env, sums, sampler, mesh is not None,
-                                      c.num_envs)
+    roll_fn, path = fused.rollout_for(policy, env, sums, sampler, mesh is not None, c.num_envs)
     txs = {g: optimiser(c, d, g) for g in groups.ids}
     layout = Layout(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
                     c.num_envs, pin, samples=_sample_minibatches(c, policy))
