@@ -141,8 +141,7 @@ def main() -> None:
             smooth = moving_mean(tags, window)
             res["variants"][label] = {
                 "overrides": extra, "xla_layers": xla_layers, "seed": seed,
-                "model_layers": ({g: "XLA's layers: @xla_layers" for g in run.summary["model_layers"]}
-                                 if xla_layers else run.summary.get("model_layers")),
+                "model_layers": run.summary.get("model_layers"),
                 "env_steps_per_s": run.summary["env_steps_per_s"],
                 "agents_per_env": run.summary["agents_per_env"],
                 "agent_steps_per_s": run.summary["agent_steps_per_s"],

@@ -178,6 +178,15 @@ def test_the_model_says_which_layers_run_it(kernels):
     assert MLPActorCritic((4,), (), dtype=bf16).layers(71) == "XLA's layers: no hidden layers"
 
 
+def test_a_replaced_layout_choice_is_named(monkeypatch):
+    """An experiment that replaces mlp_kernel.layout_for (XLA's layers for a
+    comparison) gets a reason in the model's summary, not an empty one."""
+    monkeypatch.setattr(mlp_kernel, "layout_for", lambda *a, **k: None)
+    monkeypatch.setattr(mlp_kernel, "why_not_here", lambda *a, **k: None)
+    net = MLPActorCritic((21, 21), (256, 256), "relu", True, jnp.bfloat16)
+    assert net.layers(71) == "XLA's layers: mlp_kernel.layout_for declined"
+
+
 def test_why_not_names_the_reason():
     assert mlp_kernel.why_not(71, (256, 256), 44, "relu", jnp.bfloat16) is None
     bf16 = jnp.bfloat16

@@ -157,10 +157,13 @@ class MLPActorCritic(nn.Module):
         if not widths:
             return None, "no hidden layers"
         out_cols = int(sum(self.action_dims)) + 1
-        why = mlp_kernel.why_not_here(obs_dim, widths, out_cols, self.activation, self.dtype)
-        layout = None if why else mlp_kernel.layout_for(
-            obs_dim, widths, out_cols, 1 if self.shared_torso else 2, self.activation, self.dtype)
-        return layout, why or ""
+        layout = mlp_kernel.layout_for(obs_dim, widths, out_cols, 1 if self.shared_torso else 2,
+                                       self.activation, self.dtype)
+        if layout is not None:
+            return layout, ""
+        # (layout_for declines only for why_not_here's reasons, unless replaced)
+        return None, (mlp_kernel.why_not_here(obs_dim, widths, out_cols, self.activation,
+                                              self.dtype) or "mlp_kernel.layout_for declined")
 
     def layers(self, obs_dim: int) -> str:
         """Which layers run this model on obs_dim inputs: "fused kernels"
