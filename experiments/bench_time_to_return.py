@@ -347,6 +347,8 @@ def jaxwarp_train(case: str, hp: dict[str, Any], backend: str, seed: int,
 
 def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: int
                 ) -> dict[str, Any]:
+    from jaxwarp.train import fused
+
     train, trainer, overrides = jaxwarp_train(case, hp, backend, seed)
     config, d = trainer.config, trainer.derived
     keys = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
@@ -358,7 +360,11 @@ def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: i
                 "overrides": overrides, "num_updates": d.num_updates,
                 "batch_env_steps": d.batch_env_steps,
                 "num_agents": int(trainer.env.num_agents),
-                "num_envs": config.num_envs, "compile_s": compile_s, "run_s": run_s, "returns": returns,
+                "num_envs": config.num_envs,
+                # the rollout the seeds ran (vmapped: their envs count together)
+                "rollout": fused.seeds_path(trainer.rollout_path, trainer.policy, trainer.env,
+                                            trainer.sampler, config.num_envs, seeds),
+                "compile_s": compile_s, "run_s": run_s, "returns": returns,
                 "episodes": np.asarray(metrics["episodes"], np.float64)}
 
 

@@ -38,9 +38,11 @@ CASES = {
     # tiles of 4 rows (CartPole, 16 a block); 5 MPEs a block, 15 rows, a partial tile.
     "cartpole_capped_blocks": ("cartpole_ppo", ["num_envs=5000", "num_steps=30"]),
     "mpe_capped_blocks": ("mpe_simple_spread_ppo", ["num_envs=2000", "num_steps=30"]),
-    # Two groups in capped blocks: 2 Tag duels a block (14 rows, agent by agent: tiles
-    # of one group, one of two groups' rows, one partial).
-    "tag_duel_capped_blocks": ("tag_duel_cpu", ["num_envs=2000", "num_steps=10"]),
+    # Two groups in capped blocks: 2 Tag duels a block (14 rows, agent by agent); with
+    # 3 taggers and 4 runners the second tile holds both groups' rows, the last is partial.
+    "tag_duel_capped_blocks": ("tag_duel_cpu", ["num_envs=2000", "num_steps=10",
+                                                "env_params.num_taggers=3",
+                                                "env_params.num_runners=4"]),
 }
 
 

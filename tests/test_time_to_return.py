@@ -120,6 +120,8 @@ def test_tiny_mpe_run_writes_the_documented_json(bench, tmp_path):
     assert (hp["num_envs"], hp["num_steps"], hp["lr"], hp["update_epochs"],
             hp["num_minibatches"]) == (16, 128, 2.5e-4, 4, 4)
     assert set(sd["runs"]) == {"jaxwarp", "peer"}
+    assert sd["runs"]["jaxwarp"]["rollout"] == (
+        "step by step: the cpu backend (XLA:CPU's matmuls are faster there)")
     for key, run in sd["runs"].items():
         assert run["num_updates"] == 2 and run["seeds"] == 2, key
         assert run["batch_env_steps"] == 16 * 128

@@ -5,8 +5,10 @@ policy groups with a team pass and observation parts (Tag duel), and 110
 agents whose forward pass runs in several passes of rows (Tag, 256-256);
 and enough envs that blocks are capped at 16 agents (`kMaxBlockRows`: CartPole
 5,000 envs, full row tiles; MPE 2,000 envs, 15 rows a block, a partial tile;
-Tag duel 2,000 envs, rows of two groups in one tile). Arguments: the indices
-of the cases to run (default: all).
+Tag duel 2,000 envs with 3 taggers, rows of two groups in one tile). The
+fused rollout is forced where the trainer would pick the scan (past
+`fused.MAX_FUSED_WORK`), as in tests/test_fused_rollout.py. Arguments: the
+indices of the cases to run (default: all).
 
     compute-sanitizer --tool racecheck --kernel-name regex:rollout \\
         python experiments/tools/fused_sanitize.py 5 6 7
@@ -26,12 +28,15 @@ CASES = [("mpe_simple_spread_ppo", ["num_envs=5", "num_steps=30", "num_minibatch
          ("tag_warpdrive_default", ["num_envs=2", "num_steps=4", "num_minibatches=2"]),
          ("cartpole_ppo", ["num_envs=5000", "num_steps=3"]),
          ("mpe_simple_spread_ppo", ["num_envs=2000", "num_steps=3"]),
-         ("tag_duel_cpu", ["num_envs=2000", "num_steps=3"])]
+         ("tag_duel_cpu", ["num_envs=2000", "num_steps=3", "env_params.num_taggers=3",
+                           "env_params.num_runners=4"])]
+# The fused rollout wherever it can run, whatever its size (the cases are its layouts).
+fused.plan = lambda policy, env, sums, *a: fused.build(policy, env, sums)
 
 for i in [int(a) for a in sys.argv[1:]] or range(len(CASES)):
     config, overrides = CASES[i]
     t = build_trainer(load_config(config, [*overrides, "backend=cuda"]))
-    assert fused.why_not(t.policy, t.env, t.sampler, False) is None, config
+    assert t.rollout_path == "fused", (config, t.rollout_path)
     rs = jax.jit(t.init)(jax.random.PRNGKey(0))
     out = jax.block_until_ready(jax.jit(t.rollout)(rs, jax.random.PRNGKey(1)))
     print(config, overrides[0], "ok", float(out[-1].reward.sum()), flush=True)

@@ -39,12 +39,13 @@ MAX_FUSED_PARAMS = 16384
 # And at most this much work per launch: agents (envs x agents, every vmapped
 # seed's) times parameters per group. The forward pass's FMAs take time in
 # proportion to it, XLA's tensor-core matmuls far less, so past some size the
-# step-by-step rollout's launches cost less than the kernel's arithmetic. On
-# the H200 (10 seeds, 64-64 models, `peer_profile.py`, docs/decisions.md) the
-# fused rollout won at 2-5e7 (CartPole 2,048 envs, MPE 3,072 agents, Tag duel
-# 4,480 agents), drew at 1.8e8 (CartPole, 20,480 envs), and lost at 3e8 (MPE,
-# 30,720 agents) and 1.7e9 (Tag duel, 143,360 agents: 41 ms a rollout against
-# 11 ms step by step).
+# step-by-step rollout's launches cost less than the kernel's arithmetic. With
+# 64-64 models (docs/decisions.md) the fused rollout won at 2-3e7 (one seed of
+# CartPole 2,048 envs and MPE 3,072 agents, `bench_fused_rollout.py`) and at
+# 5.4e7 (Tag duel, 10 x 64 envs, H200), drew at 1.8e8 (CartPole, 10 x 2,048 envs,
+# H100) and lost at 3.4e8 (MPE, 10 x 1,024 envs, H100) and 1.7e9 (Tag duel, 10 x
+# 2,048 envs, H200: 41 ms a rollout against 11 ms step by step); the limit sits
+# between the last win and the draw (nothing measured in between).
 MAX_FUSED_WORK = 100_000_000
 
 
@@ -149,7 +150,8 @@ class FusedRollout(NamedTuple):
         Under `jax.vmap` (several seeds) the members' envs fold into one
         launch; where they would make it more than MAX_FUSED_WORK (agents
         of the launch times parameters per group) the members run the
-        step-by-step rollout instead, as `choice` picks it for one member."""
+        step-by-step rollout instead, as `choice` picks it for one member.
+        (One level of vmap: the trainer's, over seeds.)"""
 
         def fused_one(params, stats, env_state, obs, carry, first, key):
             return self._fused(params, env_state, obs, carry, first, key, num_steps)
@@ -174,7 +176,8 @@ class FusedRollout(NamedTuple):
         return one(params, stats, env_state, obs, carry, first, key)
 
     def _fused(self, params, env_state, obs, carry, first, key, num_steps):
-        """The fused call for one member (`__call__`'s results)."""
+        """The fused call for one member: obs f32[envs, agents, obs_dim],
+        first bool[envs], key a PRNG key; `__call__`'s results."""
         env_keys, head_keys = self.keys(key, num_steps)
         weights = pack(params, list(self.policy.groups.ids))
         env_state, next_obs, traj = _call(self, env_keys, head_keys, weights, obs, env_state)
