@@ -997,9 +997,47 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
         *table(TTR_HEADER,
                _time_to_return_rows(_read_json(root, TIME_TO_RETURN_WORK_RULE_H100))),
         *sources_block(root, [TIME_TO_RETURN_WORK_RULE_H100]),
+        "",
+        "MPE's sample gap at GPU size, env or trainer: 10 seeds, 100 updates (1,024 envs × 32 "
+        "steps; the learning rate anneals over the 100), updates to a return of −22.9 (the GPU "
+        "runs' threshold) of the seed-mean curve and per seed, "
+        f"{on(root, SAMPLE_GAP_CPU)} (env-steps do not depend on the device):",
+        "",
+        *table(["trainer", "env", "updates (seed-mean curve)", "updates per seed",
+                "final return"], _sample_gap_rows(root)),
+        *sources_block(root, [SAMPLE_GAP_CPU, PEER_ENV_SWAP_CPU]),
     ]
     return lines, [TIME_TO_RETURN, TIME_TO_RETURN_PAPER, TIME_TO_RETURN_FUSED,
-                   TIME_TO_RETURN_FUSED_H100, TIME_TO_RETURN_WORK_RULE_H100]
+                   TIME_TO_RETURN_FUSED_H100, TIME_TO_RETURN_WORK_RULE_H100, SAMPLE_GAP_CPU,
+                   PEER_ENV_SWAP_CPU]
+
+
+SAMPLE_GAP_CPU = Source("train_h100.json", "python experiments/bench_time_to_return.py --cases "
+                        "mpe --scale gpu --seeds 10 --total-steps 3276800 --backend cpu "
+                        "--threshold mpe=-22.9", part="sample_gap_mpe_gpu_cpu.json")
+PEER_ENV_SWAP_CPU = Source("train_h100.json", "python experiments/tools/peer_env_swap.py "
+                           "--scale gpu --total-steps 3276800 --seeds 10 --threshold -22.9 "
+                           "--backend cpu --envs jaxwarp", part="peer_env_swap_cpu.json")
+
+
+def _sample_gap_rows(root: Path) -> list[list[str]]:
+    def pm(m: dict) -> str:
+        return f"{m['mean']:.1f} ± {m['ci95']:.1f}"
+
+    rows = []
+    sc = _read_json(root, SAMPLE_GAP_CPU)["cases"]["mpe"]["scales"]["gpu"]
+    for name, trainer, env in (("jaxwarp", "jaxwarp", "jaxwarp's (`cpu`)"),
+                               ("peer", "IPPO peer", "JaxMARL's")):
+        r = sc["runs"][name]
+        per_update = r["run_s"] / r["num_updates"]
+        secs = r["to_threshold"]["per_seed_seconds"]
+        rows.append([trainer, env, str(r["to_threshold"]["updates"]),
+                     pm({k: secs[k] / per_update for k in ("mean", "ci95")}),
+                     pm(r["final_return"])])
+    swap = _read_json(root, PEER_ENV_SWAP_CPU)["runs"]["jaxwarp"]
+    rows.append(["IPPO peer", "jaxwarp's (`cpu`)", str(swap["updates_to_threshold"]),
+                 pm(swap["per_seed_updates"]), pm(swap["final_return"])])
+    return rows
 
 
 TIME_TO_RETURN_FUSED = Source("time_to_return_fused_h200.json",
