@@ -49,6 +49,12 @@ MAX_FUSED_PARAMS = 16384
 MAX_FUSED_WORK = 100_000_000
 
 
+def _past_work_limit(agents: int, params: int) -> bool:
+    """Whether a launch of `agents` agents of `params` parameters per group is
+    past MAX_FUSED_WORK (`choice` for one run, the vmap rule for seeds)."""
+    return agents * params > MAX_FUSED_WORK
+
+
 def _architecture(net: Any) -> tuple | str:
     """The MLP's (hidden sizes, activation, shared torso), or why it is not fusable."""
     if type(net) is not MLPActorCritic:
@@ -169,7 +175,7 @@ class FusedRollout(NamedTuple):
             args = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (size, *x.shape)),
                                 args, tuple(in_batched))
             agents = size * args[3].shape[1] * args[3].shape[2]  # obs [size, envs, agents, dim]
-            big = agents * param_count(self.mlp) > MAX_FUSED_WORK
+            big = _past_work_limit(agents, param_count(self.mlp))
             out = jax.vmap(step_by_step if big else fused_one)(*args)
             return out, jax.tree.map(lambda _: True, out)
 
@@ -248,7 +254,7 @@ def choice(policy: Policy, env: Any, sampler: str, sharded: bool, num_envs: int 
         agents = num_envs * env.num_agents
         if n > MAX_FUSED_PARAMS:
             why = f"{n} parameters per group (fused up to {MAX_FUSED_PARAMS})"
-        elif agents * n > MAX_FUSED_WORK:
+        elif _past_work_limit(agents, n):
             why = (f"{agents} agents x {n} parameters a launch (fused up to "
                    f"{MAX_FUSED_WORK:.0e})")
     return "fused" if why is None else f"step by step: {why}"
