@@ -1,4 +1,4 @@
-"""The `mlp` model's fused kernels (jaxwarp.train.mlp_kernel) against XLA's layers.
+"""The `mlp` model's fused kernels (jaxwarp.models.mlp_kernel) against XLA's layers.
 
 For each case (a shipped model at its training minibatch size) the model's
 forward pass and its forward + backward (gradient of a fixed linear function
@@ -33,8 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp.benchmark import run_meta
-from jaxwarp.train import mlp_kernel
-from jaxwarp.train.models import MLPActorCritic
+from jaxwarp.models import MLPActorCritic, mlp_kernel
 from jaxwarp.units import device_name, rate_text
 
 # name -> (obs features, hidden, logits, shared torso, activation, dtype, rows)

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxwarp.train.models import orthogonal
+from jaxwarp.models import orthogonal
 
 
 @dataclasses.dataclass(frozen=True)

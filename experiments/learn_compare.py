@@ -2,7 +2,7 @@
 for several variants of one config, at the same number of env-steps.
 
 Each variant (a name and its key=value overrides on top of the shared
-overrides) trains through `jaxwarp.train.loop.train_run` (the code behind
+overrides) trains through `jaxwarp.run.loop.train_run` (the code behind
 ``jaxwarp train``) for ``--env-steps``; a random-tagger baseline of the same
 config gives the reference level (the runs themselves go to --work, by
 default a temporary folder). Writes <out>/learn_compare.json (per
@@ -35,8 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from jaxwarp.benchmark import run_meta
-from jaxwarp.train import load_config, mlp_kernel
-from jaxwarp.train.loop import read_metrics, train_run
+from jaxwarp.models import mlp_kernel
+from jaxwarp.run.loop import read_metrics, train_run
+from jaxwarp.train import load_config
 from jaxwarp.units import rate_text
 
 

@@ -3,7 +3,7 @@
 1. Random baseline: the same config with the taggers' policy replaced by a
    uniform random one, run long enough for episodes to finish; its mean
    tags per episode is the reference level.
-2. Training run through `jaxwarp.train.loop.train_run` (the code behind
+2. Training run through `jaxwarp.run.loop.train_run` (the code behind
    ``jaxwarp train``) for a wall-clock budget (compile included).
 3. Writes <out>/learn_tag.json (both curves, tags-per-episode ratio to
    random at the budget) and <out>/learn_tag.png (tags per episode vs
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxwarp.run.loop import read_metrics, train_run
 from jaxwarp.train import load_config
-from jaxwarp.train.loop import read_metrics, train_run
 from jaxwarp.units import rate_text
 
 

@@ -593,7 +593,7 @@ def _kernel_lines(root: Path) -> list[str]:
         "### The fused MLP kernels",
         "",
         "`experiments/bench_mlp_kernel.py --train`: bench_train.py's cases with the `mlp` "
-        "model's layers as the Pallas kernels (`jaxwarp/train/mlp_kernel.py`: every layer of a "
+        "model's layers as the Pallas kernels (`jaxwarp/models/mlp_kernel.py`: every layer of a "
         "row tile on chip) and as XLA's matmuls, and the pure-JAX env backend (on the kernels), "
         f"in one process, {on(root, KERNEL)}. ms per update and ms of rollout: kernels / XLA; "
         "MFU: the XLA program's matmul FLOPs per update (its jaxpr count; the kernels' are "

@@ -51,9 +51,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-
 from ippo_reference import VecEnv, _log_softmax_pick
-from jaxwarp.train.models import orthogonal
+
+from jaxwarp.models import orthogonal
 
 _ZEROS = nn.initializers.zeros
 

@@ -162,8 +162,8 @@ def _eval(args: argparse.Namespace) -> int:
     import json
 
     from jaxwarp.authoring import EnvBuildError
-    from jaxwarp.train.evaluate import evaluate_run, seed_lines, summary_line
-    from jaxwarp.train.loop import RunError
+    from jaxwarp.run.evaluate import evaluate_run, seed_lines, summary_line
+    from jaxwarp.run.loop import RunError
 
     path = Path(args.json) if args.json else Path(args.run) / "eval.json"
     if args.json and not path.parent.is_dir():  # before the evaluation, not after it
@@ -219,7 +219,7 @@ def _render(args: argparse.Namespace) -> int:
 
     try:
         if args.run:
-            from jaxwarp.train.evaluate import load_run, render_run
+            from jaxwarp.run.evaluate import load_run, render_run
 
             frames = render_run(load_run(args.run), args.steps, args.size, args.seed)
             default = Path(args.run) / "trained_vs_random.gif"
@@ -432,9 +432,9 @@ def _main(argv: list[str] | None) -> int:
         return _eval(args)
 
     from jaxwarp.authoring import EnvBuildError
-    from jaxwarp.train.checkpoint import checkpoint_steps
+    from jaxwarp.run.checkpoint import checkpoint_steps
+    from jaxwarp.run.loop import CheckpointWarning, RunError, train_run
     from jaxwarp.train.config import ConfigError, default_config_for, load_config
-    from jaxwarp.train.loop import CheckpointWarning, RunError, train_run
     from jaxwarp.train.seeds import check_seeds
 
     def one_line_warning(message, category, filename, lineno, file=None, line=None):
@@ -513,7 +513,7 @@ def _main(argv: list[str] | None) -> int:
                   f"{result.out_dir} (jaxwarp eval --run {result.out_dir} evaluates it)",
                   file=sys.stderr)
             return 130
-    from jaxwarp.train.distributed import finish, is_primary
+    from jaxwarp.run.distributed import finish, is_primary
 
     if is_primary():
         print(f"outputs in {Path(result.out_dir)}")
@@ -525,7 +525,7 @@ def _finished(out: Path) -> str | None:
     """"N/N updates" when out's summary.json says the run is finished, else None."""
     import json
 
-    from jaxwarp.train.metrics import SUMMARY_FILE
+    from jaxwarp.run.metrics import SUMMARY_FILE
 
     try:
         s = json.loads((out / SUMMARY_FILE).read_text())
@@ -588,10 +588,9 @@ def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> None:
     import json
 
     from jaxwarp.render import write_gif
-    from jaxwarp.train.distributed import is_primary
-    from jaxwarp.train.evaluate import evaluate_run, load_run, render_run, seed_lines
-    from jaxwarp.train.evaluate import summary_line
-    from jaxwarp.train.plot import plot_run
+    from jaxwarp.run.distributed import is_primary
+    from jaxwarp.run.evaluate import evaluate_run, load_run, render_run, seed_lines, summary_line
+    from jaxwarp.run.plot import plot_run
 
     # Over several processes every process evaluates its own copy of the
     # policies on its own device (the same figures); process 0 alone writes

@@ -27,15 +27,15 @@ imports one module first (docs/models.md).
 
 from __future__ import annotations
 
+from jaxwarp.models import MODEL_GROUP, load_model_plugins
 from jaxwarp.registry import ENV_GROUP, PluginError, load_env_plugins
-from jaxwarp.train.models import MODEL_GROUP, load_model_plugins
 
 __all__ = ["ENV_GROUP", "MODEL_GROUP", "PluginError", "load_plugins"]
 
 
 def load_plugins(groups: tuple[str, ...] = (ENV_GROUP, MODEL_GROUP)) -> None:
     """Loads and registers every installed entry point of `groups`, once per
-    group and process (envs: `jaxwarp.registry`, models: `jaxwarp.train.models`,
+    group and process (envs: `jaxwarp.registry`, models: `jaxwarp.models`,
     which own their groups). Raises PluginError naming the entry point that fails."""
     if ENV_GROUP in groups:
         load_env_plugins()

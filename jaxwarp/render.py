@@ -194,7 +194,7 @@ def rollout_states(env: Any, key: jax.Array, num_envs: int, steps: int | None = 
     sooner restarts as usual and is left as it ends at the last step). Finished
     envs restart inside every other step.
     policy(key, obs, state) -> i32[num_envs, num_agents, heads]; None: uniform
-    random actions. A policy with memory (``jaxwarp.train.evaluate.RunPolicy``,
+    random actions. A policy with memory (``jaxwarp.run.evaluate.RunPolicy``,
     recurrent models) has ``initial_carry(num_envs)`` and is called
     ``actions, carry = policy(key, obs, state, carry, first)``, first bool[num_envs]
     marking the envs whose obs begins an episode.

@@ -120,7 +120,7 @@ def test_matmul_flops_count_forward_backward_scans_and_dtypes():
     assert wl == {"float32": 2 * 8 * 16 * 4 + 2 * 8 * 4 * 4}
     # A Pallas kernel: its body's products once per grid point (the fused MLP's
     # forward over 4 tiles of 128 rows: the model's matmuls, nothing padded here).
-    from jaxwarp.train import mlp_kernel
+    from jaxwarp.models import mlp_kernel
 
     lay = mlp_kernel.Layout(128, (256,), 64, 1, "relu", "float32")
     ws = (jnp.zeros((128, 256)), jnp.zeros(256), jnp.zeros((256, 64)), jnp.zeros(64))

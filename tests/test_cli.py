@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from jaxwarp.cli import main
-from jaxwarp.train import loop
+from jaxwarp.run import loop
 from jaxwarp.train.config import config_description, load_config, shipped_configs
 
 REPO = Path(__file__).resolve().parents[1]

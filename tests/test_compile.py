@@ -10,10 +10,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwarp.train import (COMPILER_OPTIONS, ConfigError, TrainConfig, compiler_options,
-                           config_from_dict, jit, load_config)
+from jaxwarp.run import loop
+from jaxwarp.train import (
+    COMPILER_OPTIONS,
+    ConfigError,
+    TrainConfig,
+    compiler_options,
+    config_from_dict,
+    jit,
+    load_config,
+)
 from jaxwarp.train import compile as compile_mod
-from jaxwarp.train import loop
 
 DET = "xla_gpu_deterministic_ops"
 

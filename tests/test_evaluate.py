@@ -11,9 +11,9 @@ import pytest
 from PIL import Image
 
 from jaxwarp import cli
+from jaxwarp.run.evaluate import evaluate, load_run, make_policy, matchups, play, summary_line
+from jaxwarp.run.loop import train_run
 from jaxwarp.train.config import load_config
-from jaxwarp.train.evaluate import evaluate, load_run, make_policy, matchups, play, summary_line
-from jaxwarp.train.loop import train_run
 
 TINY = ["num_envs=8", "num_steps=8", "total_env_steps=128", "chunk_updates=1",
         "checkpoint_every=1", "env_params.episode_length=12",
@@ -157,7 +157,7 @@ def test_duel_cpu_main_job_both_groups_beat_random(tmp_path):
 
 
 def test_metric_columns_have_one_order_for_every_env(run_dir):
-    from jaxwarp.train.metrics import metric_rows
+    from jaxwarp.run.metrics import metric_rows
 
     head = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert head[:5] == ["update", "seed", "env_steps", "env_steps_per_s", "wall_s"]
@@ -169,7 +169,7 @@ def test_metric_columns_have_one_order_for_every_env(run_dir):
 
 
 def test_learning_curve_draws_the_levels_of_eval_json(run_dir):
-    from jaxwarp.train.plot import _eval_json, _reference_lines, plot_run
+    from jaxwarp.run.plot import _eval_json, _reference_lines, plot_run
 
     assert cli.main(["eval", "--run", str(run_dir), "--episodes", "4"]) == 0
     ev = json.loads((run_dir / "eval.json").read_text())["matchups"]
@@ -232,7 +232,7 @@ def test_eval_fails_clearly_when_episodes_do_not_finish(run_dir, monkeypatch, ca
     """An env whose stated length is shorter than its episodes: eval names
     the env, the steps rolled out and how many episodes finished, instead of
     reporting the zeros the unfinished episodes started from."""
-    import jaxwarp.train.evaluate as ev
+    import jaxwarp.run.evaluate as ev
 
     monkeypatch.setattr(ev, "episode_length", lambda env: 3)  # the tiny run's episodes: 12
     run = load_run(run_dir)
@@ -276,7 +276,7 @@ def _two_seeds(run_dir):
 
 
 def test_evaluate_seeds_reports_each_seed_and_the_pool(run_dir):
-    from jaxwarp.train.evaluate import evaluate_seeds, seed_lines
+    from jaxwarp.run.evaluate import evaluate_seeds, seed_lines
 
     runs = _two_seeds(run_dir)
     r = evaluate_seeds(runs, episodes=4, seed=0)
@@ -306,7 +306,7 @@ def test_evaluate_seeds_reports_each_seed_and_the_pool(run_dir):
 
 
 def test_evaluate_seeds_with_one_seed_and_bad_input(run_dir):
-    from jaxwarp.train.evaluate import evaluate_run, evaluate_seeds, load_runs
+    from jaxwarp.run.evaluate import evaluate_run, evaluate_seeds, load_runs
 
     runs = load_runs(run_dir)
     assert len(runs) == 1 and runs[0].seed == 0 and runs[0].update == 2
@@ -325,7 +325,7 @@ def test_evaluate_seeds_with_one_seed_and_bad_input(run_dir):
 
 
 def seed_lines_of(result):
-    from jaxwarp.train.evaluate import seed_lines
+    from jaxwarp.run.evaluate import seed_lines
 
     return seed_lines(result)
 
@@ -363,7 +363,7 @@ def _figure_of(out, monkeypatch):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from jaxwarp.train.plot import plot_run
+    from jaxwarp.run.plot import plot_run
 
     drawn = []
     monkeypatch.setattr(plt, "close", lambda fig=None: drawn.append(fig))
@@ -469,7 +469,7 @@ def test_plot_of_a_single_group_and_of_a_frozen_opponent(tmp_path, monkeypatch):
 
 
 def test_plot_ignores_an_eval_json_with_unfinished_episodes(tmp_path, monkeypatch):
-    from jaxwarp.train.plot import _eval_json
+    from jaxwarp.run.plot import _eval_json
 
     stale = json.loads(json.dumps(TAG_EVAL))
     stale["matchups"]["random"]["finished"] = _fig(0.0)  # written before the eval fix
@@ -482,7 +482,7 @@ def test_plot_ignores_an_eval_json_with_unfinished_episodes(tmp_path, monkeypatc
 
 
 def test_seed_band_is_the_t_interval_over_the_seeds_that_have_a_value():
-    from jaxwarp.train.plot import _seed_band
+    from jaxwarp.run.plot import _seed_band
 
     vals = np.array([[1.0, 3.0], [np.nan, 2.0], [np.nan, np.nan], [2.0, 2.0]])
     mean, lo, hi = _seed_band(vals)

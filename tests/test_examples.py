@@ -11,7 +11,7 @@ import numpy as np
 
 import jaxwarp
 from jaxwarp.cli import main as cli_main
-from jaxwarp.train.loop import read_metrics
+from jaxwarp.run.loop import read_metrics
 from jaxwarp.train.trainer import import_env_module
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "goal_reach" / "goal_reach.py"

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from jaxwarp.cli import main as cli_main
+from jaxwarp.run import checkpoint as checkpoint_module
+from jaxwarp.run import loop
+from jaxwarp.run import metrics as metrics_module
+from jaxwarp.run.loop import StorageError, train_run
+from jaxwarp.run.metrics import read_metrics
 from jaxwarp.train import load_config
-from jaxwarp.train import checkpoint as checkpoint_module
-from jaxwarp.train import metrics as metrics_module
-from jaxwarp.train import loop
-from jaxwarp.train.metrics import read_metrics
-from jaxwarp.train.loop import StorageError, train_run
 
 # 8 updates of 4 envs x 4 steps; checkpoints every 2 updates (Orbax keeps the last 2).
 TINY = ["--env", "cartpole", "backend=jax", "num_envs=4", "num_steps=4",
@@ -172,7 +172,7 @@ def test_orbax_logs_of_handled_faults_are_dropped_and_others_kept():
     it in one line), and Orbax's expected warnings, are dropped; other errors pass."""
     import logging
 
-    from jaxwarp.train.checkpoint import _LOG_FILTER
+    from jaxwarp.run.checkpoint import _LOG_FILTER
 
     def record(name, level, path, msg, exc=None):
         return logging.LogRecord(name, level, path, 1, msg, None,

@@ -99,7 +99,7 @@ def test_importing_the_cli_loads_nothing_heavy():
 
 
 @pytest.mark.parametrize("module, how", [("numpy", "raise"), ("jax", "raise"),
-                                         ("flax", "raise"), ("jaxwarp.train.loop", "raise"),
+                                         ("flax", "raise"), ("jaxwarp.run.loop", "raise"),
                                          ("flax", "gc")])
 def test_ctrl_c_during_the_imports_stops_with_one_line_and_130(tmp_path, module, how):
     """SIGINT while main() imports jax, flax, the envs, the trainer (before the
@@ -122,7 +122,7 @@ def _plugin_dist(tmp_path: Path) -> Path:
     site = tmp_path / "site"
     site.mkdir()
     (site / "jw_demo_models.py").write_text(textwrap.dedent("""
-        from jaxwarp.train.models import MLPActorCritic
+        from jaxwarp.models import MLPActorCritic
 
         def tiny_mlp(nvec, policy):
             return MLPActorCritic(tuple(int(n) for n in nvec), (4,), "tanh")
@@ -165,7 +165,7 @@ def test_env_module_names_a_model_on_the_command_line(tmp_path, monkeypatch, cap
     run's eval finds it again from another folder; an unknown model's error says
     how to name one."""
     (tmp_path / "my_models.py").write_text(textwrap.dedent("""
-        from jaxwarp.train.models import MLPActorCritic, register_model
+        from jaxwarp.models import MLPActorCritic, register_model
 
         register_model("my_tiny_mlp", lambda nvec, policy: MLPActorCritic(
             tuple(int(n) for n in nvec), (4,), "tanh"))
@@ -190,9 +190,9 @@ def test_env_module_names_a_model_on_the_command_line(tmp_path, monkeypatch, cap
 def test_config_yaml_keeps_env_module_absolute(tmp_path, monkeypatch):
     """env_module=relative/path.py is stored absolute, so the run folder works
     from any folder (eval --run, --resume)."""
-    from jaxwarp.train.checkpoint import read_saved_config
+    from jaxwarp.run.checkpoint import read_saved_config
+    from jaxwarp.run.loop import _absolute_env_module
     from jaxwarp.train.config import load_config
-    from jaxwarp.train.loop import _absolute_env_module
 
     monkeypatch.chdir(ROOT)
     config = load_config(None, ["env_module=examples/goal_reach/goal_reach.py"])
@@ -228,8 +228,8 @@ def test_render_draws_a_user_env_named_by_env_module(tmp_path, monkeypatch, caps
 
 @pytest.fixture(scope="module")
 def cartpole_run(tmp_path_factory):
+    from jaxwarp.run.loop import train_run
     from jaxwarp.train.config import load_config
-    from jaxwarp.train.loop import train_run
 
     out = tmp_path_factory.mktemp("runs") / "cartpole"
     train_run(load_config(None, TINY), out, progress=False)
@@ -237,7 +237,7 @@ def cartpole_run(tmp_path_factory):
 
 
 def test_gif_panels_are_labelled_with_step_and_score(cartpole_run):
-    from jaxwarp.train.evaluate import LINE_PX, label_panels, load_run, render_run
+    from jaxwarp.run.evaluate import LINE_PX, label_panels, load_run, render_run
 
     frames = render_run(load_run(cartpole_run), steps=3, size=64)
     head = LINE_PX * 3 + 2  # "trained"/"random", "step t", "score s"
@@ -268,7 +268,7 @@ def test_a_trained_policy_from_python_as_documented(cartpole_run, capsys):
 
 def test_eval_json_into_a_missing_folder_fails_before_evaluating(cartpole_run, capsys,
                                                                   monkeypatch):
-    import jaxwarp.train.evaluate as ev
+    import jaxwarp.run.evaluate as ev
 
     monkeypatch.setattr(ev, "evaluate_run", lambda *a, **k: pytest.fail("evaluated"))
     assert cli.main(["eval", "--run", str(cartpole_run), "--json", "missing/dir/e.json"]) == 2
@@ -306,7 +306,7 @@ def test_a_line_per_chunk_when_stdout_is_not_a_terminal(tmp_path):
 def test_a_return_before_any_episode_ended_is_said_not_nan(capsys):
     """A group's episode_return is NaN until one of its episodes ends: the
     line per chunk says so instead of printing nan."""
-    from jaxwarp.train.loop import _Progress
+    from jaxwarp.run.loop import _Progress
 
     bar = _Progress(total=2, done=0, batch=8, enabled="lines")
     bar.advance(1, 1000.0, [{"update": 1, "agent/episode_return": float("nan")}])

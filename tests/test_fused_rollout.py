@@ -258,7 +258,7 @@ def test_packed_parameters_follow_the_layers_in_order():
 def test_summary_names_the_rollout_path(tmp_path):
     import json
 
-    from jaxwarp.train.loop import train_run
+    from jaxwarp.run.loop import train_run
 
     c = load_config("cartpole_ppo", [*BASE, "num_envs=4", "num_steps=8", "num_minibatches=1",
                                      "total_env_steps=64", "chunk_updates=2",

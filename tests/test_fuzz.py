@@ -1320,7 +1320,7 @@ def run_cli(argv: list[str]):
     """(exit code, stdout, stderr, config or None): main(argv) up to the point
     where training would start (the trainer is built, then we stop)."""
     from jaxwarp import cli
-    from jaxwarp.train import loop
+    from jaxwarp.run import loop
 
     real = loop.build_trainer
 

@@ -1,4 +1,4 @@
-"""The fused MLP kernels (jaxwarp.train.mlp_kernel) against XLA's layers.
+"""The fused MLP kernels (jaxwarp.models.mlp_kernel) against XLA's layers.
 
 On the CPU the kernels run in Pallas's interpreter (the same kernel bodies,
 executed op by op); on a CUDA GPU they are the Triton kernels the `mlp`
@@ -12,8 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwarp.train import mlp_kernel
-from jaxwarp.train.models import MLPActorCritic
+from jaxwarp.models import MLPActorCritic, mlp_kernel
 
 CASES = [
     # (obs features, hidden, logits, shared torso, activation, dtype, rows)

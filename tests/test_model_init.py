@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from jaxwarp.benchmark import _sub_jaxprs
+from jaxwarp.models import orthogonal
 from jaxwarp.train import build_trainer, load_config
-from jaxwarp.train.models import orthogonal
 
 
 @pytest.mark.parametrize("shape", [(7, 16), (16, 5), (16, 1)])

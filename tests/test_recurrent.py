@@ -10,10 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
-from jaxwarp.train import losses
-from jaxwarp.train.evaluate import evaluate, load_run
-from jaxwarp.train.loop import train_run
+from jaxwarp.run.evaluate import evaluate, load_run
+from jaxwarp.run.loop import train_run
+from jaxwarp.train import ConfigError, build_trainer, load_config, losses, make_train
 
 GRU = ["backend=jax", "sampler=jax", "policies.agent.model=gru",
        "policies.agent.hidden_sizes=[16]", "policies.agent.rnn_size=8"]

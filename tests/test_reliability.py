@@ -27,14 +27,14 @@ import jaxwarp
 from jaxwarp.cli import main as cli_main
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import _REGISTRY
-from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
-from jaxwarp.train.loop import (
+from jaxwarp.run.loop import (
     CheckpointError,
     CheckpointWarning,
     RunLockedError,
     _RunLock,
     train_run,
 )
+from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
 
 # 8 updates of 4 envs x 4 steps; checkpoints every 2 updates (Orbax keeps the last 2).
 TINY = ["--env", "cartpole", "backend=jax", "num_envs=4", "num_steps=4",
@@ -180,7 +180,7 @@ def test_killed_run_leaves_no_stale_lock(tmp_path):
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
             from pathlib import Path
-            from jaxwarp.train.loop import _RunLock
+            from jaxwarp.run.loop import _RunLock
             lock = _RunLock(Path({str(out)!r}))
             print("locked", flush=True)
             time.sleep(120)
@@ -417,7 +417,7 @@ def _interrupt_after(monkeypatch, chunks: int, how: str) -> None:
     """Ctrl-C after `chunks` chunks of a run: a real SIGINT to this process
     (how="signal"), or KeyboardInterrupt raised by the progress bar's update
     (how="raise", as where no SIGINT handler of ours is installed)."""
-    from jaxwarp.train import loop
+    from jaxwarp.run import loop
 
     calls = []
     advance = loop._Progress.advance

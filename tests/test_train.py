@@ -16,11 +16,19 @@ import pytest
 
 import jaxwarp
 from jaxwarp.cli import main as cli_main
-from jaxwarp.train import (ConfigError, TrainConfig, build_trainer, config_from_dict, derived,
-                           load_config, make_train, shipped_configs)
-from jaxwarp.train import losses
-from jaxwarp.train.models import MLPActorCritic
-from jaxwarp.train.loop import read_metrics, train_run
+from jaxwarp.models import MLPActorCritic
+from jaxwarp.run.loop import read_metrics, train_run
+from jaxwarp.train import (
+    ConfigError,
+    TrainConfig,
+    build_trainer,
+    config_from_dict,
+    derived,
+    load_config,
+    losses,
+    make_train,
+    shipped_configs,
+)
 
 TINY_ENV = {"num_taggers": 2, "num_runners": 3, "grid_length": 5.0, "episode_length": 12,
             "num_acceleration_levels": 3, "num_turn_levels": 3,
@@ -141,7 +149,7 @@ def test_mlp_matches_plain_dense_layers(shared, hidden):
 
 
 def test_weight_gradient_row_blocks():
-    from jaxwarp.train.mlp_kernel import row_blocks as _row_blocks
+    from jaxwarp.models.mlp_kernel import row_blocks as _row_blocks
     assert _row_blocks(1_000_000) == 125  # 8,000 rows per block
     assert _row_blocks(2_500_000) == 125
     assert _row_blocks(1024 * 96) == 96

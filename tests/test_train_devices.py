@@ -179,8 +179,8 @@ def _worker_runner(tmp: str) -> dict:
     import jax
     import numpy as np
 
+    from jaxwarp.run.loop import read_metrics, train_run
     from jaxwarp.train import build_trainer, make_train
-    from jaxwarp.train.loop import read_metrics, train_run
 
     assert jax.device_count() == DEVICES, jax.devices()
     base = Path(tmp)
@@ -384,7 +384,7 @@ def test_sampler_choice_over_devices(report):
 MULTIHOST_SCRIPT = """
 import json, sys
 from jaxwarp.train import load_config
-from jaxwarp.train.loop import train_run
+from jaxwarp.run.loop import train_run
 config = load_config("cartpole_ppo", json.loads(sys.argv[2]))
 r = train_run(config, sys.argv[1], progress=False)
 import jax

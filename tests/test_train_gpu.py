@@ -130,7 +130,7 @@ def _cli_train(out, *extra):
 
 
 def _metrics(out):
-    from jaxwarp.train.loop import read_metrics
+    from jaxwarp.run.loop import read_metrics
 
     return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in TIMING}
             for r in read_metrics(out)}
@@ -144,7 +144,7 @@ def _same_params(a, b):
 
 
 def test_same_command_twice_gives_the_same_bits_and_a_quiet_exit(tmp_path):
-    from jaxwarp.train.evaluate import load_run
+    from jaxwarp.run.evaluate import load_run
 
     procs = [_cli_train(tmp_path / f"run{i}") for i in range(2)]
     a, b = _metrics(tmp_path / "run0"), _metrics(tmp_path / "run1")
@@ -158,7 +158,7 @@ def test_same_command_twice_gives_the_same_bits_and_a_quiet_exit(tmp_path):
 
 
 # Both groups' models as bf16 128-128 MLPs: on the GPU they run on the fused
-# Pallas kernels (jaxwarp/train/mlp_kernel.py), whose weight gradients are
+# Pallas kernels (jaxwarp/models/mlp_kernel.py), whose weight gradients are
 # XLA matmuls over row blocks and whose bias sums are per-tile partials summed
 # in a fixed order (no atomics).
 ON_KERNELS = [f"policies.{g}.{k}" for g in ("tagger", "runner")
@@ -168,7 +168,7 @@ ON_KERNELS = [f"policies.{g}.{k}" for g in ("tagger", "runner")
 def test_same_command_twice_on_the_fused_kernels_gives_the_same_bits(tmp_path):
     import json
 
-    from jaxwarp.train.evaluate import load_run
+    from jaxwarp.run.evaluate import load_run
 
     for i in range(2):
         _cli_train(tmp_path / f"run{i}", *ON_KERNELS)
@@ -182,9 +182,9 @@ def test_same_command_twice_on_the_fused_kernels_gives_the_same_bits(tmp_path):
 
 
 def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
+    from jaxwarp.run.evaluate import load_run
+    from jaxwarp.run.loop import train_run
     from jaxwarp.train import load_config
-    from jaxwarp.train.evaluate import load_run
-    from jaxwarp.train.loop import train_run
 
     c = load_config("tag_duel_cpu", DUEL[2:] + ["chunk_updates=2", "checkpoint_every=4"])
     full = train_run(c, tmp_path / "full", progress=False)

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import jaxwarp
+from jaxwarp.run.loop import train_run
+from jaxwarp.run.metrics import is_headline
 from jaxwarp.train import load_config
-from jaxwarp.train.metrics import env_metric_names, is_headline
-from jaxwarp.train.loop import train_run
+from jaxwarp.train.rollout import env_metric_names
 
 TRAIN = Path(jaxwarp.__file__).parent / "train"
 

@@ -34,7 +34,7 @@ def test_device_name_counts_devices_of_a_kind():
 
 def test_cli_summary_line_names_both_units_and_the_device(monkeypatch, tmp_path, capsys):
     from jaxwarp.cli import main
-    from jaxwarp.train import loop
+    from jaxwarp.run import loop
 
     def fake_train_run(config, out, **kwargs):
         summary = {"updates": 2, "num_updates": 2, "env_steps_per_seed": 4096, "seeds": 1,

@@ -1,16 +1,17 @@
-"""Training: PPO and A2C over jaxwarp envs as one jitted program.
+"""The algorithm: PPO and A2C over jaxwarp envs as one jitted program.
 
-`make_train(config) -> train(key)` (see `trainer`), configs (`config`),
-Flax models (`models`), and the host loop behind ``jaxwarp train`` (`loop`:
-`train_run`, chunks of `Trainer.run`, progress, lock, Ctrl-C) with its parts: the metric log
-(`metrics`), checkpoints and config.yaml (`checkpoint`), the learning curve
-(`plot`) and errors (`errors`); `evaluate` plays a saved run.
+`make_train(config) -> train(key)` (`trainer`) is the whole program; its
+pieces: the config (`config`), the rollout (`rollout`, `fused`: the whole
+rollout as one custom call), advantages and losses (`losses`), the update of
+one group (`learn`), the policy groups (`policy`), the data-parallel mesh
+(`mesh`). The models live in `jaxwarp.models`, the host loop behind
+``jaxwarp train`` (progress, checkpoints, Ctrl-C) in `jaxwarp.run`.
 """
 
+from jaxwarp.models import MLPActorCritic, UniformPolicy, register_model
+from jaxwarp.train.compile import COMPILER_OPTIONS, compiler_options, jit
 from jaxwarp.train.config import (ConfigError, PolicyConfig, TrainConfig, config_from_dict,
                                   derived, load_config, shipped_configs)
-from jaxwarp.train.models import MLPActorCritic, UniformPolicy, register_model
-from jaxwarp.train.compile import COMPILER_OPTIONS, compiler_options, jit
 from jaxwarp.train.trainer import RunnerState, Trainer, build_trainer, make_train
 
 __all__ = [

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from jaxwarp.errors import ConfigError
 from jaxwarp.params_check import QUOTE_LIMIT, quoted
 from jaxwarp.registry import env_spec
 
@@ -24,10 +25,6 @@ ALGORITHMS = ("ppo", "a2c")
 ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
 DTYPES = ("float32", "bfloat16")
 CONFIG_DIR = Path(__file__).parent / "configs"
-
-
-class ConfigError(ValueError):
-    """An unknown key or an invalid value in a training configuration."""
 
 
 # Seeds (a config's `seed`, the CLI's --seed) lie in [0, SEED_LIMIT): with
@@ -113,7 +110,7 @@ class TrainConfig:
     # must be divisible by devices x processes.
     devices: int | None = None
     # Multi-host: call jax.distributed.initialize at the start of the run (also done when
-    # JAX_COORDINATOR_ADDRESS is set); see jaxwarp/train/distributed.py.
+    # JAX_COORDINATOR_ADDRESS is set); see jaxwarp/run/distributed.py.
     distributed: bool = False
     # Reproducible GPU runs: XLA's deterministic GPU ops (no atomics in reductions), passed
     # per compilation (jaxwarp.train.jit); false: the faster run-to-run-varying path.

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp.core import key_data_of
-from jaxwarp.train.models import MLPActorCritic
+from jaxwarp.models import MLPActorCritic
 from jaxwarp.train.policy import Policy
 from jaxwarp.train.rollout import EpisodeSums, Transition, rollout
 

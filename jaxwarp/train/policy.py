@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp.models.recurrent import is_recurrent
 from jaxwarp.train import losses
 
 
@@ -54,12 +55,6 @@ class Groups(NamedTuple):
         [envs, agents, ...] in agent order."""
         x = jnp.concatenate(list(parts), axis=1)
         return x if self.inverse is None else x[:, self.inverse]
-
-
-def is_recurrent(net: nn.Module) -> bool:
-    """Whether `net` follows the recurrent model contract (it has
-    ``initialize_carry``; docs/models.md)."""
-    return callable(getattr(net, "initialize_carry", None))
 
 
 class Policy(NamedTuple):

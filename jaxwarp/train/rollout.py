@@ -56,6 +56,19 @@ def episode_sums(policy: Policy, episode_metrics: Callable | None) -> EpisodeSum
     return sums
 
 
+def env_metric_names(env: Any, num_envs: int = 1) -> tuple[str, ...]:
+    """The names of the per-episode metrics `env` logs, sorted: the keys of
+    ``env.episode_metrics(episode_return f32[envs, agents])`` (a dict of
+    f32[envs]), the hook an env defines to log more than its groups'
+    returns (the trainer logs them under these names); () without the hook.
+    Nothing runs: the hook is traced for shapes (`jax.eval_shape`)."""
+    hook = getattr(env, "episode_metrics", None)
+    if hook is None:
+        return ()
+    ret = jax.ShapeDtypeStruct((num_envs, env.num_agents), jnp.float32)
+    return tuple(sorted(jax.eval_shape(hook, ret)))
+
+
 def act_and_step(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums,
                  centralised: bool, params: Mapping[str, Any],
                  stats: Mapping[str, losses.RunningStats], env_state: Any, obs: jax.Array,

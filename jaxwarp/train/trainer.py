@@ -39,18 +39,17 @@ from jax.sharding import PartitionSpec as P
 
 from jaxwarp import sharding
 from jaxwarp.core import key_data_of, resolve_backend
+from jaxwarp.models import CentralCritic, CentralGRUCritic, MLPActorCritic, is_recurrent, make_model
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import make as make_env
 from jaxwarp.sampler import sample_actions
 from jaxwarp.train import fused, losses
 from jaxwarp.train.compile import COMPILER_OPTIONS, jit  # noqa: F401  (public re-export)
 from jaxwarp.train.config import ConfigError, Derived, TrainConfig, derived
-from jaxwarp.train.distributed import data_mesh
 from jaxwarp.train.learn import Layout, a2c_update, ppo_update
-from jaxwarp.train.metrics import env_metric_names
-from jaxwarp.train.models import CentralCritic, CentralGRUCritic, MLPActorCritic, make_model
-from jaxwarp.train.policy import Groups, Policy, is_recurrent
-from jaxwarp.train.rollout import Sampler, Transition, episode_sums
+from jaxwarp.train.mesh import data_mesh
+from jaxwarp.train.policy import Groups, Policy
+from jaxwarp.train.rollout import Sampler, Transition, env_metric_names, episode_sums
 
 
 @struct.dataclass

@@ -18,8 +18,6 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 METRICS_JSONL = "metrics.jsonl"
@@ -27,22 +25,9 @@ METRICS_CSV = "metrics.csv"
 SUMMARY_FILE = "summary.json"
 
 
-def env_metric_names(env: Any, num_envs: int = 1) -> tuple[str, ...]:
-    """The names of the per-episode metrics `env` logs, sorted: the keys of
-    ``env.episode_metrics(episode_return f32[envs, agents])`` (a dict of
-    f32[envs]), the hook an env defines to log more than its groups'
-    returns (the trainer logs them under these names); () without the hook.
-    Nothing runs: the hook is traced for shapes (`jax.eval_shape`)."""
-    hook = getattr(env, "episode_metrics", None)
-    if hook is None:
-        return ()
-    ret = jax.ShapeDtypeStruct((num_envs, env.num_agents), jnp.float32)
-    return tuple(sorted(jax.eval_shape(hook, ret)))
-
-
 def is_headline(name: str, env_metrics: Collection[str]) -> bool:
     """Whether the column `name` is a group's episode return or one of the env's
-    episode metrics (`env_metric_names`)."""
+    episode metrics (`jaxwarp.train.rollout.env_metric_names`)."""
     return name.endswith("episode_return") or name in env_metrics
 
 

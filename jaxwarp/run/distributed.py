@@ -1,9 +1,6 @@
-"""Devices and processes of a training run: the data-parallel mesh and multi-host start.
+"""The processes of a training run: multi-host start and keeping the processes in step
+(the data-parallel mesh over their devices: `jaxwarp.train.mesh`).
 
-* `data_mesh(devices)`: the 1-D mesh (axis ``"envs"``) that a run's envs are
-  split over: the first ``devices`` local devices of every process (None:
-  all of them), or None for one device in one process (no mesh: the
-  unsharded program of a single-device run).
 * `initialize(...)` / `maybe_initialize(requested)`: ``jax.distributed.initialize``
   for a multi-host run, from arguments, the environment
   (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``) or a
@@ -24,11 +21,9 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
-from jax.sharding import Mesh
 
 from jaxwarp.train.config import ConfigError
 
-AXIS = "envs"
 # jax itself reads JAX_COORDINATOR_ADDRESS (and JAX_LOCAL_DEVICE_IDS); jax 0.10
 # does not read the process count and id from the environment, so we do.
 ENV_ADDRESS = "JAX_COORDINATOR_ADDRESS"
@@ -110,36 +105,6 @@ def maybe_initialize(requested: bool = False) -> ProcessInfo:
 def _info(initialized: bool) -> ProcessInfo:
     return ProcessInfo(initialized=initialized, process_id=jax.process_index(),
                        num_processes=jax.process_count())
-
-
-def resolve_devices(devices: int | None) -> int:
-    """Devices per process that a run uses: `devices`, or every local device
-    for None. ConfigError naming ``devices`` when the process has fewer."""
-    available = jax.local_device_count()
-    if devices is None:
-        return available
-    if devices > available:
-        raise ConfigError(
-            f"devices={devices}: this process has only {available} local device(s) "
-            f"({', '.join(str(d) for d in jax.local_devices())}); use devices={available} or "
-            "fewer, or null for all of them")
-    return devices
-
-
-def data_mesh(devices: int | None) -> Mesh | None:
-    """The run's 1-D mesh over the first `devices` local devices of every process
-    (axis ``"envs"``, Auto axis type, process-major order), or None when that is
-    one device in one process (the unsharded single-device program)."""
-    n = resolve_devices(devices)
-    if n == 1 and jax.process_count() == 1:
-        return None
-    chosen = []
-    for p in range(jax.process_count()):
-        local = sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
-        chosen.extend(local[:n])
-    axis_type = getattr(jax.sharding, "AxisType", None)
-    kwargs = {"axis_types": (axis_type.Auto,)} if axis_type is not None else {}
-    return Mesh(np.array(chosen), (AXIS,), **kwargs)
 
 
 def is_primary() -> bool:

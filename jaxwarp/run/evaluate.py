@@ -62,8 +62,8 @@ class LoadedRun:
 
 def _restore(run_dir: str | Path):
     """(config, seeds, trainer, update, runner state with a leading seed axis)."""
-    from jaxwarp.train.checkpoint import read_saved_config, restore_intact
-    from jaxwarp.train.distributed import is_primary
+    from jaxwarp.run.checkpoint import read_saved_config, restore_intact
+    from jaxwarp.run.distributed import is_primary
     from jaxwarp.train.trainer import build_trainer
 
     out = Path(run_dir)

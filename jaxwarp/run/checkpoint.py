@@ -24,8 +24,8 @@ import jax
 import numpy as np
 import yaml
 
+from jaxwarp.errors import CheckpointError, CheckpointWarning
 from jaxwarp.train.config import ConfigError, TrainConfig, config_from_dict, yaml_error
-from jaxwarp.train.errors import CheckpointError, CheckpointWarning
 
 CONFIG_FILE = "config.yaml"
 CHECKPOINTS = "checkpoints"
@@ -158,7 +158,7 @@ class _OrbaxLogFilter:
     def filter(self, record: Any) -> bool:
         if "orbax" not in record.pathname and record.name != "asyncio":
             return True
-        from jaxwarp.train.errors import storage_fault
+        from jaxwarp.errors import storage_fault
 
         text = record.getMessage()
         if record.exc_info and record.exc_info[1] is not None:

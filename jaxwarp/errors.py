@@ -1,10 +1,16 @@
-"""Errors and warnings of a training run (`loop.train_run`, `checkpoint`).
+"""The errors and warnings jaxwarp's trainer raises: a bad configuration
+(`ConfigError`) and a run that cannot start or go on (`RunError` and its kinds;
+`jaxwarp.run.loop.train_run`, `jaxwarp.run.checkpoint`).
 
 Every message is one line: ``jaxwarp train`` prints it as
 ``jaxwarp train: error: <message>`` and exits 2.
 """
 
 from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """An unknown key or an invalid value in a training configuration."""
 
 
 class RunError(RuntimeError):

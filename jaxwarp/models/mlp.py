@@ -1,6 +1,8 @@
-"""Actor-critic models (Flax linen) and the model registry.
+"""Feed-forward actor-critics: the shipped ``mlp`` (`MLPActorCritic`, on the
+GPU through the fused layers of `mlp_kernel`), the centralised critic
+(`CentralCritic`) and the random baseline (`UniformPolicy`).
 
-Every model maps observations to action logits and a value:
+Every feed-forward model maps observations to action logits and a value:
 ``logits, value = model.apply(params, obs)`` with ``obs: f32[..., obs_dim]``,
 ``logits: f32[..., sum(nvec)]`` (one block of logits per action head, in
 order) and ``value: f32[...]``. Any user-supplied `flax.linen.Module` with
@@ -10,7 +12,6 @@ that call signature can be passed to the trainer instead of a name.
 from __future__ import annotations
 
 import functools
-import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,38 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.train import mlp_kernel
-from jaxwarp.train.config import ConfigError, PolicyConfig
-
-_ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu,
-}
-
-
-def orthogonal(scale: float) -> Callable[..., jax.Array]:
-    """Flax's orthogonal initializer (the same values), whose QR runs one
-    matrix at a time under `jax.vmap` (a `lax.map` over the batch).
-
-    Batched over seeds, the QR would be one batched LAPACK call that splits
-    its batch over XLA:CPU's intra-op thread pool and waits for it; two such
-    calls running at once (two layers or groups initialised concurrently) on
-    a pool of two threads wait for each other forever (seen on a 2-core CPU:
-    ``jax.jit(jax.vmap(make_train(config)))`` hanging in ``lapack_sgeqrf``).
-    """
-    base = nn.initializers.orthogonal(scale)
-
-    def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
-        @jax.custom_batching.custom_vmap
-        def one(k):
-            return base(k, shape, dtype)
-
-        @one.def_vmap
-        def _batched(axis_size, in_batched, k):
-            return jax.lax.map(one, k), True
-
-        return one(key)
-
-    return init
+from jaxwarp.models import mlp_kernel
+from jaxwarp.models.layers import ACTIVATIONS, orthogonal
 
 
 def _matmul(x: jax.Array, w: jax.Array) -> jax.Array:
@@ -167,13 +138,13 @@ class MLPActorCritic(nn.Module):
 
     def layers(self, obs_dim: int) -> str:
         """Which layers run this model on obs_dim inputs: "fused kernels"
-        (jaxwarp/train/mlp_kernel.py) or "XLA's layers: <why>"."""
+        (jaxwarp/models/mlp_kernel.py) or "XLA's layers: <why>"."""
         layout, why = self._kernels(obs_dim)
         return "fused kernels" if layout is not None else f"XLA's layers: {why}"
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        act = _ACTIVATIONS[self.activation]
+        act = ACTIVATIONS[self.activation]
         hidden = orthogonal(np.sqrt(2))
         widths = list(self.hidden_sizes)
         in_dims = [obs.shape[-1]] + widths[:-1]
@@ -210,56 +181,6 @@ class MLPActorCritic(nn.Module):
         return logits.astype(jnp.float32), jnp.squeeze(v, -1).astype(jnp.float32)
 
 
-def _gru_torso(carry: jax.Array, x: jax.Array, reset: jax.Array, hidden_sizes: Sequence[int],
-               rnn_size: int, act: Callable[[jax.Array], jax.Array]
-               ) -> tuple[jax.Array, jax.Array]:
-    """Inside a recurrent module's compact call: the carry reset where `reset`,
-    an MLP embedding of x (`hidden_sizes`) and a GRU cell of `rnn_size` units.
-    Returns (carry, GRU output). The layers are created in the calling module
-    (named Dense_0.., GRUCell_0 there, as if written inline)."""
-    carry = jnp.where(reset[..., None], jnp.zeros_like(carry), carry)
-    x = x.astype(jnp.float32)
-    for w in hidden_sizes:
-        x = act(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)))(x))
-    # Flax's default recurrent initialiser (orthogonal) through `orthogonal`: the
-    # same values, one QR per matrix under vmap over seeds (see `orthogonal`).
-    return nn.GRUCell(rnn_size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
-
-
-class GRUActorCritic(nn.Module):
-    """A recurrent actor-critic (JaxMARL's IPPO-RNN layout): an MLP embedding
-    of the observation (``hidden_sizes``), a GRU cell (Flax's `nn.GRUCell`,
-    ``rnn_size`` units), then a policy head and a value head, each one hidden
-    layer of ``rnn_size`` units.
-
-    The recurrent model contract (docs/models.md): ``initialize_carry(batch_shape)``
-    gives the carry of a fresh episode (here f32[*batch_shape, rnn_size] zeros),
-    and ``carry, (logits, value) = model.apply(params, carry, obs, reset)``
-    advances one step, where obs is f32[..., obs_dim] and reset bool[...] marks
-    the entries whose episode begins with this obs (their carry is replaced by
-    a fresh one first).
-    """
-
-    action_dims: Sequence[int]
-    hidden_sizes: Sequence[int] = (128,)
-    rnn_size: int = 128
-    activation: str = "relu"
-
-    def initialize_carry(self, batch_shape: Sequence[int]) -> jax.Array:
-        return jnp.zeros((*batch_shape, self.rnn_size), jnp.float32)
-
-    @nn.compact
-    def __call__(self, carry: jax.Array, obs: jax.Array, reset: jax.Array
-                 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-        act = _ACTIVATIONS[self.activation]
-        carry, x = _gru_torso(carry, obs, reset, self.hidden_sizes, self.rnn_size, act)
-        pi = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
-        logits = nn.Dense(int(sum(self.action_dims)), kernel_init=orthogonal(0.01))(pi)
-        v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
-        value = nn.Dense(1, kernel_init=orthogonal(1.0))(v)
-        return carry, (logits, jnp.squeeze(value, -1))
-
-
 class CentralCritic(nn.Module):
     """A centralised critic (MAPPO): an MLP from the env's global state
     f32[..., S] to one value f32[...] per env, shared by its agents."""
@@ -269,35 +190,11 @@ class CentralCritic(nn.Module):
 
     @nn.compact
     def __call__(self, state: jax.Array) -> jax.Array:
-        act = _ACTIVATIONS[self.activation]
+        act = ACTIVATIONS[self.activation]
         x = state.astype(jnp.float32)
         for w in self.hidden_sizes:
             x = act(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)))(x))
         return jnp.squeeze(nn.Dense(1, kernel_init=orthogonal(1.0))(x), -1)
-
-
-class CentralGRUCritic(nn.Module):
-    """A recurrent centralised critic (JaxMARL's MAPPO-RNN critic): an MLP
-    embedding of the env's global state (``hidden_sizes``), a GRU cell
-    (``rnn_size``), one hidden layer of ``rnn_size`` units and the value. It
-    keeps the recurrent contract with one carry per env:
-    ``carry, value = critic.apply(params, carry, state, reset)``, carry
-    f32[..., rnn_size], state f32[..., S], reset bool[...] -> value f32[...]."""
-
-    hidden_sizes: Sequence[int] = (128,)
-    rnn_size: int = 128
-    activation: str = "relu"
-
-    def initialize_carry(self, batch_shape: Sequence[int]) -> jax.Array:
-        return jnp.zeros((*batch_shape, self.rnn_size), jnp.float32)
-
-    @nn.compact
-    def __call__(self, carry: jax.Array, state: jax.Array, reset: jax.Array
-                 ) -> tuple[jax.Array, jax.Array]:
-        act = _ACTIVATIONS[self.activation]
-        carry, x = _gru_torso(carry, state, reset, self.hidden_sizes, self.rnn_size, act)
-        v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
-        return carry, jnp.squeeze(nn.Dense(1, kernel_init=orthogonal(1.0))(v), -1)
 
 
 class UniformPolicy(nn.Module):
@@ -313,48 +210,3 @@ class UniformPolicy(nn.Module):
         batch = obs.shape[:-1]
         return (jnp.zeros((*batch, int(sum(self.action_dims))), jnp.float32),
                 jnp.zeros(batch, jnp.float32))
-
-
-ModelFactory = Callable[[Sequence[int], PolicyConfig], nn.Module]
-
-MODELS: dict[str, ModelFactory] = {
-    "mlp": lambda nvec, p: MLPActorCritic(tuple(int(n) for n in nvec), tuple(p.hidden_sizes),
-                                          p.activation, p.shared_torso, jnp.dtype(p.dtype)),
-    "gru": lambda nvec, p: GRUActorCritic(tuple(int(n) for n in nvec), tuple(p.hidden_sizes),
-                                          p.rnn_size, p.activation),
-    "uniform": lambda nvec, p: UniformPolicy(tuple(int(n) for n in nvec)),
-}
-
-
-def register_model(name: str, factory: ModelFactory) -> None:
-    """Makes `factory(nvec, policy_config) -> nn.Module` available as ``model: name``."""
-    MODELS[name] = factory
-
-
-# Installed packages' models: the entry point group (jaxwarp/plugins.py tells the recipe).
-MODEL_GROUP = "jaxwarp.models"
-
-
-def load_model_plugins() -> None:
-    """Registers every installed ``jaxwarp.models`` entry point: a factory,
-    under the entry point's name, or a module that calls `register_model`."""
-    from jaxwarp.registry import PluginError, entry_point_objects
-
-    for name, obj, where in entry_point_objects(MODEL_GROUP):
-        if isinstance(obj, types.ModuleType):
-            continue  # it called register_model when imported
-        if not callable(obj):
-            raise PluginError(f"{where}: expected a model factory (nvec, policy_config) -> "
-                              f"flax module; got {type(obj).__name__}")
-        register_model(name, obj)
-
-
-def make_model(name: str, nvec: Sequence[int], policy: PolicyConfig, group: str) -> nn.Module:
-    """The Flax module that the config names for policy group `group`."""
-    if name not in MODELS:
-        raise ConfigError(f"policies.{group}.model: {name!r} is unknown; expected one of "
-                          f"{sorted(MODELS)}. A model of your own is named once registered "
-                          "(register_model) by a module imported with env_module=PATH.py, or "
-                          "by an entry point of the group 'jaxwarp.models'; from Python, pass "
-                          "the flax module via models=... (docs/models.md)")
-    return MODELS[name](nvec, policy)

@@ -45,18 +45,45 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwarp.train import distributed, fused
-from jaxwarp.train.checkpoint import (CONFIG_FILE, abstract_state, checkpointer, quiet_orbax,
-                                      read_saved_config, restore_intact, save_checkpoint,
-                                      saved_distributed, write_config)
+from jaxwarp.errors import (
+    CheckpointError,
+    CheckpointWarning,
+    NonFiniteError,
+    RunError,
+    RunLockedError,
+    StorageError,
+    storage_fault,
+)
+from jaxwarp.run import distributed
+from jaxwarp.run.checkpoint import (
+    CONFIG_FILE,
+    abstract_state,
+    checkpointer,
+    quiet_orbax,
+    read_saved_config,
+    restore_intact,
+    save_checkpoint,
+    saved_distributed,
+    write_config,
+)
+from jaxwarp.run.metrics import (
+    METRICS_CSV,
+    METRICS_JSONL,
+    SUMMARY_FILE,
+    MetricWriter,
+    NoWriter,
+    final_means,
+    final_rows,
+    is_headline,
+    metric_rows,
+    read_metrics,
+    write_summary,
+)
+from jaxwarp.run.plot import PLOT_FILE, plot_run
+from jaxwarp.train import fused
 from jaxwarp.train.compile import jit
 from jaxwarp.train.config import ConfigError, TrainConfig, validate
-from jaxwarp.train.errors import (CheckpointError, CheckpointWarning, NonFiniteError, RunError,
-                                  RunLockedError, StorageError, storage_fault)
-from jaxwarp.train.metrics import (METRICS_CSV, METRICS_JSONL, SUMMARY_FILE, MetricWriter,
-                                   NoWriter, env_metric_names, final_means, final_rows,
-                                   is_headline, metric_rows, read_metrics, write_summary)
-from jaxwarp.train.plot import PLOT_FILE, plot_run
+from jaxwarp.train.rollout import env_metric_names
 from jaxwarp.train.seeds import seed_keys
 from jaxwarp.train.trainer import RunnerState, Trainer, build_trainer
 from jaxwarp.units import device_name, rate_text
@@ -623,8 +650,14 @@ class _Progress:
         self.enabled = bool(enabled) and not self.lines
         if not self.enabled:
             return
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.p = Progress(TextColumn("updates"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), TimeRemainingColumn(),

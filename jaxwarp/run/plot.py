@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxwarp.train.checkpoint import read_saved_config
-from jaxwarp.train.metrics import is_headline, read_metrics, summary_env_metrics
+from jaxwarp.run.checkpoint import read_saved_config
+from jaxwarp.run.metrics import is_headline, read_metrics, summary_env_metrics
 
 PLOT_FILE = "learning_curve.png"
 
@@ -168,7 +168,7 @@ def plot_run(out_dir: str | Path, env_metrics: Collection[str] | None = None) ->
     matchup (one group: against random) when out/eval.json exists. Returns None without
     matplotlib or metrics.
 
-    env_metrics: the names of the env's episode metrics (`metrics.env_metric_names`);
+    env_metrics: the names of the env's episode metrics (`jaxwarp.train.rollout.env_metric_names`);
     None: those the run's summary.json lists (none where it has no summary).
     """
     try:
