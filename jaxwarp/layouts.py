@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jaxwarp.authoring import API_DIR, FFI_DIR, generated_source
-from jaxwarp.registry import contract_envs, env_configs, make
+from jaxwarp.authoring import FFI_DIR, generated_source
+from jaxwarp.registry import builtin_envs, contract_envs, env_configs, make
 
 
 def builtin_layouts() -> dict[str, str]:
@@ -24,9 +24,10 @@ def builtin_layouts() -> dict[str, str]:
     (stem ``<env>``) and at each named config whose layout differs from those
     before it (stem ``<env>.<config>``)."""
     out: dict[str, str] = {}
-    for name in sorted(contract_envs()):
-        if not (Path(make(name, backend="jax").spec.header).parent == API_DIR / "envs"):
-            continue  # a user env registered in this process
+    contract = set(contract_envs())
+    for name in builtin_envs():  # not the user envs registered in this process
+        if name not in contract:
+            continue
         seen: set[str] = set()
         for config in [None, *sorted(env_configs(name))]:
             env = make(name, backend="jax", config=config)

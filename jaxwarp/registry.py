@@ -130,6 +130,35 @@ def registered_envs() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def builtin_envs() -> tuple[str, ...]:
+    """The built-in envs, sorted by name: one per env module of jaxwarp/envs/
+    (`env_modules`), each named as its file. The list every test and tool that
+    covers "every env" iterates (there is no other)."""
+    names = (m.rpartition(".")[2] for m in env_modules())
+    return tuple(n for n in names if n in _REGISTRY)
+
+
+# The built-ins' pages, in a source checkout (an installed package has no docs/).
+BUILTIN_DOCS = Path(jaxwarp.envs.__file__).resolve().parents[2] / "docs" / "envs"
+
+
+def env_doc(name: str) -> Path | None:
+    """The page of a registered env (rules, spaces, rewards, params), or None
+    where there is none: ``docs/envs/<name>.md`` for a built-in (in a source
+    checkout), else ``<name>.md`` or ``README.md`` in the folder of the env's
+    header (``examples/goal_reach/README.md``). None for an env registered
+    without a spec (`register_env`)."""
+    spec = env_spec(name)
+    if spec is None:
+        return None
+    if name in builtin_envs():
+        candidates = [BUILTIN_DOCS / f"{name}.md"]
+    else:
+        folder = Path(spec.header).resolve().parent
+        candidates = [folder / f"{name}.md", folder / "README.md"]
+    return next((p for p in candidates if p.is_file()), None)
+
+
 def env_spec(name: str) -> EnvSpec | None:
     """The `EnvSpec` of a registered env (its hooks: drawing, render fps,
     default training config), or None for an env registered without one

@@ -11,6 +11,7 @@ import pkgutil
 import re
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -19,18 +20,63 @@ import jaxwarp.envs
 from jaxwarp import registry
 from jaxwarp.authoring import ContractEnv, EnvSpec
 
-BUILTINS = ("acrobot", "cartpole", "mountain_car", "mpe_simple_spread", "mpe_simple_tag",
-            "pendulum", "tag_continuous", "tag_gridworld")
+ROOT = Path(__file__).resolve().parent.parent
+# The built-ins as the files on disk say: every module of jaxwarp/envs/ whose
+# name does not start with "_" (no list to keep: a new env is one more file).
+BUILTINS = tuple(sorted(p.stem for p in (ROOT / "jaxwarp" / "envs").glob("*.py")
+                        if not p.stem.startswith("_")))
+
+
+def _public_stems(folder: Path, suffix: str) -> set[str]:
+    return {p.stem for p in folder.glob(f"*{suffix}") if not p.stem.startswith("_")}
 
 
 def test_builtins_are_the_env_modules_of_jaxwarp_envs_sorted():
     files = sorted(m.name for m in pkgutil.iter_modules(jaxwarp.envs.__path__)
                    if not m.name.startswith("_"))
-    assert tuple(files) == BUILTINS
+    assert tuple(files) == BUILTINS and len(BUILTINS) >= 8
     assert registry.env_modules() == [f"jaxwarp.envs.{n}" for n in BUILTINS]
+    assert registry.builtin_envs() == BUILTINS
     # The built-ins come first, in file-name order (other tests may have
     # registered more after them).
     assert jaxwarp.registered_envs()[:len(BUILTINS)] == BUILTINS
+
+
+def test_every_builtin_has_its_header_and_page_and_nothing_is_left_over():
+    """One recipe: jaxwarp/envs/<name>.py, cuda/envs/<name>.h (the spec's
+    header) and docs/envs/<name>.md for every built-in, and no header or page
+    without its module (shared headers are named _*.h, as shared modules _*.py)."""
+    headers = _public_stems(ROOT / "cuda" / "envs", ".h")
+    pages = _public_stems(ROOT / "docs" / "envs", ".md") - {"README"}
+    for name in BUILTINS:
+        spec = registry.env_spec(name)
+        assert Path(spec.header).resolve() == ROOT / "cuda" / "envs" / f"{name}.h", (
+            f"{name}: SPEC.header is {spec.header}; a built-in's header is cuda/envs/{name}.h")
+        assert registry.env_doc(name) == ROOT / "docs" / "envs" / f"{name}.md", (
+            f"docs/envs/{name}.md is missing")
+    assert headers == set(BUILTINS), (
+        f"cuda/envs/: headers without an env module {sorted(headers - set(BUILTINS))} (a "
+        f"shared header is named _*.h), modules without a header "
+        f"{sorted(set(BUILTINS) - headers)}")
+    assert pages == set(BUILTINS), (
+        f"docs/envs/: pages without an env module {sorted(pages - set(BUILTINS))}, modules "
+        f"without a page {sorted(set(BUILTINS) - pages)}")
+
+
+def test_every_builtin_layout_is_checked_in_and_no_other():
+    """ffi/layouts/<name>.h (and <name>.<config>.h) are generated from the
+    built-ins (python -m jaxwarp.layouts; tests/test_packaging.py holds their
+    text to the generator): one for every built-in contract env, none for an
+    env that is not one."""
+    stems = {p.name[:-len(".h")] for p in (ROOT / "ffi" / "layouts").glob("*.h")}
+    envs = {s.partition(".")[0] for s in stems}
+    contract = set(BUILTINS) & set(registry.contract_envs())
+    assert envs == contract, (
+        f"ffi/layouts/: stale {sorted(envs - contract)}, missing {sorted(contract - envs)}: "
+        "run python -m jaxwarp.layouts")
+    for stem in stems - envs:
+        name, _, config = stem.partition(".")
+        assert config in registry.env_configs(name), f"ffi/layouts/{stem}.h: no config {config!r}"
 
 
 @pytest.mark.parametrize("name", BUILTINS)
