@@ -162,6 +162,17 @@ def cite(root: Path, src: Source) -> str:
             f"commit: {commit} · command: {command}")
 
 
+# Modules that moved since a result file named them (recorded text, current path).
+MOVED = {"jaxwarp/train/mlp_kernel.py": "jaxwarp/models/mlp_kernel.py"}
+
+
+def _moved(text: str) -> str:
+    """A result file's text with the paths of moved modules as they are now."""
+    for old, new in MOVED.items():
+        text = text.replace(old, new)
+    return text
+
+
 def code(text: str) -> str:
     """text as a markdown code span (double backticks where it holds one)."""
     return f"`` {text} ``" if "`" in text else f"`{text}`"
@@ -358,9 +369,15 @@ def section_cartpole(root: Path) -> tuple[list[str], list[Source]]:
             *sources_block(root, [CONTRACT])], [CONTRACT]
 
 
+# Envs with a table of their own (section_tag, section_mpe, section_cartpole).
+_OWN_TABLE = ("tag_continuous", "mpe_simple_spread", "mpe_simple_tag", "cartpole")
+
+
 def section_other_envs(root: Path) -> tuple[list[str], list[Source]]:
-    rows = _contract_rows(root, ("acrobot", "pendulum", "mountain_car", "tag_gridworld",
-                                 "goal_reach"), None)
+    from jaxwarp.registry import builtin_envs  # the built-ins (imports every env module)
+
+    others = tuple(e for e in builtin_envs() if e not in _OWN_TABLE) + ("goal_reach",)
+    rows = _contract_rows(root, others, None)
     return ["## Other envs: kernel vs pure-JAX twin", "",
             "Same run as the two tables above (`goal_reach` is the custom-env tutorial's "
             f"example). M env-steps/s {on(root, CONTRACT)}, {AGENT_STEPS}:", "",
@@ -510,7 +527,7 @@ def section_training(root: Path) -> tuple[list[str], list[Source]]:
     ]
     lines += _kernel_lines(root)
     eq = _read_json(root, EQUIV)
-    erows = [[f"`{c}`", p["trainer"], ", ".join(f"{x:.1f}" for x in p["final_tags_per_episode"]),
+    erows = [[f"`{c}`", _moved(p["trainer"]), ", ".join(f"{x:.1f}" for x in p["final_tags_per_episode"]),
               pm(p["summary"]["mean"], p["summary"]["ci95"]),
               rate(sum(p["env_steps_per_s"]) / len(p["env_steps_per_s"]),
                    agents_of(eq["config"], eq["overrides"]), kilo_or_mega)]
@@ -633,6 +650,11 @@ def _layer_lines(root: Path) -> list[str]:
 
 
 LEARNER = Source("train_learner_variants_h200.json", "bash experiments/tools/gpu_learner_ab.sh")
+# The A/B is finished: its script and head_pad8.patch compared trainers of a47679a and
+# c07c73f and were then deleted (they patch files that have moved since).
+LEARNER_HISTORY = ("The variants are trainers of earlier commits, so this table is reproduced "
+                   "from git history: `git log --all -- experiments/tools/gpu_learner_ab.sh "
+                   "experiments/patches/head_pad8.patch` finds the script and the patch.")
 PROFILE = Source("profile_phases_h200.json", "python experiments/profile_phases.py")
 
 
@@ -666,6 +688,8 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
         *table(["variant", "config", "algorithm", "envs × agents", "matmuls", "env-steps/s",
                 "ms / update", "vs `base`", "compile s"], rows),
         *sources_block(root, [LEARNER]),
+        LEARNER_HISTORY,
+        "",
     ]
     prof = _read_json(root, PROFILE)
     cases = prof["cases"]
@@ -1436,12 +1460,12 @@ def section_curves(root: Path) -> tuple[list[str], list[Source]]:
 
 
 
-ISSUE37 = "issue37_gpus.json"  # merged: determinism cost (1 H100), scaling (2 H200s)
-DET_COST = Source(ISSUE37, "python experiments/bench_scaling.py --part train --devices 1",
+SCALING_FILE = "issue37_gpus.json"  # merged: determinism cost (1 H100), scaling (2 H200s)
+DET_COST = Source(SCALING_FILE, "python experiments/bench_scaling.py --part train --devices 1",
                   part="determinism_cost_h100.json")
-SCALE_ENV = Source(ISSUE37, "python experiments/bench_scaling.py --part env",
+SCALE_ENV = Source(SCALING_FILE, "python experiments/bench_scaling.py --part env",
                    part="scaling_env_h200x2.json")
-SCALE_TRAIN = Source(ISSUE37, "python experiments/bench_scaling.py --part train",
+SCALE_TRAIN = Source(SCALING_FILE, "python experiments/bench_scaling.py --part train",
                      part="scaling_train_h200x2.json")
 _VARIANT = {"one": "1 GPU", "one_local": "1 GPU, per-env sums", "jit": "plain `jit`",
             "jit_local": "plain `jit`, per-env sums", "sharded_env": "`ShardedEnv`",
@@ -1449,7 +1473,7 @@ _VARIANT = {"one": "1 GPU", "one_local": "1 GPU, per-env sums", "jit": "plain `j
 
 
 def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
-    parts = _read_json(root, Source(ISSUE37, ""))["files"]
+    parts = _read_json(root, Source(SCALING_FILE, ""))["files"]
     sources = [s for s in (DET_COST, SCALE_ENV, SCALE_TRAIN) if s.part in parts]
     lines = ["## Determinism and several GPUs", ""]
     if DET_COST.part in parts:

@@ -13,7 +13,6 @@ when it is made. A run killed inside the block leaves the patch applied;
 | obs_parts_only.patch | no observation rows staged in shared memory (kObsBudget = 0): parts straight to the output wherever an env has observe_part() |
 | tag_ablate_features.patch | Tag writes every observation as zeros (time breakdown only: wrong observations) |
 | tag_ablate_search.patch | as above, and Tag's team pass (the neighbour search with its compaction or grid build) is skipped |
-| a2c_reuse_forward.patch | A2C: the rollout keeps each trained group's forward pullback and the update runs the backward alone (jaxwarp/train/trainer.py; `patch -p1 -i`) |
 """
 
 from __future__ import annotations
