@@ -1,10 +1,16 @@
 """docs/envs/: one page per built-in env, and the pages say what the code does.
 
-For every env that jaxwarp ships (registered by name, params declared in a
-module of ``jaxwarp.envs``; envs that a test registers at run time are not
-built-ins):
+For every built-in env (`jaxwarp.registry.builtin_envs()`: the env modules
+of jaxwarp/envs/; envs that a test registers at run time are not built-ins):
 
-* ``docs/envs/<name>.md`` exists and the index ``docs/envs/README.md`` links it;
+* the index ``docs/envs/README.md`` links exactly the built-ins' pages
+  (``docs/envs/<name>.md``, what `jaxwarp.registry.env_doc` finds), one table
+  row each, and its Drawing table names exactly the built-ins that draw;
+* the index's row for the env states its default shapes (below);
+
+and for every env's page (the checks named ``test_page_*``, which
+tests/test_new_env.py also runs on the page of an env of its own):
+
 * the page's Spaces table states the observation and action shapes that
   ``jaxwarp.make(name, backend="jax")`` has at default params, in two rows of
   a fixed form::
@@ -12,12 +18,12 @@ built-ins):
       | observation | `f32[envs, 1, 4]` | ...
       | action | `i32[envs, 1, 1]`, nvec `(2,)` | ...
 
-  (agents, observation width, action heads and choices per head), and the
-  index's row for the env repeats them;
+  (agents, observation width, action heads and choices per head);
 * the Params table lists every field of the env's params dataclass, one row
   each, ``| `name` | `default` | meaning |``, with the dataclass's default
   (a Python literal, or an expression of literals and ``pi``);
-* the page names the files that make the env and every named configuration.
+* the page names the files that make the env, its usage line and every named
+  configuration.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import jax
 import pytest
 
 import jaxwarp
+from jaxwarp.registry import builtin_envs, env_configs, env_doc, env_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "envs"
@@ -43,22 +50,30 @@ ACT_ROW = re.compile(r"^\| action \| `i32\[envs, (\d+), (\d+)\]`, nvec `\(([\d, 
 PARAM_ROW = re.compile(r"^\| `(\w+)` \| `([^`]+)` \|", re.M)
 
 
-def _builtin_envs() -> list[str]:
-    names = []
-    for name in jaxwarp.registered_envs():
-        env = jaxwarp.make(name, backend="jax")
-        if type(env.params).__module__.startswith("jaxwarp.envs."):
-            names.append(name)
-    return names
+BUILTIN = builtin_envs()
 
 
-BUILTIN = _builtin_envs()
+def _page(name: str) -> tuple[Path, str]:
+    """(path, text) of the env's page, as `env_doc` finds it."""
+    path = env_doc(name)
+    assert path is not None, (f"{name}: no page found (docs/envs/{name}.md for a built-in; "
+                              f"{name}.md or README.md beside a user env's header)")
+    return path, path.read_text()
 
 
-def _section(text: str, title: str, name: str) -> str:
+def _spec_module_file(name: str) -> Path:
+    """The file of the module that declares the env's spec (exports SPEC)."""
+    spec = env_spec(name)
+    module = next((m for m in list(sys.modules.values())
+                   if getattr(m, "SPEC", None) is spec and getattr(m, "__file__", None)),
+                  sys.modules[spec.reference_step.__module__])
+    return Path(module.__file__)
+
+
+def _section(text: str, title: str, where: str) -> str:
     """The text of `## title` up to the next `## ` heading."""
     m = re.search(rf"^## {re.escape(title)}\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert m, f"docs/envs/{name}.md: no '## {title}' section"
+    assert m, f"{where}: no '## {title}' section"
     return m.group(1)
 
 
@@ -110,26 +125,62 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def _index_links() -> list[str]:
+    return re.findall(r"\]\((\w+)\.md\)", INDEX.read_text())
+
+
+def _index_row(name: str) -> str:
+    """The index row the env's default shapes call for (its last cell, the
+    reference it reproduces, is the page's to say)."""
+    agents, obs_dim, _, nvec = _spaces(name)
+    return (f"| [`{name}`]({name}.md) | {agents} | `f32[envs, {agents}, {obs_dim}]` | "
+            f"nvec `{nvec}` | <reference> |")
+
+
 def test_every_builtin_env_is_found():
-    # The built-ins of this repository; a new env adds its page and its name here.
-    assert set(BUILTIN) >= {"tag_continuous", "tag_gridworld", "mpe_simple_spread",
-                            "mpe_simple_tag", "cartpole", "acrobot", "pendulum",
-                            "mountain_car"}, BUILTIN
+    assert len(BUILTIN) >= 8 and set(BUILTIN) >= {"tag_continuous", "cartpole"}, BUILTIN
+
+
+def test_index_links_every_builtin_page_and_no_other():
+    links = _index_links()
+    rows = [n for n in links if any(line.startswith(f"| [`{n}`]({n}.md)")
+                                    for line in INDEX.read_text().splitlines())]
+    missing = [n for n in BUILTIN if n not in rows]
+    assert not missing, ("docs/envs/README.md: add a row to the table of envs for "
+                         + "; ".join(f"{n}: {_index_row(n)}" for n in missing))
+    unknown = sorted(set(links) - set(BUILTIN))
+    assert not unknown, f"docs/envs/README.md links pages of no built-in env: {unknown}"
+    for name in BUILTIN:
+        assert env_doc(name) == DOCS / f"{name}.md", f"docs/envs/{name}.md is missing"
+
+
+def test_drawing_table_names_every_env_that_draws():
+    table = _section(INDEX.read_text(), "Drawing", "docs/envs/README.md")
+    named = re.findall(r"^\| `(\w+)` \|", table, re.M)
+    draws = [n for n in BUILTIN if env_spec(n).render_draw is not None]
+    assert len(named) == len(set(named)), f"docs/envs/README.md, Drawing: a row twice: {named}"
+    assert set(named) == set(draws), (
+        f"docs/envs/README.md, Drawing: missing {sorted(set(draws) - set(named))}, "
+        f"no such env drawing {sorted(set(named) - set(draws))}")
 
 
 @pytest.mark.parametrize("name", BUILTIN)
-def test_page_exists_and_the_index_links_it(name):
-    assert (DOCS / f"{name}.md").is_file(), f"docs/envs/{name}.md is missing"
-    index = INDEX.read_text()
-    assert re.search(rf"\]\({re.escape(name)}\.md\)", index), (
-        f"docs/envs/README.md does not link {name}.md")
+def test_index_row_states_the_default_shapes(name):
+    agents, obs_dim, heads, nvec = _spaces(name)
+    rows = [line for line in INDEX.read_text().splitlines()
+            if re.search(rf"\]\({re.escape(name)}\.md\)", line) and line.startswith("|")]
+    assert len(rows) == 1, (f"docs/envs/README.md: expected one table row for {name}, "
+                            f"{_index_row(name)}; got {rows}")
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    want = [c.strip() for c in _index_row(name).strip("|").split("|")]
+    assert cells[1:4] == want[1:4], f"docs/envs/README.md: {rows[0]}; expected {_index_row(name)}"
 
 
 @pytest.mark.parametrize("name", BUILTIN)
-def test_spaces_section_states_the_default_shapes(name):
-    text = (DOCS / f"{name}.md").read_text()
-    spaces = _section(text, "Spaces", name)
-    where = f"docs/envs/{name}.md, Spaces"
+def test_page_spaces_section_states_the_default_shapes(name):
+    path, text = _page(name)
+    spaces = _section(text, "Spaces", str(path))
+    where = f"{path.name}, Spaces"
     agents, obs_dim, heads, nvec = _spaces(name)
     m = _one(OBS_ROW, spaces, where)
     assert (int(m[1]), int(m[2])) == (agents, obs_dim), (
@@ -142,22 +193,10 @@ def test_spaces_section_states_the_default_shapes(name):
 
 
 @pytest.mark.parametrize("name", BUILTIN)
-def test_index_row_states_the_default_shapes(name):
-    agents, obs_dim, heads, nvec = _spaces(name)
-    rows = [line for line in INDEX.read_text().splitlines()
-            if re.search(rf"\]\({re.escape(name)}\.md\)", line) and line.startswith("|")]
-    assert len(rows) == 1, f"docs/envs/README.md: expected one table row for {name}; got {rows}"
-    cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert cells[1] == str(agents), (name, cells)
-    assert cells[2] == f"`f32[envs, {agents}, {obs_dim}]`", (name, cells)
-    assert cells[3] == f"nvec `{nvec}`", (name, cells)
-
-
-@pytest.mark.parametrize("name", BUILTIN)
-def test_params_table_lists_every_field_with_its_default(name):
-    text = (DOCS / f"{name}.md").read_text()
-    where = f"docs/envs/{name}.md, Params"
-    rows = PARAM_ROW.findall(_section(text, "Params", name))
+def test_page_params_table_lists_every_field_with_its_default(name):
+    path, text = _page(name)
+    where = f"{path.name}, Params"
+    rows = PARAM_ROW.findall(_section(text, "Params", str(path)))
     params = jaxwarp.make(name, backend="jax").params
     fields = {f.name: f.default for f in dataclasses.fields(params)}
     documented = [n for n, _ in rows]
@@ -174,10 +213,14 @@ def test_params_table_lists_every_field_with_its_default(name):
 
 @pytest.mark.parametrize("name", BUILTIN)
 def test_page_names_its_files_and_configs(name):
-    text = (DOCS / f"{name}.md").read_text()
-    for path in (f"cuda/envs/{name}.h", f"jaxwarp/envs/{name}.py"):
-        assert f"`{path}`" in text, f"docs/envs/{name}.md does not name `{path}`"
-    assert f'jaxwarp.make("{name}"' in text, f"docs/envs/{name}.md has no usage line"
-    params_module = sys.modules[type(jaxwarp.make(name, backend="jax").params).__module__]
-    for config in getattr(params_module, "CONFIGS", {}):
-        assert f"`{config}`" in text, f"docs/envs/{name}.md does not name config `{config}`"
+    path, text = _page(name)
+    if name in BUILTIN:
+        files = [f"cuda/envs/{name}.h", f"jaxwarp/envs/{name}.py"]
+    else:  # a user env's page names its files as it likes: by their names at least
+        files = [Path(env_spec(name).header).name, _spec_module_file(name).name]
+    for file in files:
+        assert re.search(rf"`([^`\s]*/)?{re.escape(file)}`", text), (
+            f"{path}: does not name `{file}`")
+    assert f'jaxwarp.make("{name}"' in text, f"{path}: has no usage line"
+    for config in env_configs(name):
+        assert f"`{config}`" in text, f"{path}: does not name config `{config}`"

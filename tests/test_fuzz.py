@@ -54,7 +54,7 @@ import pytest
 import jaxwarp
 from jaxwarp.envs.mountain_car import MOUNTAIN_CAR_RESET
 from jaxwarp.params_check import check_params
-from jaxwarp.registry import _REGISTRY
+from jaxwarp.registry import _REGISTRY, builtin_envs, env_spec
 
 pytest.importorskip("hypothesis", reason="hypothesis (test extra) is not installed")
 from hypothesis import HealthCheck, assume, event, example, given, note, settings  # noqa: E402
@@ -73,25 +73,42 @@ def examples(n: int) -> settings:
     return settings(max_examples=max(1, n * settings.default.max_examples // 10))
 
 
-ENVS = ("tag_continuous", "tag_gridworld", "mpe_simple_spread", "mpe_simple_tag", "cartpole",
-        "acrobot", "pendulum", "mountain_car")
+ENVS = builtin_envs()  # every built-in env: a new one is fuzzed with no edit here
 BACKENDS = ("cpu", "jax")
 NUM_ENVS = 2
 
 # Small configurations: few agents and short episodes, so that a few steps
 # cross episode ends (auto-reset) and compiles stay cheap. Tag on the 'cpu'
-# backend keeps k=1 nearest and no grid (its static params: one build).
+# backend keeps k=1 nearest and no grid (its static params: one build). An
+# env not listed here runs at its default sizes with episodes of 3 steps (its
+# spec's time_limit param); one without a time_limit must be listed
+# (`small_params` fails, and test_every_env_has_small_params names it).
 SMALL = {
     "tag_continuous": dict(num_taggers=1, num_runners=2, num_other_agents_observed=1,
                            episode_length=3),
     "tag_gridworld": dict(num_taggers=2, grid_length=6, episode_length=3),
     "mpe_simple_spread": dict(max_steps=2),
     "mpe_simple_tag": dict(max_steps=2),
-    "cartpole": dict(max_steps=3),
-    "acrobot": dict(max_steps=3),
-    "pendulum": dict(max_steps=3),
-    "mountain_car": dict(max_steps=3),
 }
+
+
+def small_params(name: str) -> dict:
+    """The params the fuzz tests start from: SMALL[name], else 3-step episodes
+    through the spec's time_limit."""
+    if name in SMALL:
+        return dict(SMALL[name])
+    spec = env_spec(name)
+    if spec is None or spec.time_limit is None:
+        raise KeyError(f"{name}: no small params for the fuzz tests; add {name!r} to SMALL "
+                       "in tests/test_fuzz.py (its spec has no time_limit to shorten)")
+    return {spec.time_limit: 3}
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_every_env_has_small_params(name):
+    params = small_params(name)
+    env = jaxwarp.make(name, backend="jax", **params)
+    assert jaxwarp.core.episode_length(env) <= 3, (name, params)
 
 
 def _fields(name: str) -> dict[str, dataclasses.Field]:
@@ -101,7 +118,7 @@ def _fields(name: str) -> dict[str, dataclasses.Field]:
 @functools.cache
 def small_env(name: str, backend: str, obs_dtype: str = "float32"):
     """One env per (name, backend, obs_dtype) for the whole module (compiles once)."""
-    return jaxwarp.make(name, backend=backend, obs_dtype=obs_dtype, **SMALL[name])
+    return jaxwarp.make(name, backend=backend, obs_dtype=obs_dtype, **small_params(name))
 
 
 def assert_clear(e: BaseException, *words: str) -> None:
@@ -358,11 +375,11 @@ def plausible(name: str, field: dataclasses.Field) -> st.SearchStrategy:
 
 @st.composite
 def env_params(draw, name: str, free: bool = False) -> dict:
-    """SMALL[name] with up to 3 fields drawn from `plausible` (free: the
+    """small_params(name) with up to 3 fields drawn from `plausible` (free: the
     static params of Tag too, for the 'jax' backend only)."""
     fields = [f for f in _fields(name).values() if free or (name, f.name) not in NEVER_DRAWN]
     chosen = draw(st.lists(st.sampled_from(fields), max_size=3, unique_by=lambda f: f.name))
-    out = dict(SMALL[name])
+    out = small_params(name)
     for f in chosen:
         out[f.name] = draw(plausible(name, f), label=f.name)
     return out
@@ -625,7 +642,7 @@ def test_step_any_int32_actions_kernel_equals_reference(name, data, seed):
 
 @functools.cache
 def checked_env(name: str, backend: str):
-    return jaxwarp.make(name, backend=backend, checks=True, **SMALL[name])
+    return jaxwarp.make(name, backend=backend, checks=True, **small_params(name))
 
 
 @examples(10)
@@ -667,7 +684,7 @@ def test_step_bad_state_and_flags(name, backend, kind, flag):
     if kind == "other_env":
         state = small_env(other, backend).reset(jax.random.key(0), NUM_ENVS)[1]
     elif kind == "other_params":
-        p = dict(SMALL[name])
+        p = small_params(name)
         field = [f for f in p if "length" in f or "steps" in f][0]
         p[field] += 1
         state = jaxwarp.make(name, backend=backend, **p).reset(jax.random.key(0), NUM_ENVS)[1]
