@@ -128,8 +128,9 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
     # Where the time goes: the same number of rollouts without the updates.
     def rollouts(s):
         def body(s, k):
-            env_state, obs, _, _, _, traj = trainer.rollout(s, k)
-            return s.replace(env_state=env_state, obs=obs), traj.reward.mean()
+            envs, _, traj = trainer.rollout(s, k)
+            return s.replace(envs=s.envs.replace(env_state=envs.env_state, obs=envs.obs)), \
+                traj.reward.mean()
         return jax.lax.scan(body, s, jax.random.split(s.key, updates))
 
     roll = jit(rollouts, config.deterministic, donate_argnums=0).lower(state).compile()

@@ -66,7 +66,8 @@ def _rollout(trainer, seed):
     rs = jax.jit(trainer.init)(jax.random.PRNGKey(seed))
     # Parameters away from the near-uniform initial policy head, so that the
     # draws depend on the logits.
-    rs = rs.replace(params=jax.tree.map(lambda x: x * 3.0, rs.params))
+    rs = rs.replace(learner=rs.learner.replace(
+        params=jax.tree.map(lambda x: x * 3.0, rs.learner.params)))
     # Float32 matmuls in the step-by-step path too (XLA:GPU's default is
     # tf32, which would change its logits by ~1e-3 and some draws with them).
     with jax.default_matmul_precision("highest"):
@@ -91,8 +92,8 @@ def test_every_env_rolls_out_fused_as_step_by_step(name, monkeypatch):
 
 def _assert_same_rollouts(t_fused, t_step, name, episodes=True):
     assert fused.why_not(t_fused.policy, t_fused.env, t_fused.sampler, False) is None
-    _, (state_f, obs_f, _, first_f, ep_f, traj_f) = _rollout(t_fused, 1)
-    _, (state_s, obs_s, _, first_s, ep_s, traj_s) = _rollout(t_step, 1)
+    _, (envs_f, ep_f, traj_f) = _rollout(t_fused, 1)
+    _, (envs_s, ep_s, traj_s) = _rollout(t_step, 1)
     steps, envs = traj_s.reward.shape[:2]
     assert traj_f.actions.shape == traj_s.actions.shape and traj_f.actions.dtype == jnp.int32
     for field in ("actions", "reward", "done", "first", "obs"):
@@ -102,9 +103,9 @@ def _assert_same_rollouts(t_fused, t_step, name, episodes=True):
         got, want = getattr(traj_f, field), getattr(traj_s, field)
         assert got.dtype == jnp.float32 and got.shape == (steps, envs, want.shape[2])
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=field)
-    np.testing.assert_array_equal(obs_f, obs_s)
-    np.testing.assert_array_equal(first_f, first_s)
-    for a, b in zip(jax.tree.leaves(state_f), jax.tree.leaves(state_s)):
+    np.testing.assert_array_equal(envs_f.obs, envs_s.obs)
+    np.testing.assert_array_equal(envs_f.first, envs_s.first)
+    for a, b in zip(jax.tree.leaves(envs_f.env_state), jax.tree.leaves(envs_s.env_state)):
         np.testing.assert_array_equal(a, b)
     assert ep_f.keys() == ep_s.keys()
     for k in ep_s:
@@ -214,7 +215,7 @@ def test_large_models_keep_the_step_by_step_rollout(monkeypatch):
     monkeypatch.setattr(t.env, "backend", "cuda")  # the choice, without a GPU
     words = fused.mlp_words(t.policy.nets["tagger"], t.env.obs_dim, 1)
     rs = jax.eval_shape(t.init, jax.random.PRNGKey(0))
-    count = sum(x.size for x in jax.tree.leaves(rs.params["tagger"]))
+    count = sum(x.size for x in jax.tree.leaves(rs.learner.params["tagger"]))
     assert fused.param_count(words) == count > fused.MAX_FUSED_PARAMS
     assert fused.choice(t.policy, t.env, "cuda", False) == (
         f"step by step: {count} parameters per group (fused up to {fused.MAX_FUSED_PARAMS})")
@@ -241,17 +242,17 @@ def test_packed_parameters_follow_the_layers_in_order():
                                               "policies.agent.hidden_sizes=[8, 4]"])
     t = build_trainer(c)
     rs = t.init(jax.random.PRNGKey(0))
-    packed = fused.pack(rs.params, ["agent"])
+    packed = fused.pack(rs.learner.params, ["agent"])
     words = fused.mlp_words(t.policy.nets["agent"], t.env.obs_dim, 1)
     obs_dim, logits = t.env.obs_dim, sum(t.policy.nvec)
     # Two towers of (obs->8, 8->4), the policy head 4->logits, the value head 4->1.
     sizes = 2 * (obs_dim * 8 + 8 + 8 * 4 + 4) + 4 * logits + logits + 4 + 1
     assert packed.shape == (1, sizes) and packed.dtype == jnp.float32
     assert words == (obs_dim, 2, 0, 0, logits, 1, 8, 4)
-    layer0 = rs.params["agent"]["params"]["Dense_0"]
+    layer0 = rs.learner.params["agent"]["params"]["Dense_0"]
     np.testing.assert_array_equal(packed[0, :obs_dim * 8], layer0["kernel"].ravel())
     np.testing.assert_array_equal(packed[0, obs_dim * 8:obs_dim * 8 + 8], layer0["bias"])
-    value_bias = rs.params["agent"]["params"]["Dense_5"]["bias"]
+    value_bias = rs.learner.params["agent"]["params"]["Dense_5"]["bias"]
     np.testing.assert_array_equal(packed[0, -1:], value_bias)
 
 

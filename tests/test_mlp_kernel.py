@@ -258,7 +258,7 @@ def test_training_on_the_kernels_follows_xla_layers(kernels):
 
     def run():
         rs, m = jax.jit(make_train(c))(jax.random.PRNGKey(7))
-        return rs.params, np.asarray(m["tagger/loss"])
+        return rs.learner.params, np.asarray(m["tagger/loss"])
 
     params, loss = run()
     ref_params, ref_loss = _xla(run)

@@ -27,9 +27,9 @@ def gru_config(*more: str):
 def test_gru_carry_is_state_per_agent_and_resets_where_episodes_begin():
     t = build_trainer(gru_config())
     rs = jax.jit(t.init)(jax.random.PRNGKey(0))
-    assert rs.carry["agent"].shape == (8, 1, 8) and rs.carry["agent"].dtype == jnp.float32
-    assert rs.first.shape == (8,) and bool(rs.first.all())
-    net, params = t.models["agent"], rs.params["agent"]
+    assert rs.envs.carry["agent"].shape == (8, 1, 8) and rs.envs.carry["agent"].dtype == jnp.float32
+    assert rs.envs.first.shape == (8,) and bool(rs.envs.first.all())
+    net, params = t.models["agent"], rs.learner.params["agent"]
     obs = jax.random.normal(jax.random.PRNGKey(1), (8, 1, 4))
     warm = jnp.full((8, 1, 8), 0.7, jnp.float32)
     reset = jnp.arange(8)[:, None] % 2 == 0
@@ -50,8 +50,8 @@ def test_replay_from_the_stored_carry_reproduces_the_rollout():
     rs, _ = jax.jit(lambda s: t.run(s, 1))(rs)  # a carry that is not all zeros
     _, _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(5))
     assert bool(traj.first[1:].any())  # episodes ended inside the rollout: resets replayed
-    logits, value = t.policy.sequence("agent", rs.params["agent"], None, traj.obs,
-                                      rs.carry["agent"], traj.first, None)
+    logits, value = t.policy.sequence("agent", rs.learner.params["agent"], None, traj.obs,
+                                      rs.envs.carry["agent"], traj.first, None)
     lp = losses.log_prob(logits, traj.actions, t.policy.nvec)
     np.testing.assert_allclose(lp, traj.log_prob, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(value, traj.value, rtol=1e-5, atol=1e-5)
@@ -101,9 +101,9 @@ def test_centralised_critic_reads_the_global_state():
     t = build_trainer(c)
     rs = jax.jit(t.init)(jax.random.PRNGKey(0))
     (g,) = t.groups
-    assert set(rs.params[g]) == {"actor", "critic"}
+    assert set(rs.learner.params[g]) == {"actor", "critic"}
     n = t.env.num_agents
-    kernel = rs.params[g]["critic"]["params"]["Dense_0"]["kernel"]
+    kernel = rs.learner.params[g]["critic"]["params"]["Dense_0"]["kernel"]
     assert kernel.shape[0] == n * t.env.observation_space.shape[-1]  # all observations
     _, _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(1))
     assert traj.state.shape == (8, 8, kernel.shape[0])
@@ -126,16 +126,16 @@ def test_centralised_critic_with_gru_is_recurrent_per_env():
     t = build_trainer(c)
     rs = jax.jit(t.init)(jax.random.PRNGKey(0))
     n = t.env.num_agents
-    assert jax.tree.map(lambda x: x.shape, rs.carry["agent"]) == {"actor": (8, n, 8),
+    assert jax.tree.map(lambda x: x.shape, rs.envs.carry["agent"]) == {"actor": (8, n, 8),
                                                                   "critic": (8, 8)}
-    assert "GRUCell_0" in rs.params["agent"]["critic"]["params"]
+    assert "GRUCell_0" in rs.learner.params["agent"]["critic"]["params"]
     rs, m = jax.jit(lambda s: t.run(s, 1))(rs)
     assert np.isfinite(np.asarray(m["agent/loss"])).all()
-    assert float(jnp.abs(rs.carry["agent"]["critic"]).max()) > 0
+    assert float(jnp.abs(rs.envs.carry["agent"]["critic"]).max()) > 0
     _, _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(5))
     assert bool(traj.first[1:].any())  # MPE's 25-step episodes end inside 32 steps
-    logits, value = t.policy.sequence("agent", rs.params["agent"], None, traj.obs,
-                                      rs.carry["agent"], traj.first, traj.state)
+    logits, value = t.policy.sequence("agent", rs.learner.params["agent"], None, traj.obs,
+                                      rs.envs.carry["agent"], traj.first, traj.state)
     np.testing.assert_allclose(value, traj.value, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(losses.log_prob(logits, traj.actions, t.policy.nvec),
                                traj.log_prob, rtol=1e-5, atol=1e-5)
@@ -143,11 +143,11 @@ def test_centralised_critic_with_gru_is_recurrent_per_env():
     np.testing.assert_array_equal(v, np.broadcast_to(v[..., :1], v.shape))  # one per env
     # The critic's memory matters: a warm critic carry changes the value.
     state = traj.state[0]
-    cold, _, v_cold = t.policy.forward("agent", rs.params["agent"], None, traj.obs[0],
+    cold, _, v_cold = t.policy.forward("agent", rs.learner.params["agent"], None, traj.obs[0],
                                        t.policy.group_carry("agent", 8),
                                        jnp.zeros((8, n), bool), state)
     warm = jax.tree.map(lambda x: jnp.full_like(x, 0.5), cold)
-    _, _, v_warm = t.policy.forward("agent", rs.params["agent"], None, traj.obs[0], warm,
+    _, _, v_warm = t.policy.forward("agent", rs.learner.params["agent"], None, traj.obs[0], warm,
                                     jnp.zeros((8, n), bool), state)
     assert not np.allclose(v_cold, v_warm)
 

@@ -285,10 +285,10 @@ def test_user_models_per_group_route_to_their_agents():
     nvec = (4, 4)
     trainer = build_trainer(c, models={"tagger": _Prefers(nvec, 1), "runner": _Prefers(nvec, 3)})
     rs = trainer.init(jax.random.PRNGKey(0))
-    logits, _ = trainer.models["tagger"].apply(rs.params["tagger"], rs.obs[:, :2])
+    logits, _ = trainer.models["tagger"].apply(rs.learner.params["tagger"], rs.envs.obs[:, :2])
     assert logits.shape == (8, 2, 8)
     actions, _ = jaxwarp.sample_actions(jax.random.PRNGKey(1), jnp.concatenate(
-        [trainer.models[g].apply(rs.params[g], rs.obs[:, ids])[0]
+        [trainer.models[g].apply(rs.learner.params[g], rs.envs.obs[:, ids])[0]
          for g, ids in trainer.groups.items()], axis=1), nvec, backend="jax")
     np.testing.assert_array_equal(actions[:, :2, 0], 1)
     np.testing.assert_array_equal(actions[:, 2:, 0], 3)
@@ -324,7 +324,7 @@ def test_bf16_observations_train_as_f32_observations_rounded():
         for norm in (False, True):
             t = build_trainer(tiny_config(obs_dtype=od, normalize_obs=norm, **bf16))
             rs = jax.jit(t.init)(jax.random.PRNGKey(0))
-            assert rs.obs.dtype == jnp.dtype(od)
+            assert rs.envs.obs.dtype == jnp.dtype(od)
             rs, m = jax.jit(lambda r, t=t: t.run(r, 2))(rs)
             runs[od, norm] = (m, rs)
     for norm in (False, True):
@@ -411,7 +411,8 @@ def test_checkpoint_kill_resume_reproduces_uninterrupted(tmp_path):
         for name in a[k]:
             x, y = a[k][name], b[k][name]
             assert (math.isnan(x) and math.isnan(y)) or x == y, (k, name, x, y)
-    for x, y in zip(jax.tree.leaves(full.state.params), jax.tree.leaves(resumed.state.params)):
+    for x, y in zip(jax.tree.leaves(full.state.learner.params),
+                    jax.tree.leaves(resumed.state.learner.params)):
         np.testing.assert_array_equal(x, y)
     with pytest.raises(FileExistsError, match=r"already holds a run; pass --resume"):
         train_run(c, tmp_path / "full", progress=False)
@@ -502,10 +503,10 @@ def test_mlp_variants(shared, dtype):
 def test_sample_minibatches_partition_every_step_once(shards):
     """minibatch_layout=samples: the minibatches of one epoch hold every (step,
     env) of the batch exactly once, each device's from its own envs."""
-    from jaxwarp.train.learn import Layout
+    from jaxwarp.train.minibatches import Minibatches
 
     T, E, M = 3, 8, 4
-    layout = Layout(M, E // M, shards, E, lambda tree, spec: tree, samples=True)
+    layout = Minibatches(M, E // M, shards, E, lambda tree, spec: tree, samples=True)
     x = jnp.arange(T * E).reshape(T, E)  # value = t * E + e
     perm, dealt = layout.shuffle(x, jax.random.PRNGKey(0), False)
     assert perm.shape == (shards, T * E // shards)

@@ -203,10 +203,10 @@ def _worker_runner(tmp: str) -> dict:
     report["summary"] = {k: [r.summary[k] for r in (full, same, four)]
                          for k in ("data_parallel_devices", "finished", "sampler")}
     report["params_equal_same"] = all(
-        np.array_equal(x, y) for x, y in zip(jax.tree.leaves(full.state.params),
-                                             jax.tree.leaves(same.state.params)))
-    report["four_obs"] = [str(four.state.obs.sharding.spec),
-                          len(four.state.obs.sharding.device_set)]
+        np.array_equal(x, y) for x, y in zip(jax.tree.leaves(full.state.learner.params),
+                                             jax.tree.leaves(same.state.learner.params)))
+    report["four_obs"] = [str(four.state.envs.obs.sharding.spec),
+                          len(four.state.envs.obs.sharding.device_set)]
 
     report["errors"] = {
         "num_envs": _error_of(lambda: build_trainer(_config("devices=4", "num_envs=6",

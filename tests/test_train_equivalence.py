@@ -75,7 +75,7 @@ def _run(config: str, overrides: list[str]) -> dict:
     rs, m = jax.jit(make_train(c))(jax.random.PRNGKey(7))
     return {"loss": {g: np.asarray(m[f"{g}/loss"]).tolist() for g in ("tagger", "runner")},
             "param_abs_sum": {g: float(sum(jnp.abs(x).sum() for x in jax.tree.leaves(p)))
-                              for g, p in rs.params.items()}}
+                              for g, p in rs.learner.params.items()}}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -196,5 +196,5 @@ def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
     assert a.keys() == b.keys()
     for k in a:
         assert a[k] == b[k], (k, {n: (a[k][n], b[k][n]) for n in a[k] if a[k][n] != b[k][n]})
-    _same_params(full.state.params, resumed.state.params)
+    _same_params(full.state.learner.params, resumed.state.learner.params)
     _same_params(load_run(tmp_path / "full").params, load_run(tmp_path / "part").params)

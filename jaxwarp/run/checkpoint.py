@@ -194,7 +194,7 @@ def _try_restore(ckptr: Any, path: Path, abstract: Any) -> Any:
                 json.loads((path / meta).read_text()), dict):
             raise ValueError(f"{meta} is not a JSON object")
     rs = ckptr.restore(path / "default", abstract)
-    if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(rs.params)):
+    if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(rs.learner.params)):
         raise ValueError("non-finite parameters")
     return rs
 

@@ -89,7 +89,7 @@ def _restore(run_dir: str | Path):
 
 
 def _seed_run(config, trainer, update: int, rs, i: int) -> LoadedRun:
-    params, stats = jax.tree.map(lambda x: x[i], (rs.params, rs.obs_stats))
+    params, stats = jax.tree.map(lambda x: x[i], (rs.learner.params, rs.learner.obs_stats))
     return LoadedRun(trainer=trainer, params=params, obs_stats=stats, update=update,
                      seed=config.seed + i)
 

@@ -24,7 +24,7 @@ import numpy as np
 from jaxwarp.core import key_data_of
 from jaxwarp.models import MLPActorCritic
 from jaxwarp.train.policy import Policy
-from jaxwarp.train.rollout import EpisodeSums, Transition, rollout
+from jaxwarp.train.rollout import Acting, EnvCarry, EpisodeSums, Transition, rollout
 
 _ACTS = {"tanh": 0, "relu": 1}  # cuda/jaxwarp_fused.h: kActTanh, kActRelu
 MAX_LAYERS = 4  # cuda/jaxwarp_fused.h: kMaxLayers
@@ -140,18 +140,16 @@ class FusedRollout(NamedTuple):
             _head_keys(k, key_data_of(k), heads)))(pair[:, 0])
         return env_keys, head_keys
 
-    def __call__(self, policy: Policy, sample: Any, env: Any, sums: EpisodeSums,
-                 centralised: bool, params: Mapping[str, Any], stats: Any, env_state: Any,
-                 obs: jax.Array, carry: Mapping[str, Any], first: jax.Array, key: jax.Array,
-                 num_steps: int) -> tuple[Any, jax.Array, dict[str, Any], jax.Array,
-                                          dict[str, jax.Array], Transition]:
-        """`rollout`'s arguments and results: from env_state, obs f32[envs,
-        agents, obs_dim] and first bool[envs], num_steps steps; returns
-        (env_state, obs, carry (unchanged: no group is recurrent), first after
-        the last step, episode sums name -> f32[], Transition of [T, ...]
-        arrays). `policy`, `sample`, `env`, `sums`, `centralised` and `stats`
-        are this object's own (or unused: no centralised critic, no
-        normalize_obs) except where the call runs step by step.
+    def __call__(self, acting: Acting, params: Mapping[str, Any], stats: Any, envs: EnvCarry,
+                 key: jax.Array, num_steps: int
+                 ) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
+        """`rollout`'s arguments and results: `num_steps` steps from `envs`
+        (obs f32[envs, agents, obs_dim], first bool[envs]; the carry stays
+        as it is: no group is recurrent); returns (the envs after the last
+        step, episode sums name -> f32[], Transition of [T, ...] arrays).
+        `acting` and `stats` are used only where the call runs step by step
+        (the fused kernel has this object's own policy, env and sums; no
+        centralised critic, no normalize_obs).
 
         Under `jax.vmap` (several seeds) the members' envs fold into one
         launch; where they would make it more than MAX_FUSED_WORK (agents
@@ -159,12 +157,11 @@ class FusedRollout(NamedTuple):
         step-by-step rollout instead, as `choice` picks it for one member.
         (One level of vmap: the trainer's, over seeds.)"""
 
-        def fused_one(params, stats, env_state, obs, carry, first, key):
-            return self._fused(params, env_state, obs, carry, first, key, num_steps)
+        def fused_one(params, stats, envs, key):
+            return self._fused(params, envs, key, num_steps)
 
-        def step_by_step(params, stats, env_state, obs, carry, first, key):
-            return rollout(policy, sample, env, sums, centralised, params, stats, env_state,
-                           obs, carry, first, key, num_steps)
+        def step_by_step(params, stats, envs, key):
+            return rollout(acting, params, stats, envs, key, num_steps)
 
         @jax.custom_batching.custom_vmap
         def one(*args):
@@ -174,27 +171,29 @@ class FusedRollout(NamedTuple):
         def batched(size, in_batched, *args):
             args = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (size, *x.shape)),
                                 args, tuple(in_batched))
-            agents = size * args[3].shape[1] * args[3].shape[2]  # obs [size, envs, agents, dim]
+            agents = size * args[2].obs.shape[1] * args[2].obs.shape[2]  # [size, envs, agents, dim]
             big = _past_work_limit(agents, param_count(self.mlp))
             out = jax.vmap(step_by_step if big else fused_one)(*args)
             return out, jax.tree.map(lambda _: True, out)
 
-        return one(params, stats, env_state, obs, carry, first, key)
+        return one(params, stats, envs, key)
 
-    def _fused(self, params, env_state, obs, carry, first, key, num_steps):
-        """The fused call for one member: obs f32[envs, agents, obs_dim],
-        first bool[envs], key a PRNG key; `__call__`'s results."""
+    def _fused(self, params: Mapping[str, Any], envs: EnvCarry, key: jax.Array, num_steps: int
+               ) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
+        """The fused call for one member; `__call__`'s results."""
         env_keys, head_keys = self.keys(key, num_steps)
         weights = pack(params, list(self.policy.groups.ids))
-        env_state, next_obs, traj = _call(self, env_keys, head_keys, weights, obs, env_state)
+        env_state, next_obs, traj = _call(self, env_keys, head_keys, weights, envs.obs,
+                                          envs.env_state)
         done = traj["done"]
         w = done.astype(jnp.float32)
         per_step = jax.vmap(self.sums)(traj["episode_return"], w)
         ep = {k: v.sum() for k, v in per_step.items()}
         ep["episodes"] = w.sum()
         step = Transition(traj["obs"], traj["actions"], traj["log_prob"], traj["value"],
-                          traj["reward"], done, jnp.concatenate([first[None], done[:-1]]), None)
-        return env_state, next_obs, dict(carry), done[-1], ep, step
+                          traj["reward"], done,
+                          jnp.concatenate([envs.first[None], done[:-1]]), None)
+        return EnvCarry(env_state, next_obs, dict(envs.carry), done[-1]), ep, step
 
 
 def _call(f: FusedRollout, env_keys, head_keys, weights, obs, state):

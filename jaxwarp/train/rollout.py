@@ -10,7 +10,7 @@ it: no step talks to the host, and over several devices no step all-reduces.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +25,27 @@ Sampler = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
 # (episode_return f32[envs, agents], done f32[envs]) -> name -> f32[envs], each env's
 # statistics of the episode that ended in this step (0 where none ended)
 EpisodeSums = Callable[[jax.Array, jax.Array], dict[str, jax.Array]]
+
+
+class Acting(NamedTuple):
+    """How the envs are played: the fixed pieces of a rollout (no arrays)."""
+
+    policy: Policy  # every group's model
+    sample: Sampler  # the action draw
+    env: Any  # the env (a `ShardedEnv` over several devices)
+    sums: EpisodeSums  # what is logged of an ended episode
+    centralised: bool  # the groups' critics read the env's global state
+
+
+@struct.dataclass
+class EnvCarry:
+    """Where the envs stand between steps; every leaf has a leading [envs] axis
+    (split along envs over several devices)."""
+
+    env_state: Any  # the env's state pytree
+    obs: jax.Array  # f32 or bf16[envs, agents, obs_dim]: the observation to act on
+    carry: dict[str, Any]  # recurrent group -> its carry, leaves [envs, agents_in_group, ...]
+    first: jax.Array  # bool[envs]: obs is the first of its episode (recurrent models reset)
 
 
 @struct.dataclass
@@ -69,51 +90,44 @@ def env_metric_names(env: Any, num_envs: int = 1) -> tuple[str, ...]:
     return tuple(sorted(jax.eval_shape(hook, ret)))
 
 
-def act_and_step(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums,
-                 centralised: bool, params: Mapping[str, Any],
-                 stats: Mapping[str, losses.RunningStats], env_state: Any, obs: jax.Array,
-                 carry: Mapping[str, Any], first: jax.Array, ep: Mapping[str, jax.Array],
-                 key: jax.Array
-                 ) -> tuple[Any, jax.Array, dict[str, Any], jax.Array, dict, Transition]:
-    """One step: act on obs f32[envs, agents, D] (recurrent groups from their
-    carry, reset where `first` bool[envs]), step the envs, add the ended
-    episodes' statistics to ep (name -> f32[envs]; "episodes": how many ended).
-    Returns (env_state, next obs, carry, next first = done, ep, the step's
-    `Transition`)."""
+def act_and_step(acting: Acting, params: Mapping[str, Any],
+                 stats: Mapping[str, losses.RunningStats], envs: EnvCarry,
+                 ep: Mapping[str, jax.Array], key: jax.Array
+                 ) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
+    """One step: act on envs.obs f32[envs, agents, D] (recurrent groups from
+    their carry, reset where envs.first bool[envs]), step the envs, add the
+    ended episodes' statistics to ep (name -> f32[envs]; "episodes": how many
+    ended). Returns (the envs after the step, ep, the step's `Transition`)."""
     k_act, k_env = jax.random.split(key)
-    state = env.global_state(obs, env_state) if centralised else None
-    carry, logits, value = policy.step(params, stats, obs, carry, first, state)
-    actions, logp = sample(k_act, logits)
-    next_obs, env_state, reward, done, info = env.step(k_env, env_state, actions)
+    env, obs = acting.env, envs.obs
+    state = env.global_state(obs, envs.env_state) if acting.centralised else None
+    carry, logits, value = acting.policy.step(params, stats, obs, envs.carry, envs.first, state)
+    actions, logp = acting.sample(k_act, logits)
+    next_obs, env_state, reward, done, info = env.step(k_env, envs.env_state, actions)
     w = done.astype(jnp.float32)
-    new = {**sums(info["episode_return"], w), "episodes": w}
+    new = {**acting.sums(info["episode_return"], w), "episodes": w}
     ep = {k: ep[k] + v for k, v in new.items()}
-    step = Transition(obs, actions, logp, value, reward, done, first, state)
-    return env_state, next_obs, carry, done, ep, step
+    step = Transition(obs, actions, logp, value, reward, done, envs.first, state)
+    return EnvCarry(env_state, next_obs, carry, done), ep, step
 
 
 @jax.named_scope("rollout")
-def rollout(policy: Policy, sample: Sampler, env: Any, sums: EpisodeSums, centralised: bool,
-            params: Mapping[str, Any], stats: Mapping[str, losses.RunningStats],
-            env_state: Any, obs: jax.Array, carry: Mapping[str, Any], first: jax.Array,
-            key: jax.Array, num_steps: int
-            ) -> tuple[Any, jax.Array, dict[str, Any], jax.Array, dict[str, jax.Array],
-                       Transition]:
-    """`num_steps` steps from (env_state, obs, carry, first) by ``lax.scan``.
-    Returns (env_state, obs, carry, first after the last step, episode sums
-    name -> f32[] over the episodes that ended ("episodes": their number),
-    Transition of [T, ...] arrays)."""
-    num_envs = obs.shape[0]
-    names = [*sums(jnp.zeros((num_envs, obs.shape[1])), jnp.zeros(num_envs)), "episodes"]
+def rollout(acting: Acting, params: Mapping[str, Any], stats: Mapping[str, losses.RunningStats],
+            envs: EnvCarry, key: jax.Array, num_steps: int
+            ) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
+    """`num_steps` steps from `envs` by ``lax.scan``. Returns (the envs after
+    the last step, episode sums name -> f32[] over the episodes that ended
+    ("episodes": their number), Transition of [T, ...] arrays)."""
+    num_envs, num_agents = envs.obs.shape[:2]
+    names = [*acting.sums(jnp.zeros((num_envs, num_agents)), jnp.zeros(num_envs)), "episodes"]
     ep0 = {k: jnp.zeros((num_envs,), jnp.float32) for k in names}
 
     def body(c, k):
-        params_, stats_, *loop = c
-        *loop, step = act_and_step(policy, sample, env, sums, centralised, params_, stats_,
-                                   *loop, k)
-        return (params_, stats_, *loop), step
+        params_, stats_, envs_, ep = c
+        envs_, ep, step = act_and_step(acting, params_, stats_, envs_, ep, k)
+        return (params_, stats_, envs_, ep), step
 
-    (_, _, env_state, obs, carry, first, ep), traj = jax.lax.scan(
-        body, (params, stats, env_state, obs, dict(carry), first, ep0),
+    (_, _, envs, ep), traj = jax.lax.scan(
+        body, (params, stats, envs.replace(carry=dict(envs.carry)), ep0),
         jax.random.split(key, num_steps))
-    return env_state, obs, carry, first, {k: v.sum() for k, v in ep.items()}, traj
+    return envs, {k: v.sum() for k, v in ep.items()}, traj

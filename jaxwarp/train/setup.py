@@ -1,0 +1,277 @@
+"""A run's pieces from its config, checked before anything compiles.
+
+The env (made, its params checked, wrapped in a `ShardedEnv` over the
+data-parallel mesh), the policy groups' models and centralised critics
+(each model checked once against the contract of docs/models.md, on shapes
+only), their parameter initialiser, the action sampler and the sharding
+pins. Every bad choice is a `ConfigError` naming the config key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxwarp import sharding
+from jaxwarp.core import resolve_backend
+from jaxwarp.models import (CentralCritic, CentralGRUCritic, MLPActorCritic, is_recurrent,
+                            make_model)
+from jaxwarp.params_check import check_params
+from jaxwarp.registry import make as make_env
+from jaxwarp.sampler import sample_actions
+from jaxwarp.train import losses
+from jaxwarp.train.config import ConfigError, Derived, TrainConfig
+from jaxwarp.train.mesh import data_mesh
+from jaxwarp.train.policy import Groups, Policy
+from jaxwarp.train.rollout import Sampler
+
+
+def env_on_mesh(c: TrainConfig, d: Derived, env: Any, local: bool = False
+                 ) -> tuple[Any, Mesh | None]:
+    """The config's env (or `env`), checked, and wrapped in a `ShardedEnv` over
+    the data-parallel mesh when the config spreads the envs over devices
+    (never where `local`)."""
+    if c.env_module:
+        import_env_module(c.env_module)
+    if env is None:
+        env = _make_env(c)
+    _check_env_params(env, c.env)
+    mesh = None if local else data_mesh(c.devices)
+    if mesh is not None:
+        _check_divisible(c, d, mesh.size)
+        if not isinstance(env, sharding.ShardedEnv):
+            env = sharding.ShardedEnv(env, mesh, "envs")
+    return env, mesh
+
+
+def group_models(c: TrainConfig, env: Any, groups: Groups, models: Mapping[str, nn.Module] | None,
+            nvec: tuple[int, ...], mesh: Mesh | None) -> dict[str, nn.Module]:
+    """Group -> Flax module: `models`' entry, else the config's ``model``."""
+    for name in dict(c.policies):
+        if name not in groups.ids:
+            raise ConfigError(f"policies.{name}: {c.env} has no policy group {name!r}; "
+                              f"its groups are {sorted(groups.ids)}")
+    for name in (models or {}):
+        if name not in groups.ids:
+            raise ConfigError(f"models: {c.env} has no policy group {name!r}; "
+                              f"its groups are {sorted(groups.ids)}")
+    nets = {g: (models or {}).get(g) or make_model(c.policy(g).model, nvec, c.policy(g), g)
+            for g in groups.ids}
+    if mesh is not None:  # envs split over devices: no row blocks (see fused_linear)
+        nets = {g: m.clone(row_blocks=False) if isinstance(m, MLPActorCritic) else m
+                for g, m in nets.items()}
+    return nets
+
+
+def make_policy(c: TrainConfig, env: Any, groups: Groups, nets: dict[str, nn.Module],
+            nvec: tuple[int, ...]) -> Policy:
+    """The groups' models (and centralised critics) as one `Policy`; a
+    ConfigError where the minibatch layout cannot replay a recurrent model."""
+    policy = Policy(groups, nets, nvec, c.normalize_obs, _critics(c, env, groups, nets))
+    if c.minibatch_layout == "samples" and c.algorithm == "ppo" and policy.recurrent:
+        raise ConfigError(f"minibatch_layout=samples: group(s) {list(policy.recurrent)} have a "
+                          "recurrent model, whose minibatches must be whole env sequences; "
+                          "use minibatch_layout=envs")
+    return policy
+
+
+def _critics(c: TrainConfig, env: Any, groups: Groups, nets: Mapping[str, nn.Module]
+             ) -> dict[str, nn.Module] | None:
+    """Group -> centralised critic (``critic: centralised``) over the env's
+    global state: an MLP of the group's hidden sizes, or where the group's
+    model is recurrent a GRU critic of its ``hidden_sizes`` and ``rnn_size``
+    (MAPPO-RNN); None: each model's own value."""
+    if c.critic != "centralised":
+        return None
+    if not getattr(env, "has_global_state", False):
+        raise ConfigError(f"critic=centralised: {c.env} declares no global state for a "
+                          f"centralised critic to read (EnvSpec.global_state); use "
+                          f"critic=independent")
+    def critic(g: str) -> nn.Module:
+        p = c.policy(g)
+        if is_recurrent(nets[g]):
+            return CentralGRUCritic(tuple(p.hidden_sizes), p.rnn_size, p.activation)
+        return CentralCritic(tuple(p.hidden_sizes), p.activation)
+
+    return {g: critic(g) for g in groups.ids}
+
+
+def state_dim(env: Any) -> int:
+    """S of the env's global state f32[envs, S] (from shapes only)."""
+    def one(key):
+        obs, state = env.reset(key, 1)
+        return env.global_state(obs, state)
+
+    return int(jax.eval_shape(one, jax.ShapeDtypeStruct((2,), jnp.uint32)).shape[-1])
+
+
+def param_init(policy: Policy, obs_dim: int, state_dim: int) -> Callable[[str, jax.Array], Any]:
+    """(group, key) -> the group's initial parameters, after checking once, from
+    shapes alone, that its model keeps the policy contract (docs/models.md)."""
+    one = jnp.zeros((1, obs_dim), jnp.float32)
+
+    def init(g: str, key: jax.Array) -> Any:
+        net = policy.nets[g]
+        if g in policy.recurrent:
+            params = net.init(key, net.initialize_carry((1,)), one, jnp.ones((1,), bool))
+        else:
+            params = net.init(key, one)
+        if policy.critics is None:
+            return params
+        state, k_critic = jnp.zeros((1, state_dim), jnp.float32), jax.random.fold_in(key, 1)
+        critic = policy.critics[g]
+        if policy.critic_recurrent(g):
+            return {"actor": params, "critic": critic.init(
+                k_critic, critic.initialize_carry((1,)), state, jnp.ones((1,), bool))}
+        return {"actor": params, "critic": critic.init(k_critic, state)}
+
+    for g in policy.groups.ids:
+        _check_model(policy, g, init, obs_dim, state_dim)
+    return init
+
+
+def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim: int
+                 ) -> None:
+    """A ConfigError naming group g, the expected and the actual shapes, where
+    its model breaks the contract (checked on shapes, before any compile)."""
+    net, n = policy.nets[g], len(policy.groups.ids[g])
+    kind = "recurrent" if g in policy.recurrent else "feed-forward"
+    heads = sum(policy.nvec)
+
+    def run(key):
+        params = init(g, key)
+        carry = policy.group_carry(g, 2) if g in policy.recurrent else None
+        state = jnp.zeros((2, state_dim), jnp.float32) if policy.critics else None
+        obs = jnp.zeros((2, n, obs_dim), jnp.float32)
+        stats = losses.RunningStats.create(obs_dim) if policy.normalize_obs else None
+        out = policy.forward(g, params, stats, obs, carry, jnp.ones((2, n), bool), state)
+        return carry, out
+
+    where = f"policies.{g}.model ({type(net).__name__}, {kind})"
+    try:
+        carry, (carry_out, logits, value) = jax.eval_shape(
+            run, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    except Exception as e:  # noqa: BLE001 - any failure of a user's module is reported as one line
+        hint = ("a recurrent model defines initialize_carry(batch_shape) and is called "
+                "(carry, obs, reset) -> carry, (logits, value)") if kind == "feed-forward" else (
+            "a recurrent model is called (carry, obs, reset) -> carry, (logits, value)")
+        msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise ConfigError(f"{where}: failed on obs f32[2, {n}, {obs_dim}]: {msg} "
+                          f"(a feed-forward model is called obs -> (logits, value); {hint}; "
+                          f"docs/models.md)") from None
+    want = ((2, n, heads), (2, n))
+    got = (tuple(getattr(logits, "shape", ())), tuple(getattr(value, "shape", ())))
+    if got != want:
+        raise ConfigError(f"{where}: for obs f32[2, {n}, {obs_dim}] it returned logits "
+                          f"{list(got[0])} and value {list(got[1])}; expected logits "
+                          f"{list(want[0])} (sum(nvec)={heads}) and value {list(want[1])}")
+    same_carry = jax.tree.structure(carry) == jax.tree.structure(carry_out) and all(
+        a.shape == b.shape for a, b in zip(jax.tree.leaves(carry), jax.tree.leaves(carry_out)))
+    if not same_carry:  # feed-forward: None in, None out
+        raise ConfigError(f"{where}: the carry it returns differs from initialize_carry's "
+                          f"(structure or shapes); it must keep its type from step to step")
+
+
+def make_sampler(nvec: tuple[int, ...], backend: str, mesh: Mesh | None) -> Sampler:
+    """The action sampler. Every sampler draws by global row (the kernel
+    samplers take the shard's row offset through their partitioning rule):
+    the same actions on any device count, so the fused kernel sampler stays
+    on over several devices."""
+    if mesh is None:
+        return lambda key, logits: sample_actions(key, logits, nvec, backend=backend)
+    return lambda key, logits: sharding.sample_actions(key, logits, nvec, mesh, "envs",
+                                                       backend=backend)
+
+
+def pinner(mesh: Mesh | None) -> Callable[[Any, P], Any]:
+    """(tree, spec) -> the tree with sharding constraint `spec` on every leaf
+    (identity on one device). Under vmap over seeds jax adds the seed axis to
+    the spec itself."""
+    def pin(tree: Any, spec: P) -> Any:
+        if mesh is None:
+            return tree
+        target = NamedSharding(mesh, spec)
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, target), tree)
+
+    return pin
+
+
+def _check_divisible(c: TrainConfig, d: Derived, shards: int) -> None:
+    """The env axis and the minibatches split evenly over `shards` devices."""
+    dev = "every local device" if c.devices is None else f"devices={c.devices}"
+    if c.num_envs % shards:
+        raise ConfigError(
+            f"num_envs={c.num_envs} is not divisible by the {shards} devices that the envs "
+            f"are split over ({dev} x {jax.process_count()} process(es)); choose num_envs "
+            f"as a multiple of {shards} or set devices (devices=1: one device)")
+    if d.minibatches > 1 and d.minibatch_envs % shards:
+        what = "minibatch" if c.algorithm == "ppo" else "gradient chunk"
+        raise ConfigError(
+            f"num_minibatches={c.num_minibatches}: each {what} of num_envs/num_minibatches="
+            f"{d.minibatch_envs} envs must split evenly over the {shards} devices ({dev}); "
+            f"choose num_envs as a multiple of num_minibatches x {shards}")
+
+
+def _make_env(c: TrainConfig) -> Any:
+    """``jaxwarp.make`` for the config's env; a bad name, env_config, env
+    parameter or an unavailable backend is a ConfigError naming it."""
+    for key in ("backend", "sampler"):
+        choice = getattr(c, key)
+        if choice in ("cuda", "cpu"):
+            try:
+                resolve_backend(choice)
+            except RuntimeError as e:
+                raise ConfigError(f"{key}={choice}: {e}") from None
+    try:
+        env = make_env(c.env, backend=c.backend, config=c.env_config, obs_dtype=c.obs_dtype,
+                       **dict(c.env_params))
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(str(e)) from None  # make's messages name the env and the field
+    return env
+
+
+def _check_env_params(env: Any, name: str) -> None:
+    """Types and finiteness of the env's params dataclass (a string or NaN/inf
+    where a float belongs gives NaN observations, not an error)."""
+    params = getattr(env, "params", None)
+    if params is None or not dataclasses.is_dataclass(params) or isinstance(params, type):
+        return
+    try:
+        check_params(params, name)
+    except ValueError as e:
+        raise ConfigError(f"env_params: {e}") from None
+
+
+def import_env_module(name: str) -> None:
+    """Imports a user env's module (a .py path or a dotted name) so that it
+    registers its env with `jaxwarp.register_spec` (or `jaxwarp.register_env`)."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(name)
+    if name.endswith(".py"):
+        if not path.exists():
+            raise ConfigError(f"env_module: {name!r} does not exist")
+        mod_name = f"jaxwarp_user_{path.stem}"
+        if mod_name in sys.modules:
+            return
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    else:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ConfigError(f"env_module: cannot import {name!r}: {e}") from None
