@@ -27,7 +27,8 @@ def gru_config(*more: str):
 def test_gru_carry_is_state_per_agent_and_resets_where_episodes_begin():
     t = build_trainer(gru_config())
     rs = jax.jit(t.init)(jax.random.PRNGKey(0))
-    assert rs.envs.carry["agent"].shape == (8, 1, 8) and rs.envs.carry["agent"].dtype == jnp.float32
+    carry = rs.envs.carry["agent"]
+    assert carry.shape == (8, 1, 8) and carry.dtype == jnp.float32
     assert rs.envs.first.shape == (8,) and bool(rs.envs.first.all())
     net, params = t.models["agent"], rs.learner.params["agent"]
     obs = jax.random.normal(jax.random.PRNGKey(1), (8, 1, 4))
@@ -48,7 +49,7 @@ def test_replay_from_the_stored_carry_reproduces_the_rollout():
     t = build_trainer(gru_config())
     rs = jax.jit(t.init)(jax.random.PRNGKey(0))
     rs, _ = jax.jit(lambda s: t.run(s, 1))(rs)  # a carry that is not all zeros
-    _, _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(5))
+    _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(5))
     assert bool(traj.first[1:].any())  # episodes ended inside the rollout: resets replayed
     logits, value = t.policy.sequence("agent", rs.learner.params["agent"], None, traj.obs,
                                       rs.envs.carry["agent"], traj.first, None)
@@ -105,7 +106,7 @@ def test_centralised_critic_reads_the_global_state():
     n = t.env.num_agents
     kernel = rs.learner.params[g]["critic"]["params"]["Dense_0"]["kernel"]
     assert kernel.shape[0] == n * t.env.observation_space.shape[-1]  # all observations
-    _, _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(1))
+    _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(1))
     assert traj.state.shape == (8, 8, kernel.shape[0])
     v = np.asarray(traj.value)
     np.testing.assert_array_equal(v, np.broadcast_to(v[..., :1], v.shape))  # one per env
@@ -132,7 +133,7 @@ def test_centralised_critic_with_gru_is_recurrent_per_env():
     rs, m = jax.jit(lambda s: t.run(s, 1))(rs)
     assert np.isfinite(np.asarray(m["agent/loss"])).all()
     assert float(jnp.abs(rs.envs.carry["agent"]["critic"]).max()) > 0
-    _, _, _, _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(5))
+    _, _, traj = jax.jit(t.rollout)(rs, jax.random.PRNGKey(5))
     assert bool(traj.first[1:].any())  # MPE's 25-step episodes end inside 32 steps
     logits, value = t.policy.sequence("agent", rs.learner.params["agent"], None, traj.obs,
                                       rs.envs.carry["agent"], traj.first, traj.state)
