@@ -12,6 +12,7 @@ import pytest
 
 from jaxwarp.run.evaluate import evaluate, load_run
 from jaxwarp.run.loop import train_run
+from jaxwarp.models import CentralGRUCritic, GRUActorCritic
 from jaxwarp.train import ConfigError, build_trainer, load_config, losses, make_train
 
 GRU = ["backend=jax", "sampler=jax", "policies.agent.model=gru",
@@ -185,7 +186,19 @@ class _CarryChanges(nn.Module):
         return jnp.zeros(carry.shape[:-1] + (4,)), (nn.Dense(2)(obs), obs[..., 0])
 
 
+class _SequenceWrongValue(GRUActorCritic):
+    """A sequence form whose value misses the agents axis."""
+
+    def sequence(self, carry, obs, reset):
+        carry, (logits, value) = super().sequence(carry, obs, reset)
+        return carry, (logits, value[..., 0])
+
+
 @pytest.mark.parametrize("module, match", [
+    (_SequenceWrongValue((2,), (8,), 4), r"policies.agent.model \(_SequenceWrongValue, "
+     r"recurrent\): its sequence form returned logits \[3, 2, 1, 2\] and value \[3, 2\] for "
+     r"obs f32\[3, 2, 1, 4\]; expected the step form's shapes with a leading T: logits "
+     r"\[3, 2, 1, 2\] and value \[3, 2, 1\]"),
     (_NoCarryMethods(), r"policies.agent.model \(_NoCarryMethods, feed-forward\): failed on "
                         r"obs .*initialize_carry"),
     (_WrongLogits(), r"policies.agent.model \(_WrongLogits, feed-forward\): for obs "
@@ -214,3 +227,66 @@ def test_partially_observed_cartpole_hides_the_velocities():
         assert float(jnp.abs(obs[..., 1::2]).max()) == 0.0
         np.testing.assert_array_equal(obs[..., 0], s.x)
         assert float(jnp.abs(s.x_dot).max()) > 0
+
+
+def _step_by_step(net, params, carry, obs, reset):
+    """T steps of a recurrent model's step form by a scan."""
+    return jax.lax.scan(lambda c, x: net.apply(params, c, *x), carry, (obs, reset))
+
+
+@pytest.mark.parametrize("net, width", [(GRUActorCritic((3, 2), (16, 12), 8, "relu"), 10),
+                                        (CentralGRUCritic((16,), 8, "tanh"), 6)])
+def test_the_sequence_form_is_the_step_form_over_time(net, width):
+    """`sequence` (embedding, heads and the gates' input projections over all T x B
+    rows, one matmul a step) is the same function as T steps of `__call__`, with
+    the same parameters, and so are its gradients."""
+    t, b = 7, (4, 3)
+    obs = jax.random.normal(jax.random.PRNGKey(0), (t, *b, width))
+    reset = jax.random.bernoulli(jax.random.PRNGKey(1), 0.3, (t, *b))
+    carry = jax.random.normal(jax.random.PRNGKey(2), (*b, 8))
+    params = net.init(jax.random.PRNGKey(3), carry, obs[0], reset[0])
+
+    def seq(p):
+        return net.apply(p, carry, obs, reset, method="sequence")
+
+    want, got = _step_by_step(net, params, carry, obs, reset), seq(params)
+    assert jax.tree.structure(want) == jax.tree.structure(got)
+    for a, b_ in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        assert a.shape == b_.shape and a.dtype == b_.dtype
+        np.testing.assert_allclose(a, b_, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(jax.tree.leaves(got)[-1][0], jax.tree.leaves(got)[-1][-1])
+
+    def total(out):
+        return sum(x.sum() for x in jax.tree.leaves(out[1]))
+
+    g_want = jax.grad(lambda p: total(_step_by_step(net, p, carry, obs, reset)))(params)
+    g_got = jax.grad(lambda p: total(seq(p)))(params)
+    for a, b_ in zip(jax.tree.leaves(g_want), jax.tree.leaves(g_got)):
+        np.testing.assert_allclose(a, b_, rtol=1e-4, atol=1e-5)
+
+
+class _StepOnlyGRU(nn.Module):
+    """A user's recurrent model with the step form only."""
+
+    @nn.compact
+    def __call__(self, carry, obs, reset):
+        carry = jnp.where(reset[..., None], 0.0, carry)
+        carry, x = nn.GRUCell(8)(carry, obs)
+        return carry, (nn.Dense(2)(x), nn.Dense(1)(x)[..., 0])
+
+    def initialize_carry(self, batch_shape):
+        return jnp.zeros((*batch_shape, 8), jnp.float32)
+
+
+def test_the_learner_path_of_each_recurrent_group_is_named():
+    """The shipped GRU runs its sequence form in the learner; a model with the
+    step form only is replayed step by step, trains, and says so."""
+    assert build_trainer(gru_config()).recurrent_learner == {"agent": "sequence"}
+    mappo = build_trainer(load_config("mpe_simple_spread_ppo", [
+        *GRU, "critic=centralised", "num_envs=8", "num_steps=16"]))
+    assert mappo.recurrent_learner == {"agent": "sequence"}
+    t = build_trainer(gru_config(), models={"agent": _StepOnlyGRU()})
+    assert t.recurrent_learner == {"agent": "step by step"}
+    rs, m = jax.jit(lambda k: t.run(t.init(k), 2))(jax.random.PRNGKey(0))
+    assert np.isfinite(np.asarray(m["agent/loss"])).all()
+    assert build_trainer(load_config("cartpole_ppo", ["backend=jax"])).recurrent_learner == {}

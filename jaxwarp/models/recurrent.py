@@ -4,6 +4,14 @@ A recurrent model defines ``initialize_carry(batch_shape)`` (the carry of a
 fresh episode) and is called ``carry, (logits, value) = model.apply(params,
 carry, obs, reset)``: one step, where reset bool[...] marks the entries whose
 episode begins with obs (their carry is replaced by a fresh one first).
+
+A model may also offer the *sequence form*, a method ``sequence(carry, obs,
+reset)`` over a whole rollout: obs [T, ..., obs_dim], reset bool[T, ...] ->
+``carry, (logits [T, ..., sum(nvec)], value [T, ...])``, the same function as
+T steps of the step form, called as ``model.apply(params, carry, obs, reset,
+method="sequence")``. The learner uses it where it exists (only the
+recurrent cell is scanned; embeddings and heads are one matmul over all T x B
+rows); a model without it is replayed step by step, which is slower.
 Shipped: `GRUActorCritic` (JaxMARL's IPPO-RNN layout) and `CentralGRUCritic`
 (MAPPO-RNN's critic).
 """
@@ -24,6 +32,48 @@ def is_recurrent(net: nn.Module) -> bool:
     """Whether `net` follows the recurrent model contract (it has
     ``initialize_carry``; docs/models.md)."""
     return callable(getattr(net, "initialize_carry", None))
+
+
+def has_sequence(net: nn.Module) -> bool:
+    """Whether recurrent `net` offers the sequence form (``sequence``)."""
+    return callable(getattr(net, "sequence", None))
+
+
+def _dense(p: dict, x: jax.Array) -> jax.Array:
+    """`nn.Dense` (kernel and optional bias of `p`) on x [..., in]."""
+    y = jax.lax.dot_general(x, p["kernel"], (((x.ndim - 1,), (0,)), ((), ())))
+    return y + p["bias"] if "bias" in p else y
+
+
+def _gru_sequence(p: dict, carry: jax.Array, x: jax.Array, reset: jax.Array,
+                  hidden_sizes: Sequence[int], act: Callable[[jax.Array], jax.Array]
+                  ) -> tuple[jax.Array, jax.Array]:
+    """`_gru_torso` over a whole sequence from its parameters `p` (Dense_0..,
+    GRUCell_0): x [T, ..., D], reset bool[T, ...], carry [..., H]. The
+    embedding and the cell's input projections (its three gates as one matmul)
+    run once over all T x B rows; the scan holds one matmul a step (the three
+    recurrent projections concatenated). Returns (carry, outputs [T, ..., H])."""
+    x = x.astype(jnp.float32)
+    for i in range(len(hidden_sizes)):
+        x = act(_dense(p[f"Dense_{i}"], x))
+    cell = p["GRUCell_0"]  # flax.linen.GRUCell: gates ir/iz/in (+ bias), hr/hz, hn (+ bias)
+    w_in = jnp.concatenate([cell[k]["kernel"] for k in ("ir", "iz", "in")], axis=-1)
+    b_in = jnp.concatenate([cell[k]["bias"] for k in ("ir", "iz", "in")])
+    w_rec = jnp.concatenate([cell[k]["kernel"] for k in ("hr", "hz", "hn")], axis=-1)
+    xs = _dense({"kernel": w_in, "bias": b_in}, x)
+
+    def step(h, inp):
+        x_t, r_t = inp
+        h = jnp.where(r_t[..., None], jnp.zeros_like(h), h)
+        hs = _dense({"kernel": w_rec}, h)
+        xr, xz, xn = jnp.split(x_t, 3, axis=-1)
+        hr, hz, hn = jnp.split(hs, 3, axis=-1)
+        r, z = nn.sigmoid(xr + hr), nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * (hn + cell["hn"]["bias"]))
+        h = (1.0 - z) * n + z * h
+        return h, h
+
+    return jax.lax.scan(step, carry, (xs, reset))
 
 
 def _gru_torso(carry: jax.Array, x: jax.Array, reset: jax.Array, hidden_sizes: Sequence[int],
@@ -75,6 +125,15 @@ class GRUActorCritic(nn.Module):
         value = nn.Dense(1, kernel_init=orthogonal(1.0))(v)
         return carry, (logits, jnp.squeeze(value, -1))
 
+    def sequence(self, carry: jax.Array, obs: jax.Array, reset: jax.Array
+                 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """The sequence form: obs f32[T, ..., obs_dim], reset bool[T, ...]."""
+        p, act, n = self.variables["params"], ACTIVATIONS[self.activation], len(self.hidden_sizes)
+        carry, x = _gru_sequence(p, carry, obs, reset, self.hidden_sizes, act)
+        logits = _dense(p[f"Dense_{n + 1}"], act(_dense(p[f"Dense_{n}"], x)))
+        value = _dense(p[f"Dense_{n + 3}"], act(_dense(p[f"Dense_{n + 2}"], x)))
+        return carry, (logits, jnp.squeeze(value, -1))
+
 
 class CentralGRUCritic(nn.Module):
     """A recurrent centralised critic (JaxMARL's MAPPO-RNN critic): an MLP
@@ -98,3 +157,11 @@ class CentralGRUCritic(nn.Module):
         carry, x = _gru_torso(carry, state, reset, self.hidden_sizes, self.rnn_size, act)
         v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
         return carry, jnp.squeeze(nn.Dense(1, kernel_init=orthogonal(1.0))(v), -1)
+
+    def sequence(self, carry: jax.Array, state: jax.Array, reset: jax.Array
+                 ) -> tuple[jax.Array, jax.Array]:
+        """The sequence form: state f32[T, ..., S], reset bool[T, ...] -> value [T, ...]."""
+        p, act, n = self.variables["params"], ACTIVATIONS[self.activation], len(self.hidden_sizes)
+        carry, x = _gru_sequence(p, carry, state, reset, self.hidden_sizes, act)
+        value = _dense(p[f"Dense_{n + 1}"], act(_dense(p[f"Dense_{n}"], x)))
+        return carry, jnp.squeeze(value, -1)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.models.recurrent import is_recurrent
+from jaxwarp.models.recurrent import has_sequence, is_recurrent
 from jaxwarp.train import losses
 
 
@@ -86,6 +86,12 @@ class Policy(NamedTuple):
         """Whether group g's centralised critic carries a state (one per env)."""
         return self.critics is not None and is_recurrent(self.critics[g])
 
+    def sequence_form(self, g: str) -> bool:
+        """Whether recurrent group g's learner runs the sequence form (its model
+        and its recurrent critic, if any, offer ``sequence``; docs/models.md)."""
+        critic_ok = not self.critic_recurrent(g) or has_sequence(self.critics[g])
+        return has_sequence(self.nets[g]) and critic_ok
+
     def group_carry(self, g: str, num_envs: int) -> Any:
         """Recurrent group g's fresh carry: its model's, leaves [num_envs,
         agents_in_group, ...]; with a recurrent critic ``{"actor": that,
@@ -101,11 +107,14 @@ class Policy(NamedTuple):
 
     def forward(self, g: str, params: Any, stats: losses.RunningStats | None, obs: jax.Array,
                 carry: Any = None, reset: jax.Array | None = None,
-                state: jax.Array | None = None) -> tuple[Any, jax.Array, jax.Array]:
+                state: jax.Array | None = None, method: str = "__call__"
+                ) -> tuple[Any, jax.Array, jax.Array]:
         """Group g's model on its agents' obs f32/bf16[..., agents_in_group, obs_dim]
         (normalised by `stats` where the config asks). carry, reset bool[...,
         agents_in_group]: a recurrent model's state and where its episode
         begins; state f32[..., S]: the env's global state (centralised critic).
+        method "sequence": the recurrent models' sequence form, over obs with a
+        leading time axis [T, ...] (`sequence`).
         Returns (carry, logits f32[..., sum(nvec)], value f32[...])."""
         if self.normalize_obs:
             obs = stats.normalize(obs)
@@ -113,12 +122,13 @@ class Policy(NamedTuple):
         split = self.critic_recurrent(g)
         carry_a = carry["actor"] if split else carry
         if g in self.recurrent:
-            carry_a, (logits, value) = self.nets[g].apply(actor, carry_a, obs, reset)
+            carry_a, (logits, value) = self.nets[g].apply(actor, carry_a, obs, reset,
+                                                          method=method)
         else:
             logits, value = self.nets[g].apply(actor, obs)
         if split:  # one carry per env; the env's reset is its agents' (all equal)
             carry_c, v = self.critics[g].apply(params["critic"], carry["critic"], state,
-                                               reset[..., 0])
+                                               reset[..., 0], method=method)
             carry = {"actor": carry_a, "critic": carry_c}
         else:
             carry = carry_a
@@ -133,12 +143,17 @@ class Policy(NamedTuple):
                  ) -> tuple[jax.Array, jax.Array]:
         """Group g over env sequences: obs [T, envs, agents_in_group, D] from
         the rollout's initial carry (leaves [envs, agents_in_group, ...]), reset
-        bool[T, envs], state f32[T, envs, S] or None. A recurrent model is
-        replayed step by step (BPTT through the scan); a feed-forward one runs
-        on every step at once. Returns (logits f32[T, envs, agents_in_group,
-        sum(nvec)], value f32[T, envs, agents_in_group])."""
+        bool[T, envs], state f32[T, envs, S] or None. A feed-forward model runs
+        on every step at once, a recurrent one through its sequence form where
+        it has one (`sequence_form`), else replayed step by step (BPTT through
+        the scan). Returns (logits f32[T, envs, agents_in_group, sum(nvec)],
+        value f32[T, envs, agents_in_group])."""
         if g not in self.recurrent:
             _, logits, value = self.forward(g, params, stats, obs, state=state)
+            return logits, value
+        if self.sequence_form(g):
+            r = jnp.broadcast_to(reset[..., None], obs.shape[:-1])
+            _, logits, value = self.forward(g, params, stats, obs, carry, r, state, "sequence")
             return logits, value
 
         def body(c, x):

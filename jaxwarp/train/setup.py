@@ -134,6 +134,8 @@ def param_init(policy: Policy, obs_dim: int, state_dim: int) -> Callable[[str, j
 
     for g in policy.groups.ids:
         _check_model(policy, g, init, obs_dim, state_dim)
+        if g in policy.recurrent and policy.sequence_form(g):
+            _check_sequence_form(policy, g, init, obs_dim, state_dim)
     return init
 
 
@@ -177,6 +179,39 @@ def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim
     if not same_carry:  # feed-forward: None in, None out
         raise ConfigError(f"{where}: the carry it returns differs from initialize_carry's "
                           f"(structure or shapes); it must keep its type from step to step")
+
+
+def _check_sequence_form(policy: Policy, g: str, init: Callable, obs_dim: int,
+                         state_dim: int) -> None:
+    """A ConfigError naming group g and the shapes where its model's sequence
+    form (``sequence``, docs/models.md) disagrees with its step form: for T
+    steps it must return the step form's logits and value with a leading T."""
+    net, n, t = policy.nets[g], len(policy.groups.ids[g]), 3
+    heads = sum(policy.nvec)
+
+    def run(key):
+        carry = policy.group_carry(g, 2)
+        state = jnp.zeros((t, 2, state_dim), jnp.float32) if policy.critics else None
+        stats = losses.RunningStats.create(obs_dim) if policy.normalize_obs else None
+        return policy.sequence(g, init(g, key), stats, jnp.zeros((t, 2, n, obs_dim)), carry,
+                               jnp.ones((t, 2), bool), state)
+
+    where = f"policies.{g}.model ({type(net).__name__}, recurrent)"
+    shapes = f"obs f32[{t}, 2, {n}, {obs_dim}]"
+    try:
+        logits, value = jax.eval_shape(run, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    except Exception as e:  # noqa: BLE001 - any failure of a user's module is one line
+        msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise ConfigError(f"{where}: its sequence form failed on {shapes}: {msg} (it is "
+                          "called (carry, obs [T, ...], reset [T, ...]) -> carry, (logits, "
+                          "value); docs/models.md)") from None
+    want = ((t, 2, n, heads), (t, 2, n))
+    got = (tuple(getattr(logits, "shape", ())), tuple(getattr(value, "shape", ())))
+    if got != want:
+        raise ConfigError(f"{where}: its sequence form returned logits {list(got[0])} and "
+                          f"value {list(got[1])} for {shapes}; expected the step form's "
+                          f"shapes with a leading T: logits {list(want[0])} and value "
+                          f"{list(want[1])}")
 
 
 def make_sampler(nvec: tuple[int, ...], backend: str, mesh: Mesh | None) -> Sampler:

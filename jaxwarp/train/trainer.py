@@ -87,6 +87,9 @@ class Trainer(NamedTuple):
     rollout_path: str = "step by step"  # "fused" or "step by step: <why>" (train/fused.py)
     # group -> which layers run its `mlp` model (MLPActorCritic.layers; other models absent)
     model_layers: Mapping[str, str] | None = None
+    # recurrent group -> how the learner runs its model over a rollout: "sequence"
+    # (the model's sequence form) or "step by step" (replayed by a scan; docs/models.md)
+    recurrent_learner: Mapping[str, str] | None = None
 
     def state_shardings(self, state: Any, seed_axis: bool = False) -> Any:
         """NamedShardings of a RunnerState-shaped tree (arrays or
@@ -150,7 +153,9 @@ def build_trainer(config: TrainConfig, env: Any = None,
     return Trainer(config=config, derived=run.derived, env=env, groups=policy.groups.ids,
                    models=policy.nets, init=lambda key: init_state(run, key), run=train_chunk,
                    rollout=rollout, policy=policy, mesh=run.mesh, sampler=sampler,
-                   rollout_path=path, model_layers=_layers(policy, obs_dim))
+                   rollout_path=path, model_layers=_layers(policy, obs_dim),
+                   recurrent_learner={g: "sequence" if policy.sequence_form(g) else "step by step"
+                                      for g in policy.recurrent})
 
 
 def update_step(run: _Run, rs: RunnerState) -> tuple[RunnerState, dict[str, jax.Array]]:
