@@ -31,6 +31,7 @@ import numpy as np
 
 import jaxwarp
 from jaxwarp.benchmark import matmul_flops, model_flops_utilization, run_meta
+from jaxwarp.models import GRUActorCritic
 from jaxwarp.train import build_trainer, jit, load_config, register_model
 from jaxwarp.units import device_name, rate_text
 
@@ -62,6 +63,18 @@ class DenseActorCritic(nn.Module):
 
 register_model("mlp_dense", lambda nvec, p: DenseActorCritic(
     tuple(int(n) for n in nvec), tuple(p.hidden_sizes), p.shared_torso, jnp.dtype(p.dtype)))
+
+
+class StepByStepGRU(GRUActorCritic):
+    """The shipped gru without its sequence form: the learner replays the whole
+    model step by step (model ``gru_steps``: the learner's path before the
+    sequence form, docs/decisions.md)."""
+
+    sequence = None
+
+
+register_model("gru_steps", lambda nvec, p: StepByStepGRU(
+    tuple(int(n) for n in nvec), tuple(p.hidden_sizes), p.rnn_size, p.activation))
 
 # (shipped config, overrides, updates per timed call)
 BF16 = ["policies.tagger.dtype=bfloat16", "policies.runner.dtype=bfloat16"]
@@ -147,7 +160,9 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
         "num_envs": config.num_envs, "num_agents": env.num_agents,
         "num_steps": config.num_steps, "batch_env_steps": batch,
         "epochs": trainer.derived.epochs, "minibatches": trainer.derived.minibatches,
-        "hidden_sizes": list(config.policy("tagger").hidden_sizes),
+        "hidden_sizes": list(config.policy(next(iter(trainer.groups))).hidden_sizes),
+        "model": config.policy(next(iter(trainer.groups))).model,
+        "rollout": trainer.rollout_path, "recurrent_learner": dict(trainer.recurrent_learner),
         "updates_per_call": updates, "repeats": repeats, "compile_s": compile_s,
         "seconds_per_update": sec / updates,
         "rollout_seconds_per_update": rollout_s,
