@@ -18,6 +18,10 @@ where a GPU is present), through the public API only (`jaxwarp.make`, `reset`,
 
 Each env is built once per backend (`_env`, cached); the first build of a
 contract env compiles its C++ (cached in ~/.cache/jaxwarp).
+
+tests/test_new_env.py runs every check here that is parametrized over `ENVS`
+(``name``) on an env of its own, a user env that no list names: write a new
+check that way, its other arguments parametrized too (no fixtures).
 """
 
 from __future__ import annotations
