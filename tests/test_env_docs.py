@@ -6,7 +6,8 @@ of jaxwarp/envs/; envs that a test registers at run time are not built-ins):
 * the index ``docs/envs/README.md`` links exactly the built-ins' pages
   (``docs/envs/<name>.md``, what `jaxwarp.registry.env_doc` finds), one table
   row each, and its Drawing table names exactly the built-ins that draw;
-* the index's row for the env states its default shapes (below);
+* the index's row for the env states its default shapes (below), and the
+  README's table of envs names every built-in;
 
 and for every env's page (the checks named ``test_page_*``, which
 tests/test_new_env.py also runs on the page of an env of its own):
@@ -162,6 +163,18 @@ def test_drawing_table_names_every_env_that_draws():
     assert set(named) == set(draws), (
         f"docs/envs/README.md, Drawing: missing {sorted(set(draws) - set(named))}, "
         f"no such env drawing {sorted(set(named) - set(draws))}")
+
+
+def test_readme_table_of_envs_names_every_builtin_and_no_other():
+    m = re.search(r"^### Environments\s*$(.*?)(?=^#)", (ROOT / "README.md").read_text(),
+                  re.M | re.S)
+    assert m, "README.md: no '### Environments' section"
+    first_cells = [line.split("|")[1] for line in m.group(1).splitlines()
+                   if line.startswith("| `")]
+    named = re.findall(r"`(\w+)`", "\n".join(first_cells))
+    assert sorted(named) == sorted(BUILTIN), (
+        f"README.md, Environments: missing {sorted(set(BUILTIN) - set(named))}, "
+        f"no such built-in {sorted(set(named) - set(BUILTIN))}")
 
 
 @pytest.mark.parametrize("name", BUILTIN)
