@@ -168,3 +168,21 @@ def test_a_module_that_breaks_the_recipe_is_named(tmp_path, monkeypatch, source,
     with pytest.raises(error, match=match):
         registry._register_builtins(package)
     assert "bad_env" not in registry._REGISTRY
+
+
+def test_env_doc_of_a_user_env(tmp_path, monkeypatch):
+    """A user env's page sits beside its header: <name>.md, else README.md;
+    an env registered without a spec, or not registered, has none."""
+    import jaxwarp.envs.cartpole as cartpole
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_SPECS", dict(registry._SPECS))
+    spec = dataclasses.replace(cartpole.SPEC, name="pole_copy", header=tmp_path / "pole.h")
+    jaxwarp.register_spec(spec)
+    assert registry.env_doc("pole_copy") is None
+    (tmp_path / "README.md").write_text("# pole_copy\n")
+    assert registry.env_doc("pole_copy") == tmp_path / "README.md"
+    (tmp_path / "pole_copy.md").write_text("# pole_copy\n")
+    assert registry.env_doc("pole_copy") == tmp_path / "pole_copy.md"
+    jaxwarp.register_env("bare_env", cartpole.ENV, cartpole.SPEC.params_type)
+    assert registry.env_doc("bare_env") is None and registry.env_doc("no_such_env") is None
