@@ -28,6 +28,9 @@
 namespace jaxwarp {
 namespace fused {
 
+// The model's limits (hidden layers, units per layer) and activation codes:
+// jaxwarp.train.fused reads them from this text (jaxwarp._ffi.header_constants:
+// keep each one `constexpr int kName = <integer>;` on one line).
 constexpr int kMaxLayers = 4;
 constexpr int kMaxWidth = 1024;
 constexpr int kActTanh = 0;

@@ -2,21 +2,17 @@
 // cuda/jaxwarp_kernels.h for the traits struct). ffi/env_ffi.cc, compiled
 // once per env, instantiates them through one macro,
 // JAXWARP_DEFINE_ENV(name, Env), which defines for the platform being compiled:
-//   jaxwarp_<name>_reset_{cpu,cuda}, jaxwarp_<name>_step_{cpu,cuda}: FFI handlers;
+//   jaxwarp_<name>_{reset,step,rollout}_{cpu,cuda}: FFI handlers;
 //   jaxwarp_<name>_layout: the launch layout (exported for Python and PyCUDA);
-//   (CUDA) jaxwarp_<name>_{reset,step}_kernel[_staged], _step_kernel_solo: the
-//   kernels, with C names so that PyCUDA can launch the very same code.
+//   (CUDA) jaxwarp_<name>_{reset,step,rollout}_kernel[_staged], _step_kernel_solo:
+//   the kernels, with C names so that PyCUDA can launch the very same code.
 //
-// Buffers (Python: jaxwarp.authoring.ContractEnv):
-//   reset(keys u32[members*3]) -> (state fields..., scratch i32[*], obs f32[envs, n, obs_dim])
-//   step(keys, actions i32[envs, n, heads], state fields...) ->
-//       (state fields..., scratch, obs, reward f32[envs, n], done, term, trunc bool[envs])
-// Attributes: jw_params (the Params struct as i32 words), jw_per_env (words
-// per env of each field), jw_num_agents, jw_obs_dim, jw_heads and
-// jw_autoreset (step; 0: done envs are not reset, their observations are the
-// final ones).
-// State fields are aliased input -> output; the handlers allocate nothing and
-// never synchronise.
+// Each handler's buffers and attributes are listed once, in its table
+// JAXWARP_ARGS_<handler> below; the handler templates' signatures, the XLA
+// bindings and the per-env handlers are generated from it (and
+// tests/test_ffi_tables.py reads it through jaxwarp._ffi.handler_table to
+// check what Python passes). State fields are aliased input -> output; the
+// handlers allocate nothing and never synchronise.
 #pragma once
 
 #include <stdint.h>
@@ -29,6 +25,74 @@
 #include "jaxwarp_fused.h"
 #include "jaxwarp_kernels.h"
 #include "xla/ffi/api/ffi.h"
+
+// ---------------------------------------------------------------------------
+// The handlers' arguments, one table per handler, after the platform context
+// (cudaStream_t or CpuPool) that JAXWARP_DEFINE_ENV puts first. A table is a
+// macro JAXWARP_ARGS_<handler>(X) listing, in binding order, one line per
+// argument X(kind, FFI type, C++ name, attribute name) /* what it is */:
+//   ARG   a buffer argument            ARGS  the remaining buffer arguments
+//   RETS  the results, all of them     ATTR  an attribute, passed by name
+// Python passes the attributes by name with these types: Span<const int32_t>
+// an int32 NumPy array, int32_t an np.int32 (jaxwarp.authoring.ContractEnv;
+// XLA decodes attributes by name, so their order here is free).
+// A table may include another (JAXWARP_ENV_ATTRS(X): the attributes every
+// handler takes). jaxwarp/_ffi.py's handler_table parses these lines: keep
+// one X(...) or included table per line.
+// ---------------------------------------------------------------------------
+
+// The env's attributes, every handler's (ContractEnv._attrs).
+#define JAXWARP_ENV_ATTRS(X)                                                                       \
+  X(ATTR, xla::ffi::Span<const int32_t>, params, "jw_params")   /* Params as i32 words */          \
+  X(ATTR, xla::ffi::Span<const int32_t>, per_env, "jw_per_env") /* words/env per field */          \
+  X(ATTR, int32_t, n, "jw_num_agents")                          /* agents per env */               \
+  X(ATTR, int32_t, obs_dim, "jw_obs_dim")                       /* features per agent */
+
+// reset(keys) -> (state fields..., scratch i32[*], obs f32|bf16[envs, n, obs_dim]).
+#define JAXWARP_ARGS_reset(X)                                                                      \
+  X(ARG, xla::ffi::Buffer<xla::ffi::U32>, keys, "") /* u32[members*3]: key, env offset */          \
+  X(RETS, xla::ffi::RemainingRets, rets, "")        /* state..., scratch, obs */                   \
+  JAXWARP_ENV_ATTRS(X)
+
+// step(keys, actions, state fields...) -> (state fields..., scratch, obs,
+//   reward f32[envs, n], done, term, trunc bool[envs]).
+#define JAXWARP_ARGS_step(X)                                                                       \
+  X(ARG, xla::ffi::Buffer<xla::ffi::U32>, keys, "")    /* u32[members*3] */                        \
+  X(ARG, xla::ffi::Buffer<xla::ffi::S32>, actions, "") /* i32[envs, n, heads] */                   \
+  X(ARGS, xla::ffi::RemainingArgs, args, "")           /* state fields (aliased) */                \
+  X(RETS, xla::ffi::RemainingRets, rets, "")           /* state..., scratch, obs, ... */           \
+  JAXWARP_ENV_ATTRS(X)                                                                             \
+  X(ATTR, int32_t, heads, "jw_heads")                  /* action heads per agent */                \
+  X(ATTR, int32_t, autoreset, "jw_autoreset")          /* 0: done envs keep their final obs */
+
+// The fused rollout (cuda/jaxwarp_fused.h): rollout(...) -> (state fields...,
+//   scratch, traj_obs f32[steps, envs, n, obs_dim], next_obs f32[envs, n, obs_dim],
+//   actions i32[steps, envs, n, heads], log_prob, value, reward, ep_return
+//   f32[steps, envs, n], done bool[steps, envs], term, trunc bool[envs]).
+#define JAXWARP_ARGS_rollout(X)                                                                    \
+  X(ARG, xla::ffi::Buffer<xla::ffi::U32>, env_keys, "")    /* u32[steps, members, 3] */            \
+  X(ARG, xla::ffi::Buffer<xla::ffi::U32>, head_keys, "")   /* u32[steps, members, heads, 2] */     \
+  X(ARG, xla::ffi::Buffer<xla::ffi::F32>, weights, "")     /* f32[members, groups, P] */           \
+  X(ARG, xla::ffi::Buffer<xla::ffi::S32>, agent_group, "") /* i32[n]: each agent's group */        \
+  X(ARG, xla::ffi::Buffer<xla::ffi::F32>, obs0, "")        /* f32[envs, n, obs_dim] */             \
+  X(ARGS, xla::ffi::RemainingArgs, args, "")               /* state fields (aliased) */            \
+  X(RETS, xla::ffi::RemainingRets, rets, "")               /* state..., scratch, traj... */        \
+  JAXWARP_ENV_ATTRS(X)                                                                             \
+  X(ATTR, int32_t, heads, "jw_heads")                      /* action heads per agent */            \
+  X(ATTR, int32_t, steps, "jw_steps")                      /* steps of the rollout */              \
+  X(ATTR, xla::ffi::Span<const int32_t>, mlp, "jw_mlp")    /* fused::make_mlp's words */           \
+  X(ATTR, xla::ffi::Span<const int32_t>, nvec, "jw_nvec")  /* choices per head */                  \
+  X(ATTR, int32_t, partitionable, "jw_partitionable")      /* the sampler's draw mode */
+
+// What a table generates, per kind: the binding (.Arg<T>() ...), the
+// parameter list (", T name") and the forwarded arguments (", name").
+#define JW_FFI_BIND_ARG(T, KEY) .Arg<T>()
+#define JW_FFI_BIND_ARGS(T, KEY) .RemainingArgs()
+#define JW_FFI_BIND_RETS(T, KEY) .RemainingRets()
+#define JW_FFI_BIND_ATTR(T, KEY) .Attr<T>(KEY)
+#define JW_FFI_BIND(KIND, T, NAME, KEY) JW_FFI_BIND_##KIND(T, KEY)
+#define JW_FFI_PARAM(KIND, T, NAME, KEY) , T NAME
+#define JW_FFI_PASS(KIND, T, NAME, KEY) , NAME
 
 
 namespace jaxwarp {
@@ -237,10 +301,27 @@ int cpu_workers(const Call& c, const ffi::RemainingRets& rets, const CpuPool* po
   return static_cast<int>(n < 1 ? 1 : n);
 }
 
+// The state is aliased input -> output: copies the state fields (args)
+// into the results where XLA did not alias them.
 template <class E>
-ffi::Error reset(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> keys, ffi::RemainingRets rets,
-                 ffi::Span<const int32_t> params, ffi::Span<const int32_t> per_env, int32_t n,
-                 int32_t obs_dim) {
+ffi::Error copy_unaliased(const Call& c, const ffi::RemainingArgs& args, void* stream) {
+  for (int f = 0; f < E::kStateFields; ++f) {
+    auto in = args.get<ffi::AnyBuffer>(f);
+    if (!in.has_value()) return in.error();
+    if (in->untyped_data() == c.base[f]) continue;
+#if defined(__CUDACC__)
+    cudaMemcpyAsync(c.base[f], in->untyped_data(), in->size_bytes(), cudaMemcpyDeviceToDevice,
+                    static_cast<cudaStream_t>(stream));
+#else
+    (void)stream;
+    memcpy(c.base[f], in->untyped_data(), in->size_bytes());
+#endif
+  }
+  return ffi::Error::Success();
+}
+
+template <class E>
+ffi::Error reset(const void* const* kernels, void* stream JAXWARP_ARGS_reset(JW_FFI_PARAM)) {
   typename E::Params p;
   if (auto err = decode_params<E>(params, &p); err.failure()) return err;
   if (rets.size() != static_cast<size_t>(E::kStateFields + 2))
@@ -282,10 +363,7 @@ ffi::Error reset(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32>
 }
 
 template <class E>
-ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> keys, ffi::Buffer<ffi::S32> actions,
-                ffi::RemainingArgs args, ffi::RemainingRets rets,
-                ffi::Span<const int32_t> params, ffi::Span<const int32_t> per_env, int32_t n,
-                int32_t obs_dim, int32_t heads, int32_t autoreset) {
+ffi::Error step(const void* const* kernels, void* stream JAXWARP_ARGS_step(JW_FFI_PARAM)) {
   typename E::Params p;
   if (auto err = decode_params<E>(params, &p); err.failure()) return err;
   if (args.size() != static_cast<size_t>(E::kStateFields) ||
@@ -319,18 +397,7 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
 #else
   if (auto err = bind_results<E>(&c, rets, true); err.failure()) return err;
 #endif
-  // State is aliased input -> output; copy where XLA did not alias.
-  for (int f = 0; f < E::kStateFields; ++f) {
-    auto in = args.get<ffi::AnyBuffer>(f);
-    if (!in.has_value()) return in.error();
-    if (in->untyped_data() == c.base[f]) continue;
-#if defined(__CUDACC__)
-    cudaMemcpyAsync(c.base[f], in->untyped_data(), in->size_bytes(), cudaMemcpyDeviceToDevice,
-                    static_cast<cudaStream_t>(stream));
-#else
-    memcpy(c.base[f], in->untyped_data(), in->size_bytes());
-#endif
-  }
+  if (auto err = copy_unaliased<E>(c, args, stream); err.failure()) return err;
 #if defined(__CUDACC__)
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   // kernels: [state in global memory, staged, solo (one agent; null where
@@ -350,43 +417,32 @@ ffi::Error step(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> 
   return ffi::Error::Success();
 }
 
-// The fused rollout (cuda/jaxwarp_fused.h): buffers
-//   rollout(env_keys u32[steps, members, 3], head_keys u32[steps, members, heads, 2],
-//           weights f32[members, groups, per_group], agent_group i32[n],
-//           obs f32[envs, n, obs_dim], state fields...) ->
-//     (state fields..., scratch, traj_obs f32[steps, envs, n, obs_dim], next_obs,
-//      actions i32[steps, envs, n, heads], log_prob, value, reward, ep_return
-//      f32[steps, envs, n], done bool[steps, envs], term, trunc bool[envs])
-// and the step's attributes plus jw_steps, jw_mlp (fused::make_mlp's words),
-// jw_nvec and jw_partitionable.
-template <class E>
-ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U32> env_keys,
-                   ffi::Buffer<ffi::U32> head_keys, ffi::Buffer<ffi::F32> weights,
-                   ffi::Buffer<ffi::S32> agent_group, ffi::Buffer<ffi::F32> obs0,
-                   ffi::RemainingArgs args, ffi::RemainingRets rets,
-                   ffi::Span<const int32_t> params, ffi::Span<const int32_t> per_env, int32_t n,
-                   int32_t obs_dim, int32_t heads, int32_t steps, ffi::Span<const int32_t> mlp,
-                   ffi::Span<const int32_t> nvec, int32_t partitionable) {
-  typename E::Params p;
-  if (auto err = decode_params<E>(params, &p); err.failure()) return err;
-  const int k = E::kStateFields;
-  if (args.size() != static_cast<size_t>(k) || rets.size() != static_cast<size_t>(k + 11))
-    return ffi::Error::InvalidArgument("jaxwarp rollout: wrong number of buffers");
-  fused::Rollout ro{};
-  if (!fused::make_mlp(mlp.begin(), mlp.size(), &ro.mlp) || ro.mlp.in_dim != obs_dim)
+// The fused rollout's model and heads (jw_mlp, jw_nvec, ...) into ro.
+inline ffi::Error rollout_model(fused::Rollout* ro, ffi::Span<const int32_t> mlp,
+                                ffi::Span<const int32_t> nvec, int32_t obs_dim, int32_t heads,
+                                int32_t steps, int32_t partitionable) {
+  if (!fused::make_mlp(mlp.begin(), mlp.size(), &ro->mlp) || ro->mlp.in_dim != obs_dim)
     return ffi::Error::InvalidArgument("jaxwarp rollout: jw_mlp does not describe a model");
   if (steps < 1 || heads < 1 || heads > sampler::kMaxHeads || nvec.size() != size_t(heads))
     return ffi::Error::InvalidArgument("jaxwarp rollout: bad steps, heads or nvec");
-  ro.steps = steps;
-  ro.partitionable = partitionable;
+  ro->steps = steps;
+  ro->partitionable = partitionable;
   int32_t off = 0;
   for (int h = 0; h < heads; ++h) {
-    ro.nvec[h] = nvec[h];
-    ro.head_offset[h] = off;
+    ro->nvec[h] = nvec[h];
+    ro->head_offset[h] = off;
     off += nvec[h];
   }
-  if (off != ro.mlp.logits)
+  if (off != ro->mlp.logits)
     return ffi::Error::InvalidArgument("jaxwarp rollout: sum(nvec) differs from the logits");
+  return ffi::Error::Success();
+}
+
+// Points c and ro at the fused rollout's results after the state fields and
+// the scratch buffer (rets[k + 1...]: traj_obs, next_obs, actions, log_prob,
+// value, reward, ep_return, done, term, trunc).
+inline ffi::Error rollout_results(const ffi::RemainingRets& rets, int k, Call* c,
+                                  fused::Rollout* ro) {
   auto get = [&](int i) { return rets.get<ffi::AnyBuffer>(k + i); };
   auto traj_obs = get(1), next_obs = get(2), actions = get(3), log_prob = get(4), value = get(5),
        reward = get(6), ep_return = get(7), done = get(8), term = get(9), trunc = get(10);
@@ -394,39 +450,27 @@ ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U3
       !log_prob.has_value() || !value.has_value() || !reward.has_value() ||
       !ep_return.has_value() || !done.has_value() || !term.has_value() || !trunc.has_value())
     return ffi::Error::InvalidArgument("jaxwarp rollout: bad result buffers");
-  Call c{};
-  const int64_t key_words = env_keys.element_count() / steps;
-  if (auto err = prepare<E>(&c, per_env, n, obs_dim, (*next_obs)->element_count(), key_words);
-      err.failure())
-    return err;
-  ro.members = static_cast<int32_t>(key_words / 3);
-  if (head_keys.element_count() != static_cast<size_t>(steps) * ro.members * heads * 2 ||
-      weights.element_count() != static_cast<size_t>(ro.members) * ro.mlp.groups *
-                                     ro.mlp.per_group ||
-      agent_group.element_count() != static_cast<size_t>(n) ||
-      obs0.element_count() != static_cast<size_t>(c.envs) * n * obs_dim)
-    return ffi::Error::InvalidArgument("jaxwarp rollout: buffer sizes disagree");
-  c.keys = env_keys.typed_data();
-  c.heads = heads;
-  c.autoreset = 1;
-  if (auto err = bind_obs(&c, **next_obs); err.failure()) return err;
-  if (c.obs_bf16) return ffi::Error::InvalidArgument("jaxwarp rollout: observations must be f32");
-  c.term = static_cast<bool*>((*term)->untyped_data());
-  c.trunc = static_cast<bool*>((*trunc)->untyped_data());
-  ro.env_keys = env_keys.typed_data();
-  ro.head_keys = head_keys.typed_data();
-  ro.weights = weights.typed_data();
-  ro.agent_group = agent_group.typed_data();
-  ro.obs0 = obs0.typed_data();
-  ro.traj_obs = static_cast<float*>((*traj_obs)->untyped_data());
-  ro.next_obs = static_cast<float*>((*next_obs)->untyped_data());
-  ro.actions = static_cast<int32_t*>((*actions)->untyped_data());
-  ro.log_prob = static_cast<float*>((*log_prob)->untyped_data());
-  ro.value = static_cast<float*>((*value)->untyped_data());
-  ro.reward = static_cast<float*>((*reward)->untyped_data());
-  ro.ep_return = static_cast<float*>((*ep_return)->untyped_data());
-  ro.done = static_cast<bool*>((*done)->untyped_data());
+  if (auto err = bind_obs(c, **next_obs); err.failure()) return err;
+  if (c->obs_bf16) return ffi::Error::InvalidArgument("jaxwarp rollout: observations must be f32");
+  c->term = static_cast<bool*>((*term)->untyped_data());
+  c->trunc = static_cast<bool*>((*trunc)->untyped_data());
+  ro->traj_obs = static_cast<float*>((*traj_obs)->untyped_data());
+  ro->next_obs = static_cast<float*>((*next_obs)->untyped_data());
+  ro->actions = static_cast<int32_t*>((*actions)->untyped_data());
+  ro->log_prob = static_cast<float*>((*log_prob)->untyped_data());
+  ro->value = static_cast<float*>((*value)->untyped_data());
+  ro->reward = static_cast<float*>((*reward)->untyped_data());
+  ro->ep_return = static_cast<float*>((*ep_return)->untyped_data());
+  ro->done = static_cast<bool*>((*done)->untyped_data());
+  return ffi::Error::Success();
+}
+
 #if defined(__CUDACC__)
+// The fused rollout's launch on the GPU: its layout *l, the model's place
+// in shared memory (ro->mlp_smem_word, ro->chunk_rows) and the dynamic
+// shared memory *smem of a block.
+template <class E>
+ffi::Error rollout_geometry(const Call& c, fused::Rollout* ro, Layout* l, int* smem) {
   static int sms = 0;
   if (sms == 0) {
     int dev = 0;
@@ -434,45 +478,36 @@ ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U3
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (sms < 1) sms = 1;
   }
+  const int32_t n = c.n;
   // Few envs spread over the SMs: about two blocks per SM before blocks fill;
   // many envs: at most kMaxBlockRows agents a block (more blocks per SM).
   int64_t per_block = (c.envs + 2 * sms - 1) / (2 * sms);
   const int64_t cap = fused::kMaxBlockRows / n > 1 ? fused::kMaxBlockRows / n : 1;
   per_block = per_block < cap ? per_block : cap;
-  const Layout l = layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields,
-                              static_cast<int>(per_block < 1 ? 1 : per_block));
-  if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
-  ro.mlp_smem_word = (l.smem_bytes / 4 + 3) / 4 * 4;
+  *l = layout_for(n, c.obs_dim, E::kFields, c.per_env, E::kStateFields,
+                  static_cast<int>(per_block < 1 ? 1 : per_block));
+  ro->mlp_smem_word = (l->smem_bytes / 4 + 3) / 4 * 4;
   // A pass row's shared memory (act_block): its parameters' offset (int64),
   // its input's offset (int32), two hidden layers, logits and value.
-  const int64_t row_bytes = 4 * (3 + 2 * static_cast<int64_t>(ro.mlp.hidden_max) +
-                                 ro.mlp.logits + 1);
-  int64_t room = fused::kSmemLimit - 4 * static_cast<int64_t>(ro.mlp_smem_word);
+  const int64_t row_bytes = 4 * (3 + 2 * static_cast<int64_t>(ro->mlp.hidden_max) +
+                                 ro->mlp.logits + 1);
+  int64_t room = fused::kSmemLimit - 4 * static_cast<int64_t>(ro->mlp_smem_word);
   room = room < fused::kMlpBudget ? room : fused::kMlpBudget;
-  const int64_t block_rows = static_cast<int64_t>(l.epb) * n;
+  const int64_t block_rows = static_cast<int64_t>(l->epb) * n;
   int64_t chunk = room / row_bytes;
   chunk = chunk < block_rows ? chunk : block_rows;
   if (chunk < 1)
     return ffi::Error::InvalidArgument("jaxwarp rollout: the model's layers do not fit in "
                                        "shared memory beside the env");
-  ro.chunk_rows = static_cast<int32_t>(chunk);
-  const int smem = static_cast<int>(4 * ro.mlp_smem_word + chunk * row_bytes);
-#else
-  if (auto err = bind_results<E>(&c, rets, true); err.failure()) return err;
-#endif
-  // State is aliased input -> output; copy where XLA did not alias.
-  for (int f = 0; f < k; ++f) {
-    auto in = args.get<ffi::AnyBuffer>(f);
-    if (!in.has_value()) return in.error();
-    if (in->untyped_data() == c.base[f]) continue;
-#if defined(__CUDACC__)
-    cudaMemcpyAsync(c.base[f], in->untyped_data(), in->size_bytes(), cudaMemcpyDeviceToDevice,
-                    static_cast<cudaStream_t>(stream));
-#else
-    memcpy(c.base[f], in->untyped_data(), in->size_bytes());
-#endif
-  }
-#if defined(__CUDACC__)
+  ro->chunk_rows = static_cast<int32_t>(chunk);
+  *smem = static_cast<int>(4 * ro->mlp_smem_word + chunk * row_bytes);
+  return ffi::Error::Success();
+}
+
+// Enqueues the fused rollout's kernel (kernels: [global, staged]) on stream.
+template <class E>
+ffi::Error rollout_launch(const void* const* kernels, void* stream, typename E::Params p,
+                          Call c, const Layout& l, fused::Rollout ro, int smem) {
   const void* kernel = kernels[l.staged ? 1 : 0];
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (smem > 48 * 1024) {
@@ -487,13 +522,17 @@ ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U3
                                          kargs, smem, st); e != cudaSuccess)
       return ffi::Error::Internal(cudaGetErrorString(e));
   }
+  return ffi::Error::Success();
+}
 #else
-  (void)kernels;
-  const CpuPool* pool = static_cast<const CpuPool*>(stream);
+// Runs the fused rollout on XLA:CPU's pool.
+template <class E>
+void rollout_cpu(const CpuPool* pool, const typename E::Params& p, const Call& c,
+                 const fused::Rollout& ro, const ffi::RemainingRets& rets) {
   const bool rows = use_rows<E>(
-      layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields));
-  std::vector<Call> calls(steps);
-  for (int t = 0; t < steps; ++t) calls[t] = fused::step_call(c, ro, t);
+      layout_for(c.n, c.obs_dim, E::kFields, c.per_env, E::kStateFields));
+  std::vector<Call> calls(ro.steps);
+  for (int t = 0; t < ro.steps; ++t) calls[t] = fused::step_call(c, ro, t);
   // The forward passes dominate the work: the pool's threads wherever there
   // are several envs (cpu_workers' threshold counts the env's work alone).
   for_envs(c.envs, c.envs > 1 ? cpu_workers<E>(c, rets, pool, true) : 1,
@@ -501,70 +540,96 @@ ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U3
            [&](int64_t e, int worker) {
              fused::rollout_env_cpu<E>(p, calls.data(), ro, e, worker, rows);
            });
+}
 #endif
+
+// The fused rollout (cuda/jaxwarp_fused.h): every step's forward pass,
+// draws and env step in one call (buffers and attributes:
+// JAXWARP_ARGS_rollout).
+template <class E>
+ffi::Error rollout(const void* const* kernels, void* stream JAXWARP_ARGS_rollout(JW_FFI_PARAM)) {
+  typename E::Params p;
+  if (auto err = decode_params<E>(params, &p); err.failure()) return err;
+  const int k = E::kStateFields;
+  if (args.size() != static_cast<size_t>(k) || rets.size() != static_cast<size_t>(k + 11))
+    return ffi::Error::InvalidArgument("jaxwarp rollout: wrong number of buffers");
+  fused::Rollout ro{};
+  if (auto err = rollout_model(&ro, mlp, nvec, obs_dim, heads, steps, partitionable);
+      err.failure())
+    return err;
+  Call c{};
+  if (auto err = rollout_results(rets, k, &c, &ro); err.failure()) return err;
+  const int64_t key_words = env_keys.element_count() / steps;
+  const int64_t obs_elems = (*rets.get<ffi::AnyBuffer>(k + 2))->element_count();  // next_obs
+  if (auto err = prepare<E>(&c, per_env, n, obs_dim, obs_elems, key_words); err.failure())
+    return err;
+  ro.members = static_cast<int32_t>(key_words / 3);
+  if (head_keys.element_count() != static_cast<size_t>(steps) * ro.members * heads * 2 ||
+      weights.element_count() != static_cast<size_t>(ro.members) * ro.mlp.groups *
+                                     ro.mlp.per_group ||
+      agent_group.element_count() != static_cast<size_t>(n) ||
+      obs0.element_count() != static_cast<size_t>(c.envs) * n * obs_dim)
+    return ffi::Error::InvalidArgument("jaxwarp rollout: buffer sizes disagree");
+  c.keys = env_keys.typed_data();
+  c.heads = heads;
+  c.autoreset = 1;
+  ro.env_keys = env_keys.typed_data();
+  ro.head_keys = head_keys.typed_data();
+  ro.weights = weights.typed_data();
+  ro.agent_group = agent_group.typed_data();
+  ro.obs0 = obs0.typed_data();
+#if defined(__CUDACC__)
+  Layout l;
+  int smem = 0;
+  if (auto err = rollout_geometry<E>(c, &ro, &l, &smem); err.failure()) return err;
+  if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
+  if (auto err = copy_unaliased<E>(c, args, stream); err.failure()) return err;
+  return rollout_launch<E>(kernels, stream, p, c, l, ro, smem);
+#else
+  (void)kernels;
+  if (auto err = bind_results<E>(&c, rets, true); err.failure()) return err;
+  if (auto err = copy_unaliased<E>(c, args, stream); err.failure()) return err;
+  rollout_cpu<E>(static_cast<const CpuPool*>(stream), p, c, ro, rets);
   return ffi::Error::Success();
+#endif
 }
 }  // namespace ffi_impl
 
 }  // namespace jaxwarp
 
-// The handlers' FFI signatures: keys, (actions, state...), results, attributes.
-#define JAXWARP_BIND_RESET(STREAM_BIND)                                                     \
-  xla::ffi::Ffi::Bind() STREAM_BIND.Arg<xla::ffi::Buffer<xla::ffi::U32>>()                  \
-      .RemainingRets()                                                                      \
-      .Attr<xla::ffi::Span<const int32_t>>("jw_params")                                     \
-      .Attr<xla::ffi::Span<const int32_t>>("jw_per_env")                                    \
-      .Attr<int32_t>("jw_num_agents")                                                       \
-      .Attr<int32_t>("jw_obs_dim")
-#define JAXWARP_BIND_STEP(STREAM_BIND)                                                      \
-  xla::ffi::Ffi::Bind() STREAM_BIND.Arg<xla::ffi::Buffer<xla::ffi::U32>>()                  \
-      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()                                               \
-      .RemainingArgs()                                                                      \
-      .RemainingRets()                                                                      \
-      .Attr<xla::ffi::Span<const int32_t>>("jw_params")                                     \
-      .Attr<xla::ffi::Span<const int32_t>>("jw_per_env")                                    \
-      .Attr<int32_t>("jw_num_agents")                                                       \
-      .Attr<int32_t>("jw_obs_dim")                                                          \
-      .Attr<int32_t>("jw_heads")                                                            \
-      .Attr<int32_t>("jw_autoreset")
-#define JAXWARP_BIND_ROLLOUT(STREAM_BIND)                                                   \
-  xla::ffi::Ffi::Bind() STREAM_BIND.Arg<xla::ffi::Buffer<xla::ffi::U32>>()                  \
-      .Arg<xla::ffi::Buffer<xla::ffi::U32>>()                                               \
-      .Arg<xla::ffi::Buffer<xla::ffi::F32>>()                                               \
-      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()                                               \
-      .Arg<xla::ffi::Buffer<xla::ffi::F32>>()                                               \
-      .RemainingArgs()                                                                      \
-      .RemainingRets()                                                                      \
-      .Attr<xla::ffi::Span<const int32_t>>("jw_params")                                     \
-      .Attr<xla::ffi::Span<const int32_t>>("jw_per_env")                                    \
-      .Attr<int32_t>("jw_num_agents")                                                       \
-      .Attr<int32_t>("jw_obs_dim")                                                          \
-      .Attr<int32_t>("jw_heads")                                                            \
-      .Attr<int32_t>("jw_steps")                                                            \
-      .Attr<xla::ffi::Span<const int32_t>>("jw_mlp")                                        \
-      .Attr<xla::ffi::Span<const int32_t>>("jw_nvec")                                       \
-      .Attr<int32_t>("jw_partitionable")
-#define JAXWARP_HANDLER_ARGS_ROLLOUT                                                        \
-  xla::ffi::Buffer<xla::ffi::U32> env_keys, xla::ffi::Buffer<xla::ffi::U32> head_keys,      \
-      xla::ffi::Buffer<xla::ffi::F32> weights, xla::ffi::Buffer<xla::ffi::S32> agent_group, \
-      xla::ffi::Buffer<xla::ffi::F32> obs0, xla::ffi::RemainingArgs args,                   \
-      xla::ffi::RemainingRets rets, xla::ffi::Span<const int32_t> params,                   \
-      xla::ffi::Span<const int32_t> per_env, int32_t n, int32_t obs_dim, int32_t heads,     \
-      int32_t steps, xla::ffi::Span<const int32_t> mlp, xla::ffi::Span<const int32_t> nvec, \
-      int32_t partitionable
-#define JAXWARP_ROLLOUT_CALL(ENV, KERNELS, STREAM)                                             \
-  jaxwarp::ffi_impl::rollout<ENV>(KERNELS, STREAM, env_keys, head_keys, weights,            \
-                                  agent_group, obs0, args, rets, params, per_env, n,        \
-                                  obs_dim, heads, steps, mlp, nvec, partitionable)
-#define JAXWARP_HANDLER_ARGS_RESET                                                          \
-  xla::ffi::Buffer<xla::ffi::U32> keys, xla::ffi::RemainingRets rets,                       \
-      xla::ffi::Span<const int32_t> params, xla::ffi::Span<const int32_t> per_env,          \
-      int32_t n, int32_t obs_dim
-#define JAXWARP_HANDLER_ARGS_STEP                                                           \
-  xla::ffi::Buffer<xla::ffi::U32> keys, xla::ffi::Buffer<xla::ffi::S32> actions,            \
-      xla::ffi::RemainingArgs args, xla::ffi::RemainingRets rets,                           \
-      xla::ffi::Span<const int32_t> params, xla::ffi::Span<const int32_t> per_env,          \
-      int32_t n, int32_t obs_dim, int32_t heads, int32_t autoreset
+// The binding of a handler with table TABLE (JAXWARP_ARGS_<handler>), after
+// its platform context CTX (.Ctx<...>()).
+#define JAXWARP_BIND(TABLE, CTX) xla::ffi::Ffi::Bind() CTX TABLE(JW_FFI_BIND)
+
+// One env's FFI handler jaxwarp_<NAME>_<HANDLER>_<PLATFORM> (HANDLER: reset,
+// step or rollout): a function jw_<HANDLER>_<NAME>(context, table...) that
+// calls ffi_impl::HANDLER<ENV>(KERNELS, STREAM, table...), bound with the
+// context CTX_BIND and the traits TRAITS. STREAM is what it passes on as
+// ffi_impl's `stream` (the cudaStream_t, or &ctx: the CpuPool).
+#define JAXWARP_DEFINE_HANDLER(NAME, ENV, HANDLER, PLATFORM, CTX_TYPE, CTX_BIND, KERNELS,    \
+                               STREAM, TRAITS)                                                \
+  static xla::ffi::Error jw_##HANDLER##_##NAME(                                               \
+      CTX_TYPE ctx JAXWARP_ARGS_##HANDLER(JW_FFI_PARAM)) {                                    \
+    return jaxwarp::ffi_impl::HANDLER<ENV>(KERNELS,                                           \
+                                           STREAM JAXWARP_ARGS_##HANDLER(JW_FFI_PASS));       \
+  }                                                                                           \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_##NAME##_##HANDLER##_##PLATFORM,                      \
+                                jw_##HANDLER##_##NAME,                                        \
+                                JAXWARP_BIND(JAXWARP_ARGS_##HANDLER, CTX_BIND), TRAITS);
+
+#if defined(__CUDACC__)
+// A CUDA handler: XLA's stream first; command-buffer (CUDA graph) compatible.
+#define JAXWARP_DEFINE_CUDA_HANDLER(NAME, ENV, HANDLER)                                        \
+  JAXWARP_DEFINE_HANDLER(NAME, ENV, HANDLER, cuda, cudaStream_t,                               \
+                         .Ctx<xla::ffi::PlatformStream<cudaStream_t>>(),                       \
+                         jw_##HANDLER##_kernels_##NAME, ctx,                                   \
+                         {xla::ffi::Traits::kCmdBufferCompatible})
+#else
+// An XLA:CPU handler: XLA:CPU's thread pool first.
+#define JAXWARP_DEFINE_CPU_HANDLER(NAME, ENV, HANDLER)                                         \
+  JAXWARP_DEFINE_HANDLER(NAME, ENV, HANDLER, cpu, jaxwarp::CpuPool,                            \
+                         .Ctx<jaxwarp::CpuPool>(), nullptr, &ctx, {})
+#endif
 
 // Layout and scratch size, exported with C names (host code on both platforms).
 #define JAXWARP_DEFINE_LAYOUT(NAME, ENV)                                                    \
@@ -618,14 +683,6 @@ ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U3
   static const void* const jw_rollout_kernels_##NAME[2] = {                                 \
       reinterpret_cast<const void*>(jaxwarp_##NAME##_rollout_kernel),                        \
       reinterpret_cast<const void*>(jaxwarp_##NAME##_rollout_kernel_staged)};                \
-  static xla::ffi::Error jw_rollout_##NAME(cudaStream_t stream,                              \
-                                           JAXWARP_HANDLER_ARGS_ROLLOUT) {                   \
-    return JAXWARP_ROLLOUT_CALL(ENV, jw_rollout_kernels_##NAME, stream);                      \
-  }                                                                                          \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                             \
-      jaxwarp_##NAME##_rollout_cuda, jw_rollout_##NAME,                                      \
-      JAXWARP_BIND_ROLLOUT(.Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),                  \
-      {xla::ffi::Traits::kCmdBufferCompatible});                                             \
   JAXWARP_DEFINE_LAYOUT(NAME, ENV)                                                           \
   static const void* const jw_reset_kernels_##NAME[2] = {                                   \
       reinterpret_cast<const void*>(jaxwarp_##NAME##_reset_kernel),                          \
@@ -636,42 +693,13 @@ ffi::Error rollout(const void* const* kernels, void* stream, ffi::Buffer<ffi::U3
       jaxwarp::solo_kernel<ENV>()                                                            \
           ? reinterpret_cast<const void*>(jaxwarp_##NAME##_step_kernel_solo)                 \
           : nullptr};                                                                        \
-  static xla::ffi::Error jw_reset_##NAME(cudaStream_t stream, JAXWARP_HANDLER_ARGS_RESET) {  \
-    return jaxwarp::ffi_impl::reset<ENV>(jw_reset_kernels_##NAME, stream, keys, rets, params, \
-                                         per_env, n, obs_dim);                               \
-  }                                                                                          \
-  static xla::ffi::Error jw_step_##NAME(cudaStream_t stream, JAXWARP_HANDLER_ARGS_STEP) {    \
-    return jaxwarp::ffi_impl::step<ENV>(jw_step_kernels_##NAME, stream, keys, actions, args, \
-                                        rets, params, per_env, n, obs_dim, heads, autoreset); \
-  }                                                                                          \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                             \
-      jaxwarp_##NAME##_reset_cuda, jw_reset_##NAME,                                          \
-      JAXWARP_BIND_RESET(.Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),                    \
-      {xla::ffi::Traits::kCmdBufferCompatible});                                             \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                             \
-      jaxwarp_##NAME##_step_cuda, jw_step_##NAME,                                            \
-      JAXWARP_BIND_STEP(.Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),                     \
-      {xla::ffi::Traits::kCmdBufferCompatible});
+  JAXWARP_DEFINE_CUDA_HANDLER(NAME, ENV, reset)                                              \
+  JAXWARP_DEFINE_CUDA_HANDLER(NAME, ENV, step)                                               \
+  JAXWARP_DEFINE_CUDA_HANDLER(NAME, ENV, rollout)
 #else
 #define JAXWARP_DEFINE_ENV(NAME, ENV)                                                        \
   JAXWARP_DEFINE_LAYOUT(NAME, ENV)                                                           \
-  static xla::ffi::Error jw_reset_##NAME(jaxwarp::CpuPool pool,                              \
-                                         JAXWARP_HANDLER_ARGS_RESET) {                       \
-    return jaxwarp::ffi_impl::reset<ENV>(nullptr, &pool, keys, rets, params, per_env, n,     \
-                                         obs_dim);                                           \
-  }                                                                                          \
-  static xla::ffi::Error jw_step_##NAME(jaxwarp::CpuPool pool, JAXWARP_HANDLER_ARGS_STEP) {  \
-    return jaxwarp::ffi_impl::step<ENV>(nullptr, &pool, keys, actions, args, rets, params,   \
-                                        per_env, n, obs_dim, heads, autoreset);              \
-  }                                                                                          \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_##NAME##_reset_cpu, jw_reset_##NAME,                 \
-                                JAXWARP_BIND_RESET(.Ctx<jaxwarp::CpuPool>()), {});           \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_##NAME##_step_cpu, jw_step_##NAME,                   \
-                                JAXWARP_BIND_STEP(.Ctx<jaxwarp::CpuPool>()), {});            \
-  static xla::ffi::Error jw_rollout_##NAME(jaxwarp::CpuPool pool,                            \
-                                           JAXWARP_HANDLER_ARGS_ROLLOUT) {                   \
-    return JAXWARP_ROLLOUT_CALL(ENV, nullptr, &pool);                                      \
-  }                                                                                          \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxwarp_##NAME##_rollout_cpu, jw_rollout_##NAME,             \
-                                JAXWARP_BIND_ROLLOUT(.Ctx<jaxwarp::CpuPool>()), {});
+  JAXWARP_DEFINE_CPU_HANDLER(NAME, ENV, reset)                                               \
+  JAXWARP_DEFINE_CPU_HANDLER(NAME, ENV, step)                                                \
+  JAXWARP_DEFINE_CPU_HANDLER(NAME, ENV, rollout)
 #endif

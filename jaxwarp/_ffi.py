@@ -12,7 +12,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import re
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +67,81 @@ def gpu_available() -> bool:
         return any(d.platform == "gpu" for d in jax.devices("gpu"))
     except RuntimeError:
         return False
+
+
+# ---------------------------------------------------------------------------
+# What the C++ side declares once and Python reads: the handlers' argument
+# tables (ffi/jaxwarp_ffi.h) and the constants of the headers (cuda/*.h), read
+# from the headers the env libraries are compiled from (jaxwarp/include in an
+# installed package, cuda/ and ffi/ in a checkout: jaxwarp.authoring.codegen).
+# ---------------------------------------------------------------------------
+class FfiArg(NamedTuple):
+    """One line X(kind, type, name, key) of a handler's table: kind "ARG" (a
+    buffer), "ARGS" (the remaining buffers), "RETS" (the results) or "ATTR"
+    (an attribute); type the FFI type (C++), name the C++ parameter, key the
+    attribute's name ("" for buffers)."""
+
+    kind: str
+    type: str
+    name: str
+    key: str
+
+
+_TABLE_LINE = re.compile(r'X\((ARGS?|RETS|ATTR),\s*(.+?),\s*(\w+),\s*"(\w*)"\)')
+_TABLE_INCLUDE = re.compile(r"(JAXWARP_\w+)\(X\)")
+
+
+def _header_text(name: str) -> str:
+    """The text of header `name` of cuda/ (API_DIR) or ffi/ (FFI_DIR)."""
+    from jaxwarp.authoring.codegen import API_DIR, FFI_DIR
+
+    path = FFI_DIR / name if (FFI_DIR / name).exists() else API_DIR / name
+    return path.read_text()
+
+
+@functools.cache
+def _tables() -> dict[str, tuple[FfiArg, ...]]:
+    """Every table of ffi/jaxwarp_ffi.h (a macro ``#define JAXWARP_..(X)``),
+    by macro name, the tables it includes expanded."""
+    bodies: dict[str, list[str]] = {}
+    body: list[str] | None = None
+    for line in _header_text("jaxwarp_ffi.h").splitlines():
+        if body is None and (m := re.match(r"#define (JAXWARP_\w+)\(X\)\s*\\$", line)):
+            body = bodies[m.group(1)] = []
+        elif body is not None:
+            entry = re.sub(r"/\*.*?\*/", "", line).strip().rstrip("\\").strip()
+            if entry:
+                body.append(entry)
+            if not line.rstrip().endswith("\\"):
+                body = None
+
+    def expand(name: str) -> tuple[FfiArg, ...]:
+        out: list[FfiArg] = []
+        for entry in bodies[name]:
+            if m := _TABLE_LINE.fullmatch(entry):
+                out.append(FfiArg(*m.groups()))
+            elif (inc := _TABLE_INCLUDE.fullmatch(entry)) and inc.group(1) in bodies:
+                out.extend(expand(inc.group(1)))
+            else:
+                raise ValueError(f"ffi/jaxwarp_ffi.h, {name}: cannot read {entry!r}")
+        return tuple(out)
+
+    return {name: expand(name) for name in bodies}
+
+
+def handler_table(handler: str) -> tuple[FfiArg, ...]:
+    """The arguments of env handler `handler` ("reset", "step" or "rollout")
+    in binding order: its table JAXWARP_ARGS_<handler> in ffi/jaxwarp_ffi.h."""
+    return _tables()[f"JAXWARP_ARGS_{handler}"]
+
+
+@functools.cache
+def header_constants(header: str) -> dict[str, int]:
+    """The integer constants (``constexpr int kName = <int>;``) of `header`
+    (a file of cuda/, e.g. "jaxwarp_fused.h"), by name."""
+    found = re.findall(r"^\s*constexpr\s+int\s+(k\w+)\s*=\s*(-?\d+)\s*;",
+                       _header_text(header), re.MULTILINE)
+    return {name: int(value) for name, value in found}
 
 
 # ---------------------------------------------------------------------------

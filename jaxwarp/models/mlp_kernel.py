@@ -40,8 +40,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+# This Pallas kernel's own limits (Python only; the CUDA fused rollout's are
+# jaxwarp.train.fused.ROLLOUT_MAX_LAYERS etc., from cuda/jaxwarp_fused.h).
 ACTIVATIONS = ("tanh", "relu")
-MAX_LAYERS = 3
+MAX_LAYERS = 3  # hidden layers per tower
 # Hidden widths covered: multiples of 128 up to 512. At 64 (MPE's and
 # CartPole's 64-64 models at GPU batch sizes) XLA's layers were faster
 # (docs/decisions.md, "A fused MLP in Pallas").

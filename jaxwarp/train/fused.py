@@ -21,14 +21,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp import _ffi
 from jaxwarp.core import key_data_of
 from jaxwarp.models import MLPActorCritic
 from jaxwarp.train.policy import Policy
 from jaxwarp.train.rollout import Acting, EnvCarry, EpisodeSums, Transition, rollout
 
-_ACTS = {"tanh": 0, "relu": 1}  # cuda/jaxwarp_fused.h: kActTanh, kActRelu
-MAX_LAYERS = 4  # cuda/jaxwarp_fused.h: kMaxLayers
-MAX_WIDTH = 1024  # kMaxWidth
+# The CUDA/CPU fused rollout's model limits and activation codes, read from
+# cuda/jaxwarp_fused.h (fused::kMaxLayers, kMaxWidth, kActTanh, kActRelu);
+# not the Pallas MLP kernel's (jaxwarp.models.mlp_kernel.MAX_LAYERS).
+_FUSED_H = _ffi.header_constants("jaxwarp_fused.h")
+ROLLOUT_MAX_LAYERS = _FUSED_H["kMaxLayers"]  # hidden layers
+ROLLOUT_MAX_WIDTH = _FUSED_H["kMaxWidth"]  # units per hidden layer
+ROLLOUT_ACTIVATIONS = {"tanh": _FUSED_H["kActTanh"], "relu": _FUSED_H["kActRelu"]}  # name -> code
 # The trainer fuses models of at most this many parameters per group. The
 # kernel's forward pass is plain fused multiply-adds (no tensor cores): on
 # the H200 the fused rollout won 1.4-3.1x with 64-64 models (9-12K
@@ -61,11 +66,12 @@ def _architecture(net: Any) -> tuple | str:
         return f"model {type(net).__name__} (only the built-in 'mlp')"
     if jnp.dtype(net.dtype) != jnp.float32:
         return f"model dtype {jnp.dtype(net.dtype).name} (only float32)"
-    if net.activation not in _ACTS:
-        return f"activation {net.activation!r} (only {sorted(_ACTS)})"
+    if net.activation not in ROLLOUT_ACTIVATIONS:
+        return f"activation {net.activation!r} (only {sorted(ROLLOUT_ACTIVATIONS)})"
     widths = tuple(int(w) for w in net.hidden_sizes)
-    if len(widths) > MAX_LAYERS or any(not 1 <= w <= MAX_WIDTH for w in widths):
-        return f"hidden sizes {list(widths)} (at most {MAX_LAYERS} layers of 1..{MAX_WIDTH})"
+    if len(widths) > ROLLOUT_MAX_LAYERS or any(not 1 <= w <= ROLLOUT_MAX_WIDTH for w in widths):
+        return (f"hidden sizes {list(widths)} (at most {ROLLOUT_MAX_LAYERS} layers of "
+                f"1..{ROLLOUT_MAX_WIDTH})")
     return widths, net.activation, bool(net.shared_torso)
 
 
@@ -100,7 +106,7 @@ def mlp_words(net: MLPActorCritic, obs_dim: int, num_groups: int) -> tuple[int, 
     """The model as cuda/jaxwarp_fused.h's make_mlp reads it: (in_dim,
     layers, shared, activation, logits, groups, widths...)."""
     widths = [int(w) for w in net.hidden_sizes]
-    return (obs_dim, len(widths), int(bool(net.shared_torso)), _ACTS[net.activation],
+    return (obs_dim, len(widths), int(bool(net.shared_torso)), ROLLOUT_ACTIVATIONS[net.activation],
             int(sum(net.action_dims)), num_groups, *widths)
 
 
