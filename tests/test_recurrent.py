@@ -73,7 +73,7 @@ def test_gru_trains_deterministically_and_over_seeds(algorithm):
     rsv, mv = jax.jit(jax.vmap(make_train(c)))(jnp.stack([jax.random.PRNGKey(2),
                                                           jax.random.PRNGKey(3)]))
     np.testing.assert_allclose(mv["agent/loss"][1], m1["agent/loss"], rtol=1e-5, atol=1e-6)
-    assert rsv.carry["agent"].shape == (2, 8, 1, 8)
+    assert rsv.envs.carry["agent"].shape == (2, 8, 1, 8)
 
 
 def test_gru_learns_cartpole():

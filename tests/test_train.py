@@ -250,7 +250,7 @@ def test_vmap_over_seeds_equals_separate_runs(algorithm):
         rs_i, m_i = jax.jit(train)(keys[i])
         for k in m_i:
             np.testing.assert_allclose(m_b[k][i], m_i[k], rtol=2e-5, atol=1e-6, err_msg=k)
-        for a, b in zip(jax.tree.leaves(rs_b.params), jax.tree.leaves(rs_i.params)):
+        for a, b in zip(jax.tree.leaves(rs_b.learner.params), jax.tree.leaves(rs_i.learner.params)):
             np.testing.assert_allclose(a[i], b, rtol=2e-5, atol=1e-6)
 
 
@@ -259,11 +259,12 @@ def test_untrained_group_keeps_its_parameters():
     trainer = build_trainer(c)
     rs0 = trainer.init(jax.random.PRNGKey(0))
     rs1, m = jax.jit(lambda r: trainer.run(r, 2))(rs0)
-    for a, b in zip(jax.tree.leaves(rs0.params["runner"]), jax.tree.leaves(rs1.params["runner"])):
+    p0, p1 = rs0.learner.params, rs1.learner.params
+    for a, b in zip(jax.tree.leaves(p0["runner"]), jax.tree.leaves(p1["runner"])):
         np.testing.assert_array_equal(a, b)
     assert "runner/loss" not in m and "tagger/loss" in m
     moved = [not np.array_equal(a, b) for a, b in
-             zip(jax.tree.leaves(rs0.params["tagger"]), jax.tree.leaves(rs1.params["tagger"]))]
+             zip(jax.tree.leaves(p0["tagger"]), jax.tree.leaves(p1["tagger"]))]
     assert any(moved)
 
 
@@ -333,11 +334,12 @@ def test_bf16_observations_train_as_f32_observations_rounded():
             np.testing.assert_allclose(m16[k], m32[k], rtol=1e-6 if not norm else 2e-2, err_msg=k)
         if norm:
             for g in ("tagger", "runner"):
-                assert rs16.obs_stats[g].mean.dtype == jnp.float32
-                np.testing.assert_allclose(rs16.obs_stats[g].mean, rs32.obs_stats[g].mean,
-                                           atol=1e-2)
+                assert rs16.learner.obs_stats[g].mean.dtype == jnp.float32
+                np.testing.assert_allclose(rs16.learner.obs_stats[g].mean,
+                                           rs32.learner.obs_stats[g].mean, atol=1e-2)
         else:
-            for a, b in zip(jax.tree.leaves(rs16.params), jax.tree.leaves(rs32.params)):
+            for a, b in zip(jax.tree.leaves(rs16.learner.params),
+                            jax.tree.leaves(rs32.learner.params)):
                 np.testing.assert_array_equal(a, b)
 
 

@@ -171,7 +171,7 @@ def _worker_curves() -> dict:
                                                    f"devices={d}")))(jax.random.PRNGKey(0))
             report["gru"][f"{algo}{d}"] = _np(m_g)
             if d == 2:
-                report["gru"][f"{algo}_carry_spec"] = str(rs_g.carry["agent"].sharding.spec)
+                report["gru"][f"{algo}_carry_spec"] = str(rs_g.envs.carry["agent"].sharding.spec)
     return report
 
 
