@@ -1,7 +1,7 @@
 """The generated part of an env's FFI library made visible: its layout header,
 `authoring.generated_source` (the one generator the build compiles, through
-the checked-in ffi/env_ffi.cc), `jaxwarp build ENV --emit DIR`, and golden
-files in tests/golden that keep the generated text reviewable."""
+the checked-in ffi/env_ffi.cc), `jaxwarp build ENV --emit DIR`, and the built-ins' layouts checked in under
+ffi/layouts (the wheel's sources), which keep the generated text reviewable."""
 
 from __future__ import annotations
 
@@ -17,17 +17,16 @@ from jaxwarp.authoring import build
 from jaxwarp.cli import main
 from jaxwarp.envs.cartpole import SPEC as CARTPOLE
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+LAYOUTS = Path(__file__).resolve().parents[1] / "ffi" / "layouts"
 
 
 @pytest.mark.parametrize("name", ["cartpole", "tag_continuous"])
-def test_generated_source_matches_the_golden_file(name):
-    golden = GOLDEN / f"{name}_layout.h"
+def test_generated_source_matches_the_checked_in_layout(name):
+    checked_in = LAYOUTS / f"{name}.h"
     text = authoring.generated_source(jaxwarp.make(name, backend="jax"), "cpu")
-    assert text == golden.read_text(), (
-        f"the generated layout of {name!r} differs from {golden}; if the change is "
-        f"intended, regenerate with `jaxwarp build {name} --emit tests/golden` and review "
-        "the diff")
+    assert text == checked_in.read_text(), (
+        f"the generated layout of {name!r} differs from {checked_in}; if the change is "
+        "intended, regenerate with `python -m jaxwarp.layouts` and review the diff")
     # One text for both platforms (g++ or nvcc picks the code path).
     assert authoring.generated_source(jaxwarp.make(name, backend="jax"), "cuda") == text
     # Data only: the handlers are instantiated by the checked-in ffi/env_ffi.cc.

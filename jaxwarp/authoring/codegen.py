@@ -107,7 +107,7 @@ def generate_source(spec: EnvSpec, header_path: Path, platform: str, params: Any
     ns = f"jaxwarp_env_{spec.name}"
     # The header is included by its name and found through `-I <its folder>`:
     # the generated text then names no absolute path, so it is the same on
-    # every machine (reviewable, and kept as golden files in tests/golden).
+    # every machine (reviewable, and checked in for the built-ins under ffi/layouts).
     # The framework's folders come first on the include path (and the layout
     # itself is "env_layout.h"), so a header named like one of their files
     # would never be read.
