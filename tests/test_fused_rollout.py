@@ -169,7 +169,7 @@ def test_training_with_the_fused_rollout_learns_as_before(monkeypatch):
         rs_f, m_f = jax.jit(make_train(c))(jax.random.PRNGKey(3))
     monkeypatch.setattr(fused, "plan", lambda *a, **k: None)
     rs_s, m_s = jax.jit(make_train(c))(jax.random.PRNGKey(3))
-    for a, b in zip(jax.tree.leaves(rs_f.params), jax.tree.leaves(rs_s.params)):
+    for a, b in zip(jax.tree.leaves(rs_f.learner.params), jax.tree.leaves(rs_s.learner.params)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(m_f["agent/loss"], m_s["agent/loss"], rtol=1e-4, atol=1e-5)
 
