@@ -27,11 +27,11 @@ import jaxwarp
 from jaxwarp.cli import main as cli_main
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import _REGISTRY, builtin_envs
+from jaxwarp.run.lock import RunLock
 from jaxwarp.run.loop import (
     CheckpointError,
     CheckpointWarning,
     RunLockedError,
-    _RunLock,
     train_run,
 )
 from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
@@ -156,7 +156,7 @@ def test_second_run_on_a_locked_folder_fails(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
     (out / "metrics.jsonl").write_text("")
-    first = _RunLock(out)  # the first run holds the folder
+    first = RunLock(out)  # the first run holds the folder
     try:
         with pytest.raises(RunLockedError, match=r"is in use by a jaxwarp run \(process "
                                                  rf"{os.getpid()}\)"):
@@ -170,7 +170,7 @@ def test_second_run_on_a_locked_folder_fails(tmp_path, capsys):
         assert (out / "metrics.jsonl").read_text() == ""  # untouched
     finally:
         first.release()
-    _RunLock(out).release()  # free again once released
+    RunLock(out).release()  # free again once released
 
 
 def test_killed_run_leaves_no_stale_lock(tmp_path):
@@ -180,21 +180,21 @@ def test_killed_run_leaves_no_stale_lock(tmp_path):
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
             from pathlib import Path
-            from jaxwarp.run.loop import _RunLock
-            lock = _RunLock(Path({str(out)!r}))
+            from jaxwarp.run.lock import RunLock
+            lock = RunLock(Path({str(out)!r}))
             print("locked", flush=True)
             time.sleep(120)
         """)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(RunLockedError, match=rf"process {holder.pid}\)"):
-            _RunLock(out)
+            RunLock(out)
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=30)
     finally:
         if holder.poll() is None:
             holder.kill()
-    _RunLock(out).release()  # the kernel dropped the dead process's lock
+    RunLock(out).release()  # the kernel dropped the dead process's lock
 
 
 def test_stale_folder_with_logged_metrics_is_not_overwritten(tmp_path, capsys):
@@ -398,17 +398,17 @@ def test_default_config_builds_for_every_env(env):
 def test_finished_run_leaves_no_lock_file(runs):
     full, part = runs
     assert not (full / ".lock").exists() and not (part / ".lock").exists()
-    _RunLock(full).release()  # the folder can be locked again
+    RunLock(full).release()  # the folder can be locked again
 
 
 def test_lock_released_by_its_holder_is_taken_by_the_next(tmp_path):
-    first = _RunLock(tmp_path)
+    first = RunLock(tmp_path)
     assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
     first.release()
     assert not (tmp_path / ".lock").exists()
-    second = _RunLock(tmp_path)  # a new file, locked
+    second = RunLock(tmp_path)  # a new file, locked
     with pytest.raises(RunLockedError):
-        _RunLock(tmp_path)
+        RunLock(tmp_path)
     second.release()
 
 
@@ -416,10 +416,10 @@ def _interrupt_after(monkeypatch, chunks: int, how: str) -> None:
     """Ctrl-C after `chunks` chunks of a run: a real SIGINT to this process
     (how="signal"), or KeyboardInterrupt raised by the progress bar's update
     (how="raise", as where no SIGINT handler of ours is installed)."""
-    from jaxwarp.run import loop
+    from jaxwarp.run.progress import Progress
 
     calls = []
-    advance = loop._Progress.advance
+    advance = Progress.advance
 
     def hooked(self, *args):
         advance(self, *args)
@@ -430,7 +430,7 @@ def _interrupt_after(monkeypatch, chunks: int, how: str) -> None:
             else:
                 raise KeyboardInterrupt
 
-    monkeypatch.setattr(loop._Progress, "advance", hooked)
+    monkeypatch.setattr(Progress, "advance", hooked)
 
 
 def test_ctrl_c_checkpoints_the_last_chunk_and_resume_continues(runs, tmp_path, capsys,

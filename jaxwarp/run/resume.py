@@ -1,0 +1,95 @@
+"""Where a run starts from: its config (the saved one on resume, `run_config`)
+and its state (the newest intact checkpoint on resume, else the initial state
+of every seed: `restore_or_init`). Because every update is a pure function of
+the restored state, a resumed run reproduces the uninterrupted one."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from jaxwarp.errors import CheckpointError, CheckpointWarning, ConfigError
+from jaxwarp.run import distributed
+from jaxwarp.run.checkpoint import abstract_state, read_saved_config, restore_intact
+from jaxwarp.run.metrics import METRICS_JSONL
+from jaxwarp.run.state import Run
+from jaxwarp.train.config import TrainConfig, validate
+from jaxwarp.train.seeds import seed_keys
+
+
+def run_config(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
+               devices: int | None, primary: bool) -> tuple[TrainConfig, int]:
+    """(config, seeds) of the run: the saved ones on resume (a given config must
+    equal the saved one up to ``devices``), with `devices` when given."""
+    if resume:
+        saved_config, seeds = read_saved_config(out)
+        if config is not None and dataclasses.replace(config, devices=saved_config.devices) \
+                != saved_config:
+            raise ConfigError(f"--resume {out}: the given config differs from the saved one; "
+                              "resume takes its config from the run folder")
+        config = saved_config if config is None else dataclasses.replace(
+            saved_config, devices=config.devices)
+    elif primary and holds_run(out):
+        raise FileExistsError(f"{out} already holds a run; pass --resume {out} to continue "
+                              "it or choose another --out")
+    else:  # config.yaml must work from any folder (eval --run, --resume)
+        config = absolute_env_module(config)
+    if devices is not None:
+        config = dataclasses.replace(config, devices=devices)
+        validate(config)
+    return config, seeds
+
+
+def absolute_env_module(config: TrainConfig) -> TrainConfig:
+    """The config with a relative ``env_module`` .py path made absolute (a
+    module name stays as it is)."""
+    m = config.env_module
+    if m and m.endswith(".py") and not os.path.isabs(m) and os.path.exists(m):
+        return dataclasses.replace(config, env_module=os.path.abspath(m))
+    return config
+
+
+def holds_run(out: Path) -> bool:
+    """out already has checkpoints or logged metrics of a run."""
+    ck, metrics = out / "checkpoints", out / METRICS_JSONL
+    return (ck.is_dir() and any(ck.iterdir())) or (metrics.exists()
+                                                    and metrics.stat().st_size > 0)
+
+
+def restore_or_init(run: Run, resume: bool, progress: bool | str) -> None:
+    """run.rs: the newest intact checkpoint on resume (run.done_updates its
+    update), else the initial state of every seed. Called by `loop._start`
+    (called by `loop.train_run`): the warnings' stack levels point at
+    train_run's caller."""
+    keys = seed_keys(run.config.seed, run.seeds)
+    if run.trainer.mesh is not None:
+        keys = np.asarray(keys)  # host data: the same on every process, replicated by jit
+    init = jax.jit(jax.vmap(run.trainer.init))
+    out, primary = run.out, run.primary
+    # stacklevel 5: the warnings point at train_run's caller.
+    restored = restore_intact(out, abstract_state(run.trainer, init, keys), primary,
+                              stacklevel=5) if resume else None
+    if run.proc.num_processes > 1:  # every process restored the same checkpoint (or none)
+        step = -1 if restored is None else restored[0]
+        if not distributed.all_ok(step == distributed.same_on_all(step)):
+            raise CheckpointError(f"--resume {out}: the processes restored different "
+                                  "checkpoints; resume from an intact checkpoint folder")
+    if restored is not None:
+        run.done_updates, run.rs = restored
+        run.saved_at = run.done_updates
+        if progress and primary:  # which checkpoint the run continues from
+            print(f"resuming {out} from update {run.done_updates}/{run.num_updates} "
+                  f"(checkpoint {out / 'checkpoints' / str(run.done_updates)})",
+                  file=sys.stderr)
+        return
+    if resume and primary:  # not silently: the updates logged before are redone
+        warnings.warn(f"--resume {out}: no checkpoint was written before the run "
+                      f"stopped; it starts from update 1 of {run.num_updates}",
+                      CheckpointWarning, stacklevel=4)  # train_run's caller
+    run.rs = init(keys)
