@@ -17,16 +17,26 @@ Overrides use the config's keys, nested with dots:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jaxwarp
+from jaxwarp.errors import CheckpointWarning, ConfigError, RunError
+from jaxwarp.info import format_report, report
+from jaxwarp.run.signals import CtrlC
+from jaxwarp.units import rate_text
+
 # Nothing heavy at module level (jax, numpy, the envs): the console script
 # imports this module before `main` runs, and `main` is where Ctrl-C is
-# handled, so every heavy import happens inside it.
+# handled, so every heavy import happens inside it. `jaxwarp.run.loop` is
+# also looked up when a run starts, where tests replace its `train_run`.
 
 
 DESCRIPTION = ("jaxwarp command line: train policies on jaxwarp envs, evaluate and render "
@@ -57,10 +67,21 @@ class _IntermixedParser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from jaxwarp.train.config import MAX_SEEDS, shipped_configs
-
     p = argparse.ArgumentParser(prog="jaxwarp", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
+    _add_train(sub)
+    sub.add_parser("configs", help="list the shipped training configs, one line each")
+    sub.add_parser("info", help="versions, devices, backends, prebuilt libraries, compilers "
+                   "and the cache folder: what a bug report needs")
+    _add_build(sub)
+    _add_render(sub)
+    _add_eval(sub)
+    return p
+
+
+def _add_train(sub: Any) -> None:
+    from jaxwarp.train.config import MAX_SEEDS, shipped_configs
+
     t = sub.add_parser("train", help="train policies on an env (PPO or A2C, one jitted program)",
                        description="Trains the policies of an env's groups and writes metrics, "
                        "checkpoints, a learning curve and (when finished) an evaluation "
@@ -89,9 +110,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="after a finished run: episodes per matchup of `jaxwarp eval` (trained "
                    "vs random, printed and saved as eval.json) and a GIF of the trained "
                    "policies beside random ones; 0 skips both")
-    sub.add_parser("configs", help="list the shipped training configs, one line each")
-    sub.add_parser("info", help="versions, devices, backends, prebuilt libraries, compilers "
-                   "and the cache folder: what a bug report needs")
+
+
+def _add_build(sub: Any) -> None:
     b = sub.add_parser("build", help="build envs written through the authoring contract "
                        "(default: all built-ins) into the cache, so first use is instant")
     b.add_argument("envs", nargs="*", metavar="ENV")
@@ -102,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
                    "traits; the same text for cpu and cuda) to DIR as <env>_layout.h, the file "
                    "that the checked-in ffi/env_ffi.cc compiles as env_layout.h; print the "
                    "paths, without compiling")
+
+
+def _add_render(sub: Any) -> None:
     r = sub.add_parser("render", help="write a GIF of an env: random actions (--env), or a "
                        "run's trained policies beside random ones (--run)",
                        description="Rolls out one env and writes env 0's frames as a GIF, then "
@@ -122,6 +146,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--fps", type=float, default=20.0)
     r.add_argument("--size", type=int, default=128, help="frame width and height in pixels")
     r.add_argument("--seed", type=int, default=0, help="PRNG seed, in [0, 2**31)")
+
+
+def _add_eval(sub: Any) -> None:
     e = sub.add_parser("eval", help="trained policies of a run against random ones",
                        description="Loads the newest intact checkpoint of a run and plays "
                        "whole episodes with each policy group trained or uniformly random (all "
@@ -136,7 +163,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="one of the run's trained seeds (runs with --seeds S); "
                         "default: every seed and the seeds pooled")
     e.add_argument("--json", metavar="FILE", help="JSON output (default DIR/eval.json)")
-    return p
 
 
 # An error line's length at most: messages quote bounded values, and this keeps
@@ -153,17 +179,14 @@ def _fail(command: str, msg: Any) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from jaxwarp.train.config import SEED_LIMIT, ConfigError
+    from jaxwarp.train.config import SEED_LIMIT
 
     if args.episodes < 2:
         return _fail("eval", f"--episodes must be >= 2; got {args.episodes}")
     if not 0 <= args.seed < SEED_LIMIT:
         return _fail("eval", f"--seed must be in [0, 2**31); got {args.seed}")
-    import json
-
     from jaxwarp.authoring import EnvBuildError
     from jaxwarp.run.evaluate import evaluate_run, seed_lines, summary_line
-    from jaxwarp.run.loop import RunError
 
     path = Path(args.json) if args.json else Path(args.run) / "eval.json"
     if args.json and not path.parent.is_dir():  # before the evaluation, not after it
@@ -184,7 +207,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from jaxwarp.train.config import SEED_LIMIT, ConfigError
+    from jaxwarp.train.config import SEED_LIMIT
 
     def fail(msg: Any) -> int:
         return _fail("render", msg)
@@ -213,7 +236,6 @@ def _render(args: argparse.Namespace) -> int:
         return fail(f"--fps must be > 0; got {args.fps}")
     import jax
 
-    import jaxwarp
     from jaxwarp.authoring import EnvBuildError
     from jaxwarp.render import render_frames, rollout_states, write_gif
 
@@ -245,9 +267,6 @@ def _emit(names: list[str], backend: str, out: str) -> int:
     `authoring.generated_source`), written out as DIR/<env>_layout.h; its
     paths on stdout, and on stderr the checked-in file that compiles them.
     Nothing compiled."""
-    from pathlib import Path as _Path
-
-    import jaxwarp
     from jaxwarp import authoring
 
     texts: list[tuple[str, str]] = []  # (file name, source)
@@ -260,7 +279,7 @@ def _emit(names: list[str], backend: str, out: str) -> int:
     except (authoring.EnvBuildError, ValueError) as e:
         print(f"jaxwarp build: error: {e}", file=sys.stderr)
         return 2
-    folder = _Path(out)
+    folder = Path(out)
     paths = []
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -279,10 +298,6 @@ def _emit(names: list[str], backend: str, out: str) -> int:
 
 
 def _build(names: list[str], backend: str, emit: str | None = None) -> int:
-    import time as _time
-    from pathlib import Path as _Path
-
-    import jaxwarp
     from jaxwarp import authoring
     from jaxwarp.authoring import build
     from jaxwarp.registry import contract_envs
@@ -305,15 +320,15 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
             platforms = ["cpu"]
     for n in names:
         for platform in platforms:
-            t = _time.perf_counter()
+            t = time.perf_counter()
             try:
                 env = jaxwarp.make(n, backend="jax")
                 spec = env.spec
-                lib = build.compile_library(spec, _Path(spec.header), platform, params=env.params)
+                lib = build.compile_library(spec, Path(spec.header), platform, params=env.params)
             except authoring.EnvBuildError as e:
                 print(f"jaxwarp build: error: {e}", file=sys.stderr)
                 return 2
-            print(f"{n:20s} {platform:4s} {_time.perf_counter() - t:6.1f} s  {lib}")
+            print(f"{n:20s} {platform:4s} {time.perf_counter() - t:6.1f} s  {lib}")
     return 0
 
 
@@ -343,54 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         _EARLY.release(check=False)
 
 
-class _EarlyInterrupt:
-    """Ctrl-C from `main`'s first line (the heavy imports: jax, the envs, the
-    user's modules) until a command's own handling takes over (train_run's;
-    `release` hands Python's handler back first): it raises KeyboardInterrupt
-    as Python's handler does, and is remembered, so that one raised inside a
-    gc callback of jax (which Python only reports, "Exception ignored in:
-    <function _xla_gc_callback ...>", and goes on) still stops the command,
-    without that report. Main thread only, over Python's default handler."""
-
-    def __init__(self) -> None:
-        self.pressed = False
-        self._previous: Any = None
-        self._hook: Any = None
-
-    def install(self) -> None:
-        import signal
-        import threading
-
-        self.pressed = False
-        if self._previous is None and threading.current_thread() is threading.main_thread() \
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-            self._hook = sys.unraisablehook
-            sys.unraisablehook = self._unraisable
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.pressed = True
-        raise KeyboardInterrupt
-
-    def _unraisable(self, unraisable: Any) -> None:
-        if not issubclass(unraisable.exc_type, KeyboardInterrupt):  # remembered: no report
-            self._hook(unraisable)
-
-    def release(self, check: bool = True) -> None:
-        """Python's handler back; with `check`, KeyboardInterrupt if a Ctrl-C
-        came (one that was caught on its way)."""
-        import signal
-
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            sys.unraisablehook = self._hook
-            self._previous = self._hook = None
-        if check and self.pressed:
-            self.pressed = False
-            raise KeyboardInterrupt
-
-
-_EARLY = _EarlyInterrupt()
+# Ctrl-C from `main`'s first line (the heavy imports: jax, the envs, the user's
+# modules) until a command's own handling takes over (train_run's; released
+# first): KeyboardInterrupt at once, remembered when raised inside a gc
+# callback of jax (which Python only reports and goes on), so that it still
+# stops the command.
+_EARLY = CtrlC()
 
 
 def _load_plugins(command: str) -> int | None:
@@ -411,31 +384,73 @@ def _main(argv: list[str] | None) -> int:
         failed = _load_plugins(args.command)
         if failed is not None:
             return failed
-    if args.command == "configs":
-        from jaxwarp.train.config import config_description, shipped_configs
+    return _RUN[args.command](args)
 
-        names = shipped_configs()
-        width = max(map(len, names), default=0)
-        for name in names:
-            print(f"{name:{width}}  {config_description(name)}".rstrip())
-        return 0
-    if args.command == "info":
-        from jaxwarp.info import format_report, report
 
-        print(format_report(report()))
-        return 0
-    if args.command == "build":
-        return _build(list(args.envs), args.backend, args.emit)
-    if args.command == "render":
-        return _render(args)
-    if args.command == "eval":
-        return _eval(args)
+def _configs(args: argparse.Namespace) -> int:
+    """`jaxwarp configs`: one line per shipped config."""
+    from jaxwarp.train.config import config_description, shipped_configs
 
+    names = shipped_configs()
+    width = max(map(len, names), default=0)
+    for name in names:
+        print(f"{name:{width}}  {config_description(name)}".rstrip())
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    print(format_report(report()))
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    """`jaxwarp train`: a new run, or `--resume DIR`; then the summary line and,
+    for a finished run, the evaluation (`_after_run`)."""
     from jaxwarp.authoring import EnvBuildError
     from jaxwarp.run.checkpoint import checkpoint_steps
-    from jaxwarp.run.loop import CheckpointWarning, RunError, train_run
-    from jaxwarp.train.config import ConfigError, default_config_for, load_config
-    from jaxwarp.train.seeds import check_seeds
+    from jaxwarp.run.loop import train_run
+
+    if args.eval_episodes < 0:
+        return _fail("train", f"--eval-episodes must be >= 0 (0 skips the evaluation); got "
+                     f"{args.eval_episodes}")
+    out = None
+    progress = "lines" if args.no_progress else True  # a line per chunk without the bar
+    with _one_line_checkpoint_warnings():
+        try:
+            if args.resume:
+                out = _resume_folder(args)
+                finished = _finished(Path(out))
+                if finished:
+                    print(f"jaxwarp train: {out} is already finished ({finished}); nothing to "
+                          f"resume (jaxwarp eval --run {out} evaluates it)", file=sys.stderr)
+                    return 0
+                _EARLY.release(check=True)  # train_run handles Ctrl-C from here on
+                result = train_run(None, out, resume=True, progress=progress,
+                                   devices=args.devices)
+            else:
+                config = _new_config(args)
+                out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+                _EARLY.release(check=True)  # train_run handles Ctrl-C from here on
+                result = train_run(config, out, seeds=args.seeds, progress=progress)
+        except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,
+                EnvBuildError) as e:
+            return _fail("train", e)
+        except KeyboardInterrupt:
+            # One line, not a traceback: where the run stands and how to go on.
+            steps = checkpoint_steps(Path(out)) if out else []
+            where = (f"last checkpoint: update {steps[0]} in {Path(out) / 'checkpoints'}; "
+                     f"continue with: jaxwarp train --resume {out}") if steps else \
+                "no checkpoint was written yet"
+            print(f"jaxwarp train: interrupted; {where}", file=sys.stderr)
+            return 130
+    return _after_run(result, args.eval_episodes)
+
+
+@contextlib.contextmanager
+def _one_line_checkpoint_warnings() -> Iterator[None]:
+    """Within the block, a CheckpointWarning is one line on stderr (`jaxwarp
+    train: warning: ...`); other warnings as Python shows them."""
+    default_showwarning = warnings.showwarning
 
     def one_line_warning(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, CheckpointWarning):
@@ -443,71 +458,59 @@ def _main(argv: list[str] | None) -> int:
         else:
             default_showwarning(message, category, filename, lineno, file, line)
 
-    if args.eval_episodes < 0:
-        return _fail("train", f"--eval-episodes must be >= 0 (0 skips the evaluation); got "
-                     f"{args.eval_episodes}")
-    default_showwarning = warnings.showwarning
     warnings.showwarning = one_line_warning
-    out = None
-    progress = "lines" if args.no_progress else True  # a line per chunk without the bar
     try:
-        if args.resume:
-            if args.overrides or args.config or args.env or args.out:
-                raise ConfigError("--resume DIR takes the run's saved config; drop --env, "
-                                  "--config, --out and key=value overrides (--devices N may "
-                                  "change the device count)")
-            out = args.resume
-            finished = _finished(Path(out))
-            if finished:
-                print(f"jaxwarp train: {out} is already finished ({finished}); nothing to "
-                      f"resume (jaxwarp eval --run {out} evaluates it)", file=sys.stderr)
-                return 0
-            _EARLY.release()  # train_run handles Ctrl-C from here on
-            result = train_run(None, out, resume=True, progress=progress,
-                               devices=args.devices)
-        else:
-            overrides = list(args.overrides)
-            if args.env:
-                _check_one_env(args.env, overrides)
-                overrides.insert(0, f"env={args.env}")
-            if args.devices is not None:
-                overrides.append(f"devices={args.devices}")
-            source = args.config
-            if source is None and args.env and default_config_for(args.env):
-                source = default_config_for(args.env)
-                print(f"{args.env}: starting from the shipped config {source} (--config picks "
-                      "another; jaxwarp configs lists them)")
-            config = load_config(source, overrides)
-            try:
-                check_seeds(config.seed, args.seeds)
-            except ValueError as e:  # "seeds ..." -> "--seeds ..."
-                raise ConfigError(f"--{e}") from None
-            out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
-            _EARLY.release()  # train_run handles Ctrl-C from here on
-            result = train_run(config, out, seeds=args.seeds, progress=progress)
-    except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,
-            EnvBuildError) as e:
-        return _fail("train", e)
-    except KeyboardInterrupt:
-        # One line, not a traceback: where the run stands and how to go on.
-        steps = checkpoint_steps(Path(out)) if out else []
-        where = (f"last checkpoint: update {steps[0]} in {Path(out) / 'checkpoints'}; continue "
-                 f"with: jaxwarp train --resume {out}") if steps else \
-            "no checkpoint was written yet"
-        print(f"jaxwarp train: interrupted; {where}", file=sys.stderr)
-        return 130
+        yield
     finally:
         warnings.showwarning = default_showwarning
-    s = result.summary
-    from jaxwarp.units import rate_text
 
+
+def _resume_folder(args: argparse.Namespace) -> str:
+    """--resume DIR, with none of the flags that a resumed run takes from its folder."""
+    if args.overrides or args.config or args.env or args.out:
+        raise ConfigError("--resume DIR takes the run's saved config; drop --env, "
+                          "--config, --out and key=value overrides (--devices N may "
+                          "change the device count)")
+    return args.resume
+
+
+def _new_config(args: argparse.Namespace) -> Any:
+    """The TrainConfig of a new run: --config (or --env's shipped config), then
+    --env, the key=value overrides and --devices; --seeds checked against it."""
+    from jaxwarp.train.config import default_config_for, load_config
+    from jaxwarp.train.seeds import check_seeds
+
+    overrides = list(args.overrides)
+    if args.env:
+        _check_one_env(args.env, overrides)
+        overrides.insert(0, f"env={args.env}")
+    if args.devices is not None:
+        overrides.append(f"devices={args.devices}")
+    source = args.config
+    if source is None and args.env and default_config_for(args.env):
+        source = default_config_for(args.env)
+        print(f"{args.env}: starting from the shipped config {source} (--config picks "
+              "another; jaxwarp configs lists them)")
+    config = load_config(source, overrides)
+    try:
+        check_seeds(config.seed, args.seeds)
+    except ValueError as e:  # "seeds ..." -> "--seeds ..."
+        raise ConfigError(f"--{e}") from None
+    return config
+
+
+def _after_run(result: Any, eval_episodes: int) -> int:
+    """The summary line of a run that ended; for a finished one, its
+    evaluation (`_after_training`), which Ctrl-C stops between steps."""
+    s = result.summary
     rate = rate_text(s["env_steps_per_s"], s.get("agents_per_env"), s.get("device"))
     print(f"{s['updates']}/{s['num_updates']} updates, {s['env_steps_per_seed']:,} env-steps per "
           f"seed x {s['seeds']} seed(s); {rate} (compile {s['compile_s']:.1f} s); "
           f"final {s['final']}")
-    if s["finished"] and args.eval_episodes > 0:
-        with _DeferredInterrupt() as ctrl_c:  # compiles too: no KeyboardInterrupt inside XLA
-            _after_training(Path(result.out_dir), args.eval_episodes, ctrl_c)
+    if s["finished"] and eval_episodes > 0:
+        # Ctrl-C only noted: the evaluation compiles (no KeyboardInterrupt inside XLA).
+        with CtrlC("jaxwarp: interrupt: stopping once the current step ends") as ctrl_c:
+            _after_training(Path(result.out_dir), eval_episodes, ctrl_c)
         if ctrl_c.pressed:
             print(f"jaxwarp train: interrupted during the evaluation; the run is complete in "
                   f"{result.out_dir} (jaxwarp eval --run {result.out_dir} evaluates it)",
@@ -523,8 +526,6 @@ def _main(argv: list[str] | None) -> int:
 
 def _finished(out: Path) -> str | None:
     """"N/N updates" when out's summary.json says the run is finished, else None."""
-    import json
-
     from jaxwarp.run.metrics import SUMMARY_FILE
 
     try:
@@ -539,7 +540,7 @@ def _finished(out: Path) -> str | None:
 def _check_one_env(env: str, overrides: list[str]) -> None:
     """ConfigError unless every ``env=NAME`` override names `env` (--env)."""
     from jaxwarp.params_check import quoted
-    from jaxwarp.train.config import ConfigError, parse_override
+    from jaxwarp.train.config import parse_override
 
     for o in overrides:
         key, _, value = o.partition("=")
@@ -553,40 +554,10 @@ def _check_one_env(env: str, overrides: list[str]) -> None:
                                   "envs; give the env once")
 
 
-class _DeferredInterrupt:
-    """Within the block, Ctrl-C (SIGINT, main thread) only sets `pressed` and
-    the next step of the block is skipped by the caller; a KeyboardInterrupt
-    raised inside XLA's compiler or a gc callback crashes or is swallowed."""
-
-    def __enter__(self) -> _DeferredInterrupt:
-        import signal
-        import threading
-
-        self.pressed, self._previous = False, None
-        if threading.current_thread() is threading.main_thread() \
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if not self.pressed:
-            print("jaxwarp: interrupt: stopping once the current step ends", file=sys.stderr,
-                  flush=True)
-        self.pressed = True
-
-    def __exit__(self, *exc: Any) -> None:
-        import signal
-
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-
 def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> None:
     """The trained policies against random ones (one line, eval.json, the
     random levels on the learning curve) and a GIF of them beside random
     ones. A failure here is a warning: the run itself is complete."""
-    import json
-
     from jaxwarp.render import write_gif
     from jaxwarp.run.distributed import is_primary
     from jaxwarp.run.evaluate import evaluate_run, load_run, render_run, seed_lines, summary_line
@@ -627,8 +598,6 @@ def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> None:
 def _bigger_eval(path: Path, result: dict[str, Any]) -> int | None:
     """The episodes of the evaluation in `path` when it is of the same update
     and seeds as `result` and has more episodes (worth keeping), else None."""
-    import json
-
     try:
         old = json.loads(path.read_text())
         same = old["update"] == result["update"] and old.get("seeds", 1) == \
@@ -637,6 +606,13 @@ def _bigger_eval(path: Path, result: dict[str, Any]) -> int | None:
             else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+# What each command runs (`_main`).
+_RUN = {
+    "train": _train, "eval": _eval, "render": _render, "configs": _configs, "info": _info,
+    "build": lambda args: _build(list(args.envs), args.backend, args.emit),
+}
 
 
 if __name__ == "__main__":  # pragma: no cover
