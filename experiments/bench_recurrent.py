@@ -8,12 +8,12 @@ size (1,024 envs x 32 steps, the same model). Each row times ``Trainer.run``
 ``block_until_ready``), compiled as the CLI compiles it (`jaxwarp.train.jit`):
 
 * ``gru``: the shipped model; the learner runs its sequence form (only the
-  cell is scanned, one matmul a step);
+  cell is scanned, one matmul a step; the scan's backward written by hand:
+  one matmul a step back, the recurrent weights' gradient as one matmul over
+  all T x B rows after it);
+* ``gru_autodiff``: the same sequence form with the scan differentiated by jax;
 * ``gru_steps``: the same model without its sequence form, replayed step by
-  step (the learner's previous path);
-* ``gru_vjp``: a variant under measurement: the sequence form with a
-  hand-written backward of the cell's scan (one matmul a step back, the
-  recurrent weights' gradient as one matmul over all T x B rows after it);
+  step (the learner's path before the sequence form);
 * ``mlp``: the shipped MLP with the same hidden layer, the reference cost;
 * ``+cb``: the same program with XLA's command buffers over the whole loop.
 
@@ -28,6 +28,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from unittest import mock
 from typing import Any
 
 import jax
@@ -35,9 +36,8 @@ import jax.numpy as jnp
 
 import bench_train  # noqa: F401  (registers the model gru_steps)
 from jaxwarp.benchmark import run_meta
-from jaxwarp.models import GRUActorCritic, register_model
-from jaxwarp.models.layers import ACTIVATIONS
-from jaxwarp.models.recurrent import _dense
+from jaxwarp.models import GRUActorCritic, recurrent, register_model
+from jaxwarp.models.recurrent import gru_scan
 from jaxwarp.train import build_trainer, compiler_options, load_config
 from jaxwarp.units import device_name, rate_text
 
@@ -53,75 +53,22 @@ COMMAND_BUFFERS = {"xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUST
                    "xla_gpu_graph_min_graph_size": 1}
 
 
-@jax.custom_vjp
-def gru_scan(xs: jax.Array, w_rec: jax.Array, b_hn: jax.Array, h0: jax.Array,
-             reset: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """flax.linen.GRUCell over xs [T, ..., 3H] (the gates' input projections,
-    biases added), reset bool[T, ...], from h0 [..., H]: (h_T, h_1..T)."""
-    return _gru_fwd(xs, w_rec, b_hn, h0, reset)[0]
+def autodiff_scan(xs: jax.Array, w_rec: jax.Array, b_hn: jax.Array, h0: jax.Array,
+                  reset: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`jaxwarp.models.recurrent.gru_scan`'s forward, differentiated by jax."""
+    return gru_scan.fun(xs, w_rec, b_hn, h0, reset)
 
 
-def _gru_fwd(xs, w_rec, b_hn, h0, reset):
-    def step(h, inp):
-        x_t, r_t = inp
-        h_in = jnp.where(r_t[..., None], jnp.zeros_like(h), h)
-        xr, xz, xn = jnp.split(x_t, 3, axis=-1)
-        hr, hz, hn = jnp.split(_dense({"kernel": w_rec}, h_in), 3, axis=-1)
-        r, z, hnb = jax.nn.sigmoid(xr + hr), jax.nn.sigmoid(xz + hz), hn + b_hn
-        n = jnp.tanh(xn + r * hnb)
-        h = (1.0 - z) * n + z * h_in
-        return h, (h, (h_in, r, z, n, hnb))
-
-    h_t, (ys, saved) = jax.lax.scan(step, h0, (xs, reset))
-    return (h_t, ys), (saved, w_rec, reset)
-
-
-def _gru_bwd(res, cts):
-    (h_in, r, z, n, hnb), w_rec, reset = res
-    d_ht, d_ys = cts
-
-    def step(dh, inp):
-        d_y, h_in_t, r_t, z_t, n_t, hnb_t, reset_t = inp
-        dh = dh + d_y
-        dnp = dh * (1.0 - z_t) * (1.0 - n_t * n_t)
-        dzp = dh * (h_in_t - n_t) * z_t * (1.0 - z_t)
-        drp = dnp * hnb_t * r_t * (1.0 - r_t)
-        dhs = jnp.concatenate([drp, dzp, dnp * r_t], axis=-1)
-        dh_in = dh * z_t + jax.lax.dot_general(dhs, w_rec, (((dhs.ndim - 1,), (1,)), ((), ())))
-        dh_prev = jnp.where(reset_t[..., None], jnp.zeros_like(dh_in), dh_in)
-        return dh_prev, (jnp.concatenate([drp, dzp, dnp], axis=-1), dhs)
-
-    dh0, (dxs, dhs) = jax.lax.scan(step, d_ht, (d_ys, h_in, r, z, n, hnb, reset), reverse=True)
-    hh = h_in.reshape(-1, h_in.shape[-1])
-    dw = hh.T @ dhs.reshape(-1, dhs.shape[-1])  # one matmul over all T x B rows
-    size = h_in.shape[-1]
-    db = dhs[..., 2 * size:].reshape(-1, size).sum(0)
-    return dxs, dw, db, dh0, None
-
-
-gru_scan.defvjp(_gru_fwd, _gru_bwd)
-
-
-class VJPGRU(GRUActorCritic):
-    """GRUActorCritic whose sequence form scans the cell through `gru_scan`."""
+class AutodiffGRU(GRUActorCritic):
+    """The shipped gru whose sequence form's scan is differentiated by jax
+    (model ``gru_autodiff``) instead of `gru_scan`'s hand-written backward."""
 
     def sequence(self, carry, obs, reset):
-        p, act, k = self.variables["params"], ACTIVATIONS[self.activation], len(self.hidden_sizes)
-        x = obs.astype(jnp.float32)
-        for i in range(k):
-            x = act(_dense(p[f"Dense_{i}"], x))
-        cell = p["GRUCell_0"]
-        gates = ("ir", "iz", "in")
-        xs = _dense({"kernel": jnp.concatenate([cell[g]["kernel"] for g in gates], -1),
-                     "bias": jnp.concatenate([cell[g]["bias"] for g in gates])}, x)
-        w_rec = jnp.concatenate([cell[g]["kernel"] for g in ("hr", "hz", "hn")], -1)
-        carry, x = gru_scan(xs, w_rec, cell["hn"]["bias"], carry, reset)
-        logits = _dense(p[f"Dense_{k + 1}"], act(_dense(p[f"Dense_{k}"], x)))
-        value = _dense(p[f"Dense_{k + 3}"], act(_dense(p[f"Dense_{k + 2}"], x)))
-        return carry, (logits, jnp.squeeze(value, -1))
+        with mock.patch.object(recurrent, "gru_scan", autodiff_scan):
+            return super().sequence(carry, obs, reset)
 
 
-register_model("gru_vjp", lambda nvec, p: VJPGRU(
+register_model("gru_autodiff", lambda nvec, p: AutodiffGRU(
     tuple(int(n) for n in nvec), tuple(p.hidden_sizes), p.rnn_size, p.activation))
 
 
@@ -157,8 +104,8 @@ def time_case(size: str, model: str, options: dict[str, Any] | None, updates: in
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="jaxmarl,gpu")
-    ap.add_argument("--models", default="gru,gru_steps,gru_vjp,mlp")
-    ap.add_argument("--command-buffers", default="gru,gru_vjp",
+    ap.add_argument("--models", default="gru,gru_autodiff,gru_steps,mlp")
+    ap.add_argument("--command-buffers", default="gru",
                     help="models also timed with command buffers ('' for none)")
     ap.add_argument("--small", action="store_true", help="CPU sizes (--sizes small)")
     ap.add_argument("--updates", type=int, default=5)
