@@ -91,6 +91,7 @@ def test_gru_checkpoint_resume_and_eval(tmp_path):
     resumed = train_run(None, tmp_path / "part", resume=True, progress=False)
     for a, b in zip(jax.tree.leaves(full.state), jax.tree.leaves(resumed.state)):
         np.testing.assert_array_equal(a, b)
+    assert full.summary["recurrent_learner"] == {"agent": "sequence"}
     run = load_run(tmp_path / "full")
     result = evaluate(run, episodes=8, seed=0)
     assert result["episodes"] == 8

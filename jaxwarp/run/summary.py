@@ -57,6 +57,7 @@ def summarize(run: Run) -> dict[str, Any]:
                                     run.trainer.env, run.trainer.sampler, run.config.num_envs,
                                     run.seeds),
         "model_layers": dict(run.trainer.model_layers or {}),
+        "recurrent_learner": dict(run.trainer.recurrent_learner or {}),
         "finished": run.done_updates == run.num_updates, "stopped_early": run.stopped_early,
         "final": final_means(all_rows, run.env_metrics),
     } | ({"error": str(run.failure)} if run.failure is not None else {})
