@@ -8,10 +8,14 @@ one group (`learn`), the policy groups (`policy`), the data-parallel mesh
 ``jaxwarp train`` (progress, checkpoints, Ctrl-C) in `jaxwarp.run`.
 """
 
-from jaxwarp.models import MLPActorCritic, UniformPolicy, register_model
-from jaxwarp.train.compile import COMPILER_OPTIONS, compiler_options, jit
+# The config first: its imports load numpy from Python code, where a Ctrl-C
+# during `jaxwarp train`'s imports stays a KeyboardInterrupt; the models'
+# (flax, jax) would load it first from inside jaxlib's extension, which turns
+# it into an ImportError (tests/test_first_use.py).
 from jaxwarp.train.config import (ConfigError, PolicyConfig, TrainConfig, config_from_dict,
                                   derived, load_config, shipped_configs)
+from jaxwarp.models import MLPActorCritic, UniformPolicy, register_model
+from jaxwarp.train.compile import COMPILER_OPTIONS, compiler_options, jit
 from jaxwarp.train.trainer import RunnerState, Trainer, build_trainer, make_train
 
 __all__ = [
