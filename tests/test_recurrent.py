@@ -187,6 +187,13 @@ class _CarryChanges(nn.Module):
         return jnp.zeros(carry.shape[:-1] + (4,)), (nn.Dense(2)(obs), obs[..., 0])
 
 
+class _FixedCarry(_CarryChanges):
+    """initialize_carry ignores its batch_shape."""
+
+    def initialize_carry(self, batch_shape):
+        return jnp.zeros((8,))
+
+
 class _SequenceWrongValue(GRUActorCritic):
     """A sequence form whose value misses the agents axis."""
 
@@ -206,7 +213,11 @@ class _SequenceWrongValue(GRUActorCritic):
                      r"f32\[2, 1, 4\] it returned logits \[2, 1, 5, 1\] and value \[2, 1\]; "
                      r"expected logits \[2, 1, 2\]"),
     (_CarryChanges(), r"policies.agent.model \(_CarryChanges, recurrent\): the carry it "
-                      r"returns differs"),
+                      r"returns differs from initialize_carry's: for a carry of \[2, 1, 3\] "
+                      r"it returned \[2, 1, 4\]"),
+    (_FixedCarry(), r"policies.agent.model \(_FixedCarry, recurrent\): initialize_carry\(\(2, "
+                    r"1\)\) returned a carry of \[8\]; every leaf must lead with the "
+                    r"batch_shape it is given, \[2, 1, ...\]"),
 ])
 def test_a_model_that_breaks_the_contract_is_named_before_compiling(module, match):
     c = load_config("cartpole_ppo", ["backend=jax", "sampler=jax"])

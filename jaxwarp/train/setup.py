@@ -157,6 +157,8 @@ def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim
         return carry, out
 
     where = f"policies.{g}.model ({type(net).__name__}, {kind})"
+    if kind == "recurrent":
+        _check_initial_carry(net, where, n)
     try:
         carry, (carry_out, logits, value) = jax.eval_shape(
             run, jax.ShapeDtypeStruct((2,), jnp.uint32))
@@ -177,8 +179,30 @@ def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim
     same_carry = jax.tree.structure(carry) == jax.tree.structure(carry_out) and all(
         a.shape == b.shape for a, b in zip(jax.tree.leaves(carry), jax.tree.leaves(carry_out)))
     if not same_carry:  # feed-forward: None in, None out
-        raise ConfigError(f"{where}: the carry it returns differs from initialize_carry's "
-                          f"(structure or shapes); it must keep its type from step to step")
+        raise ConfigError(f"{where}: the carry it returns differs from initialize_carry's: "
+                          f"for a carry of {_shapes(carry)} it returned {_shapes(carry_out)}; "
+                          f"it must keep its structure and shapes from step to step")
+
+
+def _shapes(tree: Any) -> str:
+    """A carry's leaves' shapes, e.g. "[2, 1, 8]" or "([2, 1, 8], [2, 1, 8])"."""
+    leaves = [str(list(x.shape)) for x in jax.tree.leaves(tree)]
+    return leaves[0] if len(leaves) == 1 else f"({', '.join(leaves)})"
+
+
+def _check_initial_carry(net: nn.Module, where: str, n: int) -> None:
+    """A ConfigError where ``initialize_carry(batch_shape)`` ignores its
+    batch_shape: every leaf must lead with it ([envs, agents_in_group, ...])."""
+    try:
+        carry = jax.eval_shape(lambda: net.initialize_carry((2, n)))
+    except Exception as e:  # noqa: BLE001 - a user's method fails: one line
+        msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise ConfigError(f"{where}: initialize_carry((2, {n})) failed: {msg}") from None
+    if not jax.tree.leaves(carry) or any(
+            tuple(x.shape[:2]) != (2, n) for x in jax.tree.leaves(carry)):
+        raise ConfigError(f"{where}: initialize_carry((2, {n})) returned a carry of "
+                          f"{_shapes(carry) if jax.tree.leaves(carry) else 'no arrays'}; every "
+                          f"leaf must lead with the batch_shape it is given, [2, {n}, ...]")
 
 
 def _check_sequence_form(policy: Policy, g: str, init: Callable, obs_dim: int,
