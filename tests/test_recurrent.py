@@ -194,6 +194,14 @@ class _FixedCarry(_CarryChanges):
         return jnp.zeros((8,))
 
 
+class _NoReset(_CarryChanges):
+    """Keeps its carry where an episode begins."""
+
+    @nn.compact
+    def __call__(self, carry, obs, reset):
+        return carry, (nn.Dense(2)(jnp.concatenate([obs, carry], -1)), obs[..., 0])
+
+
 class _SequenceWrongValue(GRUActorCritic):
     """A sequence form whose value misses the agents axis."""
 
@@ -215,6 +223,8 @@ class _SequenceWrongValue(GRUActorCritic):
     (_CarryChanges(), r"policies.agent.model \(_CarryChanges, recurrent\): the carry it "
                       r"returns differs from initialize_carry's: for a carry of \[2, 1, 3\] "
                       r"it returned \[2, 1, 4\]"),
+    (_NoReset(), r"policies.agent.model \(_NoReset, recurrent\): it ignores reset: with "
+                 r"reset true, a carry of initialize_carry's values \+ 0.5 gave other logits"),
     (_FixedCarry(), r"policies.agent.model \(_FixedCarry, recurrent\): initialize_carry\(\(2, "
                     r"1\)\) returned a carry of \[8\]; every leaf must lead with the "
                     r"batch_shape it is given, \[2, 1, ...\]"),

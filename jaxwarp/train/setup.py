@@ -134,6 +134,8 @@ def param_init(policy: Policy, obs_dim: int, state_dim: int) -> Callable[[str, j
 
     for g in policy.groups.ids:
         _check_model(policy, g, init, obs_dim, state_dim)
+        if g in policy.recurrent:
+            _check_reset(policy, g, init, obs_dim, state_dim)
         if g in policy.recurrent and policy.sequence_form(g):
             _check_sequence_form(policy, g, init, obs_dim, state_dim)
     return init
@@ -203,6 +205,36 @@ def _check_initial_carry(net: nn.Module, where: str, n: int) -> None:
         raise ConfigError(f"{where}: initialize_carry((2, {n})) returned a carry of "
                           f"{_shapes(carry) if jax.tree.leaves(carry) else 'no arrays'}; every "
                           f"leaf must lead with the batch_shape it is given, [2, {n}, ...]")
+
+
+def _check_reset(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim: int
+                 ) -> None:
+    """A ConfigError where group g's recurrent model ignores ``reset``: from any
+    carry, a step with reset true must act as from initialize_carry's (one tiny
+    step run twice on 2 x agents rows; an episode's start would otherwise see
+    the previous episode's memory, and train silently)."""
+    n = len(policy.groups.ids[g])
+
+    @jax.jit
+    def outputs(key, warm):
+        params = init(g, key)
+        fresh = policy.group_carry(g, 2)
+        carry = jax.tree.map(lambda x: x + warm, fresh)
+        state = jnp.ones((2, state_dim), jnp.float32) if policy.critics else None
+        obs = jnp.ones((2, n, obs_dim), jnp.float32)
+        stats = losses.RunningStats.create(obs_dim) if policy.normalize_obs else None
+        reset = jnp.ones((2, n), bool)
+        return policy.forward(g, params, stats, obs, carry, reset, state)[1:]
+
+    key = jnp.zeros((2,), jnp.uint32)
+    fresh, warm = outputs(key, 0.0), outputs(key, 0.5)
+    if not all(jnp.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(fresh, warm)):
+        net = policy.nets[g]
+        raise ConfigError(f"policies.{g}.model ({type(net).__name__}, recurrent): it ignores "
+                          f"reset: with reset true, a carry of initialize_carry's values + 0.5 "
+                          f"gave other logits or values than initialize_carry's own; replace "
+                          f"the carry where reset (jnp.where(reset[..., None], fresh, carry)) "
+                          f"before using it (docs/models.md)")
 
 
 def _check_sequence_form(policy: Policy, g: str, init: Callable, obs_dim: int,
