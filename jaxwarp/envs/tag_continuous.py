@@ -326,17 +326,9 @@ def reference_reset(p: TagContinuousParams, key_data: jax.Array, num_envs: int
     return obs, state
 
 
-def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContinuousState,
-                   actions: jax.Array, autoreset: bool = True):
-    """Pure-JAX step with auto-reset. Returns (obs, state, reward, done, info)."""
-    c = _constants(p)
-    n, nt = p.num_agents, p.num_taggers
-    num_envs = state.x.shape[0]
-    is_tagger = jnp.arange(n) < nt
-    still = state.still_in_game
-    in_game = still == 1
-    t = state.timestep + 1
-
+def _move(p: TagContinuousParams, c: _Constants, state: TagContinuousState,
+          actions: jax.Array, is_tagger: jax.Array, in_game: jax.Array):
+    """Moved (x, y, speed, direction, acc, edge penalty), each f32[E, N]."""
     # 1. Move (out-of-range actions are clamped, as in the kernels).
     a_acc = jnp.clip(actions[..., 0], 0, p.num_acceleration_levels)
     a_turn = jnp.clip(actions[..., 1], 0, p.num_turn_levels)
@@ -356,8 +348,15 @@ def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContin
     x = jnp.clip(x, np.float32(0), L)
     y = jnp.clip(y, np.float32(0), L)
     edge = jnp.where(crossed, np.float32(p.edge_hit_penalty), np.float32(0))
+    return x, y, speed, direction, acc, edge
 
+
+def _tag(p: TagContinuousParams, c: _Constants, x: jax.Array, y: jax.Array,
+         in_game: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Who was tagged (bool[E, N]) and each tagger's tag count (int[E, N], runners 0)."""
     # 2. Tagging: each runner in the game finds its nearest tagger.
+    n, nt = p.num_agents, p.num_taggers
+    num_envs = x.shape[0]
     dx = x[:, None, :nt] - x[:, nt:, None]  # [e, runner, tagger]
     dy = y[:, None, :nt] - y[:, nt:, None]
     d2 = dx * dx + dy * dy
@@ -367,13 +366,14 @@ def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContin
     tags = jnp.sum(tagged_r[:, :, None] & (nearest[:, :, None] == jnp.arange(nt)), axis=1)
     tagged = jnp.concatenate([jnp.zeros((num_envs, nt), bool), tagged_r], axis=1)
     tags = jnp.concatenate([tags, jnp.zeros((num_envs, n - nt), tags.dtype)], axis=1)
-    exits = tagged & p.runner_exits_game_after_tagged
-    runners_left = state.num_runners_left - jnp.sum(exits, axis=1, dtype=jnp.int32)
-    still_after = (in_game & ~exits).astype(jnp.int32)
-    last_step = t == p.episode_length
-    done = last_step | (runners_left == 0)
+    return tagged, tags
 
-    # 3. Rewards and returns.
+
+def _reward(p: TagContinuousParams, is_tagger: jax.Array, in_game: jax.Array,
+            edge: jax.Array, tagged: jax.Array, tags: jax.Array, still_after: jax.Array,
+            last_step: jax.Array) -> jax.Array:
+    """This step's reward per agent, f32[E, N]."""
+    # 3. Rewards.
     step_reward = jnp.where(is_tagger, np.float32(p.step_penalty_for_tagger),
                             np.float32(p.step_reward_for_runner))
     base = jnp.where(in_game, edge + step_reward, np.float32(0))
@@ -381,7 +381,29 @@ def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContin
     runner_r = jnp.where(tagged, base + np.float32(p.tag_penalty_for_runner), base)
     runner_r = jnp.where((still_after == 1) & last_step[:, None],
                          runner_r + np.float32(p.end_of_game_reward_for_runner), runner_r)
-    reward = jnp.where(is_tagger, tagger_r, runner_r)
+    return jnp.where(is_tagger, tagger_r, runner_r)
+
+
+def reference_step(p: TagContinuousParams, key_data: jax.Array, state: TagContinuousState,
+                   actions: jax.Array, autoreset: bool = True):
+    """Pure-JAX step with auto-reset. Returns (obs, state, reward, done, info)."""
+    c = _constants(p)
+    n, nt = p.num_agents, p.num_taggers
+    num_envs = state.x.shape[0]
+    is_tagger = jnp.arange(n) < nt
+    still = state.still_in_game
+    in_game = still == 1
+    t = state.timestep + 1
+
+    x, y, speed, direction, acc, edge = _move(p, c, state, actions, is_tagger, in_game)
+    tagged, tags = _tag(p, c, x, y, in_game)
+    exits = tagged & p.runner_exits_game_after_tagged
+    runners_left = state.num_runners_left - jnp.sum(exits, axis=1, dtype=jnp.int32)
+    still_after = (in_game & ~exits).astype(jnp.int32)
+    last_step = t == p.episode_length
+    done = last_step | (runners_left == 0)
+
+    reward = _reward(p, is_tagger, in_game, edge, tagged, tags, still_after, last_step)
     episode_return = jnp.where((state.timestep == 0)[:, None], np.float32(0),
                                state.episode_return) + reward
 
