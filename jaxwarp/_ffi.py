@@ -183,8 +183,9 @@ def env_partitioned_call(fn: Callable[..., Sequence[jax.Array]], args: Sequence[
     On one device, inside ``shard_map`` (all axes manual) and in eager calls
     it is fn itself. Under ``jax.set_mesh`` with Explicit axes the op runs
     on Auto axes (``auto_axes``) and its outputs are typed with the env
-    axis's split of the env-indexed inputs (a reset's: replicated). Under ``jax.vmap`` the batched call is this op again with
-    one more batch axis (unbatched args are broadcast, as broadcast_all does).
+    axis's split of the env-indexed inputs (a reset's: replicated). Under
+    ``jax.vmap`` the batched call is this op again with one more batch axis
+    (unbatched args are broadcast, as broadcast_all does).
     """
     args = tuple(args)
     env_args = tuple(bool(b) for b in env_args)
@@ -231,6 +232,46 @@ def _batched_call(fn, env_args, num_envs, name, nb):
     return call
 
 
+def _env_spec(shapes, nb):
+    """(mesh, batch entries, env entry) read off the first sharded env-indexed shape."""
+    from jax.sharding import NamedSharding
+    for s in shapes:
+        sh = getattr(s, "sharding", None)
+        if isinstance(sh, NamedSharding) and s.ndim > nb:
+            spec = tuple(sh.spec) + (None,) * (s.ndim - len(sh.spec))
+            return sh.mesh, spec[:nb], spec[nb]
+    return None, (None,) * nb, None
+
+
+def _env_axes(mesh, found_mesh, env, num_envs):
+    """(mesh axis names, env entry, shard count) of the env split; none if it doesn't divide."""
+    names = () if env is None else ((env,) if isinstance(env, str) else tuple(env))
+    shards = 1
+    for a in names:
+        shards *= mesh.shape[a]
+    if found_mesh is None or num_envs % shards != 0:
+        names, env, shards = (), None, 1
+    return names, env, shards
+
+
+def _env_sharding_rule(nb, env_args, operand_types, result_types):
+    """Shardy rule string ("b0 e i0_0, ... -> ...") and its replication factors."""
+    batch = [f"b{i}" for i in range(nb)]
+    other: list[str] = []
+
+    def dims(tag, rank, has_env):
+        rest = [f"{tag}_{j}" for j in range(rank - nb - (1 if has_env else 0))]
+        other.extend(rest)
+        return " ".join(batch + (["e"] if has_env else []) + rest)
+
+    # operand_types, result_types: MLIR ranked tensor types.
+    ins = [dims(f"i{i}", len(t.shape), e) for i, (t, e) in
+           enumerate(zip(operand_types, env_args))]
+    outs = [dims(f"o{i}", len(t.shape), True) for i, t in enumerate(result_types)]
+    rule = ", ".join(ins) + " -> " + ", ".join(outs)
+    return rule, {"need_replication_factors": tuple(other)}
+
+
 def _partitioned(fn, env_args, num_envs, name, nb):
     from jax.experimental.custom_partitioning import custom_partitioning
     from jax.sharding import NamedSharding
@@ -240,15 +281,6 @@ def _partitioned(fn, env_args, num_envs, name, nb):
 
     op = custom_partitioning(whole)
 
-    def specs(shapes):
-        """(batch entries, env entry) read off the shardings jit chose."""
-        for s in shapes:
-            sh = getattr(s, "sharding", None)
-            if isinstance(sh, NamedSharding) and s.ndim > nb:
-                spec = tuple(sh.spec) + (None,) * (s.ndim - len(sh.spec))
-                return sh.mesh, spec[:nb], spec[nb]
-        return None, (None,) * nb, None
-
     def env_shape_args(arg_shapes, result_shape):
         # Results first: they carry the sharding the user asked for (a reset
         # has no env-indexed operand).
@@ -257,13 +289,8 @@ def _partitioned(fn, env_args, num_envs, name, nb):
         return outs + ins
 
     def partition(mesh, arg_shapes, result_shape):
-        found_mesh, batch, env = specs(env_shape_args(arg_shapes, result_shape))
-        names = () if env is None else ((env,) if isinstance(env, str) else tuple(env))
-        shards = 1
-        for a in names:
-            shards *= mesh.shape[a]
-        if found_mesh is None or num_envs % shards != 0:
-            names, env, shards = (), None, 1
+        found_mesh, batch, env = _env_spec(env_shape_args(arg_shapes, result_shape), nb)
+        names, env, shards = _env_axes(mesh, found_mesh, env, num_envs)
 
         def spec_of(ndim, has_env):
             rest = ndim - nb - (1 if has_env else 0)
@@ -285,26 +312,13 @@ def _partitioned(fn, env_args, num_envs, name, nb):
     def infer(mesh, arg_shapes, result_shape):
         # GSPMD (jax_use_shardy_partitioner=False): outputs follow the
         # env-indexed operands.
-        _, batch, env = specs([s for s, e in zip(arg_shapes, env_args) if e])
+        _, batch, env = _env_spec([s for s, e in zip(arg_shapes, env_args) if e], nb)
         return jax.tree.map(
             lambda s: NamedSharding(mesh, P(*batch, env, *(None,) * (s.ndim - nb - 1))),
             result_shape)
 
     def sharding_rule(mesh, operand_types, result_types):
-        batch = [f"b{i}" for i in range(nb)]
-        other: list[str] = []
-
-        def dims(tag, rank, has_env):
-            rest = [f"{tag}_{j}" for j in range(rank - nb - (1 if has_env else 0))]
-            other.extend(rest)
-            return " ".join(batch + (["e"] if has_env else []) + rest)
-
-        # operand_types, result_types: MLIR ranked tensor types.
-        ins = [dims(f"i{i}", len(t.shape), e) for i, (t, e) in
-               enumerate(zip(operand_types, env_args))]
-        outs = [dims(f"o{i}", len(t.shape), True) for i, t in enumerate(result_types)]
-        rule = ", ".join(ins) + " -> " + ", ".join(outs)
-        return rule, {"need_replication_factors": tuple(other)}
+        return _env_sharding_rule(nb, env_args, operand_types, result_types)
 
     op.def_partition(partition, infer_sharding_from_operands=infer,
                      propagate_user_sharding=None, sharding_rule=sharding_rule)
