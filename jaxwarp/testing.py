@@ -81,6 +81,27 @@ def _first_mismatch(name, a, b, rtol, atol, step, per_env_axes):
     return Mismatch(step, name, idx[0], agent, idx, a[idx].item(), b[idx].item()), max_diff
 
 
+def _put(x, dev):
+    """`x` placed on `dev`, or left where it is when `dev` is None (the default device)."""
+    return x if dev is None else jax.device_put(x, dev)
+
+
+def _compare(step, pairs, rtol, atol, max_diff):
+    """(first Mismatch over the (name, a, b) pairs or None, running max |a - b| up to it)."""
+    for name, a, b in pairs:
+        mm, d = _first_mismatch(name, a, b, rtol, atol, step, np.ndim(a))
+        max_diff = max(max_diff, d)
+        if mm is not None:
+            return mm, max_diff
+    return None, max_diff
+
+
+def _state_pairs(sa, sb):
+    """("state.<field>", a, b) for each pytree field of the two states, in field order."""
+    return [(f"state.{f.name}", getattr(sa, f.name), getattr(sb, f.name))
+            for f in dataclasses.fields(sa) if f.metadata.get("pytree_node", True)]
+
+
 def check_consistency(env: str = "tag_continuous", backends: tuple[str, str] = ("cpu", "jax"),
                       num_envs: int = 4, num_steps: int | None = None, seed: int = 0,
                       rtol: float = 1e-5, atol: float = 1e-6, resync: bool = False,
@@ -105,9 +126,6 @@ def check_consistency(env: str = "tag_continuous", backends: tuple[str, str] = (
         num_steps = 2 * episode_length(envs[0]) + 3
     devices = [_device_for(bk) for bk in backends]
 
-    def put(x, dev):
-        return x if dev is None else jax.device_put(x, dev)
-
     resets = [jax.jit(e.reset, static_argnums=1) for e in envs]
     steps = [jax.jit(e.step) for e in envs]
     space = envs[0].action_space
@@ -115,37 +133,23 @@ def check_consistency(env: str = "tag_continuous", backends: tuple[str, str] = (
 
     key = jax.random.key(seed)
     key, k_reset = jax.random.split(key)
-    outs = [r(put(k_reset, d), num_envs) for r, d in zip(resets, devices)]
+    outs = [r(_put(k_reset, d), num_envs) for r, d in zip(resets, devices)]
     states = [o[1] for o in outs]
-    max_diff = 0.0
     finished = 0
-
-    def compare(step, pairs):
-        nonlocal max_diff
-        for name, a, b in pairs:
-            mm, d = _first_mismatch(name, a, b, rtol, atol, step, np.ndim(a))
-            max_diff = max(max_diff, d)
-            if mm is not None:
-                return mm
-        return None
-
-    def state_pairs(sa, sb):
-        return [(f"state.{f.name}", getattr(sa, f.name), getattr(sb, f.name))
-                for f in dataclasses.fields(sa) if f.metadata.get("pytree_node", True)]
-
-    mm = compare(-1, [("obs", outs[0][0], outs[1][0])] + state_pairs(*states))
+    mm, max_diff = _compare(-1, [("obs", outs[0][0], outs[1][0])] + _state_pairs(*states),
+                            rtol, atol, 0.0)
     t = 0
     while mm is None and t < num_steps:
         key, k_step, k_act = jax.random.split(key, 3)
         actions = np.asarray(sample(k_act))
         if resync:
-            states[1] = jax.tree.map(lambda x: put(np.asarray(x), devices[1]), states[0])
-        res = [st(put(k_step, d), s, put(actions, d))
+            states[1] = jax.tree.map(lambda x: _put(np.asarray(x), devices[1]), states[0])
+        res = [st(_put(k_step, d), s, _put(actions, d))
                for st, s, d in zip(steps, states, devices)]
         (oa, sa, ra, da, _), (ob, sb, rb, db, _) = res
         finished += int(np.sum(np.asarray(da)))
-        mm = compare(t, [("done", da, db), ("reward", ra, rb), ("obs", oa, ob)]
-                     + state_pairs(sa, sb))
+        mm, max_diff = _compare(t, [("done", da, db), ("reward", ra, rb), ("obs", oa, ob)]
+                                + _state_pairs(sa, sb), rtol, atol, max_diff)
         states = [sa, sb]
         t += 1
     return ConsistencyReport(tuple(backends), num_envs, t, finished, max_diff, mm)
