@@ -102,14 +102,17 @@ def _add_train(sub: Any) -> None:
                    help="local devices to split the envs over (same as devices=N; default: "
                    "every local device)")
     t.add_argument("--out", help="output folder (default runs/<env>-<time>)")
-    t.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR")
+    t.add_argument("--resume", metavar="DIR",
+                   help="continue the run saved in DIR (with total_env_steps=N: up to a new, "
+                   "larger total; a finished run: make the outputs of its end it lacks)")
     t.add_argument("--no-progress", action="store_true",
                    help="no progress bar: one line per chunk of updates instead (also when "
                    "stdout is not a terminal)")
-    t.add_argument("--eval-episodes", type=int, default=128, metavar="N",
+    t.add_argument("--eval-episodes", type=int, default=None, metavar="N",
                    help="after a finished run: episodes per matchup of `jaxwarp eval` (trained "
                    "vs random, printed and saved as eval.json) and a GIF of the trained "
-                   "policies beside random ones; 0 skips both")
+                   "policies beside random ones; 0 skips both (default 128; with --resume: "
+                   "the run's own, kept in its config.yaml)")
 
 
 def _add_build(sub: Any) -> None:
@@ -404,13 +407,12 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    """`jaxwarp train`: a new run, or `--resume DIR`; then the summary line and,
-    for a finished run, the evaluation (`_after_run`)."""
+    """`jaxwarp train`: a new run, or `--resume DIR` (`_resume`); then the summary
+    line and, for a finished run, the evaluation (`_after_run`)."""
     from jaxwarp.authoring import EnvBuildError
-    from jaxwarp.run.checkpoint import checkpoint_steps
     from jaxwarp.run.loop import train_run
 
-    if args.eval_episodes < 0:
+    if args.eval_episodes is not None and args.eval_episodes < 0:
         return _fail("train", f"--eval-episodes must be >= 0 (0 skips the evaluation); got "
                      f"{args.eval_episodes}")
     out = None
@@ -418,32 +420,77 @@ def _train(args: argparse.Namespace) -> int:
     with _one_line_checkpoint_warnings():
         try:
             if args.resume:
-                out = _resume_folder(args)
-                finished = _finished(Path(out))
-                if finished:
-                    print(f"jaxwarp train: {out} is already finished ({finished}); nothing to "
-                          f"resume (jaxwarp eval --run {out} evaluates it)", file=sys.stderr)
-                    return 0
-                _EARLY.release(check=True)  # train_run handles Ctrl-C from here on
-                result = train_run(None, out, resume=True, progress=progress,
-                                   devices=args.devices)
-            else:
-                config = _new_config(args)
-                out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
-                _EARLY.release(check=True)  # train_run handles Ctrl-C from here on
-                result = train_run(config, out, seeds=args.seeds, progress=progress)
+                out = args.resume
+                return _resume(args, progress)
+            config = _new_config(args)
+            out = args.out or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+            episodes = DEFAULT_EVAL_EPISODES if args.eval_episodes is None \
+                else args.eval_episodes
+            _EARLY.release(check=True)  # train_run handles Ctrl-C from here on
+            result = train_run(config, out, seeds=args.seeds, progress=progress,
+                               after_training={"eval_episodes": episodes})
         except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,
                 EnvBuildError) as e:
             return _fail("train", e)
         except KeyboardInterrupt:
             # One line, not a traceback: where the run stands and how to go on.
-            steps = checkpoint_steps(Path(out)) if out else []
-            where = (f"last checkpoint: update {steps[0]} in {Path(out) / 'checkpoints'}; "
-                     f"continue with: jaxwarp train --resume {out}") if steps else \
-                "no checkpoint was written yet"
-            print(f"jaxwarp train: interrupted; {where}", file=sys.stderr)
+            print(f"jaxwarp train: interrupted; {_where_it_stands(out)}", file=sys.stderr)
             return 130
-    return _after_run(result, args.eval_episodes)
+    return _after_run(result, episodes)
+
+
+# --eval-episodes of a run that never gave it.
+DEFAULT_EVAL_EPISODES = 128
+
+
+def _resume(args: argparse.Namespace, progress: bool | str) -> int:
+    """`jaxwarp train --resume DIR`: the rest of the run's updates (up to a new
+    total_env_steps=N), then `_after_run`; for a run whose updates are all
+    done, the after-training outputs it lacks (`_finish_outputs`), or a note
+    that it is complete."""
+    from jaxwarp.run.checkpoint import read_after_training
+    from jaxwarp.run.loop import train_run
+
+    out = Path(args.resume)
+    config = _resume_config(args)
+    given = args.eval_episodes
+    episodes = given if given is not None else \
+        read_after_training(out).get("eval_episodes", DEFAULT_EVAL_EPISODES)
+    summary = _finished(out)
+    if summary is not None and config is None:
+        done = f"{summary['updates']}/{summary['num_updates']} updates"
+        if not _outputs_missing(out, summary, episodes):
+            print(f"jaxwarp train: {out} is already finished ({done}) with its outputs; "
+                  f"nothing to resume (jaxwarp eval --run {out} evaluates it; "
+                  "total_env_steps=N extends it)", file=sys.stderr)
+            return 0
+        print(f"jaxwarp train: {out} is finished ({done}); making the outputs of its end: "
+              "learning curve, evaluation, GIF", file=sys.stderr)
+        _EARLY.release(check=True)  # as for a run: Ctrl-C handled by the steps
+        return _finish_outputs(out, episodes)
+    _EARLY.release(check=True)  # train_run handles Ctrl-C from here on
+    result = train_run(config, out, resume=True, progress=progress, devices=args.devices,
+                       after_training=None if given is None else {"eval_episodes": given})
+    return _after_run(result, episodes)
+
+
+def _where_it_stands(out: str | None) -> str:
+    """After Ctrl-C: the newest checkpoint and what `--resume` will do from it."""
+    from jaxwarp.run.checkpoint import checkpoint_steps, read_saved_config
+    from jaxwarp.train.config import derived
+
+    steps = checkpoint_steps(Path(out)) if out else []
+    if not steps:
+        return "no checkpoint was written yet"
+    where = f"last checkpoint: update {steps[0]} in {Path(out) / 'checkpoints'}"
+    try:
+        total = derived(read_saved_config(Path(out))[0]).num_updates
+    except ConfigError:
+        total = None
+    if steps[0] == total:
+        return (f"{where}, the last of the run's {total}; jaxwarp train --resume {out} "
+                "makes the outputs of its end (learning curve, evaluation, GIF)")
+    return f"{where}; continue with: jaxwarp train --resume {out}"
 
 
 @contextlib.contextmanager
@@ -465,13 +512,29 @@ def _one_line_checkpoint_warnings() -> Iterator[None]:
         warnings.showwarning = default_showwarning
 
 
-def _resume_folder(args: argparse.Namespace) -> str:
-    """--resume DIR, with none of the flags that a resumed run takes from its folder."""
-    if args.overrides or args.config or args.env or args.out:
+def _resume_config(args: argparse.Namespace) -> Any:
+    """--resume DIR, with none of the flags that a resumed run takes from its
+    folder: None, or the saved config with a new total_env_steps (the one
+    override a resume takes: an extension, checked by the run)."""
+    from jaxwarp.params_check import quoted
+    from jaxwarp.run.checkpoint import CONFIG_FILE, read_saved_config
+    from jaxwarp.train.config import config_from_dict, parse_override
+
+    if args.config or args.env or args.out:
         raise ConfigError("--resume DIR takes the run's saved config; drop --env, "
-                          "--config, --out and key=value overrides (--devices N may "
-                          "change the device count)")
-    return args.resume
+                          "--config and --out (--devices N may change the device count, "
+                          "total_env_steps=N may extend the run)")
+    for o in args.overrides:
+        key = o.partition("=")[0].strip()
+        if key != "total_env_steps":
+            raise ConfigError(f"--resume DIR takes the run's saved config; {quoted(key)} "
+                              "cannot change on resume: only total_env_steps=N may (to "
+                              "extend the run)")
+    if not args.overrides or not (Path(args.resume) / CONFIG_FILE).exists():
+        return None  # (without config.yaml the run says that it is not a run)
+    saved, _ = read_saved_config(Path(args.resume))
+    config = config_from_dict(parse_override(args.overrides[-1]), base=saved)
+    return None if config == saved else config
 
 
 def _new_config(args: argparse.Namespace) -> Any:
@@ -501,21 +564,16 @@ def _new_config(args: argparse.Namespace) -> Any:
 
 def _after_run(result: Any, eval_episodes: int) -> int:
     """The summary line of a run that ended; for a finished one, its
-    evaluation (`_after_training`), which Ctrl-C stops between steps."""
+    evaluation (`_evaluate_finished`)."""
     s = result.summary
     rate = rate_text(s["env_steps_per_s"], s.get("agents_per_env"), s.get("device"))
     print(f"{s['updates']}/{s['num_updates']} updates, {s['env_steps_per_seed']:,} env-steps per "
           f"seed x {s['seeds']} seed(s); {rate} (compile {s['compile_s']:.1f} s); "
           f"final {s['final']}")
-    if s["finished"] and eval_episodes > 0:
-        # Ctrl-C only noted: the evaluation compiles (no KeyboardInterrupt inside XLA).
-        with CtrlC("jaxwarp: interrupt: stopping once the current step ends") as ctrl_c:
-            _after_training(Path(result.out_dir), eval_episodes, ctrl_c)
-        if ctrl_c.pressed:
-            print(f"jaxwarp train: interrupted during the evaluation; the run is complete in "
-                  f"{result.out_dir} (jaxwarp eval --run {result.out_dir} evaluates it)",
-                  file=sys.stderr)
-            return 130
+    if s["finished"]:
+        status = _evaluate_finished(Path(result.out_dir), eval_episodes)
+        if status:
+            return status
     from jaxwarp.run.distributed import finish, is_primary
 
     if is_primary():
@@ -524,17 +582,90 @@ def _after_run(result: Any, eval_episodes: int) -> int:
     return 0
 
 
-def _finished(out: Path) -> str | None:
-    """"N/N updates" when out's summary.json says the run is finished, else None."""
+def _evaluate_finished(out: Path, eval_episodes: int) -> int | None:
+    """`_after_training` of a finished run, which Ctrl-C stops between steps
+    (130); when it made every output, summary.json says so (`AFTER_TRAINING`),
+    so that a resume knows that nothing is left to do."""
+    if eval_episodes <= 0:
+        return None
+    # Ctrl-C only noted: the evaluation compiles (no KeyboardInterrupt inside XLA).
+    with CtrlC("jaxwarp: interrupt: stopping once the current step ends") as ctrl_c:
+        complete = _after_training(out, eval_episodes, ctrl_c)
+    if ctrl_c.pressed:
+        print(f"jaxwarp train: interrupted during the evaluation; the run's updates are "
+              f"complete in {out} (jaxwarp train --resume {out} makes the evaluation and the "
+              "GIF again)", file=sys.stderr)
+        return 130
+    if complete:
+        _note_outputs_done(out, eval_episodes)
+    return None
+
+
+# The key of summary.json that says the outputs after training were all made.
+AFTER_TRAINING = "after_training"
+
+
+def _note_outputs_done(out: Path, eval_episodes: int) -> None:
+    from jaxwarp.run.distributed import is_primary
+    from jaxwarp.run.metrics import write_summary
+
+    summary = _finished(out)
+    if summary is not None and is_primary():
+        write_summary(out, summary | {AFTER_TRAINING: {"eval_episodes": eval_episodes}})
+
+
+def _finished(out: Path) -> dict[str, Any] | None:
+    """out's summary.json when it says the run is finished, else None."""
     from jaxwarp.run.metrics import SUMMARY_FILE
 
     try:
         s = json.loads((out / SUMMARY_FILE).read_text())
-        if s.get("finished") is True:
-            return f"{s['updates']}/{s['num_updates']} updates"
+        if isinstance(s, dict) and s.get("finished") is True \
+                and isinstance(s["updates"], int) and isinstance(s["num_updates"], int):
+            return s
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     return None
+
+
+def _outputs_missing(out: Path, summary: dict[str, Any], eval_episodes: int) -> bool:
+    """Whether a finished run lacks an output of its end: its learning curve
+    (with matplotlib), or with eval_episodes > 0 the evaluation and GIF (made
+    unless summary.json says so: `AFTER_TRAINING`; runs from before that key:
+    an eval.json of the last update and the GIF)."""
+    import importlib.util
+
+    from jaxwarp.run.plot import PLOT_FILE
+
+    if not (out / PLOT_FILE).exists() and importlib.util.find_spec("matplotlib"):
+        return True
+    if eval_episodes <= 0 or AFTER_TRAINING in summary:
+        return False
+    try:
+        evaluated = json.loads((out / "eval.json").read_text())["update"] == summary["updates"]
+    except (OSError, ValueError, KeyError, TypeError):
+        evaluated = False
+    return not (evaluated and (out / GIF_FILE).exists())
+
+
+def _finish_outputs(out: Path, eval_episodes: int) -> int:
+    """The outputs of a finished run's end that a Ctrl-C left unmade: the
+    learning curve, then the evaluation and GIF (`_evaluate_finished`), under
+    the run's lock."""
+    from jaxwarp.run.lock import RunLock
+    from jaxwarp.run.plot import PLOT_FILE, plot_run
+
+    lock = RunLock(out)
+    try:
+        if not (out / PLOT_FILE).exists():
+            plot_run(out)
+        status = _evaluate_finished(out, eval_episodes)
+    finally:
+        lock.release()
+    if status:
+        return status
+    print(f"outputs in {out}")
+    return 0
 
 
 def _check_one_env(env: str, overrides: list[str]) -> None:
@@ -554,10 +685,11 @@ def _check_one_env(env: str, overrides: list[str]) -> None:
                                   "envs; give the env once")
 
 
-def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> None:
+def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> bool:
     """The trained policies against random ones (one line, eval.json, the
     random levels on the learning curve) and a GIF of them beside random
-    ones. A failure here is a warning: the run itself is complete."""
+    ones. A failure here is a warning: the run itself is complete. Whether
+    it made everything (an env without a drawing has no GIF to make)."""
     from jaxwarp.render import write_gif
     from jaxwarp.run.distributed import is_primary
     from jaxwarp.run.evaluate import evaluate_run, load_run, render_run, seed_lines, summary_line
@@ -584,15 +716,20 @@ def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> None:
     except Exception as e:  # noqa: BLE001 - reported in one line, the run is saved
         print(f"jaxwarp train: warning: evaluation skipped: {' '.join(str(e).split())}",
               file=sys.stderr)
-        return
+        return False
     if ctrl_c is not None and ctrl_c.pressed:
-        return
+        return False
     try:
         frames = render_run(run)  # one episode
         if primary:
-            write_gif(frames, out / "trained_vs_random.gif")
+            write_gif(frames, out / GIF_FILE)
     except ValueError as e:  # an env without a renderer
         print(f"jaxwarp train: warning: no GIF: {' '.join(str(e).split())}", file=sys.stderr)
+    return True
+
+
+# The GIF of a finished run's trained policies beside random ones.
+GIF_FILE = "trained_vs_random.gif"
 
 
 def _bigger_eval(path: Path, result: dict[str, Any]) -> int | None:

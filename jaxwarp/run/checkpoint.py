@@ -1,7 +1,9 @@
 """A run folder's saved state: config.yaml and the Orbax checkpoints.
 
-``out/config.yaml`` holds ``{"config": TrainConfig.to_dict(), "seeds": S}``,
-written once training starts; ``out/checkpoints/<update>/`` the runner state
+``out/config.yaml`` holds ``{"config": TrainConfig.to_dict(), "seeds": S}``
+and the settings of the steps after training (``after_training:``, e.g. the
+CLI's ``eval_episodes``), written once training starts (again when a resume
+extends the run or changes those settings); ``out/checkpoints/<update>/`` the runner state
 (leading ``[seeds]`` axis) after that many updates, as Orbax global arrays,
 so a run restores onto any device count (docs/sharding.md). `loop`
 writes both; `loop` (``--resume``) and `evaluate` read them back.
@@ -32,10 +34,28 @@ CHECKPOINTS = "checkpoints"
 CORRUPT = "checkpoints_corrupt"
 
 
-def write_config(out: Path, config: TrainConfig, seeds: int) -> None:
-    """out/config.yaml: the run's config and seed count (`read_saved_config`)."""
-    (out / CONFIG_FILE).write_text(yaml.safe_dump(
-        {"config": config.to_dict(), "seeds": seeds}, sort_keys=False))
+def write_config(out: Path, config: TrainConfig, seeds: int,
+                 after_training: Mapping[str, Any] | None = None) -> None:
+    """out/config.yaml: the run's config and seed count (`read_saved_config`)
+    and, when given, the settings of the steps after training
+    (`read_after_training`). Written beside and renamed over the old one, so
+    that a run killed meanwhile keeps a readable config.yaml."""
+    record: dict[str, Any] = {"config": config.to_dict(), "seeds": seeds}
+    if after_training:
+        record["after_training"] = dict(after_training)
+    tmp = out / f".{CONFIG_FILE}.tmp"
+    tmp.write_text(yaml.safe_dump(record, sort_keys=False))
+    tmp.replace(out / CONFIG_FILE)
+
+
+def read_after_training(out: Path) -> dict[str, Any]:
+    """The ``after_training:`` settings of out/config.yaml ({} when none or unreadable)."""
+    try:
+        meta = yaml.safe_load((out / CONFIG_FILE).read_text())
+        found = meta.get("after_training")
+        return dict(found) if isinstance(found, Mapping) else {}
+    except Exception:  # noqa: BLE001 - a resume reports an unreadable config.yaml itself
+        return {}
 
 
 def read_saved_config(out: Path) -> tuple[TrainConfig, int]:

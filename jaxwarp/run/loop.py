@@ -28,6 +28,7 @@ decisions taken on the host (stop at a time limit) hold for all.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from collections.abc import Mapping
@@ -50,6 +51,8 @@ from jaxwarp.run.checkpoint import (
     CONFIG_FILE,
     checkpointer,
     quiet_orbax,
+    read_after_training,
+    read_saved_config,
     save_checkpoint,
     write_config,
 )
@@ -97,23 +100,24 @@ _TRAINING = ("jaxwarp train: interrupt: stopping after the current chunk to save
 def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/latest",
               seeds: int = 1, resume: bool = False, progress: bool | str = True,
               stop_after_updates: int | None = None, time_limit_s: float | None = None,
-              env: Any = None,
-              models: Mapping[str, Any] | None = None,
-              devices: int | None = None) -> RunResult:
+              env: Any = None, models: Mapping[str, Any] | None = None,
+              devices: int | None = None, after_training: Mapping[str, Any] | None = None
+              ) -> RunResult:
     """Trains `seeds` seeds of `config` (seed, seed+1, ...) in one program.
 
     out_dir receives config.yaml, metrics.jsonl/.csv, tensorboard/ (with
-    tensorboardX), checkpoints/ (Orbax), summary.json and
-    learning_curve.png (with matplotlib). resume: continue the run saved in
-    out_dir (its config.yaml; `config` must be None or equal to it).
-    stop_after_updates: stop early after that many updates of this process
-    (at a chunk boundary, as if killed; used by tests). time_limit_s: stop
-    at the first chunk boundary after that many seconds (compile included);
-    the run can be resumed later. progress: True, a progress bar when stdout
-    is a terminal, else one line per chunk; "lines": one line per chunk;
-    False: nothing. devices: when given, overrides the
-    config's ``devices`` (also on resume: the saved state is restored onto the
-    new mesh; config.yaml keeps the value the run started with).
+    tensorboardX), checkpoints/ (Orbax), summary.json and learning_curve.png
+    (with matplotlib). resume: continue the run saved in out_dir (its
+    config.yaml; `config` None or equal to it but for devices, or for a larger
+    total_env_steps: extends the run, `resume`). stop_after_updates: stop
+    early after that many updates of this process (at a chunk boundary, as
+    if killed; used by tests). time_limit_s: stop at the first chunk boundary
+    after that many seconds (compile included). progress: True, a progress
+    bar when stdout is a terminal, else one line per chunk; "lines": one line
+    per chunk; False: nothing. devices: when given, overrides the config's
+    ``devices`` (also on resume: the saved state is restored onto the new
+    mesh; config.yaml keeps the value the run started with). after_training:
+    the CLI's ``eval_episodes``, kept in config.yaml for a resume.
 
     Several processes: call it in every process with the same arguments
     (``jax.distributed`` is initialized first when config.distributed or
@@ -146,7 +150,7 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
         # Whatever the run could not write (the named places below say what).
         with quiet_orbax(), OutOfMemory() as oom, writing(out, "the run's files"):
             run = oom.run = _start(out, config, seeds, resume, devices, env, models, proc,
-                                   progress)
+                                   progress, after_training)
             _train(run, progress, stop_after_updates, time_limit_s, ctrl_c)
     finally:
         ctrl_c.release()
@@ -166,7 +170,8 @@ def _check_arguments(out: Path, config: TrainConfig | None, seeds: int, resume: 
 
 def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
            devices: int | None, env: Any, models: Mapping[str, Any] | None,
-           proc: distributed.ProcessInfo, progress: bool | str) -> Run:
+           proc: distributed.ProcessInfo, progress: bool | str,
+           after_training: Mapping[str, Any] | None = None) -> Run:
     """Takes out (folder, lock), resolves the config, builds the trainer,
     restores or initializes the state, compiles the chunk and writes
     config.yaml. On failure the lock is released and a folder this call
@@ -189,9 +194,8 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
         restore_or_init(run, resume, progress)
         run.compiled = _chunk_fn(trainer, run.chunk, config.deterministic).lower(run.rs).compile()
         run.compile_s = time.perf_counter() - run.t0
-        if not resume and primary:
-            with writing(out, CONFIG_FILE):
-                write_config(out, config, seeds)
+        if primary:
+            _write_config(out, config, seeds, resume, after_training)
         started = True
         with writing(out, "checkpoints/"):
             run.mngr = checkpointer(out)
@@ -205,6 +209,20 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
             shutil.rmtree(out, ignore_errors=True)
         raise
     return run
+
+
+def _write_config(out: Path, config: TrainConfig, seeds: int, resume: bool,
+                  after_training: Mapping[str, Any] | None) -> None:
+    """config.yaml of a new run; of a resumed one again when it extends the run
+    or gives the settings of the steps after training (the others kept)."""
+    if resume:
+        saved, seeds = read_saved_config(out)  # devices: the value the run started with
+        kept = dataclasses.replace(saved, total_env_steps=config.total_env_steps)
+        if kept == saved and not after_training:
+            return
+        config, after_training = kept, read_after_training(out) | dict(after_training or {})
+    with writing(out, CONFIG_FILE):
+        write_config(out, config, seeds, after_training)
 
 
 def _chunk_fn(trainer: Trainer, n: int, deterministic: bool) -> Any:

@@ -1,7 +1,13 @@
 """Where a run starts from: its config (the saved one on resume, `run_config`)
 and its state (the newest intact checkpoint on resume, else the initial state
 of every seed: `restore_or_init`). Because every update is a pure function of
-the restored state, a resumed run reproduces the uninterrupted one."""
+the restored state, a resumed run reproduces the uninterrupted one.
+
+A resume may extend a run: given the saved config with a larger
+``total_env_steps`` (more updates, and ``anneal_lr`` off, whose schedule
+depends on the run length: `check_extension`), it goes on from the newest
+checkpoint to the new total, and config.yaml keeps the new total. With
+anneal_lr off the extended run equals a fresh run of the new length."""
 
 from __future__ import annotations
 
@@ -19,22 +25,26 @@ from jaxwarp.run import distributed
 from jaxwarp.run.checkpoint import abstract_state, read_saved_config, restore_intact
 from jaxwarp.run.metrics import METRICS_JSONL
 from jaxwarp.run.state import Run
-from jaxwarp.train.config import TrainConfig, validate
+from jaxwarp.train.config import TrainConfig, derived, validate
 from jaxwarp.train.seeds import seed_keys
 
 
 def run_config(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
                devices: int | None, primary: bool) -> tuple[TrainConfig, int]:
     """(config, seeds) of the run: the saved ones on resume (a given config must
-    equal the saved one up to ``devices``), with `devices` when given."""
+    equal the saved one up to ``devices`` and a larger ``total_env_steps``,
+    `check_extension`), with `devices` when given."""
     if resume:
         saved_config, seeds = read_saved_config(out)
-        if config is not None and dataclasses.replace(config, devices=saved_config.devices) \
-                != saved_config:
-            raise ConfigError(f"--resume {out}: the given config differs from the saved one; "
-                              "resume takes its config from the run folder")
+        if config is not None:
+            if dataclasses.replace(config, devices=saved_config.devices,
+                                   total_env_steps=saved_config.total_env_steps) != saved_config:
+                raise ConfigError(f"--resume {out}: the given config differs from the saved "
+                                  "one; resume takes its config from the run folder (only "
+                                  "total_env_steps may grow)")
+            check_extension(out, saved_config, config.total_env_steps)
         config = saved_config if config is None else dataclasses.replace(
-            saved_config, devices=config.devices)
+            saved_config, devices=config.devices, total_env_steps=config.total_env_steps)
     elif primary and holds_run(out):
         raise FileExistsError(f"{out} already holds a run; pass --resume {out} to continue "
                               "it or choose another --out")
@@ -44,6 +54,32 @@ def run_config(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
         config = dataclasses.replace(config, devices=devices)
         validate(config)
     return config, seeds
+
+
+def check_extension(out: Path, saved: TrainConfig, total_env_steps: int) -> None:
+    """ConfigError unless `total_env_steps` leaves the saved run as it is or
+    extends it: more updates, and ``anneal_lr`` off. With anneal_lr the
+    learning rate falls linearly to 0 over the run's updates; the updates done
+    followed the old run length's schedule, and a longer one would raise the
+    learning rate again from the point they reached, a run that no fresh run of
+    either length gives."""
+    if total_env_steps == saved.total_env_steps:
+        return
+    old, new = derived(saved), derived(dataclasses.replace(saved,
+                                                           total_env_steps=total_env_steps))
+    if new.num_updates <= old.num_updates:
+        raise ConfigError(
+            f"--resume {out}: total_env_steps={total_env_steps} gives {new.num_updates} "
+            f"updates of {old.batch_env_steps} env-steps; the run has {old.num_updates} "
+            f"(total_env_steps={saved.total_env_steps}); a resume may only extend it, to at "
+            f"least total_env_steps={(old.num_updates + 1) * old.batch_env_steps}")
+    if saved.anneal_lr:
+        raise ConfigError(
+            f"--resume {out}: total_env_steps cannot grow on a run with anneal_lr=true: its "
+            f"learning rate falls linearly to 0 over its {old.num_updates} updates, and a "
+            f"longer schedule would raise it again for the updates added (a run no fresh "
+            f"run gives); start a new run with total_env_steps={total_env_steps}, or use "
+            f"anneal_lr=false for runs you mean to extend")
 
 
 def absolute_env_module(config: TrainConfig) -> TrainConfig:
