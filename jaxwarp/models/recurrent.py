@@ -139,7 +139,16 @@ def _gru_torso(carry: jax.Array, x: jax.Array, reset: jax.Array, hidden_sizes: S
     return nn.GRUCell(rnn_size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
 
 
-class GRUActorCritic(nn.Module):
+class _ZeroCarry:
+    """The shipped GRUs' fresh carry: zeros f32[*batch_shape, rnn_size]."""
+
+    rnn_size: int
+
+    def initialize_carry(self, batch_shape: Sequence[int]) -> jax.Array:
+        return jnp.zeros((*batch_shape, self.rnn_size), jnp.float32)
+
+
+class GRUActorCritic(_ZeroCarry, nn.Module):
     """A recurrent actor-critic (JaxMARL's IPPO-RNN layout): an MLP embedding
     of the observation (``hidden_sizes``), a GRU cell (Flax's `nn.GRUCell`,
     ``rnn_size`` units), then a policy head and a value head, each one hidden
@@ -157,9 +166,6 @@ class GRUActorCritic(nn.Module):
     hidden_sizes: Sequence[int] = (128,)
     rnn_size: int = 128
     activation: str = "relu"
-
-    def initialize_carry(self, batch_shape: Sequence[int]) -> jax.Array:
-        return jnp.zeros((*batch_shape, self.rnn_size), jnp.float32)
 
     @nn.compact
     def __call__(self, carry: jax.Array, obs: jax.Array, reset: jax.Array
@@ -182,7 +188,7 @@ class GRUActorCritic(nn.Module):
         return carry, (logits, jnp.squeeze(value, -1))
 
 
-class CentralGRUCritic(nn.Module):
+class CentralGRUCritic(_ZeroCarry, nn.Module):
     """A recurrent centralised critic (JaxMARL's MAPPO-RNN critic): an MLP
     embedding of the env's global state (``hidden_sizes``), a GRU cell
     (``rnn_size``), one hidden layer of ``rnn_size`` units and the value. It
@@ -193,9 +199,6 @@ class CentralGRUCritic(nn.Module):
     hidden_sizes: Sequence[int] = (128,)
     rnn_size: int = 128
     activation: str = "relu"
-
-    def initialize_carry(self, batch_shape: Sequence[int]) -> jax.Array:
-        return jnp.zeros((*batch_shape, self.rnn_size), jnp.float32)
 
     @nn.compact
     def __call__(self, carry: jax.Array, state: jax.Array, reset: jax.Array
