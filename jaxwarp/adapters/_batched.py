@@ -113,6 +113,38 @@ def env_device(env: Any) -> jax.Device:
     return jax.devices()[0]
 
 
+def _obs_cast(obs_dtype: Any) -> np.dtype | None:
+    """The floating dtype observations are cast to (None: keep the env's); TypeError otherwise."""
+    if obs_dtype is None:
+        return None
+    try:
+        cast = np.dtype(obs_dtype)
+    except TypeError as e:
+        raise TypeError(f"obs_dtype must be None or a floating dtype; got "
+                        f"{obs_dtype!r}") from e
+    if not jnp.issubdtype(cast, jnp.floating):
+        raise TypeError(f"obs_dtype must be None or a floating dtype; got {cast}")
+    return cast
+
+
+def _check_autoreset(env: Any, autoreset_mode: str, final_obs: bool) -> None:
+    """ValueError unless `env` can step as `autoreset_mode` and `final_obs` ask."""
+    if autoreset_mode != "same_step":
+        if final_obs:
+            raise ValueError(f"final_obs=True applies to autoreset_mode 'same_step'; in "
+                             f"{autoreset_mode!r} the step that ends an episode returns "
+                             "its final observation as obs")
+        if not supports_final_obs(env):
+            raise ValueError(f"autoreset_mode={autoreset_mode!r}: {type(env).__name__} "
+                             f"(backend {getattr(env, 'backend', 'jax')!r}) cannot step "
+                             "without auto-reset (use 'same_step')")
+    if final_obs and not supports_final_obs(env):
+        raise ValueError(f"final_obs=True: {type(env).__name__} (backend "
+                         f"{getattr(env, 'backend', 'jax')!r}) cannot step without "
+                         "auto-reset (its step, or on the 'jax' backend its reference_step, "
+                         "takes no autoreset=)")
+
+
 class BatchedEnv:
     """``num_envs`` copies of a jaxwarp env, stepped by one jitted call each step.
 
@@ -152,32 +184,11 @@ class BatchedEnv:
                              f"{autoreset_mode!r}")
         self.autoreset_mode = autoreset_mode
         env_dtype = np.dtype(getattr(env, "obs_dtype", np.float32))
-        cast = None
-        if obs_dtype is not None:
-            try:
-                cast = np.dtype(obs_dtype)
-            except TypeError as e:
-                raise TypeError(f"obs_dtype must be None or a floating dtype; got "
-                                f"{obs_dtype!r}") from e
-            if not jnp.issubdtype(cast, jnp.floating):
-                raise TypeError(f"obs_dtype must be None or a floating dtype; got {cast}")
+        cast = _obs_cast(obs_dtype)
         # dtype of the observations handed out: f32[...] or bf16[...].
         self.obs_dtype: np.dtype = env_dtype if cast is None else cast
         cast_name = None if cast is None or cast == env_dtype else cast.name
-        if autoreset_mode != "same_step":
-            if self.final_obs:
-                raise ValueError(f"final_obs=True applies to autoreset_mode 'same_step'; in "
-                                 f"{autoreset_mode!r} the step that ends an episode returns "
-                                 "its final observation as obs")
-            if not supports_final_obs(env):
-                raise ValueError(f"autoreset_mode={autoreset_mode!r}: {type(env).__name__} "
-                                 f"(backend {getattr(env, 'backend', 'jax')!r}) cannot step "
-                                 "without auto-reset (use 'same_step')")
-        if self.final_obs and not supports_final_obs(env):
-            raise ValueError(f"final_obs=True: {type(env).__name__} (backend "
-                             f"{getattr(env, 'backend', 'jax')!r}) cannot step without "
-                             "auto-reset (its step, or on the 'jax' backend its reference_step, "
-                             "takes no autoreset=)")
+        _check_autoreset(env, autoreset_mode, self.final_obs)
         if self.squeezed:
             self.action_shape: tuple[int, ...] = () if self.heads == 1 else (self.heads,)
             self.obs_shape: tuple[int, ...] = (self.obs_dim,)
