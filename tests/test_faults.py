@@ -22,22 +22,8 @@ from jaxwarp.run import loop
 from jaxwarp.run import metrics as metrics_module
 from jaxwarp.run.loop import StorageError, train_run
 from jaxwarp.run.metrics import read_metrics
-from jaxwarp.train import load_config
 
-# 8 updates of 4 envs x 4 steps; checkpoints every 2 updates (Orbax keeps the last 2).
-TINY = ["--env", "cartpole", "backend=jax", "num_envs=4", "num_steps=4",
-        "total_env_steps=128", "num_minibatches=1", "update_epochs=1", "chunk_updates=2",
-        "checkpoint_every=2", "policies.agent.hidden_sizes=[8]"]
-
-
-def tiny_config(*overrides: str):
-    return load_config(None, [f"env={TINY[1]}", *TINY[2:], *overrides])
-
-
-def cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli_main(["train", "--no-progress", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from _tiny_run import TINY, cli, tiny_config
 
 
 def error_line(err: str) -> str:

@@ -24,7 +24,6 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp.cli import main as cli_main
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import _REGISTRY, builtin_envs
 from jaxwarp.run.lock import RunLock
@@ -36,20 +35,7 @@ from jaxwarp.run.loop import (
 )
 from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
 
-# 8 updates of 4 envs x 4 steps; checkpoints every 2 updates (Orbax keeps the last 2).
-TINY = ["--env", "cartpole", "backend=jax", "num_envs=4", "num_steps=4",
-        "total_env_steps=128", "num_minibatches=1", "update_epochs=1", "chunk_updates=2",
-        "checkpoint_every=2", "policies.agent.hidden_sizes=[8]"]
-
-
-def tiny_config(*overrides: str):
-    return load_config(None, [f"env={TINY[1]}", *TINY[2:], *overrides])
-
-
-def cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli_main(["train", "--no-progress", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from _tiny_run import TINY, cli, tiny_config
 
 
 def strict_rows(out: Path) -> list[dict]:

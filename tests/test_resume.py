@@ -14,26 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jaxwarp.cli import main as cli_main
 from jaxwarp.run import summary as run_summary
 from jaxwarp.run.loop import train_run
-from jaxwarp.train import load_config
 
-# 8 updates of 4 envs x 4 steps (16 env-steps each); checkpoints every 2 updates.
-TINY = ["--env", "cartpole", "backend=jax", "num_envs=4", "num_steps=4",
-        "total_env_steps=128", "num_minibatches=1", "update_epochs=1", "chunk_updates=2",
-        "checkpoint_every=2", "policies.agent.hidden_sizes=[8]"]
+from _tiny_run import TINY, cli, tiny_config
+
 OUTPUTS = ("learning_curve.png", "eval.json", "trained_vs_random.gif")
-
-
-def tiny_config(*overrides: str):
-    return load_config(None, [f"env={TINY[1]}", *TINY[2:], *overrides])
-
-
-def cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli_main(["train", "--no-progress", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def updates(out: Path) -> list[int]:
