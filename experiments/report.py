@@ -656,6 +656,39 @@ LEARNER_HISTORY = ("The variants are trainers of earlier commits, so this table 
                    "from git history: `git log --all -- experiments/tools/gpu_learner_ab.sh "
                    "experiments/patches/head_pad8.patch` finds the script and the patch.")
 PROFILE = Source("profile_phases_h200.json", "python experiments/profile_phases.py")
+RECURRENT = Source("bench_recurrent_h200.json",
+                   "cd experiments && python bench_recurrent.py --sizes jaxmarl,gpu")
+
+
+def _recurrent_lines(root: Path) -> list[str]:
+    """The GRU learner's paths against the MLP at the same size."""
+    results = _read_json(root, RECURRENT)["results"]
+    mlp = {r["size"]: r for r in results if r["model"] == "mlp"}
+    steps = {r["size"]: r for r in results if r["model"] == "gru_steps"}
+    rows = [[f"{r['num_envs']:,} × {r['num_steps']}",
+             f"`{r['model']}`" + (" + command buffers" if r["command_buffers"] else ""),
+             ", ".join(f"{v}" for v in r["recurrent_learner"].values()) or "-",
+             rate(r["env_steps_per_s"], r["num_agents"], kilo_or_mega),
+             f"{r['ms_per_update']:.1f}",
+             ratio(r["env_steps_per_s"] / steps[r["size"]]["env_steps_per_s"]),
+             ratio(mlp[r["size"]]["env_steps_per_s"] / r["env_steps_per_s"])]
+            for r in results]
+    return [
+        "### The recurrent learner",
+        "",
+        "MPE `simple_spread` at JaxMARL's IPPO-RNN settings (GRU 128 over a 128-unit "
+        "embedding, relu, 4 epochs × 2 minibatches) at its size and at a GPU size, one "
+        f"process ({on(root, RECURRENT)}): `gru` runs its sequence form in the learner (the "
+        "cell's scan with a hand-written backward), `gru_autodiff` the same form "
+        "differentiated by jax, `gru_steps` the model replayed step by step (the path "
+        "before the sequence form), `mlp` the same hidden layer without recurrence. "
+        "env-steps/s (agent-steps/s in brackets), ms per update, against `gru_steps`, and "
+        "the MLP's rate over the row's:",
+        "",
+        *table(["envs × steps", "model", "learner", "env-steps/s", "ms / update",
+                "vs `gru_steps`", "`mlp` ÷ row"], rows),
+        *sources_block(root, [RECURRENT]),
+    ]
 
 
 def _case(config: str, overrides: list[str]) -> str:
@@ -718,8 +751,10 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
         *table(["phase", *(f"{h} (`{n}`)" for n in names
                            for h in ("ms", "share", "TFLOP"))], prow),
         *sources_block(root, [PROFILE]),
+        "",
+        *_recurrent_lines(root),
     ]
-    return lines, [LEARNER, PROFILE]
+    return lines, [LEARNER, PROFILE, RECURRENT]
 
 
 DUEL_LOG = Source("duel_h100/train.log",
