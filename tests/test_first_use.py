@@ -277,20 +277,25 @@ def test_eval_json_into_a_missing_folder_fails_before_evaluating(cartpole_run, c
                   "does not exist"
 
 
-def test_resume_of_a_finished_run_says_so_and_keeps_a_bigger_eval(cartpole_run, capsys):
+def test_resume_of_a_finished_run_makes_its_outputs_once_and_keeps_a_bigger_eval(
+        cartpole_run, capsys):
+    """A run trained from Python has no end-of-run outputs: the first --resume
+    makes them (keeping an eval.json of the same update with more episodes),
+    the next one says the run is finished with its outputs."""
     (cartpole_run / "eval.json").write_text(json.dumps({"update": 2, "episodes": 256}))
     before = (cartpole_run / "eval.json").read_text()
+    assert cli.main(["train", "--resume", str(cartpole_run), "--eval-episodes", "4"]) == 0
+    cap = capsys.readouterr()
+    assert "nan" not in cap.err and "nan" not in cap.out
+    assert "eval.json of update 2 with 256 episodes kept (this evaluation: 4)" in cap.out
+    assert (cartpole_run / "eval.json").read_text() == before
     assert cli.main(["train", "--resume", str(cartpole_run)]) == 0
     cap = capsys.readouterr()
-    assert cap.out == "" and "nan" not in cap.err
+    assert cap.out == ""
     assert cap.err.strip() == (f"jaxwarp train: {cartpole_run} is already finished (2/2 "
-                               f"updates); nothing to resume (jaxwarp eval --run "
-                               f"{cartpole_run} evaluates it)")
-    assert (cartpole_run / "eval.json").read_text() == before
-    # The evaluation after training keeps an eval.json of the same update with more episodes.
-    cli._after_training(cartpole_run, 4)
-    assert json.loads((cartpole_run / "eval.json").read_text())["episodes"] == 256
-    assert "eval.json of update 2 with 256 episodes kept" in capsys.readouterr().out
+                               f"updates) with its outputs; nothing to resume (jaxwarp eval "
+                               f"--run {cartpole_run} evaluates it; total_env_steps=N extends "
+                               f"it)")
 
 
 def test_a_line_per_chunk_when_stdout_is_not_a_terminal(tmp_path):
