@@ -485,7 +485,8 @@ def test_a2c_gradient_chunks_equal_one_full_batch_step():
         trainer = build_trainer(c)
         rs = trainer.init(jax.random.PRNGKey(0))
         states.append(jax.jit(lambda r: trainer.run(r, 2))(rs)[0])
-    for a, b in zip(jax.tree.leaves(states[0].params), jax.tree.leaves(states[1].params)):
+    for a, b in zip(jax.tree.leaves(states[0].learner.params),
+                    jax.tree.leaves(states[1].learner.params)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 

@@ -125,8 +125,8 @@ def _worker_curves() -> dict:
     rs2, m2 = jax.jit(jax.vmap(make_train(_config("devices=2"))))(keys)
     report["vmap"] = {"devices2": _np(m2),
                       "devices1": [_np(train1(keys[i])[1]) for i in range(2)],
-                      "obs_spec": str(rs2.obs.sharding.spec),
-                      "mesh_size": len(rs2.obs.sharding.device_set)}
+                      "obs_spec": str(rs2.envs.obs.sharding.spec),
+                      "mesh_size": len(rs2.envs.obs.sharding.device_set)}
 
     # What the compiled programs do on 4 devices.
     tr = build_trainer(_config("devices=4", "num_minibatches=1"))
@@ -155,7 +155,7 @@ def _worker_curves() -> dict:
     out, _ = jax.jit(lambda r: tr.run(r, 1))(rs)
     report["placement"] = {
         "params_replicated": all(x.sharding.is_fully_replicated
-                                 for x in jax.tree.leaves((out.params, out.opt_state))),
+                                 for x in jax.tree.leaves((out.learner.params, out.learner.opt_state))),
         "env_specs": sorted({str(x.sharding.spec) for x in
                              jax.tree.leaves((out.env_state, out.obs))}),
         "env_devices": sorted({len(x.sharding.device_set) for x in
