@@ -157,9 +157,9 @@ def _worker_curves() -> dict:
         "params_replicated": all(x.sharding.is_fully_replicated
                                  for x in jax.tree.leaves((out.learner.params, out.learner.opt_state))),
         "env_specs": sorted({str(x.sharding.spec) for x in
-                             jax.tree.leaves((out.env_state, out.obs))}),
+                             jax.tree.leaves((out.envs.env_state, out.envs.obs))}),
         "env_devices": sorted({len(x.sharding.device_set) for x in
-                               jax.tree.leaves((out.env_state, out.obs))}),
+                               jax.tree.leaves((out.envs.env_state, out.envs.obs))}),
     }
     # A recurrent model (gru) over devices: its carry is split along the envs and
     # the curve is the one-device curve (PPO's global shuffle, A2C).
