@@ -155,7 +155,7 @@ def _worker_curves() -> dict:
     out, _ = jax.jit(lambda r: tr.run(r, 1))(rs)
     report["placement"] = {
         "params_replicated": all(x.sharding.is_fully_replicated
-                                 for x in jax.tree.leaves((out.learner.params, out.learner.opt_state))),
+                                 for x in jax.tree.leaves(out.learner)),
         "env_specs": sorted({str(x.sharding.spec) for x in
                              jax.tree.leaves((out.envs.env_state, out.envs.obs))}),
         "env_devices": sorted({len(x.sharding.device_set) for x in
