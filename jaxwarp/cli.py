@@ -190,6 +190,7 @@ def _eval(args: argparse.Namespace) -> int:
         return _fail("eval", f"--seed must be in [0, 2**31); got {args.seed}")
     from jaxwarp.authoring import EnvBuildError
     from jaxwarp.run.evaluate import evaluate_run, seed_lines, summary_line
+    from jaxwarp.run.storage import atomic_write
 
     path = Path(args.json) if args.json else Path(args.run) / "eval.json"
     if args.json and not path.parent.is_dir():  # before the evaluation, not after it
@@ -199,7 +200,7 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         result = evaluate_run(args.run, episodes=args.episodes, seed=args.seed,
                               seed_index=args.seed_index)
-        path.write_text(json.dumps(result, indent=2))
+        atomic_write(path, json.dumps(result, indent=2))
     except (ConfigError, ValueError, TypeError, OSError, RunError, EnvBuildError) as e:
         return _fail("eval", e)
     for line in seed_lines(result):
@@ -588,16 +589,21 @@ def _evaluate_finished(out: Path, eval_episodes: int) -> int | None:
     so that a resume knows that nothing is left to do."""
     if eval_episodes <= 0:
         return None
+    from jaxwarp.errors import StorageError
+
     # Ctrl-C only noted: the evaluation compiles (no KeyboardInterrupt inside XLA).
-    with CtrlC("jaxwarp: interrupt: stopping once the current step ends") as ctrl_c:
-        complete = _after_training(out, eval_episodes, ctrl_c)
+    try:
+        with CtrlC("jaxwarp: interrupt: stopping once the current step ends") as ctrl_c:
+            complete = _after_training(out, eval_episodes, ctrl_c)
+            if complete and not ctrl_c.pressed:
+                _note_outputs_done(out, eval_episodes)
+    except StorageError as e:  # the GIF or summary.json on a full disk: the run is kept
+        return _fail("train", e)
     if ctrl_c.pressed:
         print(f"jaxwarp train: interrupted during the evaluation; the run's updates are "
               f"complete in {out} (jaxwarp train --resume {out} makes the evaluation and the "
               "GIF again)", file=sys.stderr)
         return 130
-    if complete:
-        _note_outputs_done(out, eval_episodes)
     return None
 
 
@@ -607,11 +613,13 @@ AFTER_TRAINING = "after_training"
 
 def _note_outputs_done(out: Path, eval_episodes: int) -> None:
     from jaxwarp.run.distributed import is_primary
-    from jaxwarp.run.metrics import write_summary
+    from jaxwarp.run.metrics import SUMMARY_FILE, write_summary
+    from jaxwarp.run.storage import writing
 
     summary = _finished(out)
     if summary is not None and is_primary():
-        write_summary(out, summary | {AFTER_TRAINING: {"eval_episodes": eval_episodes}})
+        with writing(out, SUMMARY_FILE):
+            write_summary(out, summary | {AFTER_TRAINING: {"eval_episodes": eval_episodes}})
 
 
 def _finished(out: Path) -> dict[str, Any] | None:
@@ -694,6 +702,7 @@ def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> bool:
     from jaxwarp.run.distributed import is_primary
     from jaxwarp.run.evaluate import evaluate_run, load_run, render_run, seed_lines, summary_line
     from jaxwarp.run.plot import plot_run
+    from jaxwarp.run.storage import atomic_write, writing
 
     # Over several processes every process evaluates its own copy of the
     # policies on its own device (the same figures); process 0 alone writes
@@ -708,7 +717,7 @@ def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> bool:
                 print(f"eval.json of update {result['update']} with {kept} episodes kept (this "
                       f"evaluation: {result['episodes']})")
             else:
-                (out / "eval.json").write_text(json.dumps(result, indent=2))
+                atomic_write(out / "eval.json", json.dumps(result, indent=2))
             for line in seed_lines(result):
                 print(line)
             print(summary_line(result))
@@ -722,7 +731,8 @@ def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> bool:
     try:
         frames = render_run(run)  # one episode
         if primary:
-            write_gif(frames, out / GIF_FILE)
+            with writing(out, GIF_FILE):  # a full disk: one line (StorageError)
+                write_gif(frames, out / GIF_FILE)
     except ValueError as e:  # an env without a renderer
         print(f"jaxwarp train: warning: no GIF: {' '.join(str(e).split())}", file=sys.stderr)
     return True

@@ -39,10 +39,12 @@ class StorageError(RunError):
 
 # errno -> how the message says it; the faults of a folder that the run cannot write to.
 _STORAGE_ERRNOS = {28: "no space left on device", 122: "disk quota exceeded",
+                   27: "file too large",
                    30: "read-only file system", 13: "permission denied",
                    1: "operation not permitted"}
 # The same as Orbax/TensorStore report them, as text inside their own exception types.
 _STORAGE_TEXTS = {"no space left on device": 28, "disk quota exceeded": 122,
+                  "file too large": 27,
                   "read-only file system": 30, "permission denied": 13}
 
 

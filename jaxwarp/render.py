@@ -246,8 +246,12 @@ def rollout_states(env: Any, key: jax.Array, num_envs: int, steps: int | None = 
 
 
 def write_gif(frames: Any, path: str | Path, fps: float = 20) -> Path:
-    """Writes u8[T, H, W, 3] frames as a looping GIF (Pillow); returns the path."""
+    """Writes u8[T, H, W, 3] frames as a looping GIF (Pillow); returns the path.
+    Written beside `path` and renamed over it: the old file or the whole new
+    one, never a part of one, and a link at `path` is replaced, not followed."""
     from PIL import Image
+
+    from jaxwarp.run.storage import replacing
 
     arr = np.asarray(frames)
     if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8 or arr.shape[0] < 1:
@@ -262,6 +266,7 @@ def write_gif(frames: Any, path: str | Path, fps: float = 20) -> Path:
         if np.array_equal(arr[t], arr[t - 1]):  # one per step (one pixel off by one level)
             arr[t, 0, 0, 0] ^= 1
     images = [Image.fromarray(f) for f in arr]
-    images[0].save(path, format="GIF", save_all=True, append_images=images[1:],
-                   duration=max(round(1000 / fps), 10), loop=0, optimize=False)
+    with replacing(path) as f:  # a failed write (a full disk) leaves no part of a GIF
+        images[0].save(f, format="GIF", save_all=True, append_images=images[1:],
+                       duration=max(round(1000 / fps), 10), loop=0, optimize=False)
     return path

@@ -27,6 +27,7 @@ import numpy as np
 import yaml
 
 from jaxwarp.errors import CheckpointError, CheckpointWarning
+from jaxwarp.run.storage import atomic_write
 from jaxwarp.train.config import ConfigError, TrainConfig, config_from_dict, yaml_error
 
 CONFIG_FILE = "config.yaml"
@@ -43,9 +44,7 @@ def write_config(out: Path, config: TrainConfig, seeds: int,
     record: dict[str, Any] = {"config": config.to_dict(), "seeds": seeds}
     if after_training:
         record["after_training"] = dict(after_training)
-    tmp = out / f".{CONFIG_FILE}.tmp"
-    tmp.write_text(yaml.safe_dump(record, sort_keys=False))
-    tmp.replace(out / CONFIG_FILE)
+    atomic_write(out / CONFIG_FILE, yaml.safe_dump(record, sort_keys=False))
 
 
 def read_after_training(out: Path) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jaxwarp.errors import RunError, RunLockedError, StorageError, storage_fault
 from jaxwarp.run.handshake import Handshake
-from jaxwarp.run.storage import writing
+from jaxwarp.run.storage import open_own, writing
 
 LOCK_FILE = ".lock"
 
@@ -48,14 +48,17 @@ class RunLock:
     the next run takes it). The file is unlinked while still locked, so a
     process that opened it just before may lock the unlinked file: it checks
     after locking that the path still names the file it holds, else tries
-    again."""
+    again. A .lock that is a symbolic link, a hard link or not a regular file
+    is refused in one line (`open_own`), not written through."""
 
     def __init__(self, out: Path):
         import fcntl
 
         self.path = out / LOCK_FILE
         while True:
-            self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            # Never through a link: a .lock planted as a link to another file
+            # would get that file truncated and a process id written into it.
+            self.fd: int | None = open_own(self.path, os.O_RDWR)
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:

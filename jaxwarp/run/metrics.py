@@ -12,13 +12,17 @@ metrics (`is_headline`).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from jaxwarp.run.storage import atomic_write, open_own
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
@@ -107,8 +111,8 @@ def read_metrics(out_dir: str | Path) -> list[dict[str, float]]:
 
 
 def write_summary(out: Path, summary: Mapping[str, Any]) -> None:
-    """out/summary.json (non-finite floats as null)."""
-    (out / SUMMARY_FILE).write_text(json.dumps(
+    """out/summary.json (non-finite floats as null), renamed into place (`atomic_write`)."""
+    atomic_write(out / SUMMARY_FILE, json.dumps(
         {k: json_value(v) if isinstance(v, float) else v for k, v in summary.items()},
         indent=2))
 
@@ -127,20 +131,23 @@ class MetricWriter:
     """Appends rows to JSONL + CSV, and seed-means to TensorBoard when available.
 
     keep_until: on resume, the last update of the checkpoint: rows logged
-    after it are dropped (they are logged again); None starts empty files."""
+    after it are dropped (they are logged again); None starts empty files.
+    Both files are first written whole beside the old ones and renamed over
+    them (`atomic_write`), so a run killed meanwhile loses no row and a link
+    at either name is replaced, not followed; rows are then appended
+    (`open_own`: never through a link)."""
 
     def __init__(self, out_dir: Path, keep_until: int | None):
         self.jsonl = out_dir / METRICS_JSONL
         self.csv = out_dir / METRICS_CSV
         self.fields: list[str] | None = None
-        if keep_until is not None:  # resume: drop rows logged after the checkpoint
-            kept = [r for r in read_metrics(out_dir) if r["update"] <= keep_until]
-            self.jsonl.write_text("".join(
-                json.dumps({k: json_value(v) for k, v in r.items()}) + "\n" for r in kept))
-            self.csv.unlink(missing_ok=True)
-            self._append_csv(kept)
-        else:
-            self.jsonl.write_text("")
+        kept = [] if keep_until is None else \
+            [r for r in read_metrics(out_dir) if r["update"] <= keep_until]
+        atomic_write(self.jsonl, "".join(_json_line(r) for r in kept))
+        if kept:
+            self.fields = list(kept[0])
+            atomic_write(self.csv, self._csv_text(kept, header=True))
+        else:  # made with the first rows (a link at the name goes, not what it names)
             self.csv.unlink(missing_ok=True)
         try:
             from tensorboardX import SummaryWriter
@@ -148,22 +155,24 @@ class MetricWriter:
         except ImportError:
             self.tb = None
 
+    def _csv_text(self, rows: list[dict[str, Any]], header: bool) -> str:
+        f = io.StringIO(newline="")
+        w = csv.DictWriter(f, fieldnames=self.fields or [], extrasaction="ignore")
+        if header:
+            w.writeheader()
+        w.writerows(rows)
+        return f.getvalue()
+
     def _append_csv(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        new = not self.csv.exists()
-        if self.fields is None:
+        header = self.fields is None  # (the file is empty until the first rows)
+        if header:
             self.fields = list(rows[0])
-        with self.csv.open("a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
-            if new:
-                w.writeheader()
-            w.writerows(rows)
+        _append(self.csv, self._csv_text(rows, header))
 
     def write(self, rows: list[dict[str, float]]) -> None:
-        with self.jsonl.open("a") as f:
-            for r in rows:
-                f.write(json.dumps({k: json_value(v) for k, v in r.items()}) + "\n")
+        _append(self.jsonl, "".join(_json_line(r) for r in rows))
         self._append_csv(rows)
         if self.tb is not None:
             self._write_tensorboard(rows)
@@ -185,6 +194,17 @@ class MetricWriter:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+
+
+def _json_line(row: Mapping[str, Any]) -> str:
+    return json.dumps({k: json_value(v) for k, v in row.items()}) + "\n"
+
+
+def _append(path: Path, text: str) -> None:
+    """Appends `text` to `path`, a plain file of the run's own (`open_own`)."""
+    fd = open_own(path, os.O_WRONLY | os.O_APPEND)
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode())
 
 
 class NoWriter:

@@ -19,6 +19,7 @@ import numpy as np
 
 from jaxwarp.run.checkpoint import read_saved_config
 from jaxwarp.run.metrics import is_headline, read_metrics, summary_env_metrics
+from jaxwarp.run.storage import replacing
 
 PLOT_FILE = "learning_curve.png"
 
@@ -204,6 +205,9 @@ def plot_run(out_dir: str | Path, env_metrics: Collection[str] | None = None) ->
     axes[-1].grid(alpha=0.3)
     fig.tight_layout()
     path = out / PLOT_FILE
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with replacing(path) as f:  # whole or not at all, never through a link
+            fig.savefig(f, format="png", dpi=110)
+    finally:
+        plt.close(fig)
     return path
