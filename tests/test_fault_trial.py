@@ -181,3 +181,122 @@ def test_the_csv_keeps_its_header_and_rows_across_writes(tmp_path):
     assert json.loads((out / METRICS_JSONL).read_text().splitlines()[1])["x"] is None
     assert oct((out / METRICS_JSONL).stat().st_mode & 0o777) == \
         oct(0o666 & ~storage._umask())
+
+
+# ---------------------------------------------------------------------------
+# SIGTERM (a scheduler's preemption) as Ctrl-C
+# ---------------------------------------------------------------------------
+def test_sigterm_is_taken_over_only_from_its_default_and_given_back():
+    import signal
+
+    from jaxwarp.run.signals import CtrlC
+
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    ctrl_c = CtrlC()
+    ctrl_c.install()
+    ctrl_c.defer("noted", hand_back=True)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # a second one is noted too, never fatal
+        assert ctrl_c.pressed
+    finally:
+        ctrl_c.release()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+    def own(signum, frame):
+        pass
+
+    signal.signal(signal.SIGTERM, own)
+    try:
+        with CtrlC():  # someone else's handler is left alone
+            assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_sigterm_during_training_checkpoints_and_ends_as_ctrl_c(tmp_path):
+    """`jaxwarp train` sent SIGTERM once it trains: the chunks done are
+    checkpointed, one line says where the run stands, exit 130, no .lock left."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "jaxwarp", "train", "--no-progress", "--env", "cartpole",
+         "--out", str(out), "backend=jax", "num_envs=8", "num_steps=8",
+         "total_env_steps=100000000", "chunk_updates=2", "checkpoint_every=2",
+         "policies.agent.hidden_sizes=[8]"],
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in p.stdout:  # the first chunk's line: training
+            if line.startswith("update "):
+                break
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()  # a run that went on must not outlive the test
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert p.returncode == 130, (p.returncode, err)
+    assert "Traceback" not in err, err
+    assert re.match(rf"jaxwarp train: interrupted; last checkpoint: update \d+ in "
+                    rf"{re.escape(str(out / 'checkpoints'))}; continue with: jaxwarp train "
+                    rf"--resume {re.escape(str(out))}$", lines[-1]), err
+    assert not (out / ".lock").exists()
+
+
+# ---------------------------------------------------------------------------
+# A full disk while the GIF is written
+# ---------------------------------------------------------------------------
+def _disk_full_in_gifs(monkeypatch) -> None:
+    """Pillow's GIF writes get part of a GIF out, then ENOSPC (EFBIG alike)."""
+    import errno
+
+    from PIL import Image
+
+    def save(self, fp, format=None, **kwargs):
+        if format != "GIF":  # (matplotlib writes its PNG through Pillow too)
+            return real(self, fp, format=format, **kwargs)
+        fp.write(b"GIF89a" + b"\0" * 100)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real = Image.Image.save
+    monkeypatch.setattr(Image.Image, "save", save)
+
+
+def test_write_gif_on_a_full_disk_keeps_the_old_gif_whole(tmp_path, monkeypatch):
+    import numpy as np
+
+    from jaxwarp.render import write_gif
+
+    path = tmp_path / "a.gif"
+    frames = np.zeros((3, 8, 8, 3), np.uint8)
+    write_gif(frames, path)
+    before = path.read_bytes()
+    _disk_full_in_gifs(monkeypatch)
+    with pytest.raises(OSError, match="No space left"):
+        write_gif(frames, path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["a.gif"]
+
+
+def test_a_full_disk_at_the_gif_after_a_run_is_one_line_and_resume_makes_it(
+        stopped_run, tmp_path, capsys, monkeypatch):
+    out = copy_run(stopped_run, tmp_path / "run")
+    _disk_full_in_gifs(monkeypatch)
+    code, stdout, err = cli(capsys, "--eval-episodes", "2", "--resume", str(out))
+    monkeypatch.undo()
+    assert code == 2 and "8/8 updates" in stdout, err
+    line = error_line(err)
+    assert line.startswith(f"jaxwarp train: error: cannot write trained_vs_random.gif in {out}: "
+                           "no space left on device;"), line
+    assert f"jaxwarp train --resume {out}" in line
+    assert not (out / "trained_vs_random.gif").exists()
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    assert json.loads((out / "summary.json").read_text())["finished"] is True
+    assert "after_training" not in json.loads((out / "summary.json").read_text())
+    code, _, err = cli(capsys, "--resume", str(out))  # space freed: the outputs are made
+    assert code == 0, err
+    assert (out / "trained_vs_random.gif").read_bytes().startswith(b"GIF89a")

@@ -1,12 +1,16 @@
 """Ctrl-C (SIGINT) in the run shell: one handler, `CtrlC`, for every place that
 handles it (the command's imports, a run's build, compile and chunks, the
-evaluation after a run).
+evaluation after a run). SIGTERM, what Slurm and Kubernetes send before they
+preempt a job, is handled the same way: the run checkpoints the chunks done
+and ends as for Ctrl-C (exit 130), instead of dying with a stale lock and
+a checkpoint half-written.
 
 A KeyboardInterrupt raised where Python or XLA cannot take it (inside XLA's
 compiler, inside a gc callback of jax) crashes the process or is swallowed,
 so most places only note the press (`pressed`) and stop at their next safe
-point. The handler is installed only in the main thread and only over
-Python's default handler; elsewhere KeyboardInterrupt arrives as usual.
+point. The handler is installed only in the main thread and, for each
+signal, only over its default handler (Python's KeyboardInterrupt for SIGINT,
+the default action for SIGTERM): a handler someone else set is left alone.
 
 This module imports nothing heavy: ``jaxwarp.cli`` uses it from the first
 line of ``main``, before jax is imported.
@@ -20,8 +24,12 @@ import threading
 from typing import Any
 
 
+# The signals taken over, each with the handler it is taken over from.
+_SIGNALS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+
 class CtrlC:
-    """A SIGINT handler in one of three modes (`notice`, `defer`):
+    """A SIGINT and SIGTERM handler in one of three modes (`notice`, `defer`):
 
     * at once (``notice`` None): raises KeyboardInterrupt as Python's handler
       does, and remembers it, so that one raised inside a gc callback (which
@@ -31,7 +39,9 @@ class CtrlC:
       caller stops at its next safe point;
     * deferred, handing back (``defer(notice, hand_back=True)``): each
       Ctrl-C prints ``notice`` and puts the previous handler back, so that
-      a second Ctrl-C interrupts at once.
+      a second Ctrl-C interrupts at once. SIGTERM is not handed back: a
+      second one (a scheduler may signal twice) must not cut the checkpoint
+      short; what ends a job that ignores it is the scheduler's SIGKILL.
 
     Used with `install` / `release`, or as a context manager.
     """
@@ -40,18 +50,21 @@ class CtrlC:
         self.pressed = False
         self.notice = notice
         self.hand_back = False
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}  # signal -> the handler taken over
         self._hook: Any = None
 
     def install(self) -> None:
-        """Takes SIGINT over (main thread, over Python's default handler only)."""
+        """Takes SIGINT and SIGTERM over (main thread, each over its default
+        handler only)."""
         self.pressed = False
-        if self._previous is None and threading.current_thread() is threading.main_thread() \
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-            if self.notice is None:  # raising at once: it may be raised inside a gc callback
-                self._hook = sys.unraisablehook
-                sys.unraisablehook = self._unraisable
+        if self._previous or threading.current_thread() is not threading.main_thread():
+            return
+        for signum, default in _SIGNALS.items():
+            if signal.getsignal(signum) is default:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        if self._previous and self.notice is None:  # raising at once: maybe in a gc callback
+            self._hook = sys.unraisablehook
+            sys.unraisablehook = self._unraisable
 
     def defer(self, notice: str, hand_back: bool = False) -> None:
         """From now on a Ctrl-C prints `notice` and only sets `pressed`; with
@@ -62,8 +75,8 @@ class CtrlC:
         first, self.pressed = not self.pressed, True
         if self.notice is None:
             raise KeyboardInterrupt
-        if self.hand_back:
-            signal.signal(signal.SIGINT, self._previous)
+        if self.hand_back and signum == signal.SIGINT and signum in self._previous:
+            signal.signal(signum, self._previous.pop(signum))
             print(self.notice, file=sys.stderr, flush=True)
         elif first:
             print(self.notice, file=sys.stderr, flush=True)
@@ -75,9 +88,9 @@ class CtrlC:
     def release(self, check: bool = False) -> None:
         """The previous handler back; with `check`, KeyboardInterrupt if a
         Ctrl-C came (one that was caught or swallowed on its way)."""
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
         if self._hook is not None:
             sys.unraisablehook = self._hook
             self._hook = None
