@@ -2,6 +2,8 @@
 
     jaxwarp train [--env NAME] [--config FILE_OR_NAME] [key=value ...]
                   [--seeds S] [--devices N] [--out DIR] [--resume DIR] [--no-progress]
+    jaxwarp sweep [--config ...] key=a,b,c [key=uniform(lo,hi) --samples N] [--seeds S]
+                             # settings x seeds in one program, ranked (cli_sweep.py)
     jaxwarp eval --run DIR [--episodes N] [--seed S] [--json FILE]
                              # trained policies of a run against random ones
     jaxwarp render (--env NAME [env_module=PATH] | --run DIR) [--steps T] [--out FILE.gif]
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import jaxwarp
+from jaxwarp.cli_sweep import add_sweep, sweep
 from jaxwarp.errors import CheckpointWarning, ConfigError, RunError
 from jaxwarp.info import format_report, report
 from jaxwarp.run.signals import CtrlC
@@ -70,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jaxwarp", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
     _add_train(sub)
+    add_sweep(sub)
     sub.add_parser("configs", help="list the shipped training configs, one line each")
     sub.add_parser("info", help="versions, devices, backends, prebuilt libraries, compilers "
                    "and the cache folder: what a bug report needs")
@@ -198,6 +202,7 @@ def _eval(args: argparse.Namespace) -> int:
     if path.is_dir():
         return _fail("eval", f"--json {args.json}: is a folder; give a file name")
     try:
+        _import_run_env_module(Path(args.run))
         result = evaluate_run(args.run, episodes=args.episodes, seed=args.seed,
                               seed_index=args.seed_index)
         atomic_write(path, json.dumps(result, indent=2))
@@ -208,6 +213,11 @@ def _eval(args: argparse.Namespace) -> int:
     print(summary_line(result))
     print(f"figures in {path}")
     return 0
+
+
+# The frames of `jaxwarp render` at most, in bytes (--steps x the frame's size):
+# they are all kept in memory until the GIF is written.
+RENDER_BYTES_LIMIT = 2 << 30
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -236,6 +246,11 @@ def _render(args: argparse.Namespace) -> int:
         return fail(f"--seed must be in [0, 2**31); got {args.seed}")
     if not 8 <= args.size <= 2048:  # a frame is size x 2*size pixels per step, in memory
         return fail(f"--size must be in [8, 2048]; got {args.size}")
+    most = max(RENDER_BYTES_LIMIT // (3 * 2 * args.size**2), 1)
+    if args.steps is not None and args.steps > most:
+        return fail(f"--steps must be at most {most:,} at --size {args.size} (every frame, "
+                    f"{args.size} x {2 * args.size} pixels, is kept in memory: "
+                    f"{RENDER_BYTES_LIMIT >> 30} GiB at most); got {args.steps:,}")
     if not args.fps > 0:
         return fail(f"--fps must be > 0; got {args.fps}")
     import jax
@@ -247,13 +262,12 @@ def _render(args: argparse.Namespace) -> int:
         if args.run:
             from jaxwarp.run.evaluate import load_run, render_run
 
+            _import_run_env_module(Path(args.run))
             frames = render_run(load_run(args.run), args.steps, args.size, args.seed)
             default = Path(args.run) / "trained_vs_random.gif"
         else:
-            from jaxwarp.train.trainer import import_env_module
-
             for module in modules:
-                import_env_module(module)
+                _import_env_module(module)
             env = jaxwarp.make(args.env, backend=args.backend, config=args.config)
             states = rollout_states(env, jax.random.key(args.seed), 1, args.steps)
             frames = jax.jit(lambda s: render_frames(env, s, size=args.size))(states)
@@ -336,7 +350,7 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
     return 0
 
 
-COMMANDS = ("train", "eval", "render", "configs", "info", "build")
+COMMANDS = ("train", "sweep", "eval", "render", "configs", "info", "build")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,7 +398,7 @@ def _load_plugins(command: str) -> int | None:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if args.command in ("train", "eval", "render"):
+    if args.command in ("train", "sweep", "eval", "render"):
         failed = _load_plugins(args.command)
         if failed is not None:
             return failed
@@ -454,6 +468,9 @@ def _resume(args: argparse.Namespace, progress: bool | str) -> int:
 
     out = Path(args.resume)
     config = _resume_config(args)
+    if config is not None:
+        _check_update_count(config)
+    _import_run_env_module(out)
     given = args.eval_episodes
     episodes = given if given is not None else \
         read_after_training(out).get("eval_episodes", DEFAULT_EVAL_EPISODES)
@@ -541,7 +558,7 @@ def _resume_config(args: argparse.Namespace) -> Any:
 def _new_config(args: argparse.Namespace) -> Any:
     """The TrainConfig of a new run: --config (or --env's shipped config), then
     --env, the key=value overrides and --devices; --seeds checked against it."""
-    from jaxwarp.train.config import default_config_for, load_config
+    from jaxwarp.train.config import default_config_for
     from jaxwarp.train.seeds import check_seeds
 
     overrides = list(args.overrides)
@@ -555,12 +572,101 @@ def _new_config(args: argparse.Namespace) -> Any:
         source = default_config_for(args.env)
         print(f"{args.env}: starting from the shipped config {source} (--config picks "
               "another; jaxwarp configs lists them)")
-    config = load_config(source, overrides)
+    config = _load_config(source, overrides)
+    _check_update_count(config)
+    if config.env_module:
+        _import_env_module(config.env_module)
     try:
         check_seeds(config.seed, args.seeds)
     except ValueError as e:  # "seeds ..." -> "--seeds ..."
         raise ConfigError(f"--{e}") from None
     return config
+
+
+def _load_config(source: str | None, overrides: list[str]) -> Any:
+    """`load_config`, with a --config file read no further than its size limit
+    (a stat says 0 bytes for /dev/zero or a pipe) and YAML nested past
+    Python's recursion limit refused in one line naming the file or override."""
+    from jaxwarp.params_check import quoted
+    from jaxwarp.run.storage import read_at_most
+    from jaxwarp.train.config import CONFIG_FILE_LIMIT, load_config, parse_override
+
+    if source is not None and Path(source).exists():
+        with contextlib.suppress(OSError):  # (load_config says why it cannot read it)
+            if len(read_at_most(source, CONFIG_FILE_LIMIT)) > CONFIG_FILE_LIMIT:
+                raise ConfigError(f"config {source!r}: over {CONFIG_FILE_LIMIT:,} bytes; a "
+                                  f"config file is at most {CONFIG_FILE_LIMIT:,} bytes")
+    try:
+        return load_config(source, overrides)
+    except RecursionError:
+        for o in overrides:
+            try:
+                parse_override(o)
+            except RecursionError:
+                raise ConfigError(f"override {quoted(o)}: nested too deeply") from None
+            except ConfigError:
+                pass
+        raise ConfigError(f"config {source!r}: nested too deeply (a config is a few levels "
+                          "of mappings)") from None
+
+
+# Updates of a run at most: the update counter is a 32-bit integer on the device,
+# as is the step count of the learning-rate schedule (updates x optimiser steps).
+UPDATE_COUNT_LIMIT = 2**31 - 1
+
+
+def _check_update_count(config: Any) -> None:
+    """ConfigError naming total_env_steps when the run's updates (times the
+    optimiser steps of each) would overflow the device's 32-bit counters."""
+    from jaxwarp.params_check import quoted
+    from jaxwarp.train.config import derived
+
+    d = derived(config)
+    if d.num_updates * d.optimizer_steps > UPDATE_COUNT_LIMIT:
+        most = UPDATE_COUNT_LIMIT // d.optimizer_steps * d.batch_env_steps
+        raise ConfigError(f"total_env_steps={quoted(config.total_env_steps)} is invalid; "
+                          f"expected at most {most:,} with these num_envs, num_steps and "
+                          f"optimiser steps per update ({d.optimizer_steps}): the update "
+                          "counters are 32-bit integers")
+
+
+def _import_env_module(name: str) -> None:
+    """Imports a user's env module (`import_env_module`); whatever it raises
+    on import (an error of its own, a syntax error, endless recursion) is a
+    one-line ConfigError naming env_module and where in the module."""
+    import traceback
+
+    from jaxwarp.train.trainer import import_env_module
+
+    before = set(sys.modules)
+    try:
+        import_env_module(name)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's code: anything, in one line
+        for half_made in set(sys.modules) - before:  # as Python drops a failed import's
+            del sys.modules[half_made]
+        if isinstance(e, SyntaxError):
+            where = f" ({e.filename}, line {e.lineno})"
+        else:
+            frames = traceback.extract_tb(e.__traceback__)
+            own = [f for f in frames if "importlib" not in f.filename
+                   and not f.filename.startswith(str(Path(jaxwarp.__file__).parent))]
+            where = f" ({own[-1].filename}, line {own[-1].lineno})" if own else ""
+        text = str(e.msg if isinstance(e, SyntaxError) else e)[:300]
+        raise ConfigError(f"env_module={name}: importing it raised {type(e).__name__}: "
+                          f"{text}{where}") from None
+
+
+def _import_run_env_module(out: Path) -> None:
+    """The env_module of the run saved in out, imported by `_import_env_module`
+    (nothing without one, or without config.yaml: the command says so)."""
+    from jaxwarp.run.checkpoint import CONFIG_FILE, read_saved_config
+
+    if (out / CONFIG_FILE).is_file():
+        module = read_saved_config(out)[0].env_module
+        if module:
+            _import_env_module(module)
 
 
 def _after_run(result: Any, eval_episodes: int) -> int:
@@ -757,7 +863,7 @@ def _bigger_eval(path: Path, result: dict[str, Any]) -> int | None:
 
 # What each command runs (`_main`).
 _RUN = {
-    "train": _train, "eval": _eval, "render": _render, "configs": _configs, "info": _info,
+    "train": _train, "sweep": sweep, "eval": _eval, "render": _render, "configs": _configs, "info": _info,
     "build": lambda args: _build(list(args.envs), args.backend, args.emit),
 }
 

@@ -482,10 +482,10 @@ def test_plot_ignores_an_eval_json_with_unfinished_episodes(tmp_path, monkeypatc
 
 
 def test_seed_band_is_the_t_interval_over_the_seeds_that_have_a_value():
-    from jaxwarp.run.plot import _seed_band
+    from jaxwarp.run.plot import seed_band
 
     vals = np.array([[1.0, 3.0], [np.nan, 2.0], [np.nan, np.nan], [2.0, 2.0]])
-    mean, lo, hi = _seed_band(vals)
+    mean, lo, hi = seed_band(vals)
     # Row 0: mean 2, sd sqrt(2), half width t(0.975, 1) * sqrt(2) / sqrt(2) = 12.706.
     np.testing.assert_allclose(mean[[0, 1, 3]], [2.0, 2.0, 2.0])
     np.testing.assert_allclose([lo[0], hi[0]], [2.0 - 12.7062047, 2.0 + 12.7062047], rtol=1e-6)

@@ -27,8 +27,15 @@ import numpy as np
 import yaml
 
 from jaxwarp.errors import CheckpointError, CheckpointWarning
-from jaxwarp.run.storage import atomic_write
-from jaxwarp.train.config import ConfigError, TrainConfig, config_from_dict, yaml_error
+from jaxwarp.run.storage import atomic_write, read_at_most
+from jaxwarp.train.config import (
+    CONFIG_FILE_LIMIT,
+    ConfigError,
+    TrainConfig,
+    config_from_dict,
+    yaml_error,
+)
+from jaxwarp.train.sweep import Sweep
 
 CONFIG_FILE = "config.yaml"
 CHECKPOINTS = "checkpoints"
@@ -36,35 +43,68 @@ CORRUPT = "checkpoints_corrupt"
 
 
 def write_config(out: Path, config: TrainConfig, seeds: int,
-                 after_training: Mapping[str, Any] | None = None) -> None:
+                 after_training: Mapping[str, Any] | None = None, sweep: Sweep | None = None
+                 ) -> None:
     """out/config.yaml: the run's config and seed count (`read_saved_config`)
     and, when given, the settings of the steps after training
-    (`read_after_training`). Written beside and renamed over the old one, so
-    that a run killed meanwhile keeps a readable config.yaml."""
+    (`read_after_training`) and the sweep (`read_saved_sweep`). Written beside
+    and renamed over the old one, so that a run killed meanwhile keeps a
+    readable config.yaml."""
     record: dict[str, Any] = {"config": config.to_dict(), "seeds": seeds}
     if after_training:
         record["after_training"] = dict(after_training)
+    if sweep is not None:
+        record["sweep"] = sweep.to_dict()
     atomic_write(out / CONFIG_FILE, yaml.safe_dump(record, sort_keys=False))
 
 
 def read_after_training(out: Path) -> dict[str, Any]:
     """The ``after_training:`` settings of out/config.yaml ({} when none or unreadable)."""
     try:
-        meta = yaml.safe_load((out / CONFIG_FILE).read_text())
+        meta = yaml.safe_load(_read_config_text(out))
         found = meta.get("after_training")
         return dict(found) if isinstance(found, Mapping) else {}
     except Exception:  # noqa: BLE001 - a resume reports an unreadable config.yaml itself
         return {}
 
 
+def read_saved_sweep(out: Path) -> Sweep | None:
+    """The sweep of the run saved in out (None for a plain run); ConfigError
+    when config.yaml's ``sweep:`` is not one."""
+    try:
+        meta = yaml.safe_load((out / CONFIG_FILE).read_text())
+    except Exception:  # noqa: BLE001 - read_saved_config reports an unreadable file
+        return None
+    found = meta.get("sweep") if isinstance(meta, Mapping) else None
+    if found is None:
+        return None
+    try:
+        return Sweep.from_dict(found)
+    except (ConfigError, TypeError, ValueError, KeyError) as e:
+        raise ConfigError(f"--resume {out}: {CONFIG_FILE}: 'sweep:' is not a sweep ({e})"
+                          ) from None
+
+
+def _read_config_text(out: Path) -> str:
+    """out/config.yaml's text; ConfigError past CONFIG_FILE_LIMIT bytes (a run
+    writes a few KB; parsing hundreds of MB of YAML would take minutes)."""
+    data = read_at_most(out / CONFIG_FILE, CONFIG_FILE_LIMIT)
+    if len(data) > CONFIG_FILE_LIMIT:
+        raise ConfigError(f"--resume {out}: {CONFIG_FILE} is over {CONFIG_FILE_LIMIT:,} bytes; "
+                          "not a jaxwarp run config (a run writes a few KB)")
+    return data.decode()
+
+
 def read_saved_config(out: Path) -> tuple[TrainConfig, int]:
     """(config, seeds) of the run saved in out; ConfigError if config.yaml is corrupt."""
-    path = out / CONFIG_FILE
     try:
-        meta = yaml.safe_load(path.read_text())
+        meta = yaml.safe_load(_read_config_text(out))
     except yaml.YAMLError as e:
         raise ConfigError(f"--resume {out}: {CONFIG_FILE} is not valid YAML "
                           f"({yaml_error(e)})") from None
+    except RecursionError:
+        raise ConfigError(f"--resume {out}: {CONFIG_FILE} is nested too deeply to be a "
+                          "jaxwarp run config") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"--resume {out}: cannot read {CONFIG_FILE} ({e})") from None
     if not isinstance(meta, Mapping) or not isinstance(meta.get("config"), Mapping) \

@@ -53,6 +53,7 @@ from jaxwarp.run.checkpoint import (
     quiet_orbax,
     read_after_training,
     read_saved_config,
+    read_saved_sweep,
     save_checkpoint,
     write_config,
 )
@@ -70,7 +71,7 @@ from jaxwarp.run.metrics import (
 )
 from jaxwarp.run.plot import PLOT_FILE, plot_run
 from jaxwarp.run.progress import Progress
-from jaxwarp.run.resume import absolute_env_module, restore_or_init, run_config
+from jaxwarp.run.resume import absolute_env_module, restore_or_init, run_config, sweep_settings
 from jaxwarp.run.signals import CtrlC
 from jaxwarp.run.state import Run, RunResult
 from jaxwarp.run.stop import INTERRUPTED, save_interrupted, stop_decision, stop_non_finite
@@ -78,6 +79,7 @@ from jaxwarp.run.storage import writing
 from jaxwarp.train.compile import jit
 from jaxwarp.train.config import TrainConfig
 from jaxwarp.train.rollout import env_metric_names
+from jaxwarp.train.sweep import Sweep
 from jaxwarp.run.summary import conclude
 from jaxwarp.train.trainer import Trainer, build_trainer
 
@@ -101,9 +103,10 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
               seeds: int = 1, resume: bool = False, progress: bool | str = True,
               stop_after_updates: int | None = None, time_limit_s: float | None = None,
               env: Any = None, models: Mapping[str, Any] | None = None,
-              devices: int | None = None, after_training: Mapping[str, Any] | None = None
-              ) -> RunResult:
-    """Trains `seeds` seeds of `config` (seed, seed+1, ...) in one program.
+              devices: int | None = None, after_training: Mapping[str, Any] | None = None,
+              sweep: Sweep | None = None) -> RunResult:
+    """Trains `seeds` seeds of `config` (seed, seed+1, ...) in one program;
+    with `sweep`, each of its settings with those seeds (docs/sweeps.md).
 
     out_dir receives config.yaml, metrics.jsonl/.csv, tensorboard/ (with
     tensorboardX), checkpoints/ (Orbax), summary.json and learning_curve.png
@@ -150,7 +153,7 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
         # Whatever the run could not write (the named places below say what).
         with quiet_orbax(), OutOfMemory() as oom, writing(out, "the run's files"):
             run = oom.run = _start(out, config, seeds, resume, devices, env, models, proc,
-                                   progress, after_training)
+                                   progress, after_training, sweep)
             _train(run, progress, stop_after_updates, time_limit_s, ctrl_c)
     finally:
         ctrl_c.release()
@@ -171,7 +174,8 @@ def _check_arguments(out: Path, config: TrainConfig | None, seeds: int, resume: 
 def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
            devices: int | None, env: Any, models: Mapping[str, Any] | None,
            proc: distributed.ProcessInfo, progress: bool | str,
-           after_training: Mapping[str, Any] | None = None) -> Run:
+           after_training: Mapping[str, Any] | None = None, sweep: Sweep | None = None
+           ) -> Run:
     """Takes out (folder, lock), resolves the config, builds the trainer,
     restores or initializes the state, compiles the chunk and writes
     config.yaml. On failure the lock is released and a folder this call
@@ -183,19 +187,21 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
     started = False  # config.yaml written: the folder holds a run from here on
     try:
         config, seeds = run_config(out, config, seeds, resume, devices, primary)
+        settings = sweep_settings(out, config, sweep, resume)
         trainer = build_trainer(config, env=env, models=models)
         if not handshake.all_ready():
             raise RunError("another process of this run failed to start (see its error); "
                            "this one stops too")
         run = Run(out=out, config=config, seeds=seeds, trainer=trainer, proc=proc, lock=lock,
-                  t0=time.perf_counter(), seed_ids=list(range(config.seed, config.seed + seeds)),
+                  t0=time.perf_counter(), settings=settings,
+                  seed_ids=list(range(config.seed, config.seed + seeds)) * max(1, len(settings)),
                   env_metrics=env_metric_names(trainer.env, config.num_envs), created=created)
         check_memory(run)
         restore_or_init(run, resume, progress)
         run.compiled = _chunk_fn(trainer, run.chunk, config.deterministic).lower(run.rs).compile()
         run.compile_s = time.perf_counter() - run.t0
         if primary:
-            _write_config(out, config, seeds, resume, after_training)
+            _write_config(out, config, seeds, resume, after_training, sweep)
         started = True
         with writing(out, "checkpoints/"):
             run.mngr = checkpointer(out)
@@ -212,7 +218,7 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
 
 
 def _write_config(out: Path, config: TrainConfig, seeds: int, resume: bool,
-                  after_training: Mapping[str, Any] | None) -> None:
+                  after_training: Mapping[str, Any] | None, sweep: Sweep | None) -> None:
     """config.yaml of a new run; of a resumed one again when it extends the run
     or gives the settings of the steps after training (the others kept)."""
     if resume:
@@ -221,8 +227,9 @@ def _write_config(out: Path, config: TrainConfig, seeds: int, resume: bool,
         if kept == saved and not after_training:
             return
         config, after_training = kept, read_after_training(out) | dict(after_training or {})
+        sweep = read_saved_sweep(out)
     with writing(out, CONFIG_FILE):
-        write_config(out, config, seeds, after_training)
+        write_config(out, config, seeds, after_training, sweep)
 
 
 def _chunk_fn(trainer: Trainer, n: int, deterministic: bool) -> Any:
@@ -288,9 +295,9 @@ def _train_chunk(run: Run, bar: Progress) -> bool:
     finite = np.asarray(metrics.pop("finite")) > 0  # [seeds, n]: one check per chunk
     dt = time.perf_counter() - t
     run.run_s += dt
-    rate = n * run.trainer.derived.batch_env_steps * run.seeds / dt
+    rate = n * run.trainer.derived.batch_env_steps * run.members / dt
     new = metric_rows(metrics, run.done_updates, run.seed_ids, rate, t - run.t0,
-                      t - run.t0 + dt)
+                      t - run.t0 + dt, run.setting_ids)
     if not finite.all():
         stop_non_finite(run, new, finite)
         return False

@@ -23,7 +23,7 @@ def check_memory(run: Run) -> None:
     state and observations) and one rollout's trajectory, num_envs x num_steps
     x agents x (an observation and 8 floats: action, log-prob, value, reward,
     done, advantage, return, mask), for every seed."""
-    keys = jax.ShapeDtypeStruct((run.seeds, 2), np.uint32)
+    keys = jax.ShapeDtypeStruct((run.members, 2), np.uint32)
     try:
         shapes = jax.eval_shape(jax.vmap(run.trainer.init), keys)
     except Exception:  # noqa: BLE001  (the init itself reports it, with its own message)
@@ -37,7 +37,7 @@ def check_memory(run: Run) -> None:
     model = size((shapes.learner.params, shapes.learner.opt_state))
     env = size((shapes.envs.env_state, shapes.envs.obs))
     agents = int(run.trainer.env.num_agents)
-    trajectory = c.num_steps * (size(shapes.envs.obs) + run.seeds * c.num_envs * agents * 8 * 4)
+    trajectory = c.num_steps * (size(shapes.envs.obs) + run.members * c.num_envs * agents * 8 * 4)
     backend = run.trainer.env.backend
     platform = {"cuda": "gpu", "cpu": "cpu"}.get(backend) or jax.default_backend()
     limit = memory_limit(platform)
@@ -50,7 +50,7 @@ def check_memory(run: Run) -> None:
         f"the run needs at least {need / 1e9:.1f} GB, more than {where} ({limit / 1e9:.1f} GB): "
         f"parameters and optimiser state {model / 1e9:.1f} GB ({hidden}), env state "
         f"{env / 1e9:.1f} GB (num_envs={c.num_envs}), one rollout {trajectory / 1e9:.1f} GB "
-        f"(num_envs x num_steps={c.num_steps}) x {run.seeds} seed(s); lower them")
+        f"(num_envs x num_steps={c.num_steps}) x {_members(run)}; lower them")
 
 
 def out_of_memory_text(e: BaseException) -> str | None:
@@ -84,3 +84,9 @@ class OutOfMemory:
             shutil.rmtree(run.out, ignore_errors=True)  # nothing of value in it yet
         raise RunError(f"out of memory ({text}); lower num_envs, num_steps or the policies' "
                        "hidden_sizes") from None
+
+
+def _members(run: Run) -> str:
+    """The runs trained together, as the memory message counts them."""
+    seeds = f"{run.seeds} seed(s)"
+    return f"{len(run.settings)} settings x {seeds}" if run.settings else seeds

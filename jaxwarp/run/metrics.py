@@ -36,19 +36,22 @@ def is_headline(name: str, env_metrics: Collection[str]) -> bool:
 
 
 def metric_rows(metrics: Mapping[str, np.ndarray], first_update: int, seeds: list[int],
-                rate: float, wall_start: float, wall_end: float) -> list[dict[str, float]]:
-    """name -> [seeds, n] arrays to one row per (update, seed); wall_s spreads
+                rate: float, wall_start: float, wall_end: float,
+                settings: list[int] | None = None) -> list[dict[str, float]]:
+    """name -> [members, n] arrays to one row per (update, member); seeds (and
+    in a sweep `settings`): each member's seed (and setting). wall_s spreads
     the chunk's time evenly over its updates."""
     n = next(iter(metrics.values())).shape[1]
     rows = []
     for i in range(n):
         for s, seed in enumerate(seeds):
-            # One column order for every env: update, seed, env_steps,
+            # One column order for every env: update, seed, (setting,) env_steps,
             # env_steps_per_s, wall_s, then the metrics by name.
-            row: dict[str, float] = {"update": first_update + i + 1, "seed": seed,
-                                     "env_steps": float(metrics["env_steps"][s, i]),
-                                     "env_steps_per_s": rate,
-                                     "wall_s": wall_start + (wall_end - wall_start) * (i + 1) / n}
+            row: dict[str, float] = {"update": first_update + i + 1, "seed": seed}
+            if settings is not None:
+                row["setting"] = settings[s]
+            row |= {"env_steps": float(metrics["env_steps"][s, i]), "env_steps_per_s": rate,
+                    "wall_s": wall_start + (wall_end - wall_start) * (i + 1) / n}
             row.update({k: float(v[s, i]) for k, v in sorted(metrics.items())
                         if k != "env_steps"})
             rows.append(row)
@@ -86,8 +89,9 @@ def read_metrics(out_dir: str | Path) -> list[dict[str, float]]:
 
     A last line cut short (a run stopped by a full disk or killed mid-write:
     no newline at its end and not a whole JSON object) is left out, so that
-    the resume logs that update again; a bad line anywhere else is a
-    one-line ValueError naming it."""
+    the resume logs that update again; a bad line anywhere else, or a row
+    that is not a run's (no integer "update", a value not a number or null),
+    is a one-line ValueError naming it."""
     path = Path(out_dir) / METRICS_JSONL
     if not path.exists():
         return []
@@ -99,15 +103,28 @@ def read_metrics(out_dir: str | Path) -> list[dict[str, float]]:
             continue
         try:
             row = json.loads(line)
-            if not isinstance(row, dict):
-                raise ValueError("not a JSON object")
         except ValueError as e:
             if i == len(lines) - 1:  # the unterminated last line: cut short
                 break
             raise ValueError(f"{path}: line {i + 1} is not a metric row "
                              f"({' '.join(str(e).split())[:160]})") from None
+        why = _foreign(row)
+        if why:
+            raise ValueError(f"{path}: line {i + 1} is not a metric row ({why})")
         rows.append({k: (math.nan if v is None else v) for k, v in row.items()})
     return rows
+
+
+def _foreign(row: Any) -> str | None:
+    """Why a parsed line of metrics.jsonl is not a metric row (None if it is)."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    if isinstance(row.get("update"), bool) or not isinstance(row.get("update"), int):
+        return 'no integer "update"'
+    for k, v in row.items():
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"{k[:40]!r} is not a number"
+    return None
 
 
 def write_summary(out: Path, summary: Mapping[str, Any]) -> None:

@@ -122,7 +122,7 @@ def _eval_title(ev: Mapping[str, Any] | None, curve: str, groups: list[str]) -> 
             f"{s['ci95']:.2g}")
 
 
-def _seed_band(vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def seed_band(vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """vals f64[updates, seeds] (NaN before a seed's first finished episode)
     -> (mean, low, high) f64[updates]: the mean over the seeds that have a
     value and its 95% interval (Student's t, n - 1 degrees of freedom; NaN
@@ -145,7 +145,7 @@ def _draw_curve(ax: Any, steps: np.ndarray, vals: np.ndarray, seeds: list[int],
                 references: list[tuple[float, str]], title: str) -> None:
     """One panel: vals f64[updates, seeds] against steps f64[updates], the mean
     over seeds (with its 95% band for several seeds) and the reference lines."""
-    mean, lo, hi = _seed_band(vals)
+    mean, lo, hi = seed_band(vals)
     ax.plot(steps, mean, label=f"mean of {len(seeds)} seeds" if len(seeds) > 1
             else f"seed {seeds[0]}")
     if len(seeds) > 1:

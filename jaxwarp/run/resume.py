@@ -22,11 +22,13 @@ import numpy as np
 
 from jaxwarp.errors import CheckpointError, CheckpointWarning, ConfigError
 from jaxwarp.run import distributed
-from jaxwarp.run.checkpoint import abstract_state, read_saved_config, restore_intact
+from jaxwarp.run.checkpoint import (abstract_state, read_saved_config, read_saved_sweep,
+                                    restore_intact)
 from jaxwarp.run.metrics import METRICS_JSONL
 from jaxwarp.run.state import Run
 from jaxwarp.train.config import TrainConfig, derived, validate
 from jaxwarp.train.seeds import seed_keys
+from jaxwarp.train.sweep import Sweep, same_program, setting_config, stacked_hyper
 
 
 def run_config(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
@@ -103,7 +105,8 @@ def restore_or_init(run: Run, resume: bool, progress: bool | str) -> None:
     update), else the initial state of every seed. Called by `loop._start`
     (called by `loop.train_run`): the warnings' stack levels point at
     train_run's caller."""
-    keys = seed_keys(run.config.seed, run.seeds)
+    keys = np.tile(np.asarray(seed_keys(run.config.seed, run.seeds)),
+                   (max(1, len(run.settings)), 1))  # member k * seeds + s: seed + s
     if run.trainer.mesh is not None:
         keys = np.asarray(keys)  # host data: the same on every process, replicated by jit
     init = jax.jit(jax.vmap(run.trainer.init))
@@ -129,3 +132,28 @@ def restore_or_init(run: Run, resume: bool, progress: bool | str) -> None:
                       f"stopped; it starts from update 1 of {run.num_updates}",
                       CheckpointWarning, stacklevel=4)  # train_run's caller
     run.rs = init(keys)
+    if run.settings:  # each member's hyperparameters: its setting's
+        configs = [setting_config(run.config, s) for s in run.settings]
+        hyper = stacked_hyper(configs, run.trainer.groups, run.seeds)
+        shardings = run.trainer.state_shardings(run.rs, seed_axis=True)
+        where = jax.tree.map(lambda x: x.sharding, run.rs.hyper) if shardings is None \
+            else shardings.hyper
+        run.rs = run.rs.replace(hyper=jax.device_put(hyper, where))
+
+
+def sweep_settings(out: Path, config: TrainConfig, sweep: Sweep | None, resume: bool
+                   ) -> list[dict[str, float]]:
+    """The settings a run trains ([] for a plain run): the sweep's, or the saved
+    sweep's on resume (a given one must equal it), each checked as a config
+    and as the same program as `config`."""
+    if resume:
+        saved = read_saved_sweep(out)
+        if sweep is not None and sweep != saved:
+            raise ConfigError(f"--resume {out}: the given sweep differs from the saved one; "
+                              "resume takes its sweep from the run folder")
+        sweep = saved
+    if sweep is None:
+        return []
+    configs = sweep.configs(config)
+    same_program(config, configs)
+    return sweep.settings()

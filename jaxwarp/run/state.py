@@ -19,7 +19,7 @@ class RunResult:
     """What a run leaves behind (also on disk under `out_dir`)."""
 
     out_dir: Path
-    state: RunnerState  # final state, leading [seeds] axis
+    state: RunnerState  # final state, leading [seeds] axis ([settings x seeds] in a sweep)
     metrics: list[dict[str, float]]  # one row per (update, seed), this process's rows
     summary: dict[str, Any]
 
@@ -35,9 +35,12 @@ class Run:
     proc: distributed.ProcessInfo
     lock: Any  # lock.RunLock, or lock.NoLock on processes other than 0
     t0: float  # perf_counter at the start of restore/compile: wall_s, time_limit_s
-    seed_ids: list[int] = field(default_factory=list)
+    seed_ids: list[int] = field(default_factory=list)  # each member's seed
+    # A sweep's settings (swept key -> value; jaxwarp.train.sweep), [] for a plain
+    # run; member k * seeds + s trains setting k with seed config.seed + s.
+    settings: list[dict[str, float]] = field(default_factory=list)
     env_metrics: tuple[str, ...] = ()  # the env's episode metrics (headline columns)
-    rs: Any = None  # RunnerState with a leading [seeds] axis
+    rs: Any = None  # RunnerState with a leading [members] axis
     done_updates: int = 0
     # The update the newest checkpoint holds (None: none yet), and whether `rs`
     # is the state after exactly `done_updates` updates (not while a chunk is
@@ -57,6 +60,17 @@ class Run:
     @property
     def primary(self) -> bool:
         return self.proc.process_id == 0
+
+    @property
+    def members(self) -> int:
+        """Runs trained together in the program: seeds, times settings in a sweep."""
+        return self.seeds * max(1, len(self.settings))
+
+    @property
+    def setting_ids(self) -> list[int] | None:
+        """Each member's setting (None for a plain run)."""
+        return [k for k in range(len(self.settings)) for _ in range(self.seeds)] \
+            if self.settings else None
 
     @property
     def num_updates(self) -> int:

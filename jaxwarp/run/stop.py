@@ -27,7 +27,7 @@ def stop_decision(run: Run, ctrl_c: CtrlC, stop_after_updates: int | None,
     """GO_ON, STOP (updates or time limit reached) or INTERRUPTED (Ctrl-C):
     process 0's clock and Ctrl-C decide for all."""
     stop = (stop_after_updates is not None
-            and len(run.rows) // run.seeds >= stop_after_updates) \
+            and len(run.rows) // run.members >= stop_after_updates) \
         or (time_limit_s is not None and time.perf_counter() - run.t0 >= time_limit_s)
     return distributed.same_on_all(INTERRUPTED if ctrl_c.pressed else STOP if stop else GO_ON)
 
@@ -37,7 +37,7 @@ def stop_non_finite(run: Run, new: list[dict[str, float]], finite: np.ndarray) -
     diagnosis) and sets run.failure naming it; finite: bool[seeds, n]."""
     i = int(np.argmin(finite.all(axis=0)))  # first update with NaN/inf
     bad = [run.seed_ids[s] for s in np.flatnonzero(~finite[:, i])]
-    new = new[:(i + 1) * run.seeds]
+    new = new[:(i + 1) * run.members]
     with writing(run.out, METRICS_JSONL):
         run.writer.write(new)
     run.rows.extend(new)

@@ -13,20 +13,27 @@ from jaxwarp.run.metrics import SUMMARY_FILE, final_means, read_metrics, write_s
 from jaxwarp.run.plot import PLOT_FILE, plot_run
 from jaxwarp.run.state import Run
 from jaxwarp.run.storage import writing
+from jaxwarp.run.sweep_report import ranked_metric, write_report
 from jaxwarp.train import fused
 from jaxwarp.units import device_name
 
 
 def conclude(run: Run) -> dict[str, Any]:
     """Writes summary.json (process 0), raises the run's failure if it has one,
-    draws the learning curve of a finished run (process 0); the summary."""
+    then for a finished run (process 0) draws its learning curve, or for a
+    sweep writes its report (`sweep_report`: ranked table, curves, best.yaml);
+    the summary."""
     summary = summarize(run)
     if run.primary:
         with writing(run.out, SUMMARY_FILE):
             write_summary(run.out, summary)
     if run.failure is not None:
         raise run.failure
-    if run.done_updates == run.num_updates and run.primary:
+    if run.done_updates == run.num_updates and run.primary and run.settings:
+        with writing(run.out, "the sweep's report"):
+            metric = ranked_metric(run.config, list(run.trainer.groups))
+            summary["sweep"] = write_report(run.out, run.config, run.settings, metric)
+    elif run.done_updates == run.num_updates and run.primary:
         with writing(run.out, PLOT_FILE):
             plot_run(run.out, run.env_metrics)
     return summary
@@ -37,11 +44,12 @@ def summarize(run: Run) -> dict[str, Any]:
     "error": why the run stopped, after a non-finite update)."""
     all_rows = read_metrics(run.out) if run.primary else run.rows
     batch = run.trainer.derived.batch_env_steps
-    steps_done = len(run.rows) // run.seeds * batch * run.seeds
+    steps_done = len(run.rows) // run.members * batch * run.members
     mesh = run.trainer.mesh
     agents = int(run.trainer.env.num_agents)
     return {
         "env": run.config.env, "backend": run.trainer.env.backend, "seeds": run.seeds,
+        "settings": len(run.settings),  # a sweep's (0: a plain run)
         "updates": run.done_updates, "num_updates": run.num_updates,
         "env_steps_per_seed": run.done_updates * batch,
         "compile_s": run.compile_s, "run_s": run.run_s,
@@ -55,7 +63,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "processes": run.proc.num_processes, "sampler": run.trainer.sampler,
         "rollout": fused.seeds_path(run.trainer.rollout_path, run.trainer.policy,
                                     run.trainer.env, run.trainer.sampler, run.config.num_envs,
-                                    run.seeds),
+                                    run.members),
         "model_layers": dict(run.trainer.model_layers or {}),
         "recurrent_learner": dict(run.trainer.recurrent_learner or {}),
         "finished": run.done_updates == run.num_updates, "stopped_early": run.stopped_early,

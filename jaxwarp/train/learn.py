@@ -10,7 +10,7 @@ then the observation statistics. Pure functions of arrays; the fixed pieces
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -20,6 +20,7 @@ from flax import struct
 
 from jaxwarp.train import losses
 from jaxwarp.train.config import Derived, TrainConfig
+from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.minibatches import Minibatches
 from jaxwarp.train.policy import Policy
 from jaxwarp.train.rollout import Transition
@@ -41,8 +42,8 @@ class Learner(NamedTuple):
     """The fixed pieces of the learning phase (no arrays)."""
 
     config: TrainConfig
+    derived: Derived
     policy: Policy
-    txs: Mapping[str, optax.GradientTransformation]  # group -> its optimiser
     minibatches: Minibatches
     epochs: int  # PPO's passes over the batch
 
@@ -67,16 +68,18 @@ class GroupStep(NamedTuple):
     global_shuffle: bool  # over several devices: one permutation of all envs
 
 
-def optimiser(c: TrainConfig, d: Derived, group: str) -> optax.GradientTransformation:
-    """Adam (eps 1e-5) at the group's learning rate, linearly annealed to 0
-    over the run where ``anneal_lr``, after global-norm clipping where
-    ``max_grad_norm > 0``."""
-    lr = c.policy(group).lr
+def optimiser(c: TrainConfig, d: Derived, group: str, hyper: Hyper
+              ) -> optax.GradientTransformation:
+    """Adam (eps 1e-5) at the group's learning rate ``hyper.lr[group]``,
+    linearly annealed to 0 over the run where ``anneal_lr``, after global-norm
+    clipping at ``hyper.max_grad_norm`` (off where 0). Built inside the
+    program from `hyper`'s arrays (a sweep's settings differ in them); its
+    state's structure does not depend on their values."""
+    lr = hyper.lr[group]
     steps = d.num_updates * d.optimizer_steps
     schedule = optax.linear_schedule(lr, 0.0, steps) if c.anneal_lr else lr
     adam = optax.adam(schedule, eps=1e-5)
-    tx = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), adam) \
-        if c.max_grad_norm > 0 else adam
+    tx = optax.chain(optax.clip_by_global_norm(hyper.grad_clip()), adam)
     if c.critic != "centralised":
         return tx
     # MAPPO: actor and critic are two networks with an optimiser each (their own
@@ -87,9 +90,10 @@ def optimiser(c: TrainConfig, d: Derived, group: str) -> optax.GradientTransform
         lambda params: {k: jax.tree.map(lambda _: k, v) for k, v in params.items()})
 
 
-def learn(learner: Learner, state: LearnerState, data: Collected, key: jax.Array
-          ) -> tuple[LearnerState, dict[str, jax.Array], jax.Array]:
-    """Every trained group's update, then the observation statistics. Returns
+def learn(learner: Learner, state: LearnerState, data: Collected, key: jax.Array,
+          hyper: Hyper) -> tuple[LearnerState, dict[str, jax.Array], jax.Array]:
+    """Every trained group's update (at `hyper`'s values), then the observation
+    statistics. Returns
     (the new state, metrics "group/name" -> f32[], finite: bool[] every loss
     and trained parameter finite)."""
     groups, c = learner.policy.groups, learner.config
@@ -99,7 +103,7 @@ def learn(learner: Learner, state: LearnerState, data: Collected, key: jax.Array
         metrics[f"{g}/reward"] = groups.select(data.traj.reward, g, 2).mean()
         if not c.policy(g).train or not jax.tree.leaves(params[g]):
             continue
-        params[g], opt_state[g], m = _update_group(learner, g, state, data, k)
+        params[g], opt_state[g], m = _update_group(learner, g, state, data, k, hyper)
         metrics.update({f"{g}/{name}": v for name, v in m.items()})
         finite = finite & jnp.isfinite(m["loss"]) & _all_finite(params[g])
     with jax.named_scope("obs_stats"):
@@ -109,7 +113,7 @@ def learn(learner: Learner, state: LearnerState, data: Collected, key: jax.Array
 
 
 def _update_group(learner: Learner, g: str, state: LearnerState, data: Collected,
-                  key: jax.Array) -> tuple[Any, Any, dict[str, jax.Array]]:
+                  key: jax.Array, hyper: Hyper) -> tuple[Any, Any, dict[str, jax.Array]]:
     """Group g's PPO or A2C update: (params, opt_state, metrics name -> f32[])."""
     c, policy, traj = learner.config, learner.policy, data.traj
     recurrent = g in policy.recurrent
@@ -118,7 +122,8 @@ def _update_group(learner: Learner, g: str, state: LearnerState, data: Collected
                     (traj.actions, traj.log_prob, traj.value, data.advantage, data.target)),
         first=traj.first if recurrent else None, state=traj.state,
         carry=jax.tree.map(lambda x: x[None], data.carry[g]) if recurrent else None)
-    step = GroupStep(_grad_fn(c, policy, g, state.obs_stats.get(g)), learner.txs[g],
+    step = GroupStep(_grad_fn(c, policy, g, state.obs_stats.get(g), hyper),
+                     optimiser(c, learner.derived, g, hyper),
                      learner.minibatches, learner.epochs, c.normalize_advantages,
                      c.minibatch_shuffle == "global")
     if c.algorithm == "a2c":
@@ -126,8 +131,8 @@ def _update_group(learner: Learner, g: str, state: LearnerState, data: Collected
     return ppo_update(step, state.params[g], state.opt_state[g], batch, key)
 
 
-def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: losses.RunningStats | None
-             ) -> GradFn:
+def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: losses.RunningStats | None,
+             hyper: Hyper) -> GradFn:
     """(params, minibatch, normalize_advantages) -> ((loss, metrics), grads) of group g."""
     @jax.named_scope("forward")
     def loss_fn(p, mb: losses.Batch, normalize: bool):
@@ -137,8 +142,8 @@ def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: losses.RunningStats 
         logits, value = policy.sequence(g, p, stats, policy.groups.select(mb.obs, g, 2),
                                         carry, mb.first, mb.state)
         return losses.policy_loss(
-            logits, value, mb, policy.nvec, algorithm=c.algorithm, clip_eps=c.clip_eps,
-            vf_coef=c.vf_coef, ent_coef=c.ent_coef, normalize_advantages=normalize)
+            logits, value, mb, policy.nvec, algorithm=c.algorithm, clip_eps=hyper.clip_eps,
+            vf_coef=hyper.vf_coef, ent_coef=hyper.ent_coef, normalize_advantages=normalize)
 
     return jax.value_and_grad(loss_fn, has_aux=True)
 

@@ -40,6 +40,7 @@ from jaxwarp.models import MLPActorCritic
 from jaxwarp.train import fused, losses
 from jaxwarp.train.compile import COMPILER_OPTIONS, jit  # noqa: F401  (public re-export)
 from jaxwarp.train.config import Derived, TrainConfig, derived
+from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.learn import Collected, Learner, LearnerState, learn, optimiser
 from jaxwarp.train.minibatches import Minibatches
 from jaxwarp.train.policy import Groups, Policy
@@ -66,6 +67,7 @@ class RunnerState:
     episodes: EpisodeLog
     key: jax.Array  # u32[2] raw key data
     update: jax.Array  # i32[]: updates done so far
+    hyper: Hyper  # the hyperparameters a sweep varies (the config's values in a plain run)
 
 
 class Trainer(NamedTuple):
@@ -168,10 +170,10 @@ def update_step(run: _Run, rs: RunnerState) -> tuple[RunnerState, dict[str, jax.
     # CALCULATE ADVANTAGE
     data = advantages(run, rs, envs, traj)
     # UPDATE NETWORK
-    learner, metrics, finite = learn(run.learner, rs.learner, data, k_upd)
+    learner, metrics, finite = learn(run.learner, rs.learner, data, k_upd, rs.hyper)
     # LOG
     episodes, ended = log_episodes(rs.episodes, ep)
-    rs = _pin_state(run, RunnerState(learner, envs, episodes, key, rs.update + 1))
+    rs = _pin_state(run, RunnerState(learner, envs, episodes, key, rs.update + 1, rs.hyper))
     metrics.update({f"{g}/episode_return": v for g, v in episodes.returns.items()})
     metrics.update(episodes.extra)
     metrics["episodes"] = ended
@@ -183,7 +185,7 @@ def update_step(run: _Run, rs: RunnerState) -> tuple[RunnerState, dict[str, jax.
 def advantages(run: _Run, rs: RunnerState, envs: EnvCarry, traj: Transition) -> Collected:
     """GAE over the rollout, bootstrapped from the value of the envs' current
     observation; the trajectory stays split along envs (no-op on one device)."""
-    c, policy = run.config, run.acting.policy
+    policy = run.acting.policy
     with jax.named_scope("rollout"):
         state = (run.acting.env.global_state(envs.obs, envs.env_state)
                  if run.acting.centralised else None)
@@ -191,7 +193,7 @@ def advantages(run: _Run, rs: RunnerState, envs: EnvCarry, traj: Transition) -> 
                                        envs.carry, envs.first, state)
     with jax.named_scope("gae"):
         adv, target = losses.gae(traj.reward, traj.value, traj.done[:, :, None], last_value,
-                                 c.gamma, c.gae_lambda)
+                                 rs.hyper.gamma, rs.hyper.gae_lambda)
     traj = traj.replace(**run.pin({k: getattr(traj, k) for k in _SPLIT}, P(None, "envs")))
     adv, target = run.pin((adv, target), P(None, "envs"))
     return Collected(traj, adv, target, rs.envs.carry)
@@ -219,8 +221,10 @@ def init_state(run: _Run, key: jax.Array) -> RunnerState:
     key, k_env, *k_models = jax.random.split(key, 2 + len(ids))
     obs, env_state = env.reset(k_env, c.num_envs)
     params = {g: run.init_params(g, k) for g, k in zip(ids, k_models)}
+    hyper = Hyper.of(c, ids)
     learner = LearnerState(
-        params=params, opt_state={g: run.learner.txs[g].init(params[g]) for g in ids},
+        params=params,
+        opt_state={g: optimiser(c, run.derived, g, hyper).init(params[g]) for g in ids},
         obs_stats={g: losses.RunningStats.create(obs_dim) for g in ids}
         if c.normalize_obs else {})
     envs = EnvCarry(env_state, obs, policy.initial_carry(c.num_envs),
@@ -228,7 +232,8 @@ def init_state(run: _Run, key: jax.Array) -> RunnerState:
     nan = jnp.full((), jnp.nan, jnp.float32)
     episodes = EpisodeLog({g: nan for g in ids},
                           {k: nan for k in env_metric_names(env, c.num_envs)})
-    return _pin_state(run, RunnerState(learner, envs, episodes, key, jnp.zeros((), jnp.int32)))
+    return _pin_state(run, RunnerState(learner, envs, episodes, key, jnp.zeros((), jnp.int32),
+                                       hyper))
 
 
 def _pin_state(run: _Run, rs: RunnerState) -> RunnerState:
@@ -256,7 +261,7 @@ def _compose(c: TrainConfig, env: Any, models: Mapping[str, nn.Module] | None, l
     pin = pinner(mesh)
     cut = Minibatches(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
                       c.num_envs, pin, samples=_sample_minibatches(c, policy))
-    learner = Learner(c, policy, {g: optimiser(c, d, g) for g in groups.ids}, cut, d.epochs)
+    learner = Learner(c, d, policy, cut, d.epochs)
     return _Run(c, d, acting, learner, roll, init_params, pin, mesh), sampler, path
 
 

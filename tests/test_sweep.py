@@ -1,0 +1,165 @@
+"""Sweeps (docs/sweeps.md): settings x seeds in one vmapped program, each
+member the run `jaxwarp train` gives with its setting and seed; the ranked
+report, best.yaml, the resume, and bad input refused in one line before
+anything compiles. Tiny CartPole runs on the pure-JAX backend."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+import yaml
+
+from jaxwarp.cli import main as cli_main
+from jaxwarp.errors import ConfigError
+from jaxwarp.run.loop import train_run
+from jaxwarp.train import load_config, make_train
+from jaxwarp.train.hyper import Hyper
+from jaxwarp.train.seeds import seed_keys
+from jaxwarp.train.sweep import Sweep, make_sweep, parse_sweep
+
+from _tiny_run import TINY, tiny_config
+
+GRID = ["policies.agent.lr=1e-3,3e-2", "clip_eps=0.1,0.3"]
+
+
+def test_grid_settings_in_order_with_plain_overrides_kept():
+    plain, sw = parse_sweep(["num_envs=8", *GRID, "gamma=0.9"])
+    assert plain == ["num_envs=8", "gamma=0.9"]
+    assert sw.keys == ("policies.agent.lr", "clip_eps")
+    assert sw.settings() == [{"policies.agent.lr": a, "clip_eps": b}
+                             for a in (1e-3, 3e-2) for b in (0.1, 0.3)]
+
+
+def test_random_draws_are_reproducible_and_in_range():
+    _, sw = parse_sweep(["ent_coef=loguniform(1e-4,1e-1)", "vf_coef=uniform(0.25,1)",
+                         "gamma=0.9,0.99"], samples=5, seed=7)
+    settings = sw.settings()
+    assert len(settings) == 10
+    assert [s["gamma"] for s in settings] == [0.9] * 5 + [0.99] * 5
+    assert all(1e-4 <= s["ent_coef"] <= 1e-1 and 0.25 <= s["vf_coef"] <= 1 for s in settings)
+    assert settings[:5] == [{**s, "gamma": 0.9} for s in settings[5:]]  # the same draws
+    assert Sweep.from_dict(sw.to_dict()) == sw
+    assert parse_sweep(["ent_coef=uniform(0,1)"], samples=5, seed=8)[1].settings() != \
+        parse_sweep(["ent_coef=uniform(0,1)"], samples=5, seed=7)[1].settings()
+
+
+@pytest.mark.parametrize("words, samples, message", [
+    (["num_envs=4,8"], None, "num_envs: changes the program's shapes"),
+    (["policies.agent.hidden_sizes=[8],[16]"], None, "policies.agent.hidden_sizes: changes"),
+    (["update_epochs=1,2"], None, "update_epochs: changes"),
+    (["learning_rate=1,2"], None, "learning_rate: is not a config key"),
+    (["ent_coef=0,,0.1"], None, "ent_coef=0,,0.1: an empty value"),
+    (["ent_coef=0,abc"], None, "ent_coef: expected finite numbers, got 'abc'"),
+    (["ent_coef=0,nan"], None, "ent_coef: expected finite numbers"),
+    (["ent_coef=uniform(0,1)"], None, "needs --samples N"),
+    (["ent_coef=loguniform(0,1)"], 4, "both > 0"),
+    (["ent_coef=uniform(1,0.5)"], 4, "low < high"),
+    (["ent_coef=0,1", "ent_coef=2,3"], None, "ent_coef: swept twice"),
+    (["num_envs=8"], None, "a sweep needs at least one swept key"),
+    (["ent_coef=0,1"], 0, "--samples must be in [1, 4096]"),
+])
+def test_bad_sweeps_are_one_line_errors(words, samples, message):
+    with pytest.raises(ConfigError, match=None) as e:
+        parse_sweep(words, samples)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_value_out_of_range_names_the_setting():
+    _, sw = parse_sweep(["clip_eps=0.2,-1"])
+    with pytest.raises(ConfigError, match=r"sweep setting clip_eps=-1: clip_eps=-1.0 is invalid"):
+        sw.configs(tiny_config())
+
+
+def test_a_plain_run_carries_its_config_as_arrays():
+    h = Hyper.of(tiny_config("clip_eps=0.25", "max_grad_norm=0", "policies.agent.lr=0.002"),
+                 ["agent"])
+    assert h.clip_eps.dtype == np.float32 and float(h.clip_eps) == np.float32(0.25)
+    assert float(h.lr["agent"]) == np.float32(0.002)
+    assert float(h.grad_clip()) == math.inf  # 0 turns the clip off
+
+
+def test_each_member_is_the_train_run_of_its_setting_and_seed():
+    c = tiny_config("num_minibatches=2", "update_epochs=2")
+    _, sw = parse_sweep([*GRID, "gamma=0.9,0.99"])
+    rs, m = jax.jit(make_sweep(c, sw))(seed_keys(0, 2))
+    assert m["agent/loss"].shape == (16, 8)
+    finals = []
+    for k, ck in enumerate(sw.configs(c)):
+        for s in range(2):
+            # `jaxwarp train --seeds 1` with seed s: its program vmaps one member.
+            rs1, m1 = jax.jit(jax.vmap(make_train(ck)))(seed_keys(s, 1))
+            i = k * 2 + s
+            for a, b in zip(jax.tree.leaves(rs.hyper), jax.tree.leaves(rs1.hyper)):
+                assert a[i] == b[0]
+            # Equal up to float order: XLA's batched kernels of 16 members sum in
+            # another order than those of one (as for --seeds, test_train).
+            for a, b in zip(jax.tree.leaves(rs.learner), jax.tree.leaves(rs1.learner)):
+                np.testing.assert_allclose(a[i], b[0], rtol=2e-5, atol=1e-6)
+            for name in m1:
+                np.testing.assert_allclose(m[name][i], m1[name][0], rtol=2e-5, atol=1e-6,
+                                           err_msg=name)
+            finals.append(np.asarray(jax.tree.leaves(rs1.learner.params)[0][0]))
+    assert not np.allclose(finals[0], finals[8])  # another learning rate learns otherwise
+
+
+def _sweep(tmp_path, capsys, *extra: str) -> tuple[int, str, str]:
+    code = cli_main(["sweep", "--no-progress", *TINY, *extra, "--out", str(tmp_path / "sw")])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_sweep_writes_the_ranked_report_and_a_trainable_best(tmp_path, capsys):
+    code, out, err = _sweep(tmp_path, capsys, *GRID, "--seeds", "2", "--threshold", "10")
+    assert code == 0, err
+    folder = tmp_path / "sw"
+    rep = json.loads((folder / "sweep.json").read_text())
+    assert rep["metric"] == "agent/episode_return" and rep["threshold"] == 10
+    assert sorted(r["setting"] for r in rep["ranked"]) == [0, 1, 2, 3]
+    finals = [r["final"] for r in rep["ranked"]]
+    assert finals == sorted(finals, reverse=True)
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 * 4 * 2 and {r["setting"] for r in rows} == {0, 1, 2, 3}
+    assert (folder / "sweep.csv").read_text().splitlines()[0].startswith("rank,setting,")
+    assert (folder / "sweep.png").stat().st_size > 0
+    best = load_config(str(folder / "best.yaml"))
+    top = rep["ranked"][0]
+    assert best.policy("agent").lr == top["policies.agent.lr"]
+    assert best.clip_eps == top["clip_eps"] and best.num_envs == 4
+    assert "rank" in out and f"jaxwarp train --config {folder / 'best.yaml'}" in out
+    saved = yaml.safe_load((folder / "config.yaml").read_text())
+    assert saved["seeds"] == 2 and len(saved["sweep"]["settings"]) == 4
+
+
+@pytest.mark.parametrize("args, message", [
+    (["num_envs=4,8"], "num_envs: changes the program's shapes"),
+    (["clip_eps=0.2,-1"], "sweep setting clip_eps=-1"),
+    (["ent_coef=0,1", "--seeds", "0"], "--seeds 0 x 2 settings"),
+    (["ent_coef=0,1", "--seeds", "6000"], "--seeds 6000 x 2 settings"),
+])
+def test_cli_sweep_refuses_bad_input_before_compiling(tmp_path, capsys, args, message):
+    code, _, err = _sweep(tmp_path, capsys, *args)
+    assert code == 2
+    assert err.startswith("jaxwarp sweep: error: ") and message in err
+    assert err.count("\n") == 1 and not (tmp_path / "sw").exists()
+
+
+def test_a_stopped_sweep_resumes_to_the_uninterrupted_one(tmp_path, capsys):
+    _, sw = parse_sweep(["policies.agent.lr=1e-3,3e-2"])
+    c = tiny_config()
+    whole = train_run(c, tmp_path / "whole", seeds=2, sweep=sw, progress=False)
+    train_run(c, tmp_path / "cut", seeds=2, sweep=sw, progress=False, stop_after_updates=4)
+    code = cli_main(["sweep", "--resume", str(tmp_path / "cut"), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    rows = [json.loads(line) for line in (tmp_path / "cut/metrics.jsonl").read_text().splitlines()]
+    keep = ("update", "seed", "setting", "agent/loss", "agent/episode_return")
+    assert [{k: r[k] for k in keep} for r in rows] == \
+        [{k: (None if isinstance(r[k], float) and math.isnan(r[k]) else r[k]) for k in keep}
+         for r in whole.metrics]
+    assert json.loads((tmp_path / "cut/sweep.json").read_text())["ranked"] == \
+        json.loads((tmp_path / "whole/sweep.json").read_text())["ranked"]
+    code = cli_main(["sweep", "--resume", str(tmp_path / "cut"), "ent_coef=0,1"])
+    assert code == 2 and "drop the overrides" in capsys.readouterr().err
