@@ -300,3 +300,190 @@ def test_a_full_disk_at_the_gif_after_a_run_is_one_line_and_resume_makes_it(
     code, _, err = cli(capsys, "--resume", str(out))  # space freed: the outputs are made
     assert code == 0, err
     assert (out / "trained_vs_random.gif").read_bytes().startswith(b"GIF89a")
+
+
+# ---------------------------------------------------------------------------
+# Bounded inputs
+# ---------------------------------------------------------------------------
+def _cli_any(capsys, *argv: str) -> tuple[int, str]:
+    """`jaxwarp ARGV` in this process: (exit code, its one error line)."""
+    from jaxwarp.cli import main
+
+    code = main(list(argv))
+    return code, error_line(capsys.readouterr().err)
+
+
+def test_render_steps_beyond_the_memory_limit_are_refused(capsys):
+    code, line = _cli_any(capsys, "render", "--env", "cartpole", "--steps", "1000000000")
+    assert code == 2
+    assert line == ("jaxwarp render: error: --steps must be at most 21,845 at --size 128 "
+                    "(every frame, 128 x 256 pixels, is kept in memory: 2 GiB at most); "
+                    "got 1,000,000,000")
+
+
+def test_a_config_whose_size_a_stat_does_not_tell_is_read_only_to_its_limit(capsys):
+    code, line = _cli_any(capsys, "train", "--config", "/dev/zero")
+    assert code == 2
+    assert line == ("jaxwarp train: error: config '/dev/zero': over 1,048,576 bytes; a config "
+                    "file is at most 1,048,576 bytes")
+
+
+def test_a_huge_config_yaml_in_a_run_folder_is_refused_at_once(stopped_run, tmp_path, capsys):
+    import time
+
+    out = copy_run(stopped_run, tmp_path / "run")
+    with open(out / "config.yaml", "a") as f:
+        f.write("# padding\n" * 200_000)  # 2 MB
+    start = time.perf_counter()
+    code, _, err = cli(capsys, "--resume", str(out))
+    assert code == 2 and time.perf_counter() - start < 10
+    assert error_line(err) == (f"jaxwarp train: error: --resume {out}: config.yaml is over "
+                               "1,048,576 bytes; not a jaxwarp run config (a run writes a few "
+                               "KB)")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("update_epochs=1000000000",
+     "update_epochs=1000000000 is invalid; expected an integer in [1, 1000]"),
+    ("total_env_steps=9223372036854775808",
+     "total_env_steps=9223372036854775808 is invalid; expected at most 34,359,738,352 with "
+     "these num_envs, num_steps and optimiser steps per update (1): the update counters are "
+     "32-bit integers"),
+])
+def test_counts_past_what_a_run_can_do_are_refused(override, message, tmp_path, capsys):
+    from _tiny_run import TINY
+
+    code, _, err = cli(capsys, "--out", str(tmp_path / "run"), *TINY, override)
+    assert code == 2
+    assert error_line(err) == f"jaxwarp train: error: {message}"
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------
+# One line, not a traceback
+# ---------------------------------------------------------------------------
+DEEP = "[" * 5000 + "]" * 5000
+
+
+def test_deeply_nested_yaml_is_one_line_naming_the_file_or_override(stopped_run, tmp_path,
+                                                                     capsys):
+    from _tiny_run import TINY
+
+    config = tmp_path / "deep.yaml"
+    config.write_text(f"env: cartpole\nnum_envs: {DEEP}\n")
+    code, _, err = cli(capsys, "--config", str(config))
+    assert code == 2
+    assert error_line(err) == (f"jaxwarp train: error: config {str(config)!r}: nested too "
+                               "deeply (a config is a few levels of mappings)")
+    code, _, err = cli(capsys, "--out", str(tmp_path / "new"), *TINY, f"num_envs={DEEP}")
+    assert code == 2
+    assert error_line(err).startswith("jaxwarp train: error: override 'num_envs=[[[[")
+    assert error_line(err).endswith(": nested too deeply")
+    out = copy_run(stopped_run, tmp_path / "run")
+    with open(out / "config.yaml", "a") as f:
+        f.write(f"deep: {DEEP}\n")
+    code, _, err = cli(capsys, "--resume", str(out))
+    assert code == 2
+    assert error_line(err) == (f"jaxwarp train: error: --resume {out}: config.yaml is nested "
+                               "too deeply to be a jaxwarp run config")
+
+
+@pytest.mark.parametrize("source, raised", [
+    ("x = 1 / 0\n", "ZeroDivisionError: division by zero ({path}, line 1)"),
+    ("def f(:\n", "SyntaxError: invalid syntax ({path}, line 1)"),
+    ("def f():\n    return f()\n\nf()\n",
+     "RecursionError: maximum recursion depth exceeded ({path}, line 2)"),
+])
+def test_an_env_module_that_fails_to_import_is_one_line(source, raised, tmp_path, capsys):
+    from _tiny_run import TINY
+
+    path = tmp_path / f"bad_{abs(hash(source))}.py"
+    path.write_text(source)
+    code, _, err = cli(capsys, "--out", str(tmp_path / "run"), *TINY, f"env_module={path}")
+    assert code == 2
+    assert error_line(err) == (f"jaxwarp train: error: env_module={path}: importing it raised "
+                               + raised.format(path=path))
+    assert not (tmp_path / "run").exists()
+    code, line = _cli_any(capsys, "render", "--env", "cartpole", f"env_module={path}",
+                          "--steps", "1", "--out", str(tmp_path / "a.gif"))
+    assert code == 2 and line.startswith("jaxwarp render: error: env_module="), line
+
+
+@pytest.mark.parametrize("row, why", [
+    ('{"foo": 1}', 'no integer "update"'),
+    ('{"update": "3", "seed": 0}', 'no integer "update"'),
+    ('{"update": 1, "seed": "zero"}', "'seed' is not a number"),
+    ('[1, 2]', "not a JSON object"),
+])
+def test_a_foreign_row_in_the_metrics_on_resume_is_one_line(row, why, stopped_run, tmp_path,
+                                                            capsys):
+    out = copy_run(stopped_run, tmp_path / "run")
+    lines = (out / METRICS_JSONL).read_text().splitlines(keepends=True)
+    (out / METRICS_JSONL).write_text("".join([lines[0], row + "\n", *lines[1:]]))
+    code, _, err = cli(capsys, "--resume", str(out))
+    assert code == 2
+    assert error_line(err) == (f"jaxwarp train: error: {out / METRICS_JSONL}: line 2 is not a "
+                               f"metric row ({why})")
+    assert not (out / ".lock").exists()
+
+
+# ---------------------------------------------------------------------------
+# The build cache: only the user may write it
+# ---------------------------------------------------------------------------
+def _cartpole_copy(tmp_path: Path, name: str):
+    import dataclasses
+
+    from jaxwarp.envs.cartpole import SPEC
+
+    header = tmp_path / f"{name}.h"
+    header.write_text(Path(SPEC.header).read_text())
+    return dataclasses.replace(SPEC, name=name, header=header), header
+
+
+def test_a_cache_folder_others_can_write_is_refused_naming_the_fix(tmp_path, monkeypatch):
+    from jaxwarp.authoring import EnvBuildError, build
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)
+    monkeypatch.setenv("JAXWARP_CACHE_DIR", str(cache))
+    spec, header = _cartpole_copy(tmp_path, "cache_shared")
+    with pytest.raises(EnvBuildError, match=rf"^the build cache {cache} can be written by "
+                                            rf"others \(mode 777\); .*: chmod go-w {cache} "):
+        build.compile_library(spec, header, "cpu")
+    assert list(cache.iterdir()) == []  # nothing built, nothing loaded
+
+
+@pytest.mark.parametrize("how", ["mode", "owner"])
+def test_a_planted_library_is_refused(tmp_path, how):
+    from jaxwarp.authoring import EnvBuildError, build
+
+    lib = tmp_path / "libx_cpu.so"
+    lib.write_bytes(b"\x7fELF")
+    if how == "mode":
+        lib.chmod(0o666)
+        match = rf"^the build cache {lib} can be written by others \(mode 666\)"
+    else:
+        if os.getuid() != 0:
+            pytest.skip("chown to another user needs root")
+        os.chown(lib, 12345, 12345)
+        match = rf"^the build cache {lib} belongs to another user \(uid 12345\)"
+    with pytest.raises(EnvBuildError, match=match):
+        build._check_own(tmp_path, lib)
+
+
+def test_a_new_cache_is_the_users_alone_whatever_the_umask(tmp_path, monkeypatch):
+    from jaxwarp.authoring import build
+
+    cache = tmp_path / "cache" / "jaxwarp"
+    monkeypatch.setenv("JAXWARP_CACHE_DIR", str(cache))
+    spec, header = _cartpole_copy(tmp_path, "cache_private")
+    old = os.umask(0o002)
+    try:
+        lib = build.compile_library(spec, header, "cpu")
+    finally:
+        os.umask(old)
+    modes = {p: p.stat().st_mode & 0o777 for p in (cache, lib.parent, lib)}
+    assert modes == {cache: 0o700, lib.parent: 0o700, lib: 0o755}
+    assert lib.with_name(lib.name + ".sha256").stat().st_mode & 0o777 == 0o644
+    assert build.compile_library(spec, header, "cpu") == lib  # from the cache

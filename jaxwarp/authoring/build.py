@@ -232,11 +232,14 @@ def compile_library(spec: EnvSpec, header: Path, platform: str, cubin: bool = Fa
     digest = h.hexdigest()[:16]
     out_dir = cache_dir() / f"{spec.name}-{platform}-{digest}"
     lib = out_dir / (f"{spec.name}.cubin" if cubin else f"lib{spec.name}_{platform}.so")
+    _check_own(cache_dir(), out_dir, lib, lib.with_name(lib.name + ".sha256"))
     if _intact(lib):
         return lib
     gen = out_dir / LAYOUT_NAME
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        # Only the user may write there (`_check_own`), whatever the umask.
+        cache_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+        out_dir.mkdir(mode=0o700, exist_ok=True)
         # Written whole or not at all: a concurrent build of the same env
         # compiles from this folder too.
         gen_tmp = _tmp_name(gen)
@@ -258,6 +261,31 @@ def compile_library(spec: EnvSpec, header: Path, platform: str, cubin: bool = Fa
             + _readable_errors(proc.stderr + proc.stdout, header, gen))
     _seal(tmp, lib)
     return lib
+
+
+def _check_own(*paths: Path) -> None:
+    """EnvBuildError, naming the path and the fix, when one of `paths` (those
+    that exist: the cache folder, an env's folder, its library and checksum)
+    belongs to another user or others may write it. The checksum says that a
+    library is whole, not who wrote it: a library planted in a cache that
+    others can write would run as this user. Root's own files are trusted."""
+    uid = os.getuid()
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            continue
+        except OSError:  # (unreadable: the build reports it)
+            continue
+        if st.st_uid not in (uid, 0):
+            raise EnvBuildError(f"the build cache {p} belongs to another user (uid {st.st_uid}); "
+                                "a library there would run as you: remove it, or set "
+                                "JAXWARP_CACHE_DIR to a folder of your own")
+        if st.st_mode & 0o022:
+            raise EnvBuildError(f"the build cache {p} can be written by others (mode "
+                                f"{st.st_mode & 0o777:o}); a library planted there would run "
+                                f"as you: chmod go-w {p} (chmod 700 for the folder), or set "
+                                "JAXWARP_CACHE_DIR to a folder of your own")
 
 
 def _prebuilt(spec: EnvSpec, header: Path, platform: str, src: str) -> Path | None:
@@ -331,6 +359,8 @@ def _seal(tmp: Path, lib: Path) -> None:
     side = lib.with_name(lib.name + ".sha256")
     side_tmp = _tmp_name(side)
     side_tmp.write_text(digest)
+    os.chmod(side_tmp, 0o644)  # not the umask's: others must not write them (`_check_own`)
+    os.chmod(tmp, 0o755)
     os.replace(side_tmp, side)
     os.replace(tmp, lib)
 

@@ -62,6 +62,14 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
         f.write(data.encode() if isinstance(data, str) else data)
 
 
+def read_at_most(path: str | Path, limit: int) -> bytes:
+    """The first limit + 1 bytes of `path` at most: more than `limit` of them
+    says it is too big. Never the whole of a file whose size a stat does not
+    tell (/dev/zero, a pipe, /proc: st_size 0) or of a huge one."""
+    with open(path, "rb") as f:
+        return f.read(limit + 1)
+
+
 def open_own(path: str | Path, flags: int) -> int:
     """os.open(path, flags | O_CREAT) of a plain file that is the run's own: a
     RunError, naming it, for a symbolic link (not followed), a hard link to

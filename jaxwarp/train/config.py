@@ -31,6 +31,8 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 # x64 off jax.random.key keeps 32 bits, so larger seeds would replay smaller
 # ones; int32's range keeps them exact everywhere they are stored.
 SEED_LIMIT = 2**31
+# update_epochs at most (`_validate`: PPO's epochs per update are a handful).
+UPDATE_EPOCHS_LIMIT = 1000
 
 # Seeds trained together at most (the CLI's --seeds; jaxwarp.train.seeds).
 # Every seed holds its own envs, trajectories, parameters and optimiser state
@@ -308,7 +310,10 @@ def validate(c: TrainConfig) -> None:
     need(c.ent_coef >= 0, "ent_coef", "a number >= 0")
     need(c.vf_coef >= 0, "vf_coef", "a number >= 0")
     need(c.max_grad_norm >= 0, "max_grad_norm", "a number >= 0 (0 disables clipping)")
-    need(c.update_epochs >= 1, "update_epochs", "an integer >= 1")
+    # Bounded: PPO uses a few epochs (1-32); a count past UPDATE_EPOCHS_LIMIT is a
+    # typo that would make each update run for hours or days without a sign.
+    need(1 <= c.update_epochs <= UPDATE_EPOCHS_LIMIT, "update_epochs",
+         f"an integer in [1, {UPDATE_EPOCHS_LIMIT}]")
     need(c.num_minibatches >= 1, "num_minibatches", "an integer >= 1")
     need(c.num_envs % c.num_minibatches == 0, "num_minibatches",
          f"a divisor of num_envs={c.num_envs} (minibatches split the envs)")
