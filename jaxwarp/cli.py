@@ -205,7 +205,10 @@ def _eval(args: argparse.Namespace) -> int:
         _import_run_env_module(Path(args.run))
         result = evaluate_run(args.run, episodes=args.episodes, seed=args.seed,
                               seed_index=args.seed_index)
-        atomic_write(path, json.dumps(result, indent=2))
+        # A --json link the user made is followed (its file is replaced); a link
+        # in the run folder is replaced itself, never written through.
+        atomic_write(os.path.realpath(path) if args.json else path,
+                     json.dumps(result, indent=2))
     except (ConfigError, ValueError, TypeError, OSError, RunError, EnvBuildError) as e:
         return _fail("eval", e)
     for line in seed_lines(result):
@@ -272,7 +275,9 @@ def _render(args: argparse.Namespace) -> int:
             states = rollout_states(env, jax.random.key(args.seed), 1, args.steps)
             frames = jax.jit(lambda s: render_frames(env, s, size=args.size))(states)
             default = Path(f"{args.env}.gif")
-        path = write_gif(frames, args.out or default, fps=args.fps)
+        # (as eval's --json: a link given as --out is followed, one in a run folder not)
+        path = write_gif(frames, os.path.realpath(args.out) if args.out else default,
+                         fps=args.fps)
     except (ConfigError, ValueError, TypeError, OSError, RuntimeError, EnvBuildError) as e:
         return fail(e)
     print(path)

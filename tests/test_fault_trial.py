@@ -487,3 +487,16 @@ def test_a_new_cache_is_the_users_alone_whatever_the_umask(tmp_path, monkeypatch
     assert modes == {cache: 0o700, lib.parent: 0o700, lib: 0o755}
     assert lib.with_name(lib.name + ".sha256").stat().st_mode & 0o777 == 0o644
     assert build.compile_library(spec, header, "cpu") == lib  # from the cache
+
+
+def test_an_output_link_the_user_names_is_followed(tmp_path, capsys):
+    """`render --out LINK` writes the file the link names (the user's own
+    choice, as before), leaving the link; only run folders' links are replaced."""
+    target = tmp_path / "real.gif"
+    link = tmp_path / "link.gif"
+    link.symlink_to(target)
+    from jaxwarp.cli import main
+
+    assert main(["render", "--env", "cartpole", "--steps", "2", "--out", str(link)]) == 0
+    assert link.is_symlink() and target.read_bytes().startswith(b"GIF89a")
+    assert capsys.readouterr().out.strip() == str(target)
