@@ -163,3 +163,44 @@ def test_a_stopped_sweep_resumes_to_the_uninterrupted_one(tmp_path, capsys):
         json.loads((tmp_path / "whole/sweep.json").read_text())["ranked"]
     code = cli_main(["sweep", "--resume", str(tmp_path / "cut"), "ent_coef=0,1"])
     assert code == 2 and "drop the overrides" in capsys.readouterr().err
+
+
+_TWO_DEVICES = r'''
+import sys
+sys.path.insert(0, sys.argv[2])
+import jax, numpy as np
+from _tiny_run import tiny_config
+from jaxwarp.run.loop import train_run
+from jaxwarp.train.sweep import parse_sweep
+
+assert jax.device_count() == 2
+_, sw = parse_sweep(["policies.agent.lr=1e-3,3e-2"])
+one = train_run(tiny_config("devices=1"), sys.argv[1] + "/one", seeds=2, sweep=sw,
+                progress=False)
+two = sys.argv[1] + "/two"
+train_run(tiny_config("devices=2"), two, seeds=2, sweep=sw, progress=False,
+          stop_after_updates=4)
+two = train_run(None, two, resume=True, progress=False)
+leaf = jax.tree.leaves(two.state.learner.params)[0]
+assert len(leaf.sharding.device_set) == 2, leaf.sharding  # the runs split over both
+for a, b in zip(jax.tree.leaves(one.state.learner), jax.tree.leaves(two.state.learner)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
+assert [r["setting"] for r in one.metrics[-16:]] == [r["setting"] for r in two.metrics]
+print("ok")
+'''
+
+
+def test_a_sweep_over_two_devices_equals_it_on_one(tmp_path):
+    """Its runs split over the devices (each device whole runs), also after a
+    resume; the same learning as on one device up to float order."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", _TWO_DEVICES, str(tmp_path),
+                           str(Path(__file__).parent)], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 import numpy as np
 import yaml
 
@@ -72,7 +74,7 @@ def read_saved_sweep(out: Path) -> Sweep | None:
     """The sweep of the run saved in out (None for a plain run); ConfigError
     when config.yaml's ``sweep:`` is not one."""
     try:
-        meta = yaml.safe_load((out / CONFIG_FILE).read_text())
+        meta = yaml.safe_load(_read_config_text(out))
     except Exception:  # noqa: BLE001 - read_saved_config reports an unreadable file
         return None
     found = meta.get("sweep") if isinstance(meta, Mapping) else None
@@ -154,15 +156,19 @@ def checkpoint_steps(out: Path) -> list[int]:
                   reverse=True)
 
 
-def abstract_state(trainer: Any, init: Any, keys: Any) -> Any:
+def abstract_state(trainer: Any, init: Any, keys: Any, members: Any = None) -> Any:
     """The runner state's shapes and dtypes with the shardings to restore onto:
-    the trainer's mesh (env state split along envs, the rest replicated), or
-    the default device. Orbax reads the global arrays, so a checkpoint saved
-    from another device count restores onto this one.
+    a sweep's member mesh (`members`: every leaf split along its runs), the
+    trainer's mesh (env state split along envs, the rest replicated), or the
+    default device. Orbax reads the global arrays, so a checkpoint saved from
+    another device count restores onto this one.
 
     init: the vmapped `Trainer.init`; keys: its input (one key per seed)."""
     abstract = jax.eval_shape(init, keys)
-    if trainer.mesh is None:
+    if members is not None:
+        split = NamedSharding(members, P(*members.axis_names))
+        shardings = jax.tree.map(lambda _: split, abstract)
+    elif trainer.mesh is None:
         # One device (where init puts the state). Explicit, because Orbax would
         # otherwise restore onto the sharding saved in the checkpoint, e.g. the
         # mesh of a run saved with devices=2.

@@ -37,6 +37,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from jaxwarp.errors import (
     CheckpointError,
@@ -77,6 +78,7 @@ from jaxwarp.run.state import Run, RunResult
 from jaxwarp.run.stop import INTERRUPTED, save_interrupted, stop_decision, stop_non_finite
 from jaxwarp.run.storage import writing
 from jaxwarp.train.compile import jit
+from jaxwarp.train.mesh import MEMBERS, member_mesh
 from jaxwarp.train.config import TrainConfig
 from jaxwarp.train.rollout import env_metric_names
 from jaxwarp.train.sweep import Sweep
@@ -106,9 +108,7 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
               devices: int | None = None, after_training: Mapping[str, Any] | None = None,
               sweep: Sweep | None = None) -> RunResult:
     """Trains `seeds` seeds of `config` (seed, seed+1, ...) in one program;
-    with `sweep`, each of its settings with those seeds (docs/sweeps.md).
-
-    out_dir receives config.yaml, metrics.jsonl/.csv, tensorboard/ (with
+    with `sweep`, each of its settings with those seeds (docs/sweeps.md). out_dir receives config.yaml, metrics.jsonl/.csv, tensorboard/ (with
     tensorboardX), checkpoints/ (Orbax), summary.json and learning_curve.png
     (with matplotlib). resume: continue the run saved in out_dir (its
     config.yaml; `config` None or equal to it but for devices, or for a larger
@@ -188,7 +188,9 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
     try:
         config, seeds = run_config(out, config, seeds, resume, devices, primary)
         settings = sweep_settings(out, config, sweep, resume)
-        trainer = build_trainer(config, env=env, models=models)
+        # A sweep splits its runs over the devices (`member_mesh`), not each run's envs.
+        trainer = build_trainer(dataclasses.replace(config, devices=1) if settings else config,
+                                env=env, models=models)
         if not handshake.all_ready():
             raise RunError("another process of this run failed to start (see its error); "
                            "this one stops too")
@@ -196,9 +198,10 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
                   t0=time.perf_counter(), settings=settings,
                   seed_ids=list(range(config.seed, config.seed + seeds)) * max(1, len(settings)),
                   env_metrics=env_metric_names(trainer.env, config.num_envs), created=created)
+        run.member_mesh = member_mesh(config.devices, run.members) if settings else None
         check_memory(run)
         restore_or_init(run, resume, progress)
-        run.compiled = _chunk_fn(trainer, run.chunk, config.deterministic).lower(run.rs).compile()
+        run.compiled = _chunk_fn(run, run.chunk).lower(run.rs).compile()
         run.compile_s = time.perf_counter() - run.t0
         if primary:
             _write_config(out, config, seeds, resume, after_training, sweep)
@@ -232,10 +235,17 @@ def _write_config(out: Path, config: TrainConfig, seeds: int, resume: bool,
         write_config(out, config, seeds, after_training, sweep)
 
 
-def _chunk_fn(trainer: Trainer, n: int, deterministic: bool) -> Any:
-    """The jitted program of `n` updates of every seed, the state donated
-    (deterministic: the config's, see `compile.jit`)."""
-    return jit(jax.vmap(lambda rs: trainer.run(rs, n)), deterministic, donate_argnums=0)
+def _chunk_fn(run: Run, n: int) -> Any:
+    """The jitted program of `n` updates of every seed (and setting), the state
+    donated (the config's `deterministic`, see `compile.jit`); a sweep over
+    several devices runs whole runs on each device (`shard_map` over its
+    member mesh: no collective between them)."""
+    step = jax.vmap(lambda rs: run.trainer.run(rs, n))
+    if run.member_mesh is not None:
+        # check_vma off: the env and sampler custom calls carry no varying-axis rule.
+        step = jax.shard_map(step, mesh=run.member_mesh, in_specs=P(MEMBERS),
+                             out_specs=P(MEMBERS), check_vma=False)
+    return jit(step, run.config.deterministic, donate_argnums=0)
 
 
 def _train(run: Run, progress: bool | str, stop_after_updates: int | None,
@@ -286,7 +296,7 @@ def _train_chunk(run: Run, bar: Progress) -> bool:
     n = min(run.chunk, run.num_updates - run.done_updates)
     if n != run.chunk:  # a last, shorter chunk compiles once more: not in its rate
         tc = time.perf_counter()
-        run.compiled = _chunk_fn(run.trainer, n, run.config.deterministic).lower(run.rs).compile()
+        run.compiled = _chunk_fn(run, n).lower(run.rs).compile()
         run.compile_s += time.perf_counter() - tc
     t = time.perf_counter()
     run.settled = False

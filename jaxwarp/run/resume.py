@@ -105,15 +105,16 @@ def restore_or_init(run: Run, resume: bool, progress: bool | str) -> None:
     update), else the initial state of every seed. Called by `loop._start`
     (called by `loop.train_run`): the warnings' stack levels point at
     train_run's caller."""
+    # Host data (the same on every process, replicated by jit); member
+    # k * seeds + s of a sweep: seed + s.
     keys = np.tile(np.asarray(seed_keys(run.config.seed, run.seeds)),
-                   (max(1, len(run.settings)), 1))  # member k * seeds + s: seed + s
-    if run.trainer.mesh is not None:
-        keys = np.asarray(keys)  # host data: the same on every process, replicated by jit
+                   (max(1, len(run.settings)), 1))
     init = jax.jit(jax.vmap(run.trainer.init))
     out, primary = run.out, run.primary
+    abstract = abstract_state(run.trainer, init, keys, run.member_mesh) \
+        if resume or run.settings else None
     # stacklevel 5: the warnings point at train_run's caller.
-    restored = restore_intact(out, abstract_state(run.trainer, init, keys), primary,
-                              stacklevel=5) if resume else None
+    restored = restore_intact(out, abstract, primary, stacklevel=5) if resume else None
     if run.proc.num_processes > 1:  # every process restored the same checkpoint (or none)
         step = -1 if restored is None else restored[0]
         if not distributed.all_ok(step == distributed.same_on_all(step)):
@@ -135,10 +136,9 @@ def restore_or_init(run: Run, resume: bool, progress: bool | str) -> None:
     if run.settings:  # each member's hyperparameters: its setting's
         configs = [setting_config(run.config, s) for s in run.settings]
         hyper = stacked_hyper(configs, run.trainer.groups, run.seeds)
-        shardings = run.trainer.state_shardings(run.rs, seed_axis=True)
-        where = jax.tree.map(lambda x: x.sharding, run.rs.hyper) if shardings is None \
-            else shardings.hyper
-        run.rs = run.rs.replace(hyper=jax.device_put(hyper, where))
+        # Where the restore would put the state (a sweep's trainer has no env mesh).
+        where = jax.tree.map(lambda a: a.sharding, abstract)
+        run.rs = jax.device_put(run.rs.replace(hyper=hyper), where)
 
 
 def sweep_settings(out: Path, config: TrainConfig, sweep: Sweep | None, resume: bool

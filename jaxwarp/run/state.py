@@ -48,6 +48,7 @@ class Run:
     saved_at: int | None = None
     settled: bool = True
     compiled: Any = None  # run_chunk compiled for `chunk` updates
+    member_mesh: Any = None  # a sweep's runs split over devices (train.mesh.member_mesh)
     compile_s: float = 0.0
     run_s: float = 0.0
     mngr: Any = None  # Orbax CheckpointManager

@@ -3,7 +3,8 @@
 `data_mesh(devices)`: the 1-D mesh (axis ``"envs"``) over the first
 ``devices`` local devices of every process (None: all of them), or None for
 one device in one process (no mesh: the unsharded program of a single-device
-run). See docs/sharding.md ("Training on several devices").
+run). See docs/sharding.md ("Training on several devices"). `member_mesh`:
+the mesh a sweep splits its runs over instead (docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -45,3 +46,25 @@ def data_mesh(devices: int | None) -> Mesh | None:
     axis_type = getattr(jax.sharding, "AxisType", None)
     kwargs = {"axis_types": (axis_type.Auto,)} if axis_type is not None else {}
     return Mesh(np.array(chosen), (AXIS,), **kwargs)
+
+
+MEMBERS = "members"
+
+
+def member_mesh(devices: int | None, members: int) -> Mesh | None:
+    """A sweep's mesh (axis ``"members"``): its runs (settings x seeds) split
+    over this process's devices, each device training whole runs, no
+    collective between them. `devices` None: the most local devices that
+    divide `members`; a given count must divide it (ConfigError naming
+    ``devices``). None for one device."""
+    available = resolve_devices(devices)
+    n = available if devices is not None else max(
+        k for k in range(1, available + 1) if members % k == 0)
+    if members % n:
+        raise ConfigError(f"devices={devices}: a sweep splits its {members} runs (settings x "
+                          f"seeds) over the devices; expected a divisor of {members}")
+    if n == 1:
+        return None
+    axis_type = getattr(jax.sharding, "AxisType", None)
+    kwargs = {"axis_types": (axis_type.Auto,)} if axis_type is not None else {}
+    return Mesh(np.array(jax.local_devices()[:n]), (MEMBERS,), **kwargs)
