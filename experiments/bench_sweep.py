@@ -37,8 +37,8 @@ CASES = {
     # PureJaxRL's CartPole PPO: 4 envs x 128 steps, 4 epochs x 4 minibatches.
     "cartpole": ("cartpole_ppo", ["num_envs=4", "num_steps=128"]),
 }
-LRS = ("1e-4", "3e-4", "1e-3", "3e-3")
-ENTS = ("0", "0.003", "0.01", "0.03")
+LRS = ("1e-4", "3e-4", "1e-3", "3e-3", "2e-4", "5e-4", "2e-3", "5e-3")
+ENTS = ("0", "0.003", "0.01", "0.03", "0.001", "0.005", "0.02", "0.05")
 
 
 def timed(argv: list[str]) -> float:
@@ -60,15 +60,18 @@ def summary(out: Path) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--case", choices=sorted(CASES), default="mpe")
-    p.add_argument("--settings", type=int, default=16, help="4, 8 or 16 (lr x ent_coef grid)")
+    p.add_argument("--settings", type=int, default=16,
+                   help="4, 8, 16, 32 or 64 (learning rates x entropy coefficients)")
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--total-steps", type=int, default=1_000_000, help="env-steps per run")
     p.add_argument("--sequential", type=int, default=None,
                    help="settings trained one process at a time (default: all)")
+    p.add_argument("--devices", type=lambda t: [int(x) for x in t.split(",")], default=[1],
+                   help="device counts the sweep runs on, one after the other (e.g. 1,2)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     config, size = CASES[a.case]
-    lrs = LRS[:max(1, a.settings // 4)]
+    lrs = LRS[:max(1, min(8, a.settings // 4))]
     ents = ENTS[:a.settings // len(lrs)]
     base = ["--config", config, *size, f"total_env_steps={a.total_steps}", "--no-progress"]
     jw = [sys.executable, "-m", "jaxwarp"]
@@ -79,11 +82,18 @@ def main() -> None:
         "env_steps_per_run": a.total_steps,
         "meta": run_meta(devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))}
     try:
-        sweep_s = timed([*jw, "sweep", *base, f"policies.agent.lr={','.join(lrs)}",
-                         f"ent_coef={','.join(ents)}", "--seeds", str(a.seeds),
-                         "--out", str(work / "sweep")])
-        result["sweep"] = {"wall_s": sweep_s, **summary(work / "sweep")}
-        print(f"sweep of {n} settings x {a.seeds} seeds: {sweep_s:.1f} s", file=sys.stderr)
+        for d in a.devices:  # the first count is the one the sequential runs face
+            out = work / f"sweep{d}"
+            dt = timed([*jw, "sweep", *base, f"policies.agent.lr={','.join(lrs)}",
+                        f"ent_coef={','.join(ents)}", "--seeds", str(a.seeds),
+                        f"devices={d}", "--out", str(out)])
+            result.setdefault("sweep_devices", []).append(
+                {"devices": d, "wall_s": dt, **summary(out)})
+            print(f"sweep of {n} settings x {a.seeds} seeds on {d} device(s): {dt:.1f} s",
+                  file=sys.stderr, flush=True)
+            Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
+        result["sweep"] = result["sweep_devices"][0]
+        sweep_s = result["sweep"]["wall_s"]
         runs = result["sequential_runs"] = []
         grid = [(lr, e) for lr in lrs for e in ents][:a.sequential]
         for k, (lr, e) in enumerate(grid):
@@ -99,9 +109,10 @@ def main() -> None:
             print(f"sequential {k + 1}/{len(grid)}: {dt:.1f} s", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"{a.case}: sweep of {n} settings x {a.seeds} seeds {sweep_s:.1f} s; "
-          f"{len(runs)} sequential runs {result['sequential_wall_s']:.1f} s"
-          + (f"; speedup {result['speedup']:.1f}x" if result["speedup"] else ""))
+          f"{len(runs)} sequential runs {result.get('sequential_wall_s', 0):.1f} s"
+          + (f"; speedup {result['speedup']:.1f}x" if result.get("speedup") else ""))
 
 
 if __name__ == "__main__":

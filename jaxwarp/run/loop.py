@@ -83,7 +83,7 @@ from jaxwarp.train.config import TrainConfig
 from jaxwarp.train.rollout import env_metric_names
 from jaxwarp.train.sweep import Sweep
 from jaxwarp.run.summary import conclude
-from jaxwarp.train.trainer import Trainer, build_trainer
+from jaxwarp.train.trainer import build_trainer
 
 # The run's files and errors, where callers have always found them.
 __all__ = [
