@@ -84,7 +84,7 @@ def format_table(table: Sequence[Mapping[str, Any]], keys: Sequence[str], metric
             f" [{t['final_low']:.4g}, {t['final_high']:.4g}]"
         reach = t["steps_to_threshold"]
         lines.append([str(i + 1), *(f"{t[k]:.4g}" for k in keys), f"{_g(t['final'])}{band}",
-                      _g(t["auc"]), _g(reach)])
+                      _g(t["auc"]), "-" if reach is None else f"{reach:,.0f}"])
     widths = [max(len(r[j]) for r in lines) for j in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines)
 
