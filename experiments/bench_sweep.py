@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxwarp.benchmark import run_meta
+from jaxwarp.units import rate_text
 
 CASES = {
     # JaxMARL's IPPO MPE size; the shipped config's model and PPO settings.
@@ -54,7 +55,8 @@ def timed(argv: list[str]) -> float:
 
 def summary(out: Path) -> dict[str, Any]:
     s = json.loads((out / "summary.json").read_text())
-    return {k: s[k] for k in ("compile_s", "run_s", "env_steps_per_s", "updates", "device")}
+    return {k: s[k] for k in ("compile_s", "run_s", "env_steps_per_s", "agents_per_env",
+                              "updates", "device")}
 
 
 def main() -> None:
@@ -89,7 +91,9 @@ def main() -> None:
                         f"devices={d}", "--out", str(out)])
             result.setdefault("sweep_devices", []).append(
                 {"devices": d, "wall_s": dt, **summary(out)})
-            print(f"sweep of {n} settings x {a.seeds} seeds on {d} device(s): {dt:.1f} s",
+            s = result["sweep_devices"][-1]
+            print(f"sweep of {n} settings x {a.seeds} seeds on {d} device(s): {dt:.1f} s, "
+                  f"{rate_text(s['env_steps_per_s'], s['agents_per_env'], s['device'])}",
                   file=sys.stderr, flush=True)
             Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
         result["sweep"] = result["sweep_devices"][0]

@@ -1558,6 +1558,70 @@ def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
     return lines + sources_block(root, sources), sources
 
 
+SWEEPS = [Source("sweep_mpe_h200.json",
+                 "python experiments/bench_sweep.py --case mpe --out "
+                 "experiments/results/sweep_mpe_h200.json"),
+          Source("sweep_cartpole_h200.json",
+                 "python experiments/bench_sweep.py --case cartpole --total-steps 500000 "
+                 "--out experiments/results/sweep_cartpole_h200.json"),
+          Source("sweep_devices_h200x2.json",
+                 "python experiments/bench_sweep.py --case mpe --settings 64 --seeds 4 "
+                 "--devices 1,2 --sequential 0 --out experiments/results/sweep_devices_h200x2.json",
+                 device="2 x NVIDIA H200")]
+_EXAMPLE = "jaxwarp sweep --config cartpole_ppo total_env_steps=300000 (docs/sweeps.md)"
+SWEEP_EXAMPLE = [Source(f"sweep_cartpole_cpu/{f}", _EXAMPLE, device="x86_64 (2 cores)")
+                 for f in ("run.log", "sweep.json", "sweep.png", "best.yaml")]
+
+
+def _sweep_row(data: dict) -> list[str]:
+    config = f"`{data['config']}` {' '.join(code(o) for o in data['overrides'])}"
+    sweep, runs = data["sweep"], data["sequential_runs"]
+    n, done = data["settings"], data["sequential_settings"]
+    seq = sum(r["wall_s"] for r in runs)
+    speed = f"{seq / sweep['wall_s']:.1f}x" + ("" if done == n else
+                                                f" (at least: {done} of {n} runs timed)")
+    return [config, f"{n} x {data['seeds']}", f"{data['env_steps_per_run']:,}",
+            f"{sweep['wall_s']:.1f} s (compile {sweep['compile_s']:.1f} s)",
+            f"{seq:.0f} s for {done} runs ({statistics.mean(r['wall_s'] for r in runs):.1f} s each)",
+            speed]
+
+
+def section_sweeps(root: Path) -> tuple[list[str], list[Source]]:
+    rows = [_sweep_row(_read_json(root, src)) for src in SWEEPS[:2]]
+    spread = _read_json(root, SWEEPS[2])
+    agents = agents_of(spread["config"], spread["overrides"])
+    dev = [[str(r["devices"]), f"{r['wall_s']:.1f} s", f"{r['compile_s']:.1f} s",
+            f"{r['run_s']:.1f} s", rate(r["env_steps_per_s"], agents)]
+           for r in spread["sweep_devices"]]
+    lines = [
+        "## Sweeps: settings x seeds in one program",
+        "",
+        "`experiments/bench_sweep.py`: a grid of learning rates x entropy coefficients, each "
+        "with its seeds, as one `jaxwarp sweep` process against one `jaxwarp train --seeds S` "
+        "process per setting (the seeds already vmapped, each process compiling its own "
+        "program; no evaluation after training); wall clock of the whole commands, one after "
+        f"the other, {on(root, *SWEEPS[:2])}:",
+        "",
+        *table(["config", "settings x seeds", "env-steps per run", "jaxwarp sweep",
+                "jaxwarp train, one per setting", "speedup"], rows),
+        "",
+        f"The runs of a sweep split over the GPUs (each GPU trains whole runs; "
+        f"`{spread['settings']} settings x {spread['seeds']} seeds` of the MPE row, "
+        "on a machine of 2 x NVIDIA H200): the run phase speeds up by "
+        f"{spread['sweep_devices'][0]['run_s'] / spread['sweep_devices'][1]['run_s']:.2f}x on "
+        f"two GPUs; the compile and the start of the process do not ({AGENT_STEPS}):",
+        "",
+        *table(["GPUs", "wall clock", "compile", "run", "M env-steps/s (all runs)"], dev),
+        "",
+        "The worked example of [`sweeps.md`](sweeps.md) (CartPole, 4 learning rates x 3 seeds, "
+        "300,000 env-steps each, on a 2-core CPU): "
+        + ", ".join(f"[`{Path(x.path).name}`](../{RESULTS / x.path})" for x in SWEEP_EXAMPLE)
+        + ".",
+        *sources_block(root, [*SWEEPS, SWEEP_EXAMPLE[0]]),
+    ]
+    return lines, [*SWEEPS, *SWEEP_EXAMPLE]
+
+
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_time_to_policy, section_tag_runs,
@@ -1565,7 +1629,7 @@ SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_car
                            section_time_to_return_rnn,
                            section_memory, section_sample_efficiency, section_pip_cuda,
                            section_curves, section_sanitizers, section_gpu_tests,
-                           section_scaling]
+                           section_scaling, section_sweeps]
 
 
 def render(root: Path = ROOT) -> tuple[str, list[Path]]:
