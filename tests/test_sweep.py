@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import jax
 import numpy as np
@@ -132,6 +133,30 @@ def test_cli_sweep_writes_the_ranked_report_and_a_trainable_best(tmp_path, capsy
     assert "rank" in out and f"jaxwarp train --config {folder / 'best.yaml'}" in out
     saved = yaml.safe_load((folder / "config.yaml").read_text())
     assert saved["seeds"] == 2 and len(saved["sweep"]["settings"]) == 4
+    # eval plays the best setting's two seeds (the checkpoint holds all eight runs)
+    from jaxwarp.run.evaluate import load_runs
+
+    runs = load_runs(folder)
+    assert [r.seed for r in runs] == [0, 1]
+    k = top["setting"]
+    ckpt = train_state_params(folder)
+    for i, r in enumerate(runs):
+        for a, b in zip(jax.tree.leaves(r.params), jax.tree.leaves(ckpt)):
+            np.testing.assert_array_equal(a, np.asarray(b)[k * 2 + i])
+    assert cli_main(["eval", "--run", str(folder), "--episodes", "4"]) == 0
+    assert (folder / "eval.json").exists() and (folder / "checkpoints").is_dir()
+    assert not (folder / "checkpoints_corrupt").exists()
+
+
+def train_state_params(folder):
+    """The sweep's checkpointed parameters of every run, read as plain arrays."""
+    import orbax.checkpoint as ocp
+
+    step = max(int(p.name) for p in (folder / "checkpoints").iterdir() if p.name.isdigit())
+    with ocp.PyTreeCheckpointer() as c, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Sharding info not provided": one host
+        tree = c.restore(folder / "checkpoints" / str(step) / "default")
+    return tree["learner"]["params"]
 
 
 @pytest.mark.parametrize("args, message", [

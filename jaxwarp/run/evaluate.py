@@ -62,7 +62,9 @@ class LoadedRun:
 
 def _restore(run_dir: str | Path):
     """(config, seeds, trainer, update, runner state with a leading seed axis)."""
-    from jaxwarp.run.checkpoint import read_saved_config, restore_intact
+    from jaxwarp.run.checkpoint import read_saved_config, read_saved_sweep, restore_intact
+    from jaxwarp.run.sweep_report import best_setting
+    from jaxwarp.train.sweep import setting_config
     from jaxwarp.run.distributed import is_primary
     from jaxwarp.train.trainer import build_trainer
 
@@ -70,12 +72,14 @@ def _restore(run_dir: str | Path):
     if not (out / "config.yaml").exists():
         raise FileNotFoundError(f"--run {out}: no config.yaml there (not a jaxwarp run)")
     config, seeds = read_saved_config(out)
+    settings = read_saved_sweep(out)
+    settings = settings.settings() if settings is not None else []
     # One device of this process: evaluation plays a few hundred envs; the
     # checkpoint's global arrays restore onto any device count, and after a run
     # over several processes each process restores its own copy (no array may
     # span another process's devices: the host reads every figure).
     trainer = build_trainer(dataclasses.replace(config, devices=1), local=True)
-    keys = seed_keys(config.seed, seeds)
+    keys = np.tile(np.asarray(seed_keys(config.seed, seeds)), (max(1, len(settings)), 1))
     here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here),
                             jax.eval_shape(jax.vmap(trainer.init), keys))
@@ -85,6 +89,10 @@ def _restore(run_dir: str | Path):
         raise FileNotFoundError(f"--run {out}: no checkpoint to evaluate (the run saves one "
                                 f"every {config.checkpoint_every} updates and at the end)")
     update, rs = restored
+    if settings:  # a sweep: its best setting's seeds, with that setting's config
+        k = best_setting(out, config, settings, list(trainer.groups))
+        rs = jax.tree.map(lambda x: x[k * seeds:(k + 1) * seeds], rs)
+        config = setting_config(config, settings[k])
     return config, seeds, trainer, int(update), rs
 
 

@@ -163,3 +163,15 @@ def ranked_metric(config: TrainConfig, groups: Sequence[str]) -> str:
     """What a sweep ranks by: the first trained group's episode return."""
     trained = [g for g in groups if config.policy(g).train] or list(groups)
     return f"{trained[0]}/episode_return"
+
+
+def best_setting(out: Path, config: TrainConfig, settings: Sequence[Mapping[str, float]],
+                 groups: Sequence[str]) -> int:
+    """The index of a sweep's best setting: its report's first row, or ranked
+    from its metrics where it has no report yet (setting 0 without metrics)."""
+    try:
+        return int(json.loads((out / SWEEP_JSON).read_text())["ranked"][0]["setting"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        rows = read_metrics(out)
+        return int(rank(rows, settings, ranked_metric(config, groups))[0][0]["setting"]) \
+            if rows else 0
