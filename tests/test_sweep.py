@@ -229,3 +229,20 @@ def test_a_sweep_over_two_devices_equals_it_on_one(tmp_path):
                            str(Path(__file__).parent)], env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_a_sweep_too_big_for_the_memory_says_how_many_runs_fit(tmp_path, capsys, monkeypatch):
+    from jaxwarp.run import memory_guard
+
+    real = memory_guard.check_memory
+
+    def measured(run):  # a memory with room for 5 of the 8 runs
+        need = sum(memory_guard.run_bytes(run).values())
+        monkeypatch.setattr(memory_guard, "memory_limit", lambda platform: need * 5.5 / 8)
+        real(run)
+
+    monkeypatch.setattr("jaxwarp.run.loop.check_memory", measured)
+    code, _, err = _sweep(tmp_path, capsys, *GRID, "--seeds", "2")
+    assert code == 2 and "the run needs at least" in err
+    assert "of the sweep's 8 runs fit: split it into sweeps of fewer settings" in err
+    assert not (tmp_path / "sw").exists()

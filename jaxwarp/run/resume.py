@@ -154,6 +154,9 @@ def sweep_settings(out: Path, config: TrainConfig, sweep: Sweep | None, resume: 
         sweep = saved
     if sweep is None:
         return []
+    if jax.process_count() > 1:
+        raise ConfigError("a sweep runs in one process (its runs split over that process's "
+                          "devices); it cannot run under jax.distributed")
     configs = sweep.configs(config)
     same_program(config, configs)
     return sweep.settings()
