@@ -254,6 +254,8 @@ def test_gif_panels_are_labelled_with_step_and_score(cartpole_run):
 
 def test_a_trained_policy_from_python_as_documented(cartpole_run, capsys):
     """docs/models.md, "Using a trained policy from Python": the snippet runs."""
+    import jax
+
     text = (ROOT / "docs" / "models.md").read_text()
     m = re.search(r"## Using a trained policy from Python\n.*?```python\n(.*?)```", text,
                   re.S)
@@ -264,6 +266,17 @@ def test_a_trained_policy_from_python_as_documented(cartpole_run, capsys):
     actions = scope["actions"]
     assert actions.shape == (16, 1, 1) and actions.dtype == np.int32
     assert "mean return" in capsys.readouterr().out
+    # The loop is jitted (one program a step), and plays as the step op by op does.
+    step, env, policy = scope["step"], scope["env"], scope["policy"]
+    assert hasattr(step, "lower"), "the docs' step is not jax.jit-ed"
+    obs, state = env.reset(jax.random.key(0), 16)
+    args = (obs, state, policy.initial_carry(16), jax.numpy.ones((16,), bool))
+    for t in range(3):
+        jitted = step(jax.random.key(t + 1), *args)
+        plain = step.__wrapped__(jax.random.key(t + 1), *args)
+        for a, b in zip(jax.tree.leaves(jitted), jax.tree.leaves(plain), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+        args = jitted[1:5]
 
 
 def test_eval_json_into_a_missing_folder_fails_before_evaluating(cartpole_run, capsys,
