@@ -1,7 +1,8 @@
 """The installed wheel, in a fresh venv with no compiler reachable (.ci/wheel_check).
 
 Every built-in env runs on the XLA:CPU backend from the libraries the wheel
-carries and agrees with its pure-JAX reference; a short PPO run trains
+carries and agrees with its pure-JAX reference; every shipped training
+config's trainer builds from them; a short PPO run trains
 through the CLI; nothing is compiled (the build cache stays empty and no
 compiler is found).
 """
@@ -18,6 +19,8 @@ from jaxwarp import layouts
 from jaxwarp.authoring import EnvBuildError, build, prebuilt
 from jaxwarp.registry import registered_envs
 from jaxwarp.testing import check_consistency
+from jaxwarp.train import build_trainer, load_config
+from jaxwarp.train.config import shipped_configs
 
 assert "site-packages" in jaxwarp.__file__, f"not the installed wheel: {jaxwarp.__file__}"
 cache = Path(os.environ["JAXWARP_CACHE_DIR"])
@@ -37,6 +40,10 @@ for name in registered_envs():
     assert report.ok, f"{name}: {report}"
     print(f"{name:18s} cpu (prebuilt) vs jax: {report}", flush=True)
 assert set(layouts.builtin_layouts()) <= names, names
+# Every shipped training config's trainer from the prebuilt libraries (none compiled).
+for shipped in shipped_configs():
+    build_trainer(load_config(shipped, ["backend=cpu", "devices=1"]))
+    print(f"{shipped:22s} trainer built on cpu (prebuilt)", flush=True)
 out = cache.parent / "run"
 cmd = [sys.executable, "-m", "jaxwarp", "train", "--config", "cartpole_ppo",
        "total_env_steps=40960", "--out", str(out), "--eval-episodes", "0", "--no-progress"]

@@ -53,7 +53,8 @@ def report() -> dict[str, Any]:
     libs = []
     for row in prebuilt.manifest():
         archs = f" [{row['archs']}]" if row["archs"] else ""
-        libs.append(f"{row['name']} {row['platform']}{archs}")
+        env = "" if row["name"].startswith("_") else f" ({_params_of(row['name'])})"
+        libs.append(f"{row['name']} {row['platform']}{archs}{env}")
     return {
         "jaxwarp": f"{jaxwarp.__version__} ({Path(jaxwarp.__file__).parent})",
         "python": f"{platform.python_version()} ({sys.executable})",
@@ -79,3 +80,18 @@ def format_report(info: dict[str, Any]) -> str:
         else:
             lines.append(f"{key}: {value}")
     return "\n".join(lines)
+
+
+def _params_of(stem: str) -> str:
+    """Which params a prebuilt layout's stem stands for (`jaxwarp.layouts`)."""
+    env, _, variant = stem.partition(".")
+    if not variant:
+        return "default params"
+    from jaxwarp.registry import env_configs
+
+    try:
+        if variant in env_configs(env):
+            return f"env config {variant}"
+    except (KeyError, ValueError):
+        pass
+    return f"env params of the training config {variant}"

@@ -256,7 +256,9 @@ def test_info_lists_prebuilt_libraries_with_archs_and_missing_compilers(capsys, 
     base.mkdir()
     (base / "manifest.txt").write_text(
         "# name folder platform archs\n_jaxwarp_cpu . cpu\n"
-        "cartpole cartpole-cuda-0123456789abcdef cuda sm_80,sm_90,sm_100,compute_100\n")
+        "cartpole cartpole-cuda-0123456789abcdef cuda sm_80,sm_90,sm_100,compute_100\n"
+        "tag_continuous.large tag_continuous-cpu-0123456789abcdef cpu\n"
+        "tag_continuous.tag_duel_cpu tag_continuous-cpu-fedcba9876543210 cpu\n")
     monkeypatch.setattr(prebuilt, "prebuilt_dirs", lambda: [base])
     for var in ("CUDA_HOME", "CUDA_PATH", "NVCC", "CXX"):
         monkeypatch.delenv(var, raising=False)
@@ -265,5 +267,9 @@ def test_info_lists_prebuilt_libraries_with_archs_and_missing_compilers(capsys, 
     monkeypatch.setattr("os.path.exists", lambda p: False)
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    assert "prebuilt:\n  _jaxwarp_cpu cpu\n  cartpole cuda [sm_80,sm_90,sm_100,compute_100]\n" in out
+    assert ("prebuilt:\n  _jaxwarp_cpu cpu\n"
+            "  cartpole cuda [sm_80,sm_90,sm_100,compute_100] (default params)\n"
+            "  tag_continuous.large cpu (env config large)\n"
+            "  tag_continuous.tag_duel_cpu cpu (env params of the training config "
+            "tag_duel_cpu)\n") in out
     assert "c++ compiler: none found\n" in out and "nvcc: none found\n" in out

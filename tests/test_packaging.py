@@ -35,6 +35,23 @@ def test_checked_in_layouts_are_the_generated_ones():
     assert {"cartpole", "tag_continuous", "tag_continuous.large", "tag_gridworld"} <= set(built_in)
 
 
+def test_every_shipped_config_trains_on_a_prebuilt_layout():
+    """`jaxwarp train --config NAME` needs no compiler from the wheel: each
+    shipped training config's env, at its env params, has one of the layouts
+    the package prebuilds (.ci/wheel_smoke.py builds each trainer so)."""
+    from jaxwarp.authoring import generated_source
+    from jaxwarp.registry import contract_envs, make
+    from jaxwarp.train.config import load_config, shipped_configs
+
+    texts = set(layouts.builtin_layouts().values())
+    for name in shipped_configs():
+        c = load_config(name)
+        if c.env not in contract_envs():
+            continue
+        env = make(c.env, backend="jax", config=c.env_config, **dict(c.env_params))
+        assert generated_source(env.spec, "cpu", env.params) in texts, name
+
+
 def test_digest_covers_every_source(tmp_path):
     """One byte more in the env's header or in the layout: another digest,
     so a prebuilt library is never used for sources it was not built from."""
