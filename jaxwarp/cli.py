@@ -43,7 +43,7 @@ from jaxwarp.units import rate_text
 
 
 DESCRIPTION = ("jaxwarp command line: train policies on jaxwarp envs, evaluate and render "
-               "them, list the shipped configs, build envs.")
+               "them, list the shipped configs and the envs, build envs.")
 
 
 class _IntermixedParser(argparse.ArgumentParser):
@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_train(sub)
     add_sweep(sub)
     sub.add_parser("configs", help="list the shipped training configs, one line each")
+    sub.add_parser("envs", help="list the registered envs, one line each: agents, the "
+                   "backends that run them here, what they are")
     sub.add_parser("info", help="versions, devices, backends, prebuilt libraries, compilers "
                    "and the cache folder: what a bug report needs")
     _add_build(sub)
@@ -355,7 +357,7 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
     return 0
 
 
-COMMANDS = ("train", "sweep", "eval", "render", "configs", "info", "build")
+COMMANDS = ("train", "sweep", "eval", "render", "configs", "envs", "info", "build")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -403,7 +405,7 @@ def _load_plugins(command: str) -> int | None:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if args.command in ("train", "sweep", "eval", "render"):
+    if args.command in ("train", "sweep", "eval", "render", "envs"):
         failed = _load_plugins(args.command)
         if failed is not None:
             return failed
@@ -418,6 +420,14 @@ def _configs(args: argparse.Namespace) -> int:
     width = max(map(len, names), default=0)
     for name in names:
         print(f"{name:{width}}  {config_description(name)}".rstrip())
+    return 0
+
+
+def _envs(args: argparse.Namespace) -> int:
+    """`jaxwarp envs`: one line per registered env (installed packages' too)."""
+    from jaxwarp.env_table import env_rows, format_env_rows
+
+    print(format_env_rows(env_rows()))
     return 0
 
 
@@ -868,7 +878,8 @@ def _bigger_eval(path: Path, result: dict[str, Any]) -> int | None:
 
 # What each command runs (`_main`).
 _RUN = {
-    "train": _train, "sweep": sweep, "eval": _eval, "render": _render, "configs": _configs, "info": _info,
+    "train": _train, "sweep": sweep, "eval": _eval, "render": _render, "configs": _configs,
+    "envs": _envs, "info": _info,
     "build": lambda args: _build(list(args.envs), args.backend, args.emit),
 }
 

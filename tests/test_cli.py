@@ -6,6 +6,7 @@ test_reliability); these tests are about what the CLI hands over and prints."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -102,7 +103,8 @@ def _help(capsys, *argv: str) -> str:
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("command", ["", "train", "eval", "render", "configs", "build"])
+@pytest.mark.parametrize("command", ["", "train", "eval", "render", "configs", "envs",
+                                     "build"])
 def test_help_shows_plain_text(command, capsys):
     text = _help(capsys, *([command] if command else []))
     assert "``" not in text and "%%" not in text, text  # no RST markup, no escaped percent
@@ -112,7 +114,7 @@ def test_help_shows_plain_text(command, capsys):
 def test_top_help_describes_the_command_line(capsys):
     text = _help(capsys)
     assert "jaxwarp command line: train policies" in text
-    for command in ("train", "eval", "render", "configs", "build"):
+    for command in ("train", "eval", "render", "configs", "envs", "build"):
         assert command in text
 
 
@@ -224,6 +226,55 @@ def test_output_into_a_closed_pipe_is_quiet():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_envs_lists_each_registered_env_with_agents_backends_and_description(capsys):
+    from jaxwarp import registry
+
+    assert main(["envs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["env", "agents", "backends", "description"]
+    names = registry.registered_envs()
+    assert set(registry.builtin_envs()) <= set(names)
+    rows = dict(zip(names, lines[1:1 + len(names)], strict=True))
+    for name, line in rows.items():
+        words = line.split()
+        assert words[0] == name, line
+        spec = registry.env_spec(name)
+        assert int(words[1]) == spec.num_agents(spec.params_type()), line
+        assert "jax" in words[2:5] and len(line.split("  ")[-1].strip()) > 10, line
+    assert rows["tag_continuous"].split()[1] == "110" and rows["cartpole"].split()[1] == "1"
+    assert "Tag (continuous): taggers chase runners in a square arena." in rows["tag_continuous"]
+    assert "cartpole" in rows and " cpu " in rows["cartpole"]  # prebuilt in this package
+    assert lines[-1] == "cuda: not listed, no CUDA GPU visible to JAX here" or \
+        " cuda" in rows["cartpole"]
+
+
+def test_envs_marks_backends_that_compile_at_first_use_and_drops_those_that_cannot(
+        capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXWARP_PREBUILT", "0")  # nothing prebuilt: cpu needs the compiler
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    assert " cpu* jax " in out.splitlines()[1]
+    assert "* not prebuilt for the default params: the first use compiles it" in out
+    for var in ("CUDA_HOME", "CUDA_PATH", "NVCC", "CXX"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no compiler either: the jax backend only
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split()[:3] == ["acrobot", "1", "jax"] and "*" not in out
+
+
+def test_envs_lists_an_env_registered_without_a_spec_last(capsys, monkeypatch):
+    from jaxwarp import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    cls = type("ToyEnv", (), {"__module__": __name__})
+    registry.register_env("toy_env", cls, dataclasses.make_dataclass("ToyParams", []))
+    assert main(["envs"]) == 0
+    last = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("toy_env")]
+    assert len(last) == 1 and last[0].split()[1:3] == ["?", "?"]
+    assert "The ``jaxwarp`` command line through" in last[0]  # this module's docstring
 
 
 # ---------------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""Acrobot (Gymnasium Acrobot-v1): params, pure-JAX reference, spec and env.
+"""Acrobot (Gymnasium Acrobot-v1): swing the tip of a two-link pendulum above a line.
 
-The kernel is `cuda/envs/acrobot.h`; the pure-JAX reference is
-``acrobot_reset``, ``acrobot_step`` and ``acrobot_observe`` below. What the
-four classic-control envs share (how the kernels are built, time limit,
-returns, auto-reset, float32, random draws) is in `jaxwarp/envs/_classic.py`.
+Its params, pure-JAX reference, spec and env. The kernel is
+`cuda/envs/acrobot.h`; the pure-JAX reference is ``acrobot_reset``,
+``acrobot_step`` and ``acrobot_observe`` below. What the four classic-control
+envs share (how the kernels are built, time limit, returns, auto-reset,
+float32, random draws) is in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 6]) | cos t1, sin t1, cos t2, sin t2, dtheta1, dtheta2 |
 |---|---|

@@ -1,9 +1,10 @@
-"""CartPole (Gymnasium CartPole-v1): params, pure-JAX reference, spec and env.
+"""CartPole (Gymnasium CartPole-v1): balance a pole on a cart by pushing the cart.
 
-The kernel is `cuda/envs/cartpole.h`; the pure-JAX reference is
-``cartpole_reset``, ``cartpole_step`` and ``cartpole_observe`` below. What the
-four classic-control envs share (how the kernels are built, time limit,
-returns, auto-reset, float32, random draws) is in `jaxwarp/envs/_classic.py`.
+Its params, pure-JAX reference, spec and env. The kernel is
+`cuda/envs/cartpole.h`; the pure-JAX reference is ``cartpole_reset``,
+``cartpole_step`` and ``cartpole_observe`` below. What the four classic-control
+envs share (how the kernels are built, time limit, returns, auto-reset,
+float32, random draws) is in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 4]) | x, x_dot, theta, theta_dot |
 |---|---|

@@ -1,10 +1,10 @@
-"""MountainCar (Gymnasium MountainCar-v0): params, pure-JAX reference, spec and env.
+"""MountainCar (Gymnasium MountainCar-v0): drive an underpowered car out of a valley.
 
-The kernel is `cuda/envs/mountain_car.h`; the pure-JAX reference is
-``mountain_car_reset``, ``mountain_car_step`` and ``mountain_car_observe``
-below. What the four classic-control envs share (how the kernels are built,
-time limit, returns, auto-reset, float32, random draws) is in
-`jaxwarp/envs/_classic.py`.
+Its params, pure-JAX reference, spec and env. The kernel is
+`cuda/envs/mountain_car.h`; the pure-JAX reference is ``mountain_car_reset``,
+``mountain_car_step`` and ``mountain_car_observe`` below. What the four
+classic-control envs share (how the kernels are built, time limit, returns,
+auto-reset, float32, random draws) is in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 2]) | position, velocity |
 |---|---|

@@ -1,7 +1,7 @@
-"""MPE simple_spread (JaxMARL's ``simple_spread_v3``, discrete actions):
-params, pure-JAX reference, spec and env.
+"""MPE simple_spread (JaxMARL's simple_spread_v3): agents spread out to cover landmarks.
 
-N agents cover L landmarks while avoiding each other. The kernel is
+Its params, pure-JAX reference, spec and env (discrete actions). N agents cover
+L landmarks while avoiding each other. The kernel is
 ``cuda/envs/mpe_simple_spread.h``; the physics, the state and the episode
 length (param ``truncation``) that both MPE envs share are in
 `jaxwarp/envs/_mpe.py`.

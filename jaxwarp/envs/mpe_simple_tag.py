@@ -1,9 +1,10 @@
-"""MPE simple_tag (mpe2's / JaxMARL's ``simple_tag_v3``, discrete actions):
-params, pure-JAX reference, spec and env.
+"""MPE simple_tag (mpe2's simple_tag_v3): adversaries chase faster good agents.
 
-Adversaries chase good agents among obstacles. The kernel is
-``cuda/envs/mpe_simple_tag.h``; the physics, the state and the episode length
-(param ``truncation``) that both MPE envs share are in `jaxwarp/envs/_mpe.py`.
+Its params, pure-JAX reference, spec and env (mpe2's / JaxMARL's
+``simple_tag_v3``, discrete actions). Adversaries chase good agents among
+obstacles. The kernel is ``cuda/envs/mpe_simple_tag.h``; the physics, the state
+and the episode length (param ``truncation``) that both MPE envs share are in
+`jaxwarp/envs/_mpe.py`.
 
 | mpe_simple_tag (agents 0..A-1 adversaries, A..N-1 good; G = N - A) | |
 |---|---|

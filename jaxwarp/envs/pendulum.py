@@ -1,10 +1,10 @@
-"""Pendulum (Gymnasium Pendulum-v1, discrete torques): params, pure-JAX
-reference, spec and env.
+"""Pendulum (Gymnasium Pendulum-v1, discrete torques): swing it up and hold it.
 
-The kernel is `cuda/envs/pendulum.h`; the pure-JAX reference is
-``pendulum_reset``, ``pendulum_step`` and ``pendulum_observe`` below. What the
-four classic-control envs share (how the kernels are built, time limit,
-returns, auto-reset, float32, random draws) is in `jaxwarp/envs/_classic.py`.
+Its params, pure-JAX reference, spec and env. The kernel is
+`cuda/envs/pendulum.h`; the pure-JAX reference is ``pendulum_reset``,
+``pendulum_step`` and ``pendulum_observe`` below. What the four classic-control
+envs share (how the kernels are built, time limit, returns, auto-reset,
+float32, random draws) is in `jaxwarp/envs/_classic.py`.
 
 | observation (f32[envs, 1, 3]) | cos theta, sin theta, theta_dot |
 |---|---|

@@ -1,12 +1,12 @@
-"""Tag on a grid (WarpDrive's ``tag_gridworld``) through jaxwarp's authoring contract.
+"""Tag on a grid (WarpDrive's tag_gridworld): taggers chase one runner.
 
-`num_taggers` taggers (agent ids ``0 .. num_taggers-1``) chase one runner
-(agent id ``num_taggers``) on the integer cells ``{0..L} x {0..L}``,
-``L = grid_length``. The kernel is `cuda/envs/tag_gridworld.h`, written
-against `cuda/jaxwarp_env.h` exactly as a user env would be; it is built
-on first use with the FFI handlers of `ffi/env_ffi.cc` and a layout header
-generated from `SPEC` (cached). The pure-JAX reference below is its oracle,
-bit for bit.
+Built through jaxwarp's authoring contract: `num_taggers` taggers (agent ids
+``0 .. num_taggers-1``) chase one runner (agent id ``num_taggers``) on the
+integer cells ``{0..L} x {0..L}``, ``L = grid_length``. The kernel is
+`cuda/envs/tag_gridworld.h`, written against `cuda/jaxwarp_env.h` exactly as a
+user env would be; it is built on first use with the FFI handlers of
+`ffi/env_ffi.cc` and a layout header generated from `SPEC` (cached). The
+pure-JAX reference below is its oracle, bit for bit.
 
 | observation, full (f32[envs, N, 4N+1]) | x/L of all, y/L of all, type of all, one-hot self, t/T |
 |---|---|
