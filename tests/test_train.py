@@ -306,7 +306,8 @@ def test_shipped_configs_load_and_build():
     for name in names:
         c = load_config(name, ["backend=cpu"])
         t = build_trainer(c)
-        expected = {"tag_continuous": {"tagger", "runner"}}.get(c.env, {"agent"})
+        expected = {"tag_continuous": {"tagger", "runner"},
+                    "mpe_simple_tag": {"adversary", "agent"}}.get(c.env, {"agent"})
         assert set(t.groups) == expected
     wd = load_config("tag_warpdrive_default")
     assert (wd.num_envs, wd.algorithm, wd.policy("tagger").hidden_sizes) == (100, "a2c",

@@ -162,7 +162,8 @@ def render_draw(p: MPESimpleTagParams, s: dict[str, jax.Array], canvas: Canvas) 
 SPEC = env_spec("mpe_simple_tag", MPESimpleTagParams, tag_obs_dim, tag_reset, tag_step,
                 render_view=render_view, render_draw=render_draw, render_fps=10,  # mpe2's
                 policy_groups=lambda p: {"adversary": np.arange(p.num_adversaries),
-                                         "agent": np.arange(p.num_adversaries, p.num_agents)})
+                                         "agent": np.arange(p.num_adversaries, p.num_agents)},
+                default_config="mpe_simple_tag_ppo")
 
 
 class MPESimpleTag(env_class(SPEC)):  # type: ignore[misc]
