@@ -179,12 +179,41 @@ def _add_eval(sub: Any) -> None:
 MESSAGE_LIMIT = 2000
 
 
+# A failed env build's compiler output, after the error line: at most this
+# many lines, each at most COMPILER_LINE_LIMIT characters.
+COMPILER_LINES = 40
+COMPILER_LINE_LIMIT = 300
+
+
 def _fail(command: str, msg: Any) -> int:
-    text = " ".join(str(msg).split())
+    """Prints the one error line ``jaxwarp CMD: error: ...`` (a message's
+    lines joined) and returns 2; after a failed env build (an EnvBuildError of
+    several lines: its first line, then the compiler's output) the compiler's
+    own lines follow it, indented (`_compiler_lines`)."""
+    first, rest = str(msg), ""
+    if isinstance(msg, Exception) and "\n" in first:
+        from jaxwarp.authoring import EnvBuildError
+
+        if isinstance(msg, EnvBuildError):
+            first, _, rest = first.partition("\n")
+    text = " ".join(first.split())
     if len(text) > MESSAGE_LIMIT:
         text = text[:MESSAGE_LIMIT - 3] + "..."
     print(f"jaxwarp {command}: error: {text}", file=sys.stderr)
+    for line in _compiler_lines(rest):
+        print(line, file=sys.stderr)
     return 2
+
+
+def _compiler_lines(text: str) -> list[str]:
+    """A compiler's output as printed under the error line: indented by two
+    spaces, blank lines at either end dropped, at most COMPILER_LINES lines of
+    at most COMPILER_LINE_LIMIT characters (then how many lines were left out)."""
+    lines = text.strip("\n").splitlines()
+    shown = [("  " + ln.rstrip())[:COMPILER_LINE_LIMIT].rstrip() for ln in lines[:COMPILER_LINES]]
+    if len(lines) > COMPILER_LINES:
+        shown.append(f"  ... {len(lines) - COMPILER_LINES} more lines of compiler output")
+    return shown
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -351,8 +380,7 @@ def _build(names: list[str], backend: str, emit: str | None = None) -> int:
                 spec = env.spec
                 lib = build.compile_library(spec, Path(spec.header), platform, params=env.params)
             except authoring.EnvBuildError as e:
-                print(f"jaxwarp build: error: {e}", file=sys.stderr)
-                return 2
+                return _fail("build", e)
             print(f"{n:20s} {platform:4s} {time.perf_counter() - t:6.1f} s  {lib}")
     return 0
 

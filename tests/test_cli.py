@@ -324,3 +324,49 @@ def test_info_lists_prebuilt_libraries_with_archs_and_missing_compilers(capsys, 
             "  tag_continuous.tag_duel_cpu cpu (env params of the training config "
             "tag_duel_cpu)\n") in out
     assert "c++ compiler: none found\n" in out and "nvcc: none found\n" in out
+
+
+# ---------------------------------------------------------------------------
+# A failed env build: the error line, then the compiler's own lines.
+# ---------------------------------------------------------------------------
+def test_a_compile_error_prints_the_error_line_then_the_compilers_lines(
+        capsys, monkeypatch, tmp_path, captured_train):
+    from jaxwarp.authoring import EnvBuildError, build_env
+    from jaxwarp.envs.cartpole import SPEC
+
+    monkeypatch.setenv("JAXWARP_CACHE_DIR", str(tmp_path / "cache"))
+    lines = Path(SPEC.header).read_text().splitlines()
+    i = next(n for n, ln in enumerate(lines) if "const float td" in ln)
+    lines[i] = "  const float td = s.theta_dott[i];  // typo"
+    header = tmp_path / "my_cartpole.h"
+    header.write_text("\n".join(lines) + "\n")
+    with pytest.raises(EnvBuildError) as e:
+        build_env(SPEC, backend="cpu", header=header)
+
+    def fail_to_build(config, out, **kwargs):
+        raise e.value
+
+    monkeypatch.setattr(loop, "train_run", fail_to_build)
+    assert main(["train", "--env", "cartpole", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"jaxwarp train: error: cartpole: compiling {header} for cpu "
+                             "failed")
+    assert len(err) > 2 and all(ln.startswith("  ") or not ln for ln in err[1:])
+    assert err[1].startswith(f"  {header}:"), err  # the user's file first
+    assert any(ln.startswith(f"  {header}:{i + 1}:") and "theta_dott" in ln for ln in err), err
+
+
+def test_compiler_output_under_the_error_line_is_bounded(capsys):
+    from jaxwarp import cli
+    from jaxwarp.authoring import EnvBuildError
+
+    output = "\n".join(f"line {n} " + "x" * 1000 for n in range(100))
+    assert cli._fail("build", EnvBuildError(f"env: compiling failed\n{output}\n")) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "jaxwarp build: error: env: compiling failed"
+    assert len(err) == 1 + cli.COMPILER_LINES + 1
+    assert err[1].startswith("  line 0 x") and len(err[1]) == cli.COMPILER_LINE_LIMIT
+    assert err[-1] == "  ... 60 more lines of compiler output"
+    # Any other message stays one line.
+    assert cli._fail("train", ValueError("a\nb")) == 2
+    assert capsys.readouterr().err == "jaxwarp train: error: a b\n"
