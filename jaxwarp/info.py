@@ -57,6 +57,7 @@ def report() -> dict[str, Any]:
         libs.append(f"{row['name']} {row['platform']}{archs}{env}")
     return {
         "jaxwarp": f"{jaxwarp.__version__} ({Path(jaxwarp.__file__).parent})",
+        "imported from": package_origin(Path(jaxwarp.__file__).parent),
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),
         "jax": jax.__version__,
@@ -68,6 +69,53 @@ def report() -> dict[str, Any]:
         "nvcc": _compiler(build.find_nvcc),
         "cache": str(build.cache_dir()),
     }
+
+
+def package_origin(package: Path) -> str:
+    """Where the imported jaxwarp package comes from: a source checkout (a
+    ``.git`` or ``pyproject.toml`` beside the package: run from a clone's root,
+    Python imports the clone, not the installed wheel) or an installed package;
+    and, for a checkout, the installed jaxwarp where it is another one."""
+    package = package.resolve()
+    root = package.parent
+    marks = [m for m in (".git", "pyproject.toml") if (root / m).exists()]
+    if not marks:
+        return f"an installed package ({package})"
+    text = f"the source checkout {root} ({' and '.join(marks)} beside the package)"
+    installed = installed_jaxwarp()
+    if installed is None:
+        return f"{text}; no jaxwarp installed"
+    version, editable_from, folder = installed
+    if editable_from is not None and editable_from.resolve() == root:
+        return f"{text}, installed editable (jaxwarp {version})"
+    where = f"editable from {editable_from}" if editable_from is not None else \
+        f"in {folder}" if folder is not None else None
+    if where is None or (folder is not None and folder == package):
+        return text
+    return (f"{text}; not the installed jaxwarp {version} ({where}): Python finds this folder "
+            "first (the current directory or PYTHONPATH); run from elsewhere to use that one")
+
+
+def installed_jaxwarp() -> tuple[str, Path | None, Path | None] | None:
+    """The installed jaxwarp distribution as (version, the folder an editable
+    install points at or None, its package folder or None), or None."""
+    import json
+    from importlib.metadata import PackageNotFoundError, distribution
+    from urllib.parse import unquote, urlparse
+
+    try:
+        dist = distribution("jaxwarp")
+    except PackageNotFoundError:
+        return None
+    editable = None
+    try:
+        url = json.loads(dist.read_text("direct_url.json") or "{}")
+        if url.get("dir_info", {}).get("editable"):
+            editable = Path(unquote(urlparse(url["url"]).path))
+    except (ValueError, AttributeError, KeyError, TypeError):
+        pass
+    init = Path(str(dist.locate_file("jaxwarp/__init__.py")))
+    return dist.version, editable, init.parent.resolve() if init.is_file() else None
 
 
 def format_report(info: dict[str, Any]) -> str:

@@ -290,13 +290,38 @@ def test_info_prints_every_field(capsys, monkeypatch, tmp_path):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     fields = {ln.split(":", 1)[0] for ln in out.splitlines() if ln and not ln.startswith(" ")}
-    assert {"jaxwarp", "python", "platform", "jax", "jaxlib", "devices", "backends", "prebuilt",
-            "c++ compiler", "nvcc", "cache"} <= fields
+    assert {"jaxwarp", "imported from", "python", "platform", "jax", "jaxlib", "devices",
+            "backends", "prebuilt", "c++ compiler", "nvcc", "cache"} <= fields
     assert f"jaxwarp: {jaxwarp.__version__} " in out
     assert f"jax: {jax.__version__}\n" in out and f"jaxlib: {jaxlib.__version__}\n" in out
     assert "  cpu:0" in out  # the devices, one a line
     assert "  jax (pure-JAX reference)" in out and "  cpu (XLA:CPU library loaded)" in out
     assert f"cache: {tmp_path / 'jwcache'}\n" in out
+
+
+def test_info_says_whether_jaxwarp_is_imported_from_a_checkout_or_installed(
+        capsys, monkeypatch, tmp_path):
+    from jaxwarp import info
+
+    assert main(["info"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines()
+                if ln.startswith("imported from: "))
+    assert line.startswith(f"imported from: the source checkout {REPO} (")  # this clone
+    # A clone run from its root while a wheel is installed elsewhere, and the wheel.
+    clone, site = tmp_path / "clone", tmp_path / "site-packages"
+    for folder in (clone / "jaxwarp", site / "jaxwarp"):
+        folder.mkdir(parents=True)
+    (clone / "pyproject.toml").write_text("")
+    monkeypatch.setattr(info, "installed_jaxwarp", lambda: ("0.1.0", None, site / "jaxwarp"))
+    assert info.package_origin(clone / "jaxwarp") == (
+        f"the source checkout {clone} (pyproject.toml beside the package); not the installed "
+        f"jaxwarp 0.1.0 (in {site / 'jaxwarp'}): Python finds this folder first (the current "
+        "directory or PYTHONPATH); run from elsewhere to use that one")
+    assert info.package_origin(site / "jaxwarp") == f"an installed package ({site / 'jaxwarp'})"
+    monkeypatch.setattr(info, "installed_jaxwarp", lambda: ("0.1.0", clone, site / "jaxwarp"))
+    assert info.package_origin(clone / "jaxwarp").endswith(", installed editable (jaxwarp 0.1.0)")
+    monkeypatch.setattr(info, "installed_jaxwarp", lambda: None)
+    assert info.package_origin(clone / "jaxwarp").endswith("; no jaxwarp installed")
 
 
 def test_info_lists_prebuilt_libraries_with_archs_and_missing_compilers(capsys, monkeypatch,
