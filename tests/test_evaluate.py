@@ -492,3 +492,31 @@ def test_seed_band_is_the_t_interval_over_the_seeds_that_have_a_value():
     assert np.isnan(lo[1]) and np.isnan(hi[1])  # one seed: no interval
     assert np.isnan(mean[2])
     assert lo[3] == hi[3] == 2.0
+
+
+def test_eval_beside_a_live_run_reads_only(run_dir, tmp_path, monkeypatch):
+    """A checkpoint the run is still writing (unreadable for a moment) and one
+    rotated away while eval lists them: eval reads the newest it can, moves
+    nothing, and tries again when the list changed under it."""
+    import shutil
+
+    from jaxwarp.run import checkpoint
+
+    out = tmp_path / "live"
+    shutil.copytree(run_dir, out)
+    (out / "checkpoints" / "99").mkdir()  # being written: no metadata yet
+    update = load_run(out).update
+    assert update == 2 and (out / "checkpoints" / "99").is_dir()
+    assert not (out / "checkpoints_corrupt").exists()
+    real, calls = checkpoint.checkpoint_steps, []
+
+    def rotating(folder):  # the first listing names a checkpoint already rotated away
+        calls.append(1)
+        return [7, *real(folder)] if len(calls) == 1 else real(folder)
+
+    monkeypatch.setattr(checkpoint, "checkpoint_steps", rotating)
+    newest = checkpoint._newest_intact
+    monkeypatch.setattr(checkpoint, "_newest_intact", lambda o, steps, a: (
+        (None, [(7, "gone")]) if 7 in steps else newest(o, steps, a)))
+    assert load_run(out).update == 2 and len(calls) >= 2
+

@@ -283,8 +283,8 @@ def _newest_intact(out: Path, steps: list[int], abstract: Any
     return None, skipped
 
 
-def restore_intact(out: Path, abstract: Any, primary: bool = True, stacklevel: int = 3
-                   ) -> tuple[int, Any] | None:
+def restore_intact(out: Path, abstract: Any, primary: bool = True, stacklevel: int = 3,
+                   read_only: bool = False) -> tuple[int, Any] | None:
     """(update, state) of the newest checkpoint that restores with finite
     parameters, or None when there is no checkpoint. Unreadable newer ones are
     moved to checkpoints_corrupt/ with a CheckpointWarning each (so that the
@@ -293,11 +293,25 @@ def restore_intact(out: Path, abstract: Any, primary: bool = True, stacklevel: i
 
     abstract: the state's shapes and shardings (`abstract_state`).
     stacklevel: of the warnings, counted from this function (3: its caller's caller).
+    read_only: a reader beside a live run (eval, render): nothing is moved (a
+    checkpoint being written or rotated away looks unreadable for a moment),
+    and the read is tried again while the folder's checkpoints change under it.
     """
     steps = checkpoint_steps(out)
     if not steps:
         return None
     found, skipped = _newest_intact(out, steps, abstract)
+    for _ in range(3 if read_only else 0):
+        if found is not None or checkpoint_steps(out) == steps:
+            break
+        time.sleep(0.5)  # the run is saving or rotating: read the new list
+        steps = checkpoint_steps(out)
+        found, skipped = _newest_intact(out, steps, abstract)
+    if found is None and read_only:
+        tried = "; ".join(f"update {s}: {why}" for s, why in skipped)
+        raise CheckpointError(f"{out}: no checkpoint could be read ({tried})")
+    if read_only:
+        return found
     if found is None:
         tried = "; ".join(f"update {s}: {why}" for s, why in skipped)
         raise CheckpointError(f"--resume {out}: no intact checkpoint ({tried}); start a new "

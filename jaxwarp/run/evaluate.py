@@ -83,7 +83,8 @@ def _restore(run_dir: str | Path):
     here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here),
                             jax.eval_shape(jax.vmap(trainer.init), keys))
-    restored = restore_intact(out, abstract, primary=is_primary()) \
+    # Read only: a run may be training in this folder (nothing moved, retried).
+    restored = restore_intact(out, abstract, primary=is_primary(), read_only=True) \
         if (out / "checkpoints").exists() else None
     if restored is None:
         raise FileNotFoundError(f"--run {out}: no checkpoint to evaluate (the run saves one "
