@@ -103,7 +103,7 @@ def _help(capsys, *argv: str) -> str:
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("command", ["", "train", "eval", "render", "configs", "envs",
+@pytest.mark.parametrize("command", ["", "train", "sweep", "eval", "render", "configs", "envs",
                                      "build"])
 def test_help_shows_plain_text(command, capsys):
     text = _help(capsys, *([command] if command else []))
