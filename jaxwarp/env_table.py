@@ -22,7 +22,7 @@ def env_rows() -> list[dict[str, Any]]:
     rows = []
     for name in registry.registered_envs():
         spec = registry.env_spec(name)
-        env_cls = registry._REGISTRY[name][0]
+        env_cls = registry.registered_env_class(name)
         rows.append({
             "name": name,
             "agents": spec.num_agents(spec.params_type()) if spec is not None else None,
@@ -45,7 +45,7 @@ def _backends(spec: Any) -> list[str]:
     where the library for its default params is not prebuilt but a compiler
     is found to build it."""
     from jaxwarp import _ffi
-    from jaxwarp.authoring import build, generated_source
+    from jaxwarp.authoring import build, generated_source, prebuilt
     from jaxwarp.authoring.spec import EnvBuildError
 
     header = Path(spec.header)
@@ -54,12 +54,13 @@ def _backends(spec: Any) -> list[str]:
     for platform, find_compiler in [*platforms, ("cpu", build.find_cxx)]:
         try:
             src = generated_source(spec, platform, header=header)
-            if build._prebuilt(spec, header, platform, src) is not None:
+            arch = int(build.gpu_arch()) if platform == "cuda" else None
+            if prebuilt.find(spec.name, header, platform, src, arch) is not None:
                 out.append(platform)
                 continue
             find_compiler()
             out.append(f"{platform}*")
-        except (EnvBuildError, OSError):
+        except (EnvBuildError, OSError, ValueError):
             continue
     return [*out, "jax"]
 

@@ -166,6 +166,13 @@ def env_spec(name: str) -> EnvSpec | None:
     return _SPECS.get(name) if name in _REGISTRY else None
 
 
+def registered_env_class(name: str) -> type:
+    """The env class `make` builds a registered env with (ValueError: not registered)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown env {name!r}; registered envs: {registered_envs()}")
+    return _REGISTRY[name][0]
+
+
 def env_configs(name: str) -> tuple[str, ...]:
     """The named configs of a registered env (``make(name, config=...)``)."""
     if name not in _REGISTRY:
