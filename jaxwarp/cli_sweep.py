@@ -60,8 +60,9 @@ def sweep(args: argparse.Namespace) -> int:
                            progress="lines" if args.no_progress else True, sweep=sw)
     except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,
             EnvBuildError) as e:
-        print(f"jaxwarp sweep: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+        from jaxwarp.cli import _fail  # one line; a compiler's own lines below it
+
+        return _fail("sweep", e)
     except KeyboardInterrupt:
         print(f"jaxwarp sweep: interrupted; continue with: jaxwarp sweep --resume {out}",
               file=sys.stderr)
