@@ -878,7 +878,7 @@ def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> bool:
     if ctrl_c is not None and ctrl_c.pressed:
         return False
     try:
-        frames = render_run(run)  # one episode
+        frames = render_run(run, size=GIF_PANEL_PX)  # one episode
         if primary:
             with writing(out, GIF_FILE):  # a full disk: one line (StorageError)
                 write_gif(frames, out / GIF_FILE)
@@ -886,6 +886,9 @@ def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> bool:
         print(f"jaxwarp train: warning: no GIF: {' '.join(str(e).split())}", file=sys.stderr)
     return True
 
+
+# A panel's width and height in the GIF a finished run writes (two panels side by side).
+GIF_PANEL_PX = 256
 
 # The GIF of a finished run's trained policies beside random ones.
 GIF_FILE = "trained_vs_random.gif"

@@ -252,6 +252,19 @@ def test_gif_panels_are_labelled_with_step_and_score(cartpole_run):
     assert one.shape == (2, LINE_PX + 2 + 8, 8, 3)
 
 
+def test_gif_text_grows_with_the_panel():
+    """A finished run's GIF has 256-pixel panels; their header text is drawn a
+    tenth of the panel high, not in the 8-pixel bitmap font."""
+    from jaxwarp.cli import GIF_PANEL_PX
+    from jaxwarp.run.evaluate import label_panels, line_px
+
+    assert GIF_PANEL_PX == 256 and line_px(256) == 25 and line_px(64) == 12
+    out = label_panels(np.zeros((1, 256, 256, 3), np.uint8), [["trained, seed 3", "step 12"]])
+    assert out.shape == (1, 2 * 25 + 2 + 256, 256, 3)
+    ink = np.flatnonzero((out[0, :25] < 100).any(axis=(1, 2)))  # the first line's rows
+    assert ink.max() - ink.min() >= 12, ink  # taller than the bitmap font's 8 pixels
+
+
 def test_a_trained_policy_from_python_as_documented(cartpole_run, capsys):
     """docs/models.md, "Using a trained policy from Python": the snippet runs."""
     import jax

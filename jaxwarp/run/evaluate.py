@@ -377,7 +377,7 @@ def render_run(run: LoadedRun, steps: int | None = None, size: int = 128, seed: 
     policies (left) and uniformly random ones (right), from the same start
     (same key). steps None: one episode, `jaxwarp.core.episode_length(env)`
     steps (see `jaxwarp.render.rollout_states`). labels: a header above each
-    side (`label_panels`) naming it ("trained" / "random") with the step and
+    side (`label_panels`) naming it ("trained, seed S" / "random") with the step and
     each group's score so far (its agents' mean return this episode); False:
     no header (header 0). Raises ValueError for an env with no renderer."""
     from jaxwarp.render import render_frames, rollout_states
@@ -391,7 +391,8 @@ def render_run(run: LoadedRun, steps: int | None = None, size: int = 128, seed: 
     if labels:
         sides = [label_panels(side, [[title] + _score_lines(s, groups, t)
                                      for t in range(side.shape[0])])
-                 for side, s, title in zip(sides, states, ("trained", "random"))]
+                 for side, s, title in zip(sides, states, (f"trained, seed {run.seed}",
+                                                           "random"))]
     gap = np.full(sides[0].shape[:2] + (max(size // 32, 1), 3), 128, np.uint8)  # grey line
     return np.concatenate([sides[0], gap, sides[1]], axis=2)
 
@@ -411,24 +412,36 @@ def _score_lines(states: Any, groups: Mapping[str, Sequence[int]], t: int) -> li
     return lines
 
 
-LINE_PX = 12  # header text line height (Pillow's built-in font)
+LINE_PX = 12  # header text line height at the least (Pillow's built-in font)
+
+
+def line_px(width: int) -> int:
+    """A header line's height over a panel `width` pixels wide: the text grows
+    with the panel (a tenth of its width), LINE_PX at the least."""
+    return max(LINE_PX, width // 10)
 
 
 def label_panels(frames: np.ndarray, lines: Sequence[Sequence[str]]) -> np.ndarray:
-    """u8[T, LINE_PX * n + 2 + H, W, 3]: each frame of u8[T, H, W, 3] under a
-    white header with its lines of text (lines[t], n of them, in black; text
-    wider than W is cut off). The envs' own drawing is untouched."""
-    from PIL import Image, ImageDraw
+    """u8[T, line_px(W) * n + 2 + H, W, 3]: each frame of u8[T, H, W, 3] under
+    a white header with its lines of text (lines[t], n of them, in black, the
+    font scaled to the panel; text wider than W is cut off). The envs' own
+    drawing is untouched."""
+    from PIL import Image, ImageDraw, ImageFont
 
     frames = np.asarray(frames)
     n = max((len(x) for x in lines), default=0)
-    head = LINE_PX * n + 2
+    step = line_px(frames.shape[2])
+    try:  # Pillow >= 10.1 scales its built-in font; older ones keep the 8-pixel bitmap
+        font = ImageFont.load_default(size=step - 3) if step > LINE_PX else None
+    except TypeError:
+        font = None
+    head = step * n + 2
     out = np.full((frames.shape[0], head + frames.shape[1]) + frames.shape[2:], 255, np.uint8)
     out[:, head:] = frames
     for t, text in enumerate(lines):
         img = Image.fromarray(out[t, :head])
         pen = ImageDraw.Draw(img)
         for i, line in enumerate(text):
-            pen.text((2, 1 + LINE_PX * i), line, fill=(0, 0, 0))
+            pen.text((2, 1 + step * i), line, fill=(0, 0, 0), font=font)
         out[t, :head] = np.asarray(img)
     return out
