@@ -287,10 +287,9 @@ def _render(args: argparse.Namespace) -> int:
                     f"{RENDER_BYTES_LIMIT >> 30} GiB at most); got {args.steps:,}")
     if not args.fps > 0:
         return fail(f"--fps must be > 0; got {args.fps}")
-    import jax
 
     from jaxwarp.authoring import EnvBuildError
-    from jaxwarp.render import render_frames, rollout_states, write_gif
+    from jaxwarp.render import write_gif
 
     try:
         if args.run:
@@ -303,8 +302,7 @@ def _render(args: argparse.Namespace) -> int:
             for module in modules:
                 _import_env_module(module)
             env = jaxwarp.make(args.env, backend=args.backend, config=args.config)
-            states = rollout_states(env, jax.random.key(args.seed), 1, args.steps)
-            frames = jax.jit(lambda s: render_frames(env, s, size=args.size))(states)
+            frames = _random_frames(env, args)
             default = Path(f"{args.env}.gif")
         # (as eval's --json: a link given as --out is followed, one in a run folder not)
         path = write_gif(frames, os.path.realpath(args.out) if args.out else default,
@@ -313,6 +311,23 @@ def _render(args: argparse.Namespace) -> int:
         return fail(e)
     print(path)
     return 0
+
+
+def _random_frames(env: Any, args: argparse.Namespace) -> Any:
+    """`jaxwarp render --env`'s frames: one env at random, each frame under a
+    header naming the env, the step, the episode and each group's score."""
+    import jax
+    import numpy as np
+
+    from jaxwarp.render import render_frames, rollout_states
+    from jaxwarp.run.evaluate import label_panels, score_lines
+    from jaxwarp.train.policy import Groups
+
+    states = rollout_states(env, jax.random.key(args.seed), 1, args.steps)
+    frames = np.asarray(jax.jit(lambda s: render_frames(env, s, size=args.size))(states))
+    groups = Groups.of(env).ids
+    return label_panels(frames, [[f"{args.env}, random actions", *score_lines(states, groups, t)]
+                                 for t in range(frames.shape[0])])
 
 
 def _emit(names: list[str], backend: str, out: str) -> int:

@@ -240,7 +240,7 @@ def test_gif_panels_are_labelled_with_step_and_score(cartpole_run):
     from jaxwarp.run.evaluate import LINE_PX, label_panels, load_run, render_run
 
     frames = render_run(load_run(cartpole_run), steps=3, size=64)
-    head = LINE_PX * 3 + 2  # "trained"/"random", "step t", "score s"
+    head = LINE_PX * 4 + 2  # "trained, seed 0"/"random", "step t", "episode k", "score s"
     assert frames.shape == (4, head + 64, 64 + 2 + 64, 3) and frames.dtype == np.uint8
     header = frames[:, :head]
     assert (header < 100).any(axis=(1, 2, 3)).all()  # black text on every frame's header

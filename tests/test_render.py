@@ -128,8 +128,24 @@ def test_cli_render_writes_gif(tmp_path, capsys):
     assert cli_main(["render", "--env", "cartpole", "--steps", "6", "--backend", "jax",
                      "--size", "48", "--out", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out)
-    with Image.open(out) as im:
-        assert im.n_frames == 7 and im.size == (48, 48)
+    with Image.open(out) as im:  # each frame under a header of 4 lines of 12 pixels:
+        # the env and "random actions", the step, the episode, the score
+        assert im.n_frames == 7 and im.size == (48, 4 * 12 + 2 + 48)
+
+
+def test_render_header_counts_the_episodes():
+    import jax
+
+    from jaxwarp.render import rollout_states
+    from jaxwarp.run.evaluate import score_lines
+
+    env = jaxwarp.make("cartpole", backend="jax")
+    states = rollout_states(env, jax.random.key(0), 1, 200)  # random play: short episodes
+    clock = np.asarray(states.timestep[:, 0])
+    restarts = int(np.sum(np.diff(clock) < 0))
+    assert restarts >= 2
+    assert score_lines(states, {"agent": [0]}, 0)[:2] == ["step 0", "episode 1"]
+    assert score_lines(states, {"agent": [0]}, 200)[1] == f"episode {restarts + 1}"
 
 
 def test_cli_render_unknown_env(capsys):

@@ -389,7 +389,7 @@ def render_run(run: LoadedRun, steps: int | None = None, size: int = 128, seed: 
               for on in (True, False)]
     sides = [np.asarray(draw(s)) for s in states]
     if labels:
-        sides = [label_panels(side, [[title] + _score_lines(s, groups, t)
+        sides = [label_panels(side, [[title] + score_lines(s, groups, t)
                                      for t in range(side.shape[0])])
                  for side, s, title in zip(sides, states, (f"trained, seed {run.seed}",
                                                            "random"))]
@@ -397,11 +397,17 @@ def render_run(run: LoadedRun, steps: int | None = None, size: int = 128, seed: 
     return np.concatenate([sides[0], gap, sides[1]], axis=2)
 
 
-def _score_lines(states: Any, groups: Mapping[str, Sequence[int]], t: int) -> list[str]:
-    """["step t", "<group> <score>" ...] of env 0 at frame t: the return of
-    its current episode so far (mean over the group's agents; the state's
-    ``episode_return``, where the env keeps one)."""
+def score_lines(states: Any, groups: Mapping[str, Sequence[int]], t: int) -> list[str]:
+    """["step t", "episode k", "<group> <score>" ...] of env 0 at frame t:
+    which episode it plays (counted from 1 where the state's ``timestep``
+    restarts; absent without one) and the return of its current episode so
+    far (mean over the group's agents; the state's ``episode_return``, where
+    the env keeps one)."""
     lines = [f"step {t}"]
+    clock = getattr(states, "timestep", None)
+    if clock is not None:
+        c = np.asarray(clock[: t + 1, 0]).reshape(t + 1, -1)[:, 0]
+        lines.append(f"episode {1 + int(np.sum(np.diff(c) < 0))}")
     ret = getattr(states, "episode_return", None)
     if ret is None:
         return lines
