@@ -254,6 +254,17 @@ def _eval(args: argparse.Namespace) -> int:
 RENDER_BYTES_LIMIT = 2 << 30
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    """`jaxwarp sweep` (jaxwarp/cli_sweep.py), its bad input in one line (exit 2)."""
+    from jaxwarp.authoring import EnvBuildError
+
+    try:
+        return sweep(args)
+    except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,
+            EnvBuildError) as e:
+        return _fail("sweep", e)
+
+
 def _render(args: argparse.Namespace) -> int:
     from jaxwarp.train.config import SEED_LIMIT
 
@@ -924,7 +935,7 @@ def _bigger_eval(path: Path, result: dict[str, Any]) -> int | None:
 
 # What each command runs (`_main`).
 _RUN = {
-    "train": _train, "sweep": sweep, "eval": _eval, "render": _render, "configs": _configs,
+    "train": _train, "sweep": _sweep, "eval": _eval, "render": _render, "configs": _configs,
     "envs": _envs, "info": _info,
     "build": lambda args: _build(list(args.envs), args.backend, args.emit),
 }

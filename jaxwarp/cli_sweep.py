@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jaxwarp.errors import ConfigError, RunError
+from jaxwarp.errors import ConfigError
 
 
 def add_sweep(sub: Any) -> None:
@@ -49,20 +49,15 @@ def add_sweep(sub: Any) -> None:
 
 
 def sweep(args: argparse.Namespace) -> int:
-    """`jaxwarp sweep`: exit status (2: bad input, 130: interrupted)."""
-    from jaxwarp.authoring import EnvBuildError
+    """`jaxwarp sweep`: exit status (130: interrupted). Bad input raises
+    (ConfigError, ValueError, RunError, ...): `jaxwarp.cli` prints it in one
+    line and exits 2."""
+    out, config, sw = _resume_args(args) if args.resume else _new_args(args)
+    from jaxwarp.run.loop import train_run
 
     try:
-        out, config, sw = _resume_args(args) if args.resume else _new_args(args)
-        from jaxwarp.run.loop import train_run
-
         result = train_run(config, out, seeds=args.seeds, resume=bool(args.resume),
                            progress="lines" if args.no_progress else True, sweep=sw)
-    except (ConfigError, FileExistsError, FileNotFoundError, ValueError, RunError,
-            EnvBuildError) as e:
-        from jaxwarp.cli import _fail  # one line; a compiler's own lines below it
-
-        return _fail("sweep", e)
     except KeyboardInterrupt:
         print(f"jaxwarp sweep: interrupted; continue with: jaxwarp sweep --resume {out}",
               file=sys.stderr)
