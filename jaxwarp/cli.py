@@ -532,10 +532,12 @@ def _resume(args: argparse.Namespace, progress: bool | str) -> int:
     total_env_steps=N), then `_after_run`; for a run whose updates are all
     done, the after-training outputs it lacks (`_finish_outputs`), or a note
     that it is complete."""
-    from jaxwarp.run.checkpoint import read_after_training
+    from jaxwarp.run.checkpoint import read_after_training, read_saved_sweep
     from jaxwarp.run.loop import train_run
 
     out = Path(args.resume)
+    if read_saved_sweep(out) is not None:
+        raise ConfigError(f"{out} holds a sweep; continue it with: jaxwarp sweep --resume {out}")
     config = _resume_config(args)
     if config is not None:
         _check_update_count(config)

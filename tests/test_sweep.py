@@ -188,6 +188,9 @@ def test_a_stopped_sweep_resumes_to_the_uninterrupted_one(tmp_path, capsys):
         json.loads((tmp_path / "whole/sweep.json").read_text())["ranked"]
     code = cli_main(["sweep", "--resume", str(tmp_path / "cut"), "ent_coef=0,1"])
     assert code == 2 and "drop the overrides" in capsys.readouterr().err
+    code = cli_main(["train", "--resume", str(tmp_path / "cut")])
+    assert code == 2 and "holds a sweep; continue it with: jaxwarp sweep --resume" in \
+        capsys.readouterr().err
 
 
 _TWO_DEVICES = r'''
