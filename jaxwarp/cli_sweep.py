@@ -11,6 +11,7 @@ Like `jaxwarp.cli`, nothing heavy at module level.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -76,6 +77,7 @@ def _new_args(args: argparse.Namespace) -> tuple[str, Any, Any]:
         plain.insert(0, f"env={args.env}")
     source = args.config or (default_config_for(args.env) if args.env else None)
     config = load_config(source, plain)
+    sw = dataclasses.replace(sw, seed=config.seed)  # the draws follow the config's seed
     configs = sw.configs(config)
     same_program(config, configs)
     try:

@@ -133,6 +133,7 @@ def test_cli_sweep_writes_the_ranked_report_and_a_trainable_best(tmp_path, capsy
     assert "rank" in out and f"jaxwarp train --config {folder / 'best.yaml'}" in out
     saved = yaml.safe_load((folder / "config.yaml").read_text())
     assert saved["seeds"] == 2 and len(saved["sweep"]["settings"]) == 4
+    assert saved["sweep"]["seed"] == saved["config"]["seed"] == 0
     # eval plays the best setting's two seeds (the checkpoint holds all eight runs)
     from jaxwarp.run.evaluate import load_runs
 
