@@ -1582,7 +1582,8 @@ def _sweep_row(data: dict) -> list[str]:
                                                 f" (at least: {done} of {n} runs timed)")
     return [config, f"{n} x {data['seeds']}", f"{data['env_steps_per_run']:,}",
             f"{sweep['wall_s']:.1f} s (compile {sweep['compile_s']:.1f} s)",
-            f"{seq:.0f} s for {done} runs ({statistics.mean(r['wall_s'] for r in runs):.1f} s each)",
+            f"{seq:.0f} s for {done} runs "
+            f"({statistics.mean(r['wall_s'] for r in runs):.1f} s each)",
             speed]
 
 

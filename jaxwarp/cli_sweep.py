@@ -108,9 +108,9 @@ def _report(result: Any, threshold: float | None) -> int:
     from jaxwarp.units import rate_text
 
     s, out = result.summary, Path(result.out_dir)
+    rate = rate_text(s["env_steps_per_s"], s.get("agents_per_env"), s.get("device"))
     print(f"{s['updates']}/{s['num_updates']} updates of {s['settings']} settings x "
-          f"{s['seeds']} seed(s); {rate_text(s['env_steps_per_s'], s.get('agents_per_env'), s.get('device'))} "
-          f"(compile {s['compile_s']:.1f} s)")
+          f"{s['seeds']} seed(s); {rate} (compile {s['compile_s']:.1f} s)")
     if "sweep" not in s:
         return 0
     rep = s["sweep"]

@@ -40,7 +40,7 @@ import numpy as np
 
 from jaxwarp.core import episode_length
 from jaxwarp.sampler import sample_actions
-from jaxwarp.train.seeds import seed_keys
+from jaxwarp.train.seeds import member_keys
 
 
 class EpisodesUnfinished(ValueError):
@@ -79,7 +79,7 @@ def _restore(run_dir: str | Path):
     # over several processes each process restores its own copy (no array may
     # span another process's devices: the host reads every figure).
     trainer = build_trainer(dataclasses.replace(config, devices=1), local=True)
-    keys = np.tile(np.asarray(seed_keys(config.seed, seeds)), (max(1, len(settings)), 1))
+    keys = member_keys(config.seed, seeds, len(settings))
     here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here),
                             jax.eval_shape(jax.vmap(trainer.init), keys))

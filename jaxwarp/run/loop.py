@@ -107,8 +107,9 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
               env: Any = None, models: Mapping[str, Any] | None = None,
               devices: int | None = None, after_training: Mapping[str, Any] | None = None,
               sweep: Sweep | None = None) -> RunResult:
-    """Trains `seeds` seeds of `config` (seed, seed+1, ...) in one program;
-    with `sweep`, each of its settings with those seeds (docs/sweeps.md). out_dir receives config.yaml, metrics.jsonl/.csv, tensorboard/ (with
+    """Trains `seeds` seeds of `config` (seed, seed+1, ...) in one program; with
+    `sweep`, each of its settings with those seeds (docs/sweeps.md). out_dir
+    receives config.yaml, metrics.jsonl/.csv, tensorboard/ (with
     tensorboardX), checkpoints/ (Orbax), summary.json and learning_curve.png
     (with matplotlib). resume: continue the run saved in out_dir (its
     config.yaml; `config` None or equal to it but for devices, or for a larger

@@ -18,7 +18,6 @@ import warnings
 from pathlib import Path
 
 import jax
-import numpy as np
 
 from jaxwarp.errors import CheckpointError, CheckpointWarning, ConfigError
 from jaxwarp.run import distributed
@@ -27,7 +26,7 @@ from jaxwarp.run.checkpoint import (abstract_state, read_saved_config, read_save
 from jaxwarp.run.metrics import METRICS_JSONL
 from jaxwarp.run.state import Run
 from jaxwarp.train.config import TrainConfig, derived, validate
-from jaxwarp.train.seeds import seed_keys
+from jaxwarp.train.seeds import member_keys
 from jaxwarp.train.sweep import Sweep, same_program, setting_config, stacked_hyper
 
 
@@ -105,10 +104,7 @@ def restore_or_init(run: Run, resume: bool, progress: bool | str) -> None:
     update), else the initial state of every seed. Called by `loop._start`
     (called by `loop.train_run`): the warnings' stack levels point at
     train_run's caller."""
-    # Host data (the same on every process, replicated by jit); member
-    # k * seeds + s of a sweep: seed + s.
-    keys = np.tile(np.asarray(seed_keys(run.config.seed, run.seeds)),
-                   (max(1, len(run.settings)), 1))
+    keys = member_keys(run.config.seed, run.seeds, len(run.settings))
     init = jax.jit(jax.vmap(run.trainer.init))
     out, primary = run.out, run.primary
     abstract = abstract_state(run.trainer, init, keys, run.member_mesh) \

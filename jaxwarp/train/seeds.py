@@ -37,3 +37,10 @@ def seed_keys(seed: int, seeds: int) -> jax.Array:
     check_seeds(seed, seeds)
     ids = np.arange(seed, seed + seeds, dtype=np.int64).astype(np.int32)  # < 2**31: exact
     return jax.vmap(jax.random.PRNGKey)(jnp.asarray(ids))
+
+
+def member_keys(seed: int, seeds: int, settings: int = 0) -> np.ndarray:
+    """The keys of a run's members as host data (the same on every process):
+    `seed_keys` for a plain run (``settings`` 0), repeated once per setting
+    for a sweep (member ``k * seeds + s``: setting k, seed ``seed + s``)."""
+    return np.tile(np.asarray(seed_keys(seed, seeds)), (max(1, settings), 1))

@@ -28,6 +28,7 @@ from jaxwarp.errors import ConfigError
 from jaxwarp.params_check import quoted
 from jaxwarp.train.config import PolicyConfig, TrainConfig, config_from_dict, merge
 from jaxwarp.train.hyper import GROUP_SWEEPABLE, SWEEPABLE, Hyper
+from jaxwarp.train.trainer import build_trainer
 
 # Settings in one sweep at most (each trains `seeds` members; MAX_SEEDS bounds the product).
 MAX_SETTINGS = 4096
@@ -228,8 +229,6 @@ def make_sweep(config: TrainConfig, sweep: Sweep, env: Any = None,
     ``jaxwarp.train.seeds.seed_keys(seed, seeds)``): members ``settings x
     seeds``, member ``k * seeds + s`` setting k with key s; one pure function,
     ``jax.jit`` runs the whole sweep as one program."""
-    from jaxwarp.train.trainer import build_trainer  # the trainer imports this module's layer
-
     trainer = build_trainer(config, env=env, models=models)
     configs = sweep.configs(config)
     same_program(config, configs)
