@@ -23,14 +23,12 @@ identical (checked).
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import jax
 
 import jaxwarp
-from jaxwarp.benchmark import run_meta
+from jaxwarp.benchmark import run_meta, write_result
 
 CASES = [("warpdrive_default", 100), ("warpdrive_default", 2000), ("large", 500)]
 PYCUDA_CASES = [("tag_gridworld", "warpdrive_default", 100), ("tag_gridworld", "warpdrive_default", 2000),
@@ -175,9 +173,7 @@ def main() -> None:
     meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     meta.update(run_meta())  # commit, command, device
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    print(f"wrote {args.out}")
+    write_result(args.out, {"meta": meta, "results": results})
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ ratios.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -32,7 +31,7 @@ import jax.numpy as jnp
 
 import jaxwarp
 from patches.apply import variant  # experiments/patches
-from jaxwarp.benchmark import protocol_actions, run_meta
+from jaxwarp.benchmark import protocol_actions, run_meta, write_result
 from jaxwarp.train.trainer import import_env_module
 from jaxwarp.units import device_name, rate_text
 
@@ -267,9 +266,7 @@ def main() -> None:
             "argv": sys.argv[1:],
             "python": sys.version.split()[0], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     meta.update(run_meta())  # commit, command, device
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    print(f"wrote {args.out}")
+    write_result(args.out, {"meta": meta, "results": results})
 
 
 if __name__ == "__main__":

@@ -17,18 +17,22 @@ roofline (bytes per env-step below, bandwidth measured in the same run).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import jaxwarp
-from jaxwarp.benchmark import protocol_actions, run_meta
+from jaxwarp.benchmark import (
+    add_bench_arguments,
+    bench_backends,
+    protocol_actions,
+    run_meta,
+    write_result,
+)
 from jaxwarp.units import device_name, rate_text
 
 # 10,000 agents per env: `large` with 500 taggers and 9,500 runners in an arena
@@ -128,11 +132,7 @@ def bench_one(config: str, backend: str, num_envs: int, steps: int, repeats: int
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backends", default=None,
-                    help="comma-separated; default: cuda,jax with a GPU, else cpu,jax")
-    ap.add_argument("--small", action="store_true", help="CPU-sized configurations")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default="experiments/results/bench_env.json")
+    add_bench_arguments(ap, "experiments/results/bench_env.json", "CPU-sized configurations")
     ap.add_argument("--hashed", action="store_true",
                     help="actions hashed from the step index (the kernel alone), not read "
                          "from the observations")
@@ -146,8 +146,7 @@ def main() -> None:
     args = ap.parse_args()
 
     gpu = jaxwarp.gpu_available()
-    backends = args.backends.split(",") if args.backends else (
-        ["cuda", "jax"] if gpu else ["cpu", "jax"])
+    backends = bench_backends(args.backends, gpu)
     cases = SMALL_CASES if args.small else GPU_CASES
     if args.configs:
         cases = [c for c in cases if c[0] in args.configs.split(",")]
@@ -221,13 +220,11 @@ def main() -> None:
               f"{100 * r['roofline_fraction']:.1f}% | {r['compile_s']:.1f} | "
               f"{'' if ratio is None else f'{ratio:.2f}x'} |")
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(
+    print()
+    write_result(args.out, dict(
         device=device.device_kind, platform=device.platform, jax=jax.__version__,
         python=platform.python_version(), measured_bandwidth_bytes_per_s=bandwidth,
-        results=results, kernel_over_jax=ratios, variants=variants, meta=run_meta()), indent=2))
-    print(f"\nwrote {out}")
+        results=results, kernel_over_jax=ratios, variants=variants, meta=run_meta()))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ output's metadata says so.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -44,7 +43,7 @@ import numpy as np
 
 import jaxwarp
 from jaxwarp.adapters.gymnasium import JaxwarpVectorEnv
-from jaxwarp.benchmark import run_meta
+from jaxwarp.benchmark import run_meta, write_result
 from jaxwarp.units import rate_text
 
 SIZES = (64, 1024, 8192)
@@ -236,9 +235,7 @@ def main() -> None:
     out = {"env": args.env, "meta": meta, "results": results}
     print(markdown_table(results, args.env, device))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
-        print(f"wrote {args.out}")
+        write_result(args.out, out, indent=1, end="\n")
 
 
 if __name__ == "__main__":

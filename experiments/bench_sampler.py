@@ -17,17 +17,15 @@ and microseconds per `sample_actions` call (scan overhead included).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
 import jaxwarp
-from jaxwarp.benchmark import run_meta
+from jaxwarp.benchmark import add_bench_arguments, bench_backends, run_meta, write_result
 from jaxwarp.sampler import sample_actions
 
 # (rows, nvec, draws per timed call). 220000 rows of (21, 21): Tag at 2000
@@ -73,16 +71,11 @@ def bench_one(backend: str, rows: int, nvec: tuple[int, ...], draws: int, repeat
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backends", default=None,
-                    help="comma-separated; default: cuda,jax with a GPU, else cpu,jax")
-    ap.add_argument("--small", action="store_true", help="CPU-sized shapes")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default="experiments/results/bench_sampler.json")
+    add_bench_arguments(ap, "experiments/results/bench_sampler.json", "CPU-sized shapes")
     args = ap.parse_args()
 
     gpu = jaxwarp.gpu_available()
-    backends = args.backends.split(",") if args.backends else (
-        ["cuda", "jax"] if gpu else ["cpu", "jax"])
+    backends = bench_backends(args.backends, gpu)
     cases = SMALL_CASES if args.small else GPU_CASES
     device = jax.devices("gpu")[0] if gpu else jax.devices("cpu")[0]
     print(f"device: {device.device_kind}")
@@ -111,14 +104,11 @@ def main() -> None:
         print(f"| {r['rows']} | {tuple(r['nvec'])} | {r['backend']} | {r['us_per_draw']:.1f} | "
               f"{r['g_logits_per_s']:.3f} | {'' if ratio is None else f'{ratio:.2f}x'} |")
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(
+    print()
+    write_result(args.out, dict(
         device=device.device_kind, platform=device.platform, jax=jax.__version__,
         python=platform.python_version(), results=results, kernel_over_jax=ratios,
-        meta=run_meta()),
-        indent=2))
-    print(f"\nwrote {out}")
+        meta=run_meta()))
 
 
 if __name__ == "__main__":

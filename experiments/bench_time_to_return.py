@@ -117,75 +117,59 @@ COMMON = {"update_epochs": 4, "num_minibatches": 4, "anneal_lr": True, "gamma": 
               "clip_eps": 0.2, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
               "hidden_sizes": (64, 64), "activation": "tanh"}
 
+def _sizes(num_envs: int, num_steps: int, total_env_steps: int, lr: float) -> dict[str, Any]:
+    """One scale of a case: its batch, its env-steps per seed and its learning rate."""
+    return {"num_envs": num_envs, "num_steps": num_steps, "total_env_steps": total_env_steps,
+            "lr": lr}
+
+
+def _case(jaxwarp_config: str, group: str, peer: str, peer_label: str,
+          scales: dict[str, dict[str, Any]], **hyperparameters: Any) -> dict[str, Any]:
+    """A case: the shipped config jaxwarp trains and the group whose return is
+    timed, the peer (its implementation and label), the sizes per scale and
+    the hyperparameters that differ from COMMON (both sides)."""
+    case = {"jaxwarp_config": jaxwarp_config, "group": group, "peer": peer,
+            "peer_label": peer_label, "scales": scales}
+    if hyperparameters:
+        case["hyperparameters"] = hyperparameters
+    return case
+
+
 # case -> what it compares, and per scale the sizes (env-steps are per seed).
 CASES: dict[str, dict[str, Any]] = {
-    "mpe": {
-        "jaxwarp_config": "mpe_simple_spread_ppo",
-        "group": "agent",
-        "peer": "ippo_jaxmarl",
-        "peer_label": "pure-JAX IPPO on JaxMARL MPE_simple_spread_v3",
-        "scales": {
-            # JaxMARL baselines/IPPO/config/ippo_ff_mpe.yaml
-            "paper": {"num_envs": 16, "num_steps": 128, "total_env_steps": 10_000_000, "lr": 2.5e-4},
-            # GPU-sized batch: 64x the envs, a rollout of 32 steps (about one 26-step
-            # episode), JaxMARL's other settings; 2x the env-steps.
-            "gpu": {"num_envs": 1024, "num_steps": 32, "total_env_steps": 20_000_000, "lr": 2.5e-4},
-        },
-    },
-    "mpe_rnn": {
-        "jaxwarp_config": "mpe_simple_spread_ppo",
-        "group": "agent",
-        "peer": "ippo_rnn_jaxmarl",
-        "peer_label": "pure-JAX IPPO-RNN on JaxMARL MPE_simple_spread_v3",
+    "mpe": _case(
+        "mpe_simple_spread_ppo", "agent", "ippo_jaxmarl",
+        "pure-JAX IPPO on JaxMARL MPE_simple_spread_v3",
+        # JaxMARL baselines/IPPO/config/ippo_ff_mpe.yaml; gpu: 64x the envs, a rollout
+        # of 32 steps (about one 26-step episode), JaxMARL's other settings; 2x the env-steps.
+        {"paper": _sizes(16, 128, 10_000_000, 2.5e-4),
+         "gpu": _sizes(1024, 32, 20_000_000, 2.5e-4)}),
+    "mpe_rnn": _case(
+        "mpe_simple_spread_ppo", "agent", "ippo_rnn_jaxmarl",
+        "pure-JAX IPPO-RNN on JaxMARL MPE_simple_spread_v3",
+        # gpu as the mpe case's: 64x the envs, 32-step rollouts (BPTT over 32)
+        {"paper": _sizes(16, 128, 10_000_000, 5e-4), "gpu": _sizes(1024, 32, 20_000_000, 5e-4)},
         # JaxMARL baselines/IPPO/config/ippo_rnn_mpe.yaml (FC_DIM_SIZE, GRU_HIDDEN_DIM;
         # its networks use ReLU whatever ACTIVATION says)
-        "hyperparameters": {"model": "gru", "hidden_sizes": (128,), "rnn_size": 128,
-                            "activation": "relu", "num_minibatches": 2, "clip_eps": 0.3,
-                            "vf_coef": 1.0},
-        "scales": {
-            "paper": {"num_envs": 16, "num_steps": 128, "total_env_steps": 10_000_000, "lr": 5e-4},
-            # as the mpe case's gpu scale: 64x the envs, 32-step rollouts (BPTT over 32)
-            "gpu": {"num_envs": 1024, "num_steps": 32, "total_env_steps": 20_000_000, "lr": 5e-4},
-        },
-    },
-    "mpe_mappo": {
-        "jaxwarp_config": "mpe_simple_spread_ppo",
-        "group": "agent",
-        "peer": "mappo_rnn_jaxmarl",
-        "peer_label": "pure-JAX MAPPO-RNN on JaxMARL MPE_simple_spread_v3",
+        model="gru", hidden_sizes=(128,), rnn_size=128, activation="relu", num_minibatches=2,
+        clip_eps=0.3, vf_coef=1.0),
+    "mpe_mappo": _case(
+        "mpe_simple_spread_ppo", "agent", "mappo_rnn_jaxmarl",
+        "pure-JAX MAPPO-RNN on JaxMARL MPE_simple_spread_v3",
+        {"paper": _sizes(16, 128, 10_000_000, 2e-3), "gpu": _sizes(1024, 32, 20_000_000, 2e-3)},
         # JaxMARL baselines/MAPPO/config/mappo_homogenous_rnn_mpe.yaml
-        "hyperparameters": {"model": "gru", "critic": "centralised", "hidden_sizes": (128,),
-                            "rnn_size": 128, "activation": "relu", "num_minibatches": 4,
-                            "clip_eps": 0.2, "vf_coef": 0.5},
-        "scales": {
-            "paper": {"num_envs": 16, "num_steps": 128, "total_env_steps": 10_000_000, "lr": 2e-3},
-            "gpu": {"num_envs": 1024, "num_steps": 32, "total_env_steps": 20_000_000, "lr": 2e-3},
-        },
-    },
-    "cartpole": {
-        "jaxwarp_config": "cartpole_ppo",
-        "group": "agent",
-        "peer": "ppo_gymnax",
-        "peer_label": "pure-JAX PPO on gymnax CartPole-v1",
-        "scales": {
-            # PureJaxRL purejaxrl/ppo.py's CartPole-v1 config
-            "paper": {"num_envs": 4, "num_steps": 128, "total_env_steps": 500_000, "lr": 2.5e-4},
-            # GPU-sized batch: 512x the envs, 32-step rollouts, jaxwarp cartpole_ppo's lr
-            "gpu": {"num_envs": 2048, "num_steps": 32, "total_env_steps": 10_000_000, "lr": 2.5e-3},
-        },
-    },
-    "tag": {
-        "jaxwarp_config": "tag_duel_cpu",
-        "group": "tagger",
-        "peer": "jaxwarp_jax",
-        "peer_label": "jaxwarp trainer, pure-JAX `jax` backend",
-        "scales": {
-            # tag_duel_cpu as shipped (its own hyperparameters, both sides)
-            "paper": {},
-            # 32x the envs, 100 updates
-            "gpu": {"num_envs": 2048, "total_env_steps": 10_240_000},
-        },
-    },
+        model="gru", critic="centralised", hidden_sizes=(128,), rnn_size=128, activation="relu",
+        num_minibatches=4, clip_eps=0.2, vf_coef=0.5),
+    "cartpole": _case(
+        "cartpole_ppo", "agent", "ppo_gymnax", "pure-JAX PPO on gymnax CartPole-v1",
+        # PureJaxRL purejaxrl/ppo.py's CartPole-v1 config; gpu: 512x the envs, 32-step
+        # rollouts, jaxwarp cartpole_ppo's lr
+        {"paper": _sizes(4, 128, 500_000, 2.5e-4), "gpu": _sizes(2048, 32, 10_000_000, 2.5e-3)}),
+    "tag": _case(
+        "tag_duel_cpu", "tagger", "jaxwarp_jax", "jaxwarp trainer, pure-JAX `jax` backend",
+        # paper: tag_duel_cpu as shipped (its own hyperparameters, both sides);
+        # gpu: 32x the envs, 100 updates
+        {"paper": {}, "gpu": {"num_envs": 2048, "total_env_steps": 10_240_000}}),
 }
 
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,

@@ -34,7 +34,6 @@ DLPack costs.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -46,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxwarp
-from jaxwarp.benchmark import run_meta
+from jaxwarp.benchmark import run_meta, write_result
 from jaxwarp.units import rate_text
 
 DEFAULT_ENVS = ("cartpole:4096", "mpe_simple_spread:2048")
@@ -233,9 +232,7 @@ def main() -> None:
                                 "env-steps = envs x steps"},
            "results": results}
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
-        print(f"wrote {args.out}")
+        write_result(args.out, out, indent=1, end="\n")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxwarp
-from jaxwarp.benchmark import matmul_flops, model_flops_utilization, run_meta
+from jaxwarp.benchmark import (
+    add_bench_arguments,
+    bench_backends,
+    matmul_flops,
+    model_flops_utilization,
+    run_meta,
+)
 from jaxwarp.models import GRUActorCritic
 from jaxwarp.train import build_trainer, jit, load_config, register_model
 from jaxwarp.units import device_name, rate_text
@@ -184,12 +190,9 @@ def _percent(x: float | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--small", action="store_true", help="CPU-sized cases")
-    ap.add_argument("--backends", default=None,
-                    help="comma list (default: cuda,jax with a GPU, else cpu,jax)")
-    ap.add_argument("--repeats", type=int, default=3)
+    add_bench_arguments(ap, "experiments/results/bench_train.json", "CPU-sized cases",
+                        repeats=3)
     ap.add_argument("--cases", default=None, help="comma list of case indices (default: all)")
-    ap.add_argument("--out", default="experiments/results/bench_train.json")
     ap.add_argument("--config", default=None,
                     help="a shipped config to time instead of the cases (with --variants: "
                          "its override sets), --updates updates per timed call")
@@ -202,8 +205,7 @@ def main() -> None:
                          "cost of determinism: experiments/bench_scaling.py --part train)")
     args = ap.parse_args()
     gpu = jaxwarp.gpu_available()
-    backends = args.backends.split(",") if args.backends else (
-        ["cuda", "jax"] if gpu else ["cpu", "jax"])
+    backends = bench_backends(args.backends, gpu)
     cases = SMALL_CASES if args.small or not gpu else GPU_CASES
     if args.cases:
         cases = [cases[int(i)] for i in args.cases.split(",")]

@@ -964,6 +964,9 @@ def section_tag_runs(root: Path) -> tuple[list[str], list[Source]]:
 TIME_TO_RETURN = Source("time_to_return_h100.json",
                         "python experiments/bench_time_to_return.py --cases mpe,cartpole,tag "
                         "--scale both")
+TIME_TO_RETURN_PAPER = Source("time_to_return_paper_h100.json",
+                              "python experiments/bench_time_to_return.py --cases cartpole,mpe "
+                              "--scale paper --seeds 10")
 
 
 # The columns of every time-to-return table (`_time_to_return_rows`).
@@ -992,16 +995,26 @@ def _time_to_return_rows(data: dict) -> list[list[str]]:
     return rows
 
 
-TIME_TO_RETURN_PAPER = Source("time_to_return_paper_h100.json",
-                              "python experiments/bench_time_to_return.py --cases cartpole,mpe "
-                              "--scale paper --seeds 10")
+def _time_to_return_table(root: Path, source: Source) -> list[str]:
+    """A time-to-return file's table, the file's notes on its thresholds, the
+    commands of its runs and its source line."""
+    data = _read_json(root, source)
+    runs = [m["command"] for m in data.get("meta_runs", [data["meta"]])]
+    return [
+        "",
+        *table(TTR_HEADER, _time_to_return_rows(data)),
+        "",
+        *(f"The file's note on `{case}` at {scale} sizes: {sc['threshold_note']}"
+          for case, c in data["cases"].items()
+          for scale, sc in c["scales"].items() if sc.get("threshold_note")),
+        "",
+        "The file holds the runs of " + " and ".join(code(r) for r in runs) + ".",
+        *sources_block(root, [source]),
+    ]
 
 
 def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
-    data = _read_json(root, TIME_TO_RETURN)
-    rows = _time_to_return_rows(data)
-    meta = data["meta"]
-    runs = [m["command"] for m in data.get("meta_runs", [meta])]
+    meta = _meta(root, TIME_TO_RETURN)
     lines = [
         "## Time to a return: jaxwarp's trainer against peers",
         "",
@@ -1014,15 +1027,7 @@ def section_time_to_return(root: Path) -> tuple[list[str], list[Source]]:
         f"{meta['final_return']}. Return: {meta['return']}. Each pair jaxwarp vs peer, "
         f"{on(root, TIME_TO_RETURN)}; both sides' env-steps/s measured here "
         f"{AGENT_STEPS}:",
-        "",
-        *table(TTR_HEADER, rows),
-        "",
-        *(f"The file's note on `{case}` at {scale} sizes: {sc['threshold_note']}"
-          for case, c in data["cases"].items()
-          for scale, sc in c["scales"].items() if sc.get("threshold_note")),
-        "",
-        "The file holds the runs of " + " and ".join(code(r) for r in runs) + ".",
-        *sources_block(root, [TIME_TO_RETURN]),
+        *_time_to_return_table(root, TIME_TO_RETURN),
         "",
         "The paper sizes again with PPO's minibatches of single steps (`minibatch_layout: "
         "auto`, the default since; the table above used env sequences), "
@@ -1270,9 +1275,7 @@ TIME_TO_RETURN_MAPPO = Source("time_to_return_mappo_h100.json",
 
 
 def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
-    data = _read_json(root, TIME_TO_RETURN_RNN)
-    meta = data["meta"]
-    runs = [m["command"] for m in data.get("meta_runs", [meta])]
+    meta = _meta(root, TIME_TO_RETURN_RNN)
     lines = [
         "## Time to a return: recurrent policies and a centralised critic (MPE)",
         "",
@@ -1282,15 +1285,7 @@ def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
         "JaxMARL's `ippo_rnn_mpe` / `mappo_homogenous_rnn_mpe` hyperparameters, "
         f"{meta['seeds']} seeds per trainer. {meta.get('commit_note', '')}. Each pair jaxwarp "
         f"vs peer, {on(root, TIME_TO_RETURN_RNN)}; env-steps/s {AGENT_STEPS}:",
-        "",
-        *table(TTR_HEADER, _time_to_return_rows(data)),
-        "",
-        *(f"The file's note on `{case}` at {scale} sizes: {sc['threshold_note']}"
-          for case, c in data["cases"].items()
-          for scale, sc in c["scales"].items() if sc.get("threshold_note")),
-        "",
-        "The file holds the runs of " + " and ".join(code(r) for r in runs) + ".",
-        *sources_block(root, [TIME_TO_RETURN_RNN]),
+        *_time_to_return_table(root, TIME_TO_RETURN_RNN),
         "",
         "`mpe_mappo` as jaxwarp trains it now: under a `gru` actor the centralised critic "
         "is a GRU over the global state (one carry per env; MAPPO-RNN's critic), with an "
@@ -1404,20 +1399,16 @@ def section_sanitizers(root: Path) -> tuple[list[str], list[Source]]:
 
 PYTEST_LOG = "pytest_gpu_h100.log"
 PYTEST_MAKES = "bash experiments/tools/gpu_tests.sh tests"
-PYTEST = [
-    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group1"),
-     "conformance suite on `cuda`: Tag, gridworld and MPE envs"),
-    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group2"),
-     "conformance suite on `cuda`: the other envs"),
-    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group3"),
-     "authoring, classic-control, MPE and PyCUDA GPU tests"),
-    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group4"),
-     "Tag, gridworld and fused-rollout GPU tests"),
-    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group5"),
-     "sampler, trainer and adapter GPU tests"),
-    (Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part="group6"),
-     "the fused MLP kernels against XLA's layers (rerun at the commit its part names)"),
-]
+# The GPU test log's parts: what each group of tests covers.
+PYTEST = [(Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part=f"group{i}"), what)
+          for i, what in enumerate([
+              "conformance suite on `cuda`: Tag, gridworld and MPE envs",
+              "conformance suite on `cuda`: the other envs",
+              "authoring, classic-control, MPE and PyCUDA GPU tests",
+              "Tag, gridworld and fused-rollout GPU tests",
+              "sampler, trainer and adapter GPU tests",
+              "the fused MLP kernels against XLA's layers (rerun at the commit its part names)",
+          ], start=1)]
 
 
 def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:

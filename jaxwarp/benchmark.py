@@ -17,12 +17,15 @@ observation row (its sum); ``protocol_actions(t, None, nvec, shape)`` hashes
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import jax
@@ -219,3 +222,33 @@ def run_meta(argv: Sequence[str] | None = None, **extra: Any) -> dict[str, Any]:
     }
     meta.update(extra)
     return meta
+
+
+def add_bench_arguments(ap: argparse.ArgumentParser, out: str, small: str,
+                        repeats: int = 5) -> None:
+    """The options that the env, sampler and trainer benchmarks share:
+    ``--backends``, ``--small`` (helped by `small`), ``--repeats`` and ``--out``
+    (default `out`)."""
+    ap.add_argument("--backends", default=None,
+                    help="comma-separated; default: cuda,jax with a GPU, else cpu,jax")
+    ap.add_argument("--small", action="store_true", help=small)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--out", default=out)
+
+
+def bench_backends(backends: str | None, gpu: bool) -> list[str]:
+    """``--backends`` as a list: the comma-separated names given, else
+    ``cuda, jax`` with a GPU (`gpu`) and ``cpu, jax`` without."""
+    if backends:
+        return backends.split(",")
+    return ["cuda", "jax"] if gpu else ["cpu", "jax"]
+
+
+def write_result(path: str | os.PathLike, data: dict[str, Any], indent: int = 2,
+                 end: str = "") -> None:
+    """Writes a benchmark's result file: `data` as JSON (`indent`, then `end`)
+    at `path`, its folder made where missing; prints ``wrote PATH``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=indent) + end)
+    print(f"wrote {path}")
