@@ -204,9 +204,8 @@ def main() -> None:
                     help="compile with deterministic=false (XLA:GPU's faster atomics; the "
                          "cost of determinism: experiments/bench_scaling.py --part train)")
     args = ap.parse_args()
-    gpu = jaxwarp.gpu_available()
-    backends = bench_backends(args.backends, gpu)
-    cases = SMALL_CASES if args.small or not gpu else GPU_CASES
+    backends = bench_backends(args.backends, jaxwarp.gpu_available())
+    cases = SMALL_CASES if args.small or not jaxwarp.gpu_available() else GPU_CASES
     if args.cases:
         cases = [cases[int(i)] for i in args.cases.split(",")]
     if args.config:
