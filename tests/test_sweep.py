@@ -173,18 +173,38 @@ def test_cli_sweep_refuses_bad_input_before_compiling(tmp_path, capsys, args, me
     assert err.count("\n") == 1 and not (tmp_path / "sw").exists()
 
 
-def test_a_stopped_sweep_resumes_to_the_uninterrupted_one(tmp_path, capsys):
+def test_a_stopped_sweep_in_chunks_resumes_to_the_uninterrupted_one(
+        tmp_path, capsys, monkeypatch):
+    """Stopped and resumed, in chunks of its runs (a memory with room for 3 of
+    its 4 runs: 2 chunks of 2, one program): every metric and the final
+    parameters bit for bit those of the sweep in one piece, the same report."""
+    from jaxwarp.run import memory_guard
+
     _, sw = parse_sweep(["policies.agent.lr=1e-3,3e-2"])
     c = tiny_config()
     whole = train_run(c, tmp_path / "whole", seeds=2, sweep=sw, progress=False)
-    train_run(c, tmp_path / "cut", seeds=2, sweep=sw, progress=False, stop_after_updates=4)
+    real = memory_guard.run_bytes
+
+    def fits_three(run):
+        parts = real(run)
+        monkeypatch.setattr(memory_guard, "device_memory",
+                            lambda *_: ("cpu", sum(parts.values()) * 3.5 / 4))
+        return parts
+
+    monkeypatch.setattr(memory_guard, "run_bytes", fits_three)
+    train_run(c, tmp_path / "cut", seeds=2, sweep=sw, progress=True, stop_after_updates=4)
+    assert "its 4 runs (2 settings x 2 seed(s)) need at least" in capsys.readouterr().err
     code = cli_main(["sweep", "--resume", str(tmp_path / "cut"), "--no-progress"])
-    assert code == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 0 and "which holds 3: 2 chunks of 2 runs" in err, err
     rows = [json.loads(line) for line in (tmp_path / "cut/metrics.jsonl").read_text().splitlines()]
-    keep = ("update", "seed", "setting", "agent/loss", "agent/episode_return")
-    assert [{k: r[k] for k in keep} for r in rows] == \
-        [{k: (None if isinstance(r[k], float) and math.isnan(r[k]) else r[k]) for k in keep}
-         for r in whole.metrics]
+    timing = ("env_steps_per_s", "wall_s")  # NaN (no episode finished yet) is null in JSON
+    assert [{k: v for k, v in r.items() if k not in timing} for r in rows] == \
+        [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()
+          if k not in timing} for r in whole.metrics]
+    for a, b in zip(jax.tree.leaves(train_state_params(tmp_path / "cut")),
+                    jax.tree.leaves(whole.state.learner.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert json.loads((tmp_path / "cut/sweep.json").read_text())["ranked"] == \
         json.loads((tmp_path / "whole/sweep.json").read_text())["ranked"]
     code = cli_main(["sweep", "--resume", str(tmp_path / "cut"), "ent_coef=0,1"])
@@ -192,6 +212,22 @@ def test_a_stopped_sweep_resumes_to_the_uninterrupted_one(tmp_path, capsys):
     code = cli_main(["train", "--resume", str(tmp_path / "cut")])
     assert code == 2 and "holds a sweep; continue it with: jaxwarp sweep --resume" in \
         capsys.readouterr().err
+
+
+def test_chunks_of_runs_fill_the_last_with_repeats_and_drop_their_results():
+    from jaxwarp.run.member_chunks import MemberChunks
+
+    chunks = MemberChunks(members=5, size=2)
+    assert [i.tolist() for i in chunks.indices()] == [[0, 1], [2, 3], [4, 0]]
+    seen = []
+
+    def program(state):  # one chunk's "update": doubles the state, reports its members
+        seen.append(np.asarray(state["x"]).tolist())
+        return {"x": state["x"] * 2}, {"member": state["x"]}
+
+    state, metrics = chunks.over(program)({"x": np.arange(5.0)})
+    assert seen == [[0, 1], [2, 3], [4, 0]]
+    assert state["x"].tolist() == [0, 2, 4, 6, 8] and metrics["member"].tolist() == [0, 1, 2, 3, 4]
 
 
 _TWO_DEVICES = r'''
@@ -235,18 +271,20 @@ def test_a_sweep_over_two_devices_equals_it_on_one(tmp_path):
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
-def test_a_sweep_too_big_for_the_memory_says_how_many_runs_fit(tmp_path, capsys, monkeypatch):
+def test_a_sweep_without_room_for_one_run_per_device_is_refused(tmp_path, capsys,
+                                                                 monkeypatch):
     from jaxwarp.run import memory_guard
 
-    real = memory_guard.check_memory
+    real = memory_guard.run_bytes
 
-    def measured(run):  # a memory with room for 5 of the 8 runs
-        need = sum(memory_guard.run_bytes(run).values())
-        monkeypatch.setattr(memory_guard, "memory_limit", lambda platform: need * 5.5 / 8)
-        real(run)
+    def no_room(run):  # room for half a run
+        parts = real(run)
+        monkeypatch.setattr(memory_guard, "device_memory",
+                            lambda *_: ("cpu", sum(parts.values()) / run.members / 2))
+        return parts
 
-    monkeypatch.setattr("jaxwarp.run.loop.check_memory", measured)
+    monkeypatch.setattr(memory_guard, "run_bytes", no_room)
     code, _, err = _sweep(tmp_path, capsys, *GRID, "--seeds", "2")
     assert code == 2 and "the run needs at least" in err
-    assert "of the sweep's 8 runs fit: split it into sweeps of fewer settings" in err
+    assert "(not even one run per device fits)" in err and err.count("\n") == 1
     assert not (tmp_path / "sw").exists()

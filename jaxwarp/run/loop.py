@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -60,6 +61,7 @@ from jaxwarp.run.checkpoint import (
 )
 from jaxwarp.run.handshake import Handshake, init_distributed
 from jaxwarp.run.lock import LOCK_FILE, take_folder
+from jaxwarp.run.member_chunks import MemberChunks
 from jaxwarp.run.memory_guard import OutOfMemory, check_memory, out_of_memory_text
 from jaxwarp.run.metrics import (
     METRICS_CSV,
@@ -199,10 +201,16 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
                   t0=time.perf_counter(), settings=settings,
                   seed_ids=list(range(config.seed, config.seed + seeds)) * max(1, len(settings)),
                   env_metrics=env_metric_names(trainer.env, config.num_envs), created=created)
-        run.member_mesh = member_mesh(config.devices, run.members) if settings else None
-        check_memory(run)
+        chunks = check_memory(run)  # a sweep too big for the memory: chunks of its runs
+        run.member_mesh = member_mesh(config.devices, run.members) \
+            if settings and not chunks else None
         restore_or_init(run, resume, progress)
-        run.compiled = _chunk_fn(run, run.chunk).lower(run.rs).compile()
+        if chunks:
+            run.member_chunks = MemberChunks(run.members, chunks.size,
+                                             member_mesh(config.devices, chunks.size))
+            if progress and primary:
+                print(chunks.why, file=sys.stderr)
+        run.compiled = _compile(run, run.chunk)
         run.compile_s = time.perf_counter() - run.t0
         if primary:
             _write_config(out, config, seeds, resume, after_training, sweep)
@@ -236,15 +244,24 @@ def _write_config(out: Path, config: TrainConfig, seeds: int, resume: bool,
         write_config(out, config, seeds, after_training, sweep)
 
 
-def _chunk_fn(run: Run, n: int) -> Any:
+def _compile(run: Run, n: int) -> Any:
+    """The program of `n` updates compiled: over every run at once, or, for a
+    sweep in chunks of its runs, over one chunk and run on each in turn."""
+    chunks = run.member_chunks
+    if chunks is None:
+        return _chunk_fn(run, n, run.member_mesh).lower(run.rs).compile()
+    return chunks.over(_chunk_fn(run, n, chunks.mesh).lower(chunks.shapes(run.rs)).compile())
+
+
+def _chunk_fn(run: Run, n: int, mesh: Any) -> Any:
     """The jitted program of `n` updates of every seed (and setting), the state
     donated (the config's `deterministic`, see `compile.jit`); a sweep over
     several devices runs whole runs on each device (`shard_map` over its
-    member mesh: no collective between them)."""
+    member `mesh`: no collective between them)."""
     step = jax.vmap(lambda rs: run.trainer.run(rs, n))
-    if run.member_mesh is not None:
+    if mesh is not None:
         # check_vma off: the env and sampler custom calls carry no varying-axis rule.
-        step = jax.shard_map(step, mesh=run.member_mesh, in_specs=P(MEMBERS),
+        step = jax.shard_map(step, mesh=mesh, in_specs=P(MEMBERS),
                              out_specs=P(MEMBERS), check_vma=False)
     return jit(step, run.config.deterministic, donate_argnums=0)
 
@@ -297,7 +314,7 @@ def _train_chunk(run: Run, bar: Progress) -> bool:
     n = min(run.chunk, run.num_updates - run.done_updates)
     if n != run.chunk:  # a last, shorter chunk compiles once more: not in its rate
         tc = time.perf_counter()
-        run.compiled = _chunk_fn(run, n).lower(run.rs).compile()
+        run.compiled = _compile(run, n)
         run.compile_s += time.perf_counter() - tc
     t = time.perf_counter()
     run.settled = False

@@ -1,9 +1,13 @@
 """A run that cannot fit in memory, said in one line naming the config keys that
 size it: before anything is allocated (`check_memory`, from shapes alone), and
-when XLA runs out of memory compiling or running a chunk (`OutOfMemory`)."""
+when XLA runs out of memory compiling or running a chunk (`OutOfMemory`). A
+sweep too big for the memory at once is not refused: `check_memory` says how
+many of its runs one program may train, and the sweep runs in chunks of them
+(`jaxwarp.run.member_chunks`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from typing import Any
 
@@ -13,18 +17,26 @@ import numpy as np
 from jaxwarp.errors import RunError, storage_fault
 from jaxwarp.memory import memory_limit
 from jaxwarp.run.state import Run
+from jaxwarp.train.config import TrainConfig
+from jaxwarp.train.mesh import resolve_devices
+from jaxwarp.train.trainer import Trainer
 
 
 def run_bytes(run: Run) -> dict[str, int] | None:
-    """A lower bound of what the run's arrays take, from shapes only, in bytes:
-    "model" (parameters and optimiser state), "env" (the envs' state and
-    observations) and "rollout" (one trajectory, num_envs x num_steps x agents x
-    (an observation and 8 floats: action, log-prob, value, reward, done,
-    advantage, return, mask)), for every run (seed, or setting x seed). None
-    where the init fails (it reports that itself)."""
-    keys = jax.ShapeDtypeStruct((run.members, 2), np.uint32)
+    """`arrays_bytes` of the run's members (seeds, or settings x seeds)."""
+    return arrays_bytes(run.config, run.trainer, run.members)
+
+
+def arrays_bytes(config: TrainConfig, trainer: Trainer, members: int) -> dict[str, int] | None:
+    """A lower bound of what `members` runs' arrays take, from shapes only, in
+    bytes: "model" (parameters and optimiser state), "env" (the envs' state
+    and observations) and "rollout" (one trajectory, num_envs x num_steps x
+    agents x (an observation and 8 floats: action, log-prob, value, reward,
+    done, advantage, return, mask)). Each part grows in proportion to
+    `members`. None where the init fails (it reports that itself)."""
+    keys = jax.ShapeDtypeStruct((members, 2), np.uint32)
     try:
-        shapes = jax.eval_shape(jax.vmap(run.trainer.init), keys)
+        shapes = jax.eval_shape(jax.vmap(trainer.init), keys)
     except Exception:  # noqa: BLE001  (the init itself reports it, with its own message)
         return None
 
@@ -32,37 +44,79 @@ def run_bytes(run: Run) -> dict[str, int] | None:
         return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
                    for x in jax.tree.leaves(tree))
 
-    c, agents = run.config, int(run.trainer.env.num_agents)
+    agents = int(trainer.env.num_agents)
     return {"model": size((shapes.learner.params, shapes.learner.opt_state)),
             "env": size((shapes.envs.env_state, shapes.envs.obs)),
-            "rollout": c.num_steps * (size(shapes.envs.obs)
-                                      + run.members * c.num_envs * agents * 8 * 4)}
+            "rollout": config.num_steps * (size(shapes.envs.obs)
+                                           + members * config.num_envs * agents * 8 * 4)}
 
 
-def check_memory(run: Run) -> None:
-    """RunError naming the config keys when the run's arrays alone (`run_bytes`)
-    cannot fit in the memory of its platform (`jaxwarp.memory.memory_limit`:
-    the host's RAM, or the GPUs' together), before anything is allocated; for a
-    sweep, how many of its runs would."""
-    parts = run_bytes(run)
-    backend = run.trainer.env.backend
+def device_memory(trainer: Trainer, devices: int | None) -> tuple[str, int | None]:
+    """(platform, bytes) of the memory that `devices` local devices (None: all)
+    give a program of `trainer`'s env: the host's RAM on the CPU, however many
+    devices share it; on GPUs that many devices' share of their allocators'
+    limits (`jaxwarp.memory.memory_limit`). Bytes None where unknown."""
+    backend = trainer.env.backend
     platform = {"cuda": "gpu", "cpu": "cpu"}.get(backend) or jax.default_backend()
     limit = memory_limit(platform)
+    if limit is None or platform == "cpu":
+        return platform, limit
+    try:
+        total = len(jax.devices(platform))
+    except RuntimeError:
+        return platform, limit
+    return platform, limit * min(resolve_devices(devices), total) // total
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunks:
+    """A sweep too big for the memory at once: `size` runs per program (a
+    multiple of the device count), `why` the line that says so."""
+
+    size: int
+    why: str
+
+
+def members_that_fit(per_run: float, limit: int, devices: int) -> int:
+    """The most runs one program may train, from `per_run` bytes each (a lower
+    bound, `arrays_bytes`) in `limit` bytes, rounded down to a multiple of
+    `devices` (each device trains as many); 0 when not one per device fits."""
+    return int(limit // per_run) // devices * devices
+
+
+def check_memory(run: Run) -> Chunks | None:
+    """None when the run's arrays alone (`run_bytes`) fit the memory of its
+    devices (`device_memory`; also where either is unknown). A sweep that does
+    not fit runs in chunks: the fewest that each fit, all of one size, a
+    multiple of the device count (`Chunks`). RunError naming the config keys
+    when a plain run, or one run per device of a sweep, does not fit: before
+    anything is allocated."""
+    parts = run_bytes(run)
+    devices = resolve_devices(run.config.devices) if run.settings else 1
+    platform, limit = device_memory(run.trainer, run.config.devices if run.settings else None)
     need = sum(parts.values()) if parts else 0
     if parts is None or limit is None or need <= limit:
-        return
+        return None
+    where = "the host's memory" if platform == "cpu" else \
+        f"the memory of {devices} {platform} device(s)"
+    fit = members_that_fit(need / run.members, limit, devices)
+    if run.settings and fit >= devices:
+        count = _ceil(run.members, fit)  # the fewest chunks, then the fewest runs repeated
+        size = _ceil(_ceil(run.members, count), devices) * devices
+        return Chunks(size, f"jaxwarp sweep: its {run.members} runs ({_members(run)}) need at "
+                      f"least {need / 1e9:.2f} GB, more than {where} ({limit / 1e9:.2f} GB), "
+                      f"which holds {fit}: {count} chunks of {size} runs, one after the other "
+                      f"in one compiled program ({count * size - run.members} repeated to "
+                      "fill the last)")
     c = run.config
     hidden = ", ".join(f"policies.{g}.hidden_sizes" for g, _ in c.policies) or "hidden_sizes"
-    where = "the host's memory" if platform == "cpu" else f"the {platform} devices' memory"
-    fit = int(limit * run.members // need)
     raise RunError(
         f"the run needs at least {need / 1e9:.1f} GB, more than {where} ({limit / 1e9:.1f} GB): "
         f"parameters and optimiser state {parts['model'] / 1e9:.1f} GB ({hidden}), env state "
         f"{parts['env'] / 1e9:.1f} GB (num_envs={c.num_envs}), one rollout "
         f"{parts['rollout'] / 1e9:.1f} GB (num_envs x num_steps={c.num_steps}) x "
         f"{_members(run)}; lower them"
-        + (f" (at most {fit} of the sweep's {run.members} runs fit: split it into sweeps "
-           "of fewer settings)" if run.settings and fit >= 1 else ""))
+        + (" (not even one run per device fits)" if run.settings else ""))
 
 
 def out_of_memory_text(e: BaseException) -> str | None:
@@ -96,6 +150,10 @@ class OutOfMemory:
             shutil.rmtree(run.out, ignore_errors=True)  # nothing of value in it yet
         raise RunError(f"out of memory ({text}); lower num_envs, num_steps or the policies' "
                        "hidden_sizes") from None
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _members(run: Run) -> str:

@@ -49,6 +49,7 @@ class Run:
     settled: bool = True
     compiled: Any = None  # run_chunk compiled for `chunk` updates
     member_mesh: Any = None  # a sweep's runs split over devices (train.mesh.member_mesh)
+    member_chunks: Any = None  # a sweep trained in chunks of its runs (run.member_chunks)
     compile_s: float = 0.0
     run_s: float = 0.0
     mngr: Any = None  # Orbax CheckpointManager
