@@ -9,8 +9,9 @@ independent of jaxwarp's trainer.
 scan, then runs ``update_epochs`` x ``num_minibatches`` Adam steps. A minibatch
 is a set of whole agent sequences (``num_steps`` steps of one agent of one
 env), drawn by a permutation of the ``num_envs * num_agents`` sequences, and
-replayed step by step from the carry that the rollout started with (BPTT over
-the rollout). ``jax.jit(jax.vmap(train))`` trains several seeds in one program.
+replayed from the carry that the rollout started with (BPTT over the rollout):
+the embedding and heads run once over all its rows, only the GRU cell steps
+through time, as in JaxMARL's ``ScannedRNN``. ``jax.jit(jax.vmap(train))`` trains several seeds in one program.
 
 What JaxMARL publishes and this code follows (``baselines/IPPO/ippo_rnn_mpe.py``
 with ``config/ippo_rnn_mpe.yaml``; ``baselines/MAPPO/mappo_rnn_mpe.py`` with
@@ -95,9 +96,33 @@ class RNNConfig:
         return self.total_env_steps // (self.num_envs * self.num_steps)
 
 
+class _ResetGRU(nn.Module):
+    """One GRU step whose carry is zeroed where ``reset``: the only part of the
+    network that runs step by step (JaxMARL's ``ScannedRNN`` does the same)."""
+
+    rnn_size: int
+
+    @nn.compact
+    def __call__(self, carry: jax.Array, xs: tuple[jax.Array, jax.Array]
+                 ) -> tuple[jax.Array, jax.Array]:
+        x, reset = xs
+        carry = jnp.where(reset[..., None], jnp.zeros_like(carry), carry)
+        # Flax's GRU with its default initialisers, the recurrent kernel's orthogonal
+        # one through jaxwarp's `orthogonal` (the same values; no batched QR under vmap,
+        # which can deadlock XLA:CPU's two-thread pool).
+        return nn.GRUCell(self.rnn_size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
+
+
+# The cell scanned over a sequence's leading axis, its parameters shared by every step.
+_ScannedGRU = nn.scan(_ResetGRU, variable_broadcast="params", split_rngs={"params": False},
+                      in_axes=0, out_axes=0)
+
+
 class Recurrent(nn.Module):
-    """Embedding, GRU, and one head per entry of `outputs` (width, output gain):
-    carry f32[..., H], x f32[..., D], reset bool[...] -> (carry, outputs)."""
+    """Embedding, GRU, and one head per entry of `outputs` (width, output gain), over
+    sequences: carry f32[B, H], x f32[T, B, D], reset bool[T, B] -> (carry after the
+    last step, outputs f32[T, B, width] each). The embedding and the heads run once
+    over all T x B rows; only the GRU cell is scanned (the rollout passes T = 1)."""
 
     outputs: tuple[tuple[int, float], ...]
     hidden_sizes: Sequence[int] = (128,)
@@ -111,11 +136,7 @@ class Recurrent(nn.Module):
                  ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
         for w in self.hidden_sizes:
             x = nn.relu(nn.Dense(w, kernel_init=orthogonal(np.sqrt(2)), bias_init=_ZEROS)(x))
-        carry = jnp.where(reset[..., None], jnp.zeros_like(carry), carry)
-        # Flax's GRU with its default initialisers, the recurrent kernel's orthogonal
-        # one through jaxwarp's `orthogonal` (the same values; no batched QR under vmap,
-        # which can deadlock XLA:CPU's two-thread pool).
-        carry, y = nn.GRUCell(self.rnn_size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
+        carry, y = _ScannedGRU(self.rnn_size)(carry, (x, reset))
         outs = []
         for size, gain in self.outputs:
             h = nn.relu(nn.Dense(self.rnn_size, kernel_init=orthogonal(2.0), bias_init=_ZEROS)(y))
@@ -181,13 +202,15 @@ def make_train(config: RNNConfig, venv: VecEnv
                      optax.adam(schedule if c.anneal_lr else c.lr, eps=1e-5))
 
     def forward(params, carry, obs, state, reset):
-        """One step on any leading axes: (carry, logits, value)."""
+        """One step of [envs, agents] rows, as a sequence of length 1: (carry,
+        logits, value)."""
+        one = lambda x: None if x is None else x[None]  # noqa: E731
         if mappo:
-            ca, (logits,) = actor.apply(params[0], carry[0], obs, reset)
-            cc, (value,) = critic.apply(params[1], carry[1], state, reset)
-            return (ca, cc), logits, value[..., 0]
-        carry, (logits, value) = net.apply(params, carry, obs, reset)
-        return carry, logits, value[..., 0]
+            ca, (logits,) = actor.apply(params[0], carry[0], obs[None], reset[None])
+            cc, (value,) = critic.apply(params[1], carry[1], one(state), reset[None])
+            return (ca, cc), logits[0], value[0, ..., 0]
+        carry, (logits, value) = net.apply(params, carry, obs[None], reset[None])
+        return carry, logits[0], value[0, ..., 0]
 
     def rollout_step(carry_, _):
         rs, episodes, ret_sum = carry_
@@ -219,12 +242,9 @@ def make_train(config: RNNConfig, venv: VecEnv
         return adv, adv + traj.value
 
     def replay(apply_fn, params, carry0, xs):
-        """Sequences xs = (inputs f32[T, B, D], reset bool[T, B]) step by step from
-        carry0 f32[B, H]: the outputs of each step, stacked on T."""
-        def body(carry, x):
-            return apply_fn(params, carry, *x)
-
-        return jax.lax.scan(body, carry0, xs)[1]
+        """Sequences xs = (inputs f32[T, B, D], reset bool[T, B]) from carry0
+        f32[B, H]: the outputs of each step, stacked on T."""
+        return apply_fn(params, carry0, *xs)[1]
 
     def surrogate(logits, mb: Transition, adv):
         logp_all = jax.nn.log_softmax(logits)
@@ -305,15 +325,15 @@ def make_train(config: RNNConfig, venv: VecEnv
         obs, env_state = venv.reset(k_env, c.num_envs)
         obs = obs.astype(jnp.float32)
         shape = (c.num_envs, venv.num_agents)
-        one = jnp.zeros((1,), bool)
+        one = jnp.zeros((1, 1), bool)
         if mappo:
-            params = (actor.init(k_a, actor.initialize_carry((1,)), obs[0, :1], one),
-                      critic.init(k_c, critic.initialize_carry((1,)), world_state(obs)[0, :1],
-                                  one))
+            params = (actor.init(k_a, actor.initialize_carry((1,)), obs[None, 0, :1], one),
+                      critic.init(k_c, critic.initialize_carry((1,)),
+                                  world_state(obs)[None, 0, :1], one))
             carry = (actor.initialize_carry(shape), critic.initialize_carry(shape))
             opt_state = (tx.init(params[0]), tx.init(params[1]))
         else:
-            params = net.init(k_a, net.initialize_carry((1,)), obs[0, :1], one)
+            params = net.init(k_a, net.initialize_carry((1,)), obs[None, 0, :1], one)
             carry = net.initialize_carry(shape)
             opt_state = tx.init(params)
         rs = RunnerState(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
