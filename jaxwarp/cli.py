@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import jaxwarp
+from jaxwarp.cli_args import add_run_arguments
 from jaxwarp.cli_sweep import add_sweep, sweep
 from jaxwarp.errors import CheckpointWarning, ConfigError, RunError
 from jaxwarp.info import format_report, report
@@ -86,8 +87,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_train(sub: Any) -> None:
-    from jaxwarp.train.config import MAX_SEEDS, shipped_configs
-
     t = sub.add_parser("train", help="train policies on an env (PPO or A2C, one jitted program)",
                        description="Trains the policies of an env's groups and writes metrics, "
                        "checkpoints, a learning curve and (when finished) an evaluation "
@@ -96,24 +95,13 @@ def _add_train(sub: Any) -> None:
                        "end of the current chunk of updates and saves a checkpoint there "
                        "(Ctrl-C again stops at once; during the compile: right after it); "
                        "--resume DIR goes on from it.")
-    t.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="config overrides, anywhere among the flags, e.g. num_envs=64 "
-                   "policies.tagger.lr=1e-3")
-    t.add_argument("--env", help="env name (same as env=NAME)")
-    t.add_argument("--config", help="YAML file, or a shipped config name "
-                   f"({', '.join(shipped_configs())})")
-    t.add_argument("--seeds", type=int, default=1,
-                   help=f"seeds trained together (vmap): seed, seed+1, ...; at most {MAX_SEEDS}")
+    add_run_arguments(t, "config overrides, anywhere among the flags, e.g. num_envs=64 "
+                      "policies.tagger.lr=1e-3",
+                      "continue the run saved in DIR (with total_env_steps=N: up to a new, "
+                      "larger total; a finished run: make the outputs of its end it lacks)")
     t.add_argument("--devices", type=int, metavar="N",
                    help="local devices to split the envs over (same as devices=N; default: "
                    "every local device)")
-    t.add_argument("--out", help="output folder (default runs/<env>-<time>)")
-    t.add_argument("--resume", metavar="DIR",
-                   help="continue the run saved in DIR (with total_env_steps=N: up to a new, "
-                   "larger total; a finished run: make the outputs of its end it lacks)")
-    t.add_argument("--no-progress", action="store_true",
-                   help="no progress bar: one line per chunk of updates instead (also when "
-                   "stdout is not a terminal)")
     t.add_argument("--eval-episodes", type=int, default=None, metavar="N",
                    help="after a finished run: episodes per matchup of `jaxwarp eval` (trained "
                    "vs random, printed and saved as eval.json) and a GIF of the trained "

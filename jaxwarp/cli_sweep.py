@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jaxwarp.cli_args import add_run_arguments
 from jaxwarp.errors import ConfigError
 
 
 def add_sweep(sub: Any) -> None:
     """The `sweep` subcommand's parser."""
-    from jaxwarp.train.config import shipped_configs
     from jaxwarp.train.hyper import SWEEPABLE
 
     s = sub.add_parser(
@@ -32,21 +32,14 @@ def add_sweep(sub: Any) -> None:
         "return (mean and 95% interval over seeds), writes sweep.json, sweep.csv, sweep.png "
         "and best.yaml (jaxwarp train --config DIR/best.yaml trains the best). Ctrl-C and "
         f"--resume as for train. Sweepable: {', '.join(SWEEPABLE)}, policies.<group>.lr.")
-    s.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="key=a,b,c: a grid; key=uniform(lo,hi) or key=loguniform(lo,hi): drawn "
-                   "per setting (with --samples); key=value: a plain override")
-    s.add_argument("--env", help="env name (same as env=NAME)")
-    s.add_argument("--config", help="YAML file, or a shipped config name "
-                   f"({', '.join(shipped_configs())})")
-    s.add_argument("--seeds", type=int, default=1, help="seeds per setting: seed, seed+1, ...")
+    add_run_arguments(s, "key=a,b,c: a grid; key=uniform(lo,hi) or key=loguniform(lo,hi): "
+                      "drawn per setting (with --samples); key=value: a plain override",
+                      "continue the sweep saved in DIR", sweep=True)
     s.add_argument("--samples", type=int, default=None, metavar="N",
                    help="random draws of the uniform/loguniform keys (crossed with the grid)")
-    s.add_argument("--out", help="output folder (default runs/sweep-<env>-<time>)")
-    s.add_argument("--resume", metavar="DIR", help="continue the sweep saved in DIR")
     s.add_argument("--threshold", type=float, default=None, metavar="R",
                    help="the return whose first crossing the table times (default: the median "
                    "of the settings' final returns)")
-    s.add_argument("--no-progress", action="store_true", help="one line per chunk of updates")
 
 
 def sweep(args: argparse.Namespace) -> int:
