@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from jaxwarp.cli import main as cli_main
-from jaxwarp.errors import ConfigError
+from jaxwarp.errors import ConfigError, RunError
 from jaxwarp.run.loop import train_run
 from jaxwarp.train import load_config, make_train
 from jaxwarp.train.hyper import Hyper
@@ -177,12 +177,15 @@ def test_a_stopped_sweep_in_chunks_resumes_to_the_uninterrupted_one(
         tmp_path, capsys, monkeypatch):
     """Stopped and resumed, in chunks of its runs (a memory with room for 3 of
     its 4 runs: 2 chunks of 2, one program): every metric and the final
-    parameters bit for bit those of the sweep in one piece, the same report."""
+    parameters bit for bit those of the sweep in one piece, the same report.
+    (XLA's count of the compiled program, which would chunk it again, is
+    tested alone below.)"""
     from jaxwarp.run import memory_guard
 
     _, sw = parse_sweep(["policies.agent.lr=1e-3,3e-2"])
     c = tiny_config()
     whole = train_run(c, tmp_path / "whole", seeds=2, sweep=sw, progress=False)
+    monkeypatch.setattr(memory_guard, "program_bytes", lambda compiled: None)
     real = memory_guard.run_bytes
 
     def fits_three(run):
@@ -269,6 +272,30 @@ def test_a_sweep_over_two_devices_equals_it_on_one(tmp_path):
                            str(Path(__file__).parent)], env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_xla_count_of_the_compiled_program_chunks_a_sweep_again(monkeypatch):
+    from types import SimpleNamespace
+
+    from jaxwarp.run import memory_guard
+
+    run = SimpleNamespace(config=SimpleNamespace(devices=None), settings=[{}] * 5, seeds=1,
+                          members=5, trainer=None)
+    # A program of 5 runs: 5 kB in, 5 kB out over the donated input, 10 kB temporaries.
+    compiled = SimpleNamespace(memory_analysis=lambda: SimpleNamespace(
+        argument_size_in_bytes=5000, output_size_in_bytes=5000, alias_size_in_bytes=5000,
+        temp_size_in_bytes=10_000))
+    assert memory_guard.program_bytes(compiled) == 15_000
+    assert memory_guard.program_bytes(object()) is None  # XLA does not say: nothing checked
+    for limit, size in ((20_000, None), (10_000, 3)):  # 3 kB a run: room for 3 of 5
+        monkeypatch.setattr(memory_guard, "device_memory", lambda *_, m=limit: ("cpu", m))
+        chunks = memory_guard.check_program(run, compiled, members=5, devices=1)
+        assert (chunks and chunks.size) == size
+    assert "need 15 kB (XLA's count of the program compiled for 5), more than the host's " \
+        "memory (10 kB), which holds 3: 2 chunks of 3 runs" in chunks.why
+    monkeypatch.setattr(memory_guard, "device_memory", lambda *_: ("cpu", 2_000))
+    with pytest.raises(RunError, match="one run of the sweep per device needs 3 kB"):
+        memory_guard.check_program(run, compiled, members=5, devices=1)
 
 
 def test_a_sweep_without_room_for_one_run_per_device_is_refused(tmp_path, capsys,

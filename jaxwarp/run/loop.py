@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,7 +60,7 @@ from jaxwarp.run.checkpoint import (
 )
 from jaxwarp.run.handshake import Handshake, init_distributed
 from jaxwarp.run.lock import LOCK_FILE, take_folder
-from jaxwarp.run.member_chunks import MemberChunks
+from jaxwarp.run.member_chunks import compile_in_memory
 from jaxwarp.run.memory_guard import OutOfMemory, check_memory, out_of_memory_text
 from jaxwarp.run.metrics import (
     METRICS_CSV,
@@ -205,12 +204,7 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
         run.member_mesh = member_mesh(config.devices, run.members) \
             if settings and not chunks else None
         restore_or_init(run, resume, progress)
-        if chunks:
-            run.member_chunks = MemberChunks(run.members, chunks.size,
-                                             member_mesh(config.devices, chunks.size))
-            if progress and primary:
-                print(chunks.why, file=sys.stderr)
-        run.compiled = _compile(run, run.chunk)
+        run.compiled = compile_in_memory(run, chunks, _compile, progress)
         run.compile_s = time.perf_counter() - run.t0
         if primary:
             _write_config(out, config, seeds, resume, after_training, sweep)

@@ -19,6 +19,7 @@ may chunk it otherwise (another device, another device count).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,9 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxwarp.train.mesh import MEMBERS
+from jaxwarp.run.memory_guard import Chunks, check_program
+from jaxwarp.run.state import Run
+from jaxwarp.train.mesh import MEMBERS, member_mesh
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,19 +59,60 @@ class MemberChunks:
         return jax.tree.map(lambda x: jax.ShapeDtypeStruct((self.size, *x.shape[1:]), x.dtype,
                                                            sharding=where), rs)
 
-    def over(self, compiled: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """``rs -> compiled(rs)`` for every member, the compiled program of one
-        chunk (``state -> (state, metrics)``, leading axis: the members) run
-        on each chunk in turn; the state and metrics come back as host arrays
-        (the repeated members' dropped)."""
-        where = None if self.mesh is None else NamedSharding(self.mesh, P(MEMBERS))
+    def over(self, compiled: Any) -> ChunkedProgram:
+        """`compiled`, the program of one chunk, run on every chunk in turn."""
+        return ChunkedProgram(self, compiled)
 
-        def every_chunk(rs: Any) -> Any:
-            host = jax.device_get(rs)  # the whole state: in host memory between chunks
-            done = []
-            for idx in self.indices():
-                part = jax.device_put(jax.tree.map(lambda x, i=idx: x[i], host), where)
-                done.append(jax.device_get(compiled(part)))
-            return jax.tree.map(lambda *xs: np.concatenate(xs)[:self.members], *done)
 
-        return every_chunk
+class ChunkedProgram:
+    """``rs -> (rs, metrics)`` for every member of `chunks` (leading axis: the
+    members), by the compiled program of one chunk run on each chunk in turn;
+    the state and metrics come back as host arrays (the repeated members'
+    dropped)."""
+
+    def __init__(self, chunks: MemberChunks, compiled: Any) -> None:
+        self.chunks, self.compiled = chunks, compiled
+
+    def __call__(self, rs: Any) -> Any:
+        c = self.chunks
+        where = None if c.mesh is None else NamedSharding(c.mesh, P(MEMBERS))
+        host = jax.device_get(rs)  # the whole state: in host memory between chunks
+        done = []
+        for idx in c.indices():
+            part = jax.device_put(jax.tree.map(lambda x, i=idx: x[i], host), where)
+            done.append(jax.device_get(self.compiled(part)))
+        return jax.tree.map(lambda *xs: np.concatenate(xs)[:c.members], *done)
+
+    def memory_analysis(self) -> Any:
+        """The compiled program's (one chunk's)."""
+        return self.compiled.memory_analysis()
+
+
+def compile_in_memory(run: Run, chunks: Chunks | None, compile: Callable[[Run, int], Any],
+                      progress: bool | str) -> Any:
+    """``compile(run, run.chunk)``, the run's first program: in `chunks` of a
+    sweep's runs when `memory_guard.check_memory` said so (before compiling,
+    from the arrays' shapes), and compiled again in smaller chunks when XLA's
+    count of the compiled program says it does not fit (`check_program`). The
+    line saying why is printed each time (with `progress`)."""
+    _use(run, chunks, progress)
+    compiled = compile(run, run.chunk)
+    if not run.settings:
+        return compiled
+    on = run.member_chunks
+    mesh = run.member_mesh if on is None else on.mesh
+    again = check_program(run, compiled, run.members if on is None else on.size,
+                          1 if mesh is None else mesh.size)
+    if again is None:
+        return compiled
+    _use(run, again, progress)
+    return compile(run, run.chunk)
+
+
+def _use(run: Run, chunks: Chunks | None, progress: bool | str) -> None:
+    if chunks is None:
+        return
+    run.member_chunks = MemberChunks(run.members, chunks.size,
+                                     member_mesh(run.config.devices, chunks.size))
+    if progress and run.primary:
+        print(chunks.why, file=sys.stderr)

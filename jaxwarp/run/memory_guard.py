@@ -78,45 +78,101 @@ class Chunks:
 
 
 def members_that_fit(per_run: float, limit: int, devices: int) -> int:
-    """The most runs one program may train, from `per_run` bytes each (a lower
-    bound, `arrays_bytes`) in `limit` bytes, rounded down to a multiple of
-    `devices` (each device trains as many); 0 when not one per device fits."""
+    """The most runs one program may train, from `per_run` bytes each in
+    `limit` bytes, rounded down to a multiple of `devices` (each device trains
+    as many); 0 when not one per device fits."""
     return int(limit // per_run) // devices * devices
 
 
 def check_memory(run: Run) -> Chunks | None:
-    """None when the run's arrays alone (`run_bytes`) fit the memory of its
-    devices (`device_memory`; also where either is unknown). A sweep that does
-    not fit runs in chunks: the fewest that each fit, all of one size, a
-    multiple of the device count (`Chunks`). RunError naming the config keys
-    when a plain run, or one run per device of a sweep, does not fit: before
-    anything is allocated."""
+    """Before anything is allocated: None when the run's arrays alone
+    (`run_bytes`, a lower bound) fit the memory of its devices
+    (`device_memory`; also where either is unknown). A sweep that does not fit
+    runs in chunks (`Chunks`). RunError naming the config keys when a plain
+    run, or one run per device of a sweep, does not fit."""
     parts = run_bytes(run)
-    devices = resolve_devices(run.config.devices) if run.settings else 1
     platform, limit = device_memory(run.trainer, run.config.devices if run.settings else None)
     need = sum(parts.values()) if parts else 0
     if parts is None or limit is None or need <= limit:
         return None
-    where = "the host's memory" if platform == "cpu" else \
-        f"the memory of {devices} {platform} device(s)"
-    fit = members_that_fit(need / run.members, limit, devices)
-    if run.settings and fit >= devices:
-        count = _ceil(run.members, fit)  # the fewest chunks, then the fewest runs repeated
-        size = _ceil(_ceil(run.members, count), devices) * devices
-        return Chunks(size, f"jaxwarp sweep: its {run.members} runs ({_members(run)}) need at "
-                      f"least {need / 1e9:.2f} GB, more than {where} ({limit / 1e9:.2f} GB), "
-                      f"which holds {fit}: {count} chunks of {size} runs, one after the other "
-                      f"in one compiled program ({count * size - run.members} repeated to "
-                      "fill the last)")
+    chunks = _chunks(run, need / run.members, (platform, limit),
+                     f"need at least {_size(need)} (their arrays)")
+    if chunks is not None:
+        return chunks
     c = run.config
     hidden = ", ".join(f"policies.{g}.hidden_sizes" for g, _ in c.policies) or "hidden_sizes"
     raise RunError(
-        f"the run needs at least {need / 1e9:.1f} GB, more than {where} ({limit / 1e9:.1f} GB): "
-        f"parameters and optimiser state {parts['model'] / 1e9:.1f} GB ({hidden}), env state "
-        f"{parts['env'] / 1e9:.1f} GB (num_envs={c.num_envs}), one rollout "
-        f"{parts['rollout'] / 1e9:.1f} GB (num_envs x num_steps={c.num_steps}) x "
+        f"the run needs at least {need / 1e9:.1f} GB, more than {_where(run, platform)} "
+        f"({limit / 1e9:.1f} GB): parameters and optimiser state {parts['model'] / 1e9:.1f} GB "
+        f"({hidden}), env state {parts['env'] / 1e9:.1f} GB (num_envs={c.num_envs}), one "
+        f"rollout {parts['rollout'] / 1e9:.1f} GB (num_envs x num_steps={c.num_steps}) x "
         f"{_members(run)}; lower them"
         + (" (not even one run per device fits)" if run.settings else ""))
+
+
+def program_bytes(compiled: Any) -> int | None:
+    """XLA's count of the memory a compiled program takes on each of its
+    devices: its arguments, its outputs not written over donated arguments,
+    and its temporaries. None where XLA does not say."""
+    try:
+        m = compiled.memory_analysis()
+        return int(m.argument_size_in_bytes + m.output_size_in_bytes
+                   - m.alias_size_in_bytes + m.temp_size_in_bytes)
+    except Exception:  # noqa: BLE001  (not every backend implements it)
+        return None
+
+
+def check_program(run: Run, compiled: Any, members: int, devices: int) -> Chunks | None:
+    """After compiling a sweep's program of `members` runs on `devices`
+    devices: None when XLA's count of its memory (`program_bytes`, more than
+    `check_memory`'s lower bound: the update's temporaries) fits the devices
+    (or is unknown); else the chunks that fit by that count; RunError when not
+    one run per device does."""
+    each = program_bytes(compiled)
+    platform, limit = device_memory(run.trainer, devices)
+    need = None if each is None else each * devices
+    if need is None or limit is None or need <= limit:
+        return None
+    chunks = _chunks(run, need / members, (platform, limit),
+                     f"need {_size(need * run.members / members)} (XLA's count of the "
+                     f"program compiled for {members})")
+    if chunks is None:
+        raise RunError(f"one run of the sweep per device needs {_size(need / members)} "
+                       f"(XLA's count), more than {_where(run, platform)} ({_size(limit)}); "
+                       "lower num_envs, num_steps or the policies' hidden_sizes")
+    return chunks
+
+
+def _chunks(run: Run, per_run: float, memory: tuple[str, int], need: str) -> Chunks | None:
+    """A sweep's runs in the fewest chunks of those that fit (`per_run` bytes
+    each), all of one size, a multiple of the device count, as few runs
+    repeated as can be; None for a plain run or when not one per device fits."""
+    devices = resolve_devices(run.config.devices)
+    fit = members_that_fit(per_run, memory[1], devices)
+    if not run.settings or fit < devices:
+        return None
+    count = _ceil(run.members, fit)
+    size = _ceil(_ceil(run.members, count), devices) * devices
+    return Chunks(size, f"jaxwarp sweep: its {run.members} runs ({_members(run)}) {need}, more "
+                  f"than {_where(run, memory[0])} ({_size(memory[1])}), which holds {fit}: "
+                  f"{count} chunks of {size} runs, one after the other in one compiled "
+                  f"program ({count * size - run.members} repeated to fill the last)")
+
+
+def _where(run: Run, platform: str) -> str:
+    if platform == "cpu":
+        return "the host's memory"
+    if not run.settings:
+        return f"the {platform} devices' memory"
+    return f"the memory of {resolve_devices(run.config.devices)} {platform} device(s)"
+
+
+def _size(n: float) -> str:
+    """Bytes as GB, MB or kB, three significant digits."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n / 1e3:.3g} kB"
 
 
 def out_of_memory_text(e: BaseException) -> str | None:
