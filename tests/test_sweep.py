@@ -296,6 +296,12 @@ def test_xla_count_of_the_compiled_program_chunks_a_sweep_again(monkeypatch):
     monkeypatch.setattr(memory_guard, "device_memory", lambda *_: ("cpu", 2_000))
     with pytest.raises(RunError, match="one run of the sweep per device needs 3 kB"):
         memory_guard.check_program(run, compiled, members=5, devices=1)
+    # In chunks, every run's state waits in host memory, twice: 2 x 4 kB here.
+    monkeypatch.setattr(memory_guard, "device_memory", lambda *_: ("cpu", 10_000))
+    monkeypatch.setattr(memory_guard, "run_bytes", lambda r: {"model": 3000, "env": 1000})
+    monkeypatch.setattr(memory_guard, "memory_limit", lambda platform: 7_000)
+    with pytest.raises(RunError, match=r"keeps its 5 runs' states in host memory, twice: 8 kB"):
+        memory_guard.check_program(run, compiled, members=5, devices=1)
 
 
 def test_a_sweep_without_room_for_one_run_per_device_is_refused(tmp_path, capsys,

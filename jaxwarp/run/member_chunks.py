@@ -76,12 +76,20 @@ class ChunkedProgram:
     def __call__(self, rs: Any) -> Any:
         c = self.chunks
         where = None if c.mesh is None else NamedSharding(c.mesh, P(MEMBERS))
-        host = jax.device_get(rs)  # the whole state: in host memory between chunks
-        done = []
-        for idx in c.indices():
+        host = jax.device_get(rs)  # every run's state waits in host memory between chunks
+        for x in jax.tree.leaves(rs):  # donated, as the input of an unchunked program
+            if isinstance(x, jax.Array) and not x.is_deleted():
+                x.delete()
+        out = None
+        for j, idx in enumerate(c.indices()):
             part = jax.device_put(jax.tree.map(lambda x, i=idx: x[i], host), where)
-            done.append(jax.device_get(self.compiled(part)))
-        return jax.tree.map(lambda *xs: np.concatenate(xs)[:c.members], *done)
+            done = jax.device_get(self.compiled(part))
+            if out is None:  # host arrays of every run, filled chunk by chunk
+                out = jax.tree.map(lambda x: np.empty((c.members, *x.shape[1:]), x.dtype), done)
+            first, n = j * c.size, min(c.size, c.members - j * c.size)  # the repeats dropped
+            for o, x in zip(jax.tree.leaves(out), jax.tree.leaves(done)):
+                o[first:first + n] = x[:n]
+        return out
 
     def memory_analysis(self) -> Any:
         """The compiled program's (one chunk's)."""

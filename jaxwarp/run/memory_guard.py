@@ -151,12 +151,24 @@ def _chunks(run: Run, per_run: float, memory: tuple[str, int], need: str) -> Chu
     fit = members_that_fit(per_run, memory[1], devices)
     if not run.settings or fit < devices:
         return None
+    _check_host(run)
     count = _ceil(run.members, fit)
     size = _ceil(_ceil(run.members, count), devices) * devices
     return Chunks(size, f"jaxwarp sweep: its {run.members} runs ({_members(run)}) {need}, more "
                   f"than {_where(run, memory[0])} ({_size(memory[1])}), which holds {fit}: "
                   f"{count} chunks of {size} runs, one after the other in one compiled "
                   f"program ({count * size - run.members} repeated to fill the last)")
+
+
+def _check_host(run: Run) -> None:
+    """RunError unless the host's memory holds every run's state twice (before
+    and after a chunk of updates: `member_chunks.ChunkedProgram`)."""
+    parts, host = run_bytes(run), memory_limit("cpu")
+    state = 0 if parts is None else 2 * (parts["model"] + parts["env"])
+    if host is not None and state > host:
+        raise RunError(f"a sweep in chunks keeps its {run.members} runs' states in host memory, "
+                       f"twice: {_size(state)}, more than the host's memory ({_size(host)}); "
+                       "sweep fewer settings or seeds")
 
 
 def _where(run: Run, platform: str) -> str:
