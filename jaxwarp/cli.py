@@ -314,11 +314,12 @@ def _render(args: argparse.Namespace) -> int:
 
 def _random_frames(env: Any, args: argparse.Namespace) -> Any:
     """`jaxwarp render --env`'s frames: one env at random, each frame under a
-    header naming the env, the step, the episode and each group's score."""
+    header naming the env, the step, the episode and each group's score, and
+    the colours' legend."""
     import jax
     import numpy as np
 
-    from jaxwarp.render import render_frames, rollout_states
+    from jaxwarp.render import legend, render_frames, rollout_states
     from jaxwarp.run.evaluate import label_panels, score_lines
     from jaxwarp.train.policy import Groups
 
@@ -326,7 +327,7 @@ def _random_frames(env: Any, args: argparse.Namespace) -> Any:
     frames = np.asarray(jax.jit(lambda s: render_frames(env, s, size=args.size))(states))
     groups = Groups.of(env).ids
     return label_panels(frames, [[f"{args.env}, random actions", *score_lines(states, groups, t)]
-                                 for t in range(frames.shape[0])])
+                                 for t in range(frames.shape[0])], legend(env, states))
 
 
 def _emit(names: list[str], backend: str, out: str) -> int:

@@ -11,7 +11,8 @@ background), vmapped over time, so a whole rollout renders inside ``jit``.
 World ``y`` points up in the image. What an env looks like is the env's own:
 its spec's ``render_view(params)`` (the square of the world drawn) and
 ``render_draw(params, state, canvas)`` (its shapes on a `Canvas`); this module
-draws any env that declares them.
+draws any env that declares them. `legend(env, state)` names the colours of
+that drawing (agents by their policy group), for the GIFs' headers.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Canvas", "render_frames", "rollout_states", "world_to_pixel", "write_gif"]
+__all__ = ["Canvas", "legend", "render_frames", "rollout_states", "world_to_pixel", "write_gif"]
 
 BACKGROUND = (255, 255, 255)
 RED = (220, 40, 40)  # taggers, adversaries
@@ -42,23 +43,27 @@ class Canvas:
     px: world units per pixel (a hook may keep small shapes at least a pixel
     or two wide: ``max(0.05, 2 * canvas.px)``). Coordinates and radii are
     Python floats or f32 arrays (one shape per element); colour an RGB triple;
-    visible a bool or bool array (hidden shapes are not painted)."""
+    visible a bool or bool array (hidden shapes are not painted); label, where
+    given, what the shapes are in the GIFs' legend (`legend`; without one the
+    legend names them itself)."""
 
     def __init__(self, px: float):
         self.px = px
         self.parts: list[tuple] = []
+        self.labels: list[str | None] = []  # one per part
 
-    def segment(self, ax, ay, bx, by, r, colour, visible=True) -> None:
+    def segment(self, ax, ay, bx, by, r, colour, visible=True, label: str | None = None) -> None:
         """A thick segment from (ax, ay) to (bx, by), radius r."""
         ax = jnp.atleast_1d(jnp.asarray(ax, jnp.float32))
         n = ax.shape[0]
         f = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32), (n,))
         self.parts.append((ax, f(ay), f(bx), f(by), f(r), _col(colour, n),
                            jnp.broadcast_to(jnp.asarray(visible, bool), (n,))))
+        self.labels.append(label)
 
-    def disc(self, x, y, r, colour, visible=True) -> None:
+    def disc(self, x, y, r, colour, visible=True, label: str | None = None) -> None:
         """A disc of radius r at (x, y)."""
-        self.segment(x, y, x, y, r, colour, visible)
+        self.segment(x, y, x, y, r, colour, visible, label)
 
     def primitives(self) -> tuple[jax.Array, ...]:
         """(ax, ay, bx, by, r, colour[D, 3], visible[D]) of every shape, in order."""
@@ -162,6 +167,97 @@ def render_frames(env: Any, states: Any, env_index: int = 0, size: int = 128) ->
         return _rasterize(_prims(env, s, px), bounds, size)
 
     return jax.vmap(frame)(fields)
+
+
+def _one_state(env: Any, states: Any, env_index: int) -> dict[str, jax.Array]:
+    """The drawing's input for env `env_index` at time 0 of `states` (fields
+    [T, num_envs, ...]), as `render_frames` passes it."""
+    return {k: v[0, env_index] for k, v in vars(states).items()
+            if isinstance(v, jax.Array) and v.ndim >= 2}
+
+
+def _moved(env: Any, s: dict[str, jax.Array], base: tuple, px: float, field: str,
+           at: Any = None) -> jax.Array:
+    """bool[D]: the shapes of the drawing that change when state field `field`
+    changes (at index `at` of its agent axis, or all of it): geometry or
+    visibility."""
+    v = s[field]
+    bump = ~v if v.dtype == bool else v + jnp.asarray(1 if jnp.issubdtype(v.dtype, jnp.integer)
+                                                      else 0.5, v.dtype)
+    if at is not None:
+        bump = v.at[at].set(bump[at])
+    prims = _prims(env, {**s, field: bump}, px)
+    changed = [prims[i] != base[i] for i in (0, 1, 2, 3, 4, 6)]
+    return jnp.any(jnp.stack(changed), axis=0)
+
+
+def legend(env: Any, states: Any, env_index: int = 0) -> list[tuple[str, tuple[int, int, int]]]:
+    """[(label, (r, g, b))]: what each colour of the env's drawing shows, one
+    entry per (label, colour), the agents' groups first (in the env's
+    ``policy_groups`` order), then the other shapes in drawing order. Empty
+    for a single-agent env.
+
+    states: the env's state pytree, fields ``[T, num_envs, ...]`` (as
+    `render_frames` takes), read at time 0 of env `env_index`. A shape is named
+    by, the first that applies:
+      1. its drawing (``canvas.disc(..., label="landmark")``);
+      2. its agent's policy group (``env.policy_groups``; ``agent`` for an env
+         that declares none): the shapes that move with agent j's position, the
+         state fields ``x`` and ``y`` (per agent) that every multi-agent
+         built-in env keeps, are agent j's;
+      3. the state fields it is drawn from (the shapes that change with a
+         field), by their common stem: ``lm`` for ``lm_x`` and ``lm_y``.
+    Shapes that no state field moves (drawn from the params alone) are left out.
+    """
+    if env.num_agents < 2:
+        return []
+    _, draw = _hooks(env)
+    s = _one_state(env, states, env_index)
+    xmin, xmax, _, _ = _bounds(env)
+    px = (xmax - xmin) / 128
+    canvas = Canvas(px)
+    draw(env.params, s, canvas)
+    named = [canvas.labels[i] for i, p in enumerate(canvas.parts) for _ in range(len(p[0]))]
+    pos = [f for f in ("x", "y") if f in s and s[f].shape == (env.num_agents,)]
+    names = list(s)  # (jit hands the dict over with its keys sorted)
+
+    @jax.jit
+    def probe(s):
+        base = _prims(env, s, px)
+        agents = (jax.vmap(lambda j: _moved(env, s, base, px, "x", j)
+                           | _moved(env, s, base, px, "y", j))(jnp.arange(env.num_agents))
+                  if len(pos) == 2 else jnp.zeros((0, len(named)), bool))  # bool[agents, D]
+        fields = jnp.stack([_moved(env, s, base, px, f) for f in names])  # bool[fields, D]
+        return base[5], agents, fields
+
+    rgb, agents, fields = (np.asarray(a) for a in probe(s))
+    colours = [tuple(round(float(c)) for c in v) for v in rgb]
+    groups = dict(getattr(env, "policy_groups", None) or {"agent": np.arange(env.num_agents)})
+    group_of = {int(j): g for g, ids in groups.items() for j in np.asarray(ids)}
+    owner: list[str | None] = [None] * len(named)
+    for j, e in zip(*np.nonzero(agents)):  # 2. agents (in order: the first one wins)
+        owner[e] = owner[e] or group_of[int(j)]
+    drawn_from = [{names[f] for f in np.flatnonzero(fields[:, e])} for e in range(len(named))]
+    entries: dict[tuple[str, tuple[int, int, int]], int] = {}
+    order = {g: i for i, g in enumerate(groups)}
+    for e, colour in enumerate(colours):
+        label = named[e] or owner[e] or (_stem(drawn_from[e]) if drawn_from[e] else None)
+        if label is not None and (label, colour) not in entries:
+            rank = order[label] if named[e] is None and owner[e] is not None else len(order)
+            entries[(label, colour)] = rank
+    return sorted(entries, key=lambda k: entries[k])  # stable: drawing order within a rank
+
+
+def _stem(fields: set[str]) -> str:
+    """The common stem of state field names: ``lm`` of lm_x and lm_y, the name of one."""
+    names = sorted(fields)
+    if len(names) == 1:
+        return names[0]
+    stem = names[0]
+    for n in names[1:]:
+        while not n.startswith(stem):
+            stem = stem[:-1]
+    return stem.rstrip("_") or ", ".join(names)
 
 
 def render_batch(env: Any, state: Any, size: int = 128) -> jax.Array:

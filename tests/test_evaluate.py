@@ -132,7 +132,9 @@ def test_cli_render_run_puts_trained_beside_random(run_dir, tmp_path, capsys):
     assert cli.main(["render", "--run", str(run_dir), "--steps", "3", "--size", "32",
                      "--out", str(path)]) == 0
     assert capsys.readouterr().out.strip() == str(path)
-    head = 12 * 5 + 2  # header: "trained, seed 0"/"random", step, episode, the two scores
+    # header: "trained, seed 0"/"random", step, episode, the two scores, and the
+    # legend (tagger, runner: one a line at 32 pixels)
+    head = 12 * 7 + 2
     with Image.open(path) as im:
         assert im.size == (32 + 1 + 32, head + 32) and im.n_frames == 4
         im.seek(0)

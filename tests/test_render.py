@@ -11,7 +11,11 @@ from jaxwarp.cli import main as cli_main
 from jaxwarp.render import (
     BACKGROUND,
     BLUE,
+    DARK,
+    GREEN,
     RED,
+    Canvas,
+    legend,
     render_frames,
     rollout_states,
     world_to_pixel,
@@ -131,6 +135,63 @@ def test_cli_render_writes_gif(tmp_path, capsys):
     with Image.open(out) as im:  # each frame under a header of 4 lines of 12 pixels:
         # the env and "random actions", the step, the episode, the score
         assert im.n_frames == 7 and im.size == (48, 4 * 12 + 2 + 48)
+
+
+def test_legend_names_each_colour_by_what_the_env_declares(tag_env):
+    # Tag: the groups of its policy_groups, in that order, in the colours drawn.
+    states = _tag_state(tag_env, (5.0, 15.0), (14.0, 4.0), runner_in_game=True)
+    assert legend(tag_env, states) == [("tagger", RED), ("runner", BLUE)]
+    # simple_tag: the groups, then the shapes no agent moves, named by the state
+    # fields they are drawn from (lm_x, lm_y)
+    mpe = jaxwarp.make("mpe_simple_tag", backend="jax")
+    one = rollout_states(mpe, jax.random.key(0), 1, 0)
+    assert legend(mpe, one) == [("adversary", RED), ("agent", GREEN), ("lm", DARK)]
+    # a single agent: no legend
+    cart = jaxwarp.make("cartpole", backend="jax")
+    assert legend(cart, rollout_states(cart, jax.random.key(0), 1, 0)) == []
+
+
+def test_legend_takes_the_drawings_own_labels(tag_env):
+    import dataclasses
+    from types import SimpleNamespace
+
+    def draw(p, s, canvas: Canvas):
+        canvas.disc(s["x"], s["y"], 1.0, BLUE, label="player")
+        canvas.disc(0.0, 0.0, 1.0, DARK)  # from the params alone: not in the legend
+    env = SimpleNamespace(spec=dataclasses.replace(tag_env.spec, render_draw=draw),
+                          params=tag_env.params, num_agents=2, policy_groups=None)
+    states = _tag_state(tag_env, (5.0, 15.0), (14.0, 4.0), runner_in_game=True)
+    assert legend(env, states) == [("player", BLUE)]
+
+
+def test_cli_render_draws_the_legend(tmp_path, capsys):
+    out = tmp_path / "tag.gif"
+    assert cli_main(["render", "--env", "tag_continuous", "--steps", "1", "--backend", "jax",
+                     "--size", "128", "--out", str(out)]) == 0
+    with Image.open(out) as im:
+        frame = np.asarray(im.convert("RGB"))
+    # 12-pixel lines: the env, step, episode, the two groups' scores, then the
+    # legend's one line (both entries fit 128 pixels): a swatch of each colour
+    head = 6 * 12 + 2
+    assert frame.shape == (head + 128, 128, 3)
+    key = frame[5 * 12 + 1: head]
+    colours = {tuple(v) for v in key.reshape(-1, 3)}
+    assert RED in colours and BLUE in colours
+    assert RED not in {tuple(v) for v in frame[: 5 * 12].reshape(-1, 3)}  # text lines
+
+
+def test_legend_entries_flow_onto_more_lines():
+    from jaxwarp.run.evaluate import label_panels
+
+    frames = np.zeros((1, 8, 32, 3), np.uint8)
+    key = [("tagger", RED), ("runner", BLUE)]
+    out = label_panels(frames, [["a"]], key)  # 32 pixels: one entry a line
+    assert out.shape == (1, 3 * 12 + 2 + 8, 32, 3)
+    rows = [{tuple(v) for v in out[0, 1 + 12 * i: 1 + 12 * (i + 1)].reshape(-1, 3)}
+            for i in (1, 2)]
+    assert RED in rows[0] and BLUE not in rows[0] and BLUE in rows[1]
+    assert label_panels(np.zeros((1, 8, 256, 3), np.uint8), [["a"]], key).shape[1] == (
+        2 * 25 + 2 + 8)  # 256 pixels: both on one line (25-pixel lines)
 
 
 def test_render_header_counts_the_episodes():

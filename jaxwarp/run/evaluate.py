@@ -378,9 +378,10 @@ def render_run(run: LoadedRun, steps: int | None = None, size: int = 128, seed: 
     (same key). steps None: one episode, `jaxwarp.core.episode_length(env)`
     steps (see `jaxwarp.render.rollout_states`). labels: a header above each
     side (`label_panels`) naming it ("trained, seed S" / "random") with the step and
-    each group's score so far (its agents' mean return this episode); False:
-    no header (header 0). Raises ValueError for an env with no renderer."""
-    from jaxwarp.render import render_frames, rollout_states
+    each group's score so far (its agents' mean return this episode) and the
+    colours' legend (`jaxwarp.render.legend`); False: no header (header 0).
+    Raises ValueError for an env with no renderer."""
+    from jaxwarp.render import legend, render_frames, rollout_states
 
     env, groups = run.trainer.env, run.trainer.groups
     key = jax.random.key(seed)
@@ -389,8 +390,9 @@ def render_run(run: LoadedRun, steps: int | None = None, size: int = 128, seed: 
               for on in (True, False)]
     sides = [np.asarray(draw(s)) for s in states]
     if labels:
+        colours = legend(env, states[0])
         sides = [label_panels(side, [[title] + score_lines(s, groups, t)
-                                     for t in range(side.shape[0])])
+                                     for t in range(side.shape[0])], colours)
                  for side, s, title in zip(sides, states, (f"trained, seed {run.seed}",
                                                            "random"))]
     gap = np.full(sides[0].shape[:2] + (max(size // 32, 1), 3), 128, np.uint8)  # grey line
@@ -427,11 +429,14 @@ def line_px(width: int) -> int:
     return max(LINE_PX, width // 10)
 
 
-def label_panels(frames: np.ndarray, lines: Sequence[Sequence[str]]) -> np.ndarray:
-    """u8[T, line_px(W) * n + 2 + H, W, 3]: each frame of u8[T, H, W, 3] under
-    a white header with its lines of text (lines[t], n of them, in black, the
-    font scaled to the panel; text wider than W is cut off). The envs' own
-    drawing is untouched."""
+def label_panels(frames: np.ndarray, lines: Sequence[Sequence[str]],
+                 legend: Sequence[tuple[str, tuple[int, int, int]]] = ()) -> np.ndarray:
+    """u8[T, line_px(W) * (n + k) + 2 + H, W, 3]: each frame of u8[T, H, W, 3]
+    under a white header with its lines of text (lines[t], n of them, in black,
+    the font scaled to the panel; text wider than W is cut off), then the
+    legend's k lines: a swatch of each colour and its label
+    (`jaxwarp.render.legend`), as many to a line as fit. The envs' own drawing
+    is untouched."""
     from PIL import Image, ImageDraw, ImageFont
 
     frames = np.asarray(frames)
@@ -441,7 +446,9 @@ def label_panels(frames: np.ndarray, lines: Sequence[Sequence[str]]) -> np.ndarr
         font = ImageFont.load_default(size=step - 3) if step > LINE_PX else None
     except TypeError:
         font = None
-    head = step * n + 2
+    keys = _legend_layout(legend, frames.shape[2], step, font)
+    rows = 1 + max((row for row, _, _, _ in keys), default=-1)
+    head = step * (n + rows) + 2
     out = np.full((frames.shape[0], head + frames.shape[1]) + frames.shape[2:], 255, np.uint8)
     out[:, head:] = frames
     for t, text in enumerate(lines):
@@ -449,5 +456,27 @@ def label_panels(frames: np.ndarray, lines: Sequence[Sequence[str]]) -> np.ndarr
         pen = ImageDraw.Draw(img)
         for i, line in enumerate(text):
             pen.text((2, 1 + step * i), line, fill=(0, 0, 0), font=font)
+        for row, x, label, colour in keys:
+            top = 1 + step * (n + row)
+            pen.rectangle((x, top + 2, x + step - 6, top + step - 4), fill=colour)
+            pen.text((x + step - 3, top), label, fill=(0, 0, 0), font=font)
         out[t, :head] = np.asarray(img)
+    return out
+
+
+def _legend_layout(legend: Sequence[tuple[str, tuple[int, int, int]]], width: int, step: int,
+                   font: Any) -> list[tuple[int, int, str, tuple[int, int, int]]]:
+    """(row, x, label, colour) of each legend entry: a swatch step - 5 pixels
+    wide, its label, a gap; entries flow onto the next row where the panel
+    ends (one too wide for a row gets a row of its own, cut off)."""
+    from PIL import Image, ImageDraw
+
+    pen = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    out, row, x = [], 0, 2
+    for label, colour in legend:
+        w = step - 3 + int(pen.textlength(label, font=font)) + step // 2
+        if x > 2 and x + w > width:
+            row, x = row + 1, 2
+        out.append((row, x, label, tuple(int(c) for c in colour)))
+        x += w
     return out
