@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import subprocess
 import sys
@@ -103,16 +104,18 @@ def load_script(jaxmarl: Path, rel: str) -> types.ModuleType:
     return module
 
 
-def run_jaxmarl(jaxmarl: Path, case: str, total_steps: int, seeds: int, seed: int,
+def run_jaxmarl(jaxmarl: Path, case: str, hp: dict[str, Any], seeds: int, seed: int,
                 small: bool, logged: list[dict[str, Any]]) -> dict[str, Any]:
-    """Timings of JaxMARL's own script for `case`."""
+    """Timings of JaxMARL's own script for `case`, its batch and length from `hp`
+    (the yaml's at the paper scale)."""
     from bench_time_to_return import _timed
 
     _, script, cfg = CASES[case]
     config = read_config(jaxmarl / cfg)
-    config["TOTAL_TIMESTEPS"] = total_steps
+    config.update(TOTAL_TIMESTEPS=hp["total_env_steps"], NUM_ENVS=hp["num_envs"],
+                  NUM_STEPS=hp["num_steps"])
     if small:
-        config.update(NUM_ENVS=4, NUM_STEPS=16, FC_DIM_SIZE=16, GRU_HIDDEN_DIM=16)
+        config.update(FC_DIM_SIZE=16, GRU_HIDDEN_DIM=16)
     train = load_script(jaxmarl, script).make_train(dict(config))
     keys = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
     logged.clear()
@@ -142,19 +145,21 @@ def rate(run: dict[str, Any], seeds: int) -> float:
     return seeds * run["num_updates"] * run["batch_env_steps"] / run["run_s"]
 
 
-def check_case(args: argparse.Namespace, case: str, logged: list) -> list[dict[str, Any]]:
+def check_case(args: argparse.Namespace, case: str, scale: str, logged: list
+               ) -> list[dict[str, Any]]:
+    """The three sides of `case` at `scale` (the gpu scale runs 4x the env-steps)."""
     import bench_time_to_return as b
 
-    hp = b.hyperparameters(CASES[case][0], "paper", args.total_steps)
+    steps = args.total_steps * (4 if scale == "gpu" else 1)
+    hp = b.hyperparameters(CASES[case][0], scale, steps)
     if args.small:
         hp.update(num_envs=4, num_steps=16, hidden_sizes=(16,), rnn_size=16)
-    rows = [run_jaxmarl(args.jaxmarl, case, hp["total_env_steps"], args.seeds, args.seed,
-                        args.small, logged),
+    rows = [run_jaxmarl(args.jaxmarl, case, hp, args.seeds, args.seed, args.small, logged),
             b.run_peer(CASES[case][0], hp, args.seeds, args.seed),
             b.run_jaxwarp(CASES[case][0], hp, "cuda" if jax.default_backend() == "gpu"
                           else "cpu", args.seeds, args.seed)]
     for r in rows:
-        r["case"] = case
+        r["case"], r["scale"] = case, scale
         r["env_steps_per_s"] = rate(r, args.seeds)
         r["agent_steps_per_s"] = 3 * r["env_steps_per_s"]  # simple_spread: 3 agents
         for k in ("returns", "episodes"):  # curves: not needed for a speed check
@@ -162,7 +167,7 @@ def check_case(args: argparse.Namespace, case: str, logged: list) -> list[dict[s
     base = rows[0]["env_steps_per_s"]
     for r in rows:
         r["vs_jaxmarl"] = r["env_steps_per_s"] / base
-        print(f"{case:6s} {r['impl']:22s} {r['env_steps_per_s'] / 1e3:9.1f}K env-steps/s "
+        print(f"{case:6s} {scale:5s} {r['impl']:22s} {r['env_steps_per_s'] / 1e3:9.1f}K env-steps/s "
               f"{r['agent_steps_per_s'] / 1e3:9.1f}K agent-steps/s  compile "
               f"{r['compile_s']:5.1f} s  run {r['run_s']:6.1f} s  x{r['vs_jaxmarl']:.2f}",
               flush=True)
@@ -174,7 +179,11 @@ def main() -> None:
     ap.add_argument("--jaxmarl", type=Path, required=True,
                     help="a checkout of github.com/FLAIROx/JaxMARL")
     ap.add_argument("--cases", default="ippo,mappo")
-    ap.add_argument("--total-steps", type=int, default=2_000_000, help="env-steps per seed")
+    ap.add_argument("--scales", default="paper",
+                    help="paper: the yaml's 16 envs x 128 steps; gpu: 1,024 x 32 "
+                         "(bench_time_to_return's gpu scale)")
+    ap.add_argument("--total-steps", type=int, default=2_000_000,
+                    help="env-steps per seed at the paper scale (gpu: 4x)")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--small", action="store_true", help="tiny sizes, for a CPU")
@@ -188,8 +197,8 @@ def main() -> None:
     from jaxwarp.benchmark import run_meta
 
     rows = []
-    for case in args.cases.split(","):
-        rows += check_case(args, case, logged)
+    for case, scale in itertools.product(args.cases.split(","), args.scales.split(",")):
+        rows += check_case(args, case, scale, logged)
         meta = {**run_meta(), "jaxmarl_commit": commit_of(args.jaxmarl),
                 "jaxmarl_source": "https://github.com/FLAIROx/JaxMARL", "seeds": args.seeds}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
