@@ -176,6 +176,18 @@ def new_state(state_cls: type, fields: dict[str, jax.Array], num_envs: int) -> A
 
 
 Start = Callable[[Any, jax.Array, int], dict[str, jax.Array]]
+
+
+def uniform_fields(names: Sequence[str], ranges: Sequence[tuple[float, float]]) -> Start:
+    """The `Start` of an env whose every fresh start draws field ``names[d]``
+    uniform in ``ranges[d]`` whatever its params (`uniform_start`)."""
+
+    def start(p: Any, key_data: jax.Array, num_envs: int) -> dict[str, jax.Array]:
+        return uniform_start(key_data, num_envs, names, ranges)
+
+    return start
+
+
 Dynamics = Callable[[Any, Any, jax.Array], tuple[dict[str, jax.Array], jax.Array, jax.Array]]
 
 

@@ -43,7 +43,7 @@ from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
 from jaxwarp.render import DARK, GREY, ORANGE, Canvas
 from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
-                                   uniform_start, validate)
+                                   uniform_fields, validate)
 
 ACROBOT_MAX_WRAPS = 8  # unrolled iterations of Gymnasium's `wrap` while-loop, each way
 # Reset range [low, high) of each drawn state variable, in draw order.
@@ -98,11 +98,6 @@ class AcrobotState:
     dtheta2: jax.Array = state_field("f32")
     timestep: jax.Array = state_field("i32", "env")
     episode_return: jax.Array = state_field("f32")
-
-
-def _acrobot_start(p: AcrobotParams, key_data: jax.Array, num_envs: int):
-    return uniform_start(key_data, num_envs, ("theta1", "theta2", "dtheta1", "dtheta2"),
-                         ACROBOT_RESET)
 
 
 def _f32_value(x: float) -> float:
@@ -187,8 +182,9 @@ def acrobot_observe(p: AcrobotParams, state: AcrobotState) -> jax.Array:
 
 
 acrobot_reset, acrobot_step = reference(
-    "acrobot", AcrobotParams, AcrobotState, _acrobot_start, _acrobot_dynamics,
-    acrobot_observe, "in {0, 1, 2} (torque -1, 0, +1)")
+    "acrobot", AcrobotParams, AcrobotState,
+    uniform_fields(("theta1", "theta2", "dtheta1", "dtheta2"), ACROBOT_RESET),
+    _acrobot_dynamics, acrobot_observe, "in {0, 1, 2} (torque -1, 0, +1)")
 
 
 def render_view(p: AcrobotParams) -> tuple[float, float, float, float]:

@@ -33,7 +33,7 @@ from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
 from jaxwarp.render import DARK, GREY, ORANGE, Canvas
 from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
-                                   uniform_start, validate)
+                                   uniform_fields, validate)
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 CARTPOLE_RESET = ((-0.05, 0.05),) * 4  # x, x_dot, theta, theta_dot
@@ -85,11 +85,6 @@ class CartPoleState:
     episode_return: jax.Array = state_field("f32")
 
 
-def _cartpole_start(p: CartPoleParams, key_data: jax.Array, num_envs: int):
-    return uniform_start(key_data, num_envs, ("x", "x_dot", "theta", "theta_dot"),
-                         CARTPOLE_RESET)
-
-
 def cartpole_constants(p: CartPoleParams) -> dict[str, np.float32]:
     """The constants of CartPole's dynamics, folded in float64 from the
     Python params and rounded to float32 once: the reference uses them, and
@@ -135,8 +130,9 @@ def cartpole_observe(p: CartPoleParams, state: CartPoleState) -> jax.Array:
 
 
 cartpole_reset, cartpole_step = reference(
-    "cartpole", CartPoleParams, CartPoleState, _cartpole_start, _cartpole_dynamics,
-    cartpole_observe, "in {0, 1} (push left, push right)")
+    "cartpole", CartPoleParams, CartPoleState,
+    uniform_fields(("x", "x_dot", "theta", "theta_dot"), CARTPOLE_RESET),
+    _cartpole_dynamics, cartpole_observe, "in {0, 1} (push left, push right)")
 
 
 def kernel_params(p: CartPoleParams) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from jaxwarp.authoring import env_class, state_field
 from jaxwarp.core import sincos_fixed
 from jaxwarp.render import DARK, ORANGE, Canvas
 from jaxwarp.envs._classic import (F32, ClassicParams, check_holds_reset, env_spec, reference,
-                                   uniform_start, validate)
+                                   uniform_fields, validate)
 
 # Reset range [low, high) of each drawn state variable, in draw order.
 PENDULUM_RESET = ((-math.pi, math.pi), (-1.0, 1.0))  # theta, theta_dot
@@ -93,10 +93,6 @@ class PendulumState:
     episode_return: jax.Array = state_field("f32")
 
 
-def _pendulum_start(p: PendulumParams, key_data: jax.Array, num_envs: int):
-    return uniform_start(key_data, num_envs, ("theta", "theta_dot"), PENDULUM_RESET)
-
-
 def _angle_normalize(x: jax.Array) -> jax.Array:
     """((x + pi) % (2 pi)) - pi, with Python's sign convention for %."""
     return jnp.mod(x + F32(math.pi), F32(2 * math.pi)) - F32(math.pi)
@@ -125,8 +121,9 @@ def pendulum_observe(p: PendulumParams, state: PendulumState) -> jax.Array:
 
 
 pendulum_reset, pendulum_step = reference(
-    "pendulum", PendulumParams, PendulumState, _pendulum_start, _pendulum_dynamics,
-    pendulum_observe, "in [0, num_torque_levels) (torque `PendulumParams.torques`[a])")
+    "pendulum", PendulumParams, PendulumState,
+    uniform_fields(("theta", "theta_dot"), PENDULUM_RESET), _pendulum_dynamics, pendulum_observe,
+    "in [0, num_torque_levels) (torque `PendulumParams.torques`[a])")
 
 
 def render_view(p: PendulumParams) -> tuple[float, float, float, float]:
