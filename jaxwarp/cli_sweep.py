@@ -28,7 +28,8 @@ def add_sweep(sub: Any) -> None:
     s = sub.add_parser(
         "sweep", help="train hyperparameter settings x seeds as one program, ranked",
         description="Trains every setting of the swept keys with every seed in one compiled "
-        "program (vmap), then ranks the settings by the first trained group's final episode "
+        "program (vmap; in chunks of its runs, one after the other, when they do not all fit "
+        "in memory), then ranks the settings by the first trained group's final episode "
         "return (mean and 95% interval over seeds), writes sweep.json, sweep.csv, sweep.png "
         "and best.yaml (jaxwarp train --config DIR/best.yaml trains the best). Ctrl-C and "
         f"--resume as for train. Sweepable: {', '.join(SWEEPABLE)}, policies.<group>.lr.")

@@ -1,14 +1,16 @@
 """A sweep whose runs do not all fit in the devices' memory at once: one
 compiled program over chunks of its runs, one chunk after the other
-(docs/sweeps.md, "More runs than fit").
+(docs/sweeps.md, "More runs than fit in memory").
 
 `memory_guard.check_memory` says, from shapes and before anything compiles,
-how many runs one program may train. `MemberChunks` splits the sweep's runs
-(member ``k * seeds + s``: setting k, seed s) into the fewest chunks of at most
-that many, all of one size, a multiple of the device count: the last chunk is
-filled up by repeating the first runs, whose results are dropped. One size is
-one program, compiled once (a sweep's compile is most of a short sweep's time),
-and every run is trained by that same program whatever chunk it falls in.
+how many runs one program may train, and `memory_guard.check_program` says it
+again from XLA's count of the compiled program (`compile_in_memory`).
+`MemberChunks` splits the sweep's runs (member ``k * seeds + s``: setting k,
+seed s) into the fewest chunks of at most that many, all of one size, a
+multiple of the device count: the last chunk is filled up by repeating the
+first runs, whose results are dropped. One size is one program, compiled once
+(a sweep's compile is most of a short sweep's time), and every run is trained
+by that same program whatever chunk it falls in.
 
 Between chunks of updates every run's state waits in host memory, so that
 metrics, checkpoints, Ctrl-C and ``--resume`` see the whole sweep's state, as
