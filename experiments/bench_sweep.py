@@ -152,7 +152,7 @@ def largest(a: argparse.Namespace, env: dict[str, str]) -> None:
 
     probe = result["probe"] = in_process([*common, f"probe:{a.probe}"], env)
     save()
-    if "per_run_bytes" not in probe or not probe.get("program_bytes"):
+    if "per_run_bytes" not in probe or not (probe.get("program_bytes") or [None])[0]:
         sys.exit(f"the probe failed: {probe.get('error', '')[-2000:]}")
     limit, xla = probe["memory_bytes"], probe["program_bytes"][0] / probe["runs"]
     check = min(probe["check_runs"], probe["host_runs"])
