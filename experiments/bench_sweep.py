@@ -151,6 +151,7 @@ def largest(a: argparse.Namespace, env: dict[str, str]) -> None:
         Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
 
     probe = result["probe"] = in_process([*common, f"probe:{a.probe}"], env)
+    result["meta"] = run_meta(device=probe.get("device", "unknown"))  # the GPU's, not ours
     save()
     if "per_run_bytes" not in probe or not (probe.get("program_bytes") or [None])[0]:
         sys.exit(f"the probe failed: {probe.get('error', '')[-2000:]}")
@@ -172,8 +173,6 @@ def largest(a: argparse.Namespace, env: dict[str, str]) -> None:
               + (rate_text(r["env_steps_per_s"], r["agents_per_env"], r["device"])
                  if "env_steps_per_s" in r else f"failed: {r.get('error', '')[-300:]}"),
               file=sys.stderr, flush=True)
-    result["meta"] = run_meta(device=probe.get("device", "unknown"))
-    save()
 
 
 def main() -> None:
