@@ -125,6 +125,7 @@ def run_jaxmarl(jaxmarl: Path, case: str, hp: dict[str, Any], seeds: int, seed: 
             "settings": {k: config[k] for k in sorted(config) if k.isupper()},
             "num_updates": int(config["TOTAL_TIMESTEPS"] // config["NUM_STEPS"]
                                // config["NUM_ENVS"]),
+            "num_envs": config["NUM_ENVS"],
             "batch_env_steps": config["NUM_ENVS"] * config["NUM_STEPS"],
             "compile_s": compile_s, "run_s": run_s,
             "callbacks": len(logged), "last_returns": returns[-5:]}
@@ -149,6 +150,7 @@ def check_case(args: argparse.Namespace, case: str, scale: str, logged: list
                ) -> list[dict[str, Any]]:
     """The three sides of `case` at `scale` (the gpu scale runs 4x the env-steps)."""
     import bench_time_to_return as b
+    from jaxwarp.units import device_name, rate_text
 
     steps = args.total_steps * (4 if scale == "gpu" else 1)
     hp = b.hyperparameters(CASES[case][0], scale, steps)
@@ -167,8 +169,8 @@ def check_case(args: argparse.Namespace, case: str, scale: str, logged: list
     base = rows[0]["env_steps_per_s"]
     for r in rows:
         r["vs_jaxmarl"] = r["env_steps_per_s"] / base
-        print(f"{case:6s} {scale:5s} {r['impl']:22s} {r['env_steps_per_s'] / 1e3:9.1f}K env-steps/s "
-              f"{r['agent_steps_per_s'] / 1e3:9.1f}K agent-steps/s  compile "
+        print(f"{case:6s} {scale:5s} {r['impl']:22s} "
+              f"{rate_text(r['env_steps_per_s'], 3, device_name(jax.devices()[:1]))}  compile "
               f"{r['compile_s']:5.1f} s  run {r['run_s']:6.1f} s  x{r['vs_jaxmarl']:.2f}",
               flush=True)
     return rows
