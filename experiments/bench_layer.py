@@ -1,0 +1,163 @@
+"""One dense layer on the learner's shapes: our own tensor-core kernel against cuBLAS.
+
+Before a fused multi-layer kernel is written (docs/decisions.md, "The learner
+on tensor cores"), the question is whether a kernel of ours matches cuBLAS on
+a single layer ``y = act(x @ w + b)`` at the shapes the learner runs: many
+rows (a minibatch of agent-steps: 4K to 220K), K and N of 64 to 256, bfloat16
+in and out with float32 accumulation. Sides, each timed as its own jitted
+program (compile apart, warm-up, median of --repeats calls of --inner layers
+chained in one program so launch gaps are amortised):
+
+* ``xla``: ``act(jnp.dot(x, w, preferred_element_type=f32) + b)`` cast to
+  bfloat16; XLA picks cuBLAS/cuBLASLt and fuses the epilogue where it can;
+* ``mma``: `kernels/layer_mma.cu` (mma.sync m16n8k16, a block of 128 rows x
+  all N columns, K staged in shared memory in chunks of 64, bias and
+  activation in the epilogue), built here with nvcc and called through
+  ``jax.ffi``; the weights' transpose it takes is inside the timed program.
+
+Per shape: microseconds a layer, TFLOP/s, the fraction of the device's dense
+bfloat16 peak and of its memory bandwidth (bytes that cannot be avoided: x
+read, y written, w once), and the largest difference to ``xla`` relative to
+its largest value (same inputs).
+
+    python experiments/bench_layer.py --out experiments/results/bench_layer_h200.json
+    compute-sanitizer --tool memcheck python experiments/bench_layer.py --rows 4096 \\
+        --repeats 1 --inner 1 --out /tmp/layer_sanitize.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwarp.authoring.build import find_nvcc
+from jaxwarp.benchmark import run_meta
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "kernels" / "layer_mma.cu"
+ACTS = {"none": 0, "relu": 1, "tanh": 2}
+# Dense bfloat16 tensor-core peak and memory bandwidth by device kind (vendor
+# datasheets: H100 SXM 989 TFLOP/s and 3.35 TB/s, H200 989 TFLOP/s and 4.8 TB/s).
+PEAKS = {"H100": (989e12, 3.35e12), "H200": (989e12, 4.8e12)}
+
+
+def build(out_dir: Path) -> Path:
+    """layer_mma.cu as a shared library for this GPU's architecture."""
+    major, minor = jax.devices()[0].compute_capability.split(".")
+    arch = f"{major}{minor}" + ("a" if major == "9" else "")
+    lib = out_dir / "layer_mma.so"
+    cmd = [find_nvcc(), "-O3", "-std=c++17", f"-arch=sm_{arch}", "--shared", "-Xcompiler",
+           "-fPIC", "-I", jax.ffi.include_dir(), "-o", str(lib), str(SOURCE)]
+    subprocess.run(cmd, check=True)
+    return lib
+
+
+def register(lib: Path) -> None:
+    handle = ctypes.cdll.LoadLibrary(str(lib))
+    jax.ffi.register_ffi_target("bench_layer_mma", jax.ffi.pycapsule(handle.LayerMma),
+                                platform="CUDA")
+
+
+def xla_layer(x: jax.Array, w: jax.Array, b: jax.Array, act: str) -> jax.Array:
+    z = jnp.dot(x, w, preferred_element_type=jnp.float32) + b
+    z = {"none": z, "relu": jax.nn.relu(z), "tanh": jnp.tanh(z)}[act]
+    return z.astype(jnp.bfloat16)
+
+
+def mma_layer(x: jax.Array, w: jax.Array, b: jax.Array, act: str) -> jax.Array:
+    out = jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), jnp.bfloat16)
+    return jax.ffi.ffi_call("bench_layer_mma", out)(x, w.T, b, act=np.int32(ACTS[act]))
+
+
+def chained(layer: Callable, inner: int, act: str) -> Callable:
+    """`inner` layers in one program, each reading the last one's output
+    (square layers: K == N), so none can be dropped or hoisted."""
+    def run(x, w, b):
+        def body(h, _):
+            return layer(h, w, b, act), None
+        return jax.lax.scan(body, x, None, length=inner)[0]
+    return jax.jit(run)
+
+
+def time_side(fn: Callable, args: tuple, repeats: int) -> tuple[float, float]:
+    t = time.perf_counter()
+    compiled = fn.lower(*args).compile()
+    compile_s = time.perf_counter() - t
+    jax.block_until_ready(compiled(*args))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - t)
+    return compile_s, statistics.median(times)
+
+
+def case(rows: int, width: int, act: str, inner: int, repeats: int) -> dict[str, Any]:
+    kx, kw, kb = jax.random.split(jax.random.PRNGKey(rows + width), 3)
+    x = jax.random.normal(kx, (rows, width), jnp.float32).astype(jnp.bfloat16)
+    w = (jax.random.normal(kw, (width, width), jnp.float32) / np.sqrt(width)).astype(jnp.bfloat16)
+    b = 0.1 * jax.random.normal(kb, (width,), jnp.float32)
+    ref = np.asarray(jax.jit(xla_layer, static_argnums=3)(x, w, b, act), np.float32)
+    got = np.asarray(jax.jit(mma_layer, static_argnums=3)(x, w, b, act), np.float32)
+    err = float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
+    kind = jax.devices()[0].device_kind
+    peak, bandwidth = next((v for k, v in PEAKS.items() if k in kind), (None, None))
+    flops = 2.0 * rows * width * width
+    bytes_ = 2.0 * (rows * width * 2 + width * width)
+    out = {"rows": rows, "k": width, "n": width, "act": act, "inner": inner,
+           "max_rel_diff_vs_xla": err}
+    for side, layer in (("xla", xla_layer), ("mma", mma_layer)):
+        compile_s, sec = time_side(chained(layer, inner, act), (x, w, b), repeats)
+        per = sec / inner
+        out[side] = {"us_per_layer": 1e6 * per, "tflops": flops / per / 1e12,
+                     "compile_s": compile_s,
+                     "peak_fraction": flops / per / peak if peak else None,
+                     "bandwidth_fraction": bytes_ / per / bandwidth if bandwidth else None}
+    out["mma_over_xla_speed"] = out["xla"]["us_per_layer"] / out["mma"]["us_per_layer"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", default="4096,32768,220000",
+                    help="rows per layer (220,000: the Tag A2C minibatch, 2,000 envs x 110)")
+    ap.add_argument("--widths", default="64,128,256", help="K = N of the layer")
+    ap.add_argument("--acts", default="relu,tanh")
+    ap.add_argument("--inner", type=int, default=20, help="layers chained in one program")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default="experiments/results/bench_layer.json")
+    args = ap.parse_args()
+    if jax.default_backend() != "gpu":
+        raise SystemExit("bench_layer.py: error: needs a CUDA GPU (the kernel is mma.sync)")
+    with tempfile.TemporaryDirectory() as tmp:
+        register(build(Path(tmp)))
+        rows = []
+        for act in args.acts.split(","):
+            for width in map(int, args.widths.split(",")):
+                for n in map(int, args.rows.split(",")):
+                    r = case(n, width, act, args.inner, args.repeats)
+                    rows.append(r)
+                    print(f"{act:5s} rows {n:7d} K=N={width:4d}  xla {r['xla']['us_per_layer']:8.1f} us"
+                          f" {r['xla']['tflops']:6.1f} TFLOP/s  mma {r['mma']['us_per_layer']:8.1f} us"
+                          f" {r['mma']['tflops']:6.1f} TFLOP/s  mma/xla speed "
+                          f"{r['mma_over_xla_speed']:.2f}  diff {r['max_rel_diff_vs_xla']:.1e}",
+                          flush=True)
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                    Path(args.out).write_text(json.dumps({"meta": run_meta(), "results": rows},
+                                                         indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
