@@ -4,6 +4,9 @@ the last 2), on the jax backend (no kernel build)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Iterable
+
 from jaxwarp.cli import main as cli_main
 from jaxwarp.train import TrainConfig, load_config
 
@@ -22,3 +25,16 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli_main(["train", "--no-progress", *argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def metric_table(rows: Iterable[dict]) -> dict:
+    """metrics.jsonl's rows by (update, seed) without their timing columns: what
+    two runs that trained alike have in common."""
+    timing = ("env_steps_per_s", "wall_s")
+    return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in timing}
+            for r in rows}
+
+
+def ckpt_steps(out: Path) -> list[int]:
+    """The updates of the checkpoints in run folder `out`, in order."""
+    return sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())

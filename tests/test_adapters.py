@@ -86,14 +86,20 @@ def random_actions(rng, env, steps, num_envs):
 # ---------------------------------------------------------------------------
 # Import hygiene
 # ---------------------------------------------------------------------------
-def test_importing_jaxwarp_and_adapters_imports_no_optional_framework():
-    code = ("import sys, jaxwarp, jaxwarp.adapters\n"
-            "bad = [m for m in ('gymnasium', 'pettingzoo', 'torch') if m in sys.modules]\n"
-            "assert not bad, bad\n"
-            "assert 'JaxwarpVectorEnv' in dir(jaxwarp.adapters)\n")
+def fresh_python(code: str) -> str:
+    """Runs `code` in a fresh interpreter (nothing imported yet), which must
+    succeed; its stdout."""
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_importing_jaxwarp_and_adapters_imports_no_optional_framework():
+    fresh_python("import sys, jaxwarp, jaxwarp.adapters\n"
+                 "bad = [m for m in ('gymnasium', 'pettingzoo', 'torch') if m in sys.modules]\n"
+                 "assert not bad, bad\n"
+                 "assert 'JaxwarpVectorEnv' in dir(jaxwarp.adapters)\n")
 
 
 # ---------------------------------------------------------------------------
@@ -415,10 +421,7 @@ def test_lazy_names_without_their_framework_are_missing_attributes():
             "    assert isinstance(e.__cause__, ImportError), repr(e.__cause__)\n"
             "    assert \"optional package 'torch'\" in str(e), str(e)\n"
             "    print(e)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "has no attribute 'TorchVectorEnv'" in proc.stdout
+    assert "has no attribute 'TorchVectorEnv'" in fresh_python(code)
 
 
 def test_gym_next_step_autoreset_is_the_default(cartpole):

@@ -13,26 +13,8 @@ import jaxwarp
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("other", ["jax", "cpu"])
-def test_cartpole_cuda_matches_step_by_step(other):
-    report = jaxwarp.testing.check_consistency("cartpole", ("cuda", other), num_envs=64,
-                                               resync=True, rtol=1e-5, atol=1e-6)
-    assert report.ok, report
-    assert report.episodes_finished > 64
-
-
-def test_cartpole_cuda_vmap_equals_loop():
-    env = jaxwarp.make("cartpole", backend="cuda")
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    obs_b, st_b = jax.jit(jax.vmap(lambda k: env.reset(k, 8)))(keys)
-    act = jnp.ones((3, 8, 1, 1), jnp.int32)
-    out_b = jax.jit(jax.vmap(env.step))(keys, st_b, act)
-    for i in range(3):
-        obs_i, st_i = jax.jit(env.reset, static_argnums=1)(keys[i], 8)
-        np.testing.assert_array_equal(obs_b[i], obs_i)
-        out_i = jax.jit(env.step)(keys[i], st_i, act[i])
-        for a, b in zip(jax.tree.leaves(out_b), jax.tree.leaves(out_i)):
-            np.testing.assert_array_equal(a[i], b)
+# CartPole's CUDA kernel against the reference and the XLA:CPU kernel, step by
+# step and under vmap: tests/test_classic_control_kernels.py (its gpu cases).
 
 
 def test_tutorial_env_cuda_matches_cpu_and_reference():

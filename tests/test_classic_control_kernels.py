@@ -2,8 +2,8 @@
 contract (cuda/envs/{acrobot,pendulum,mountain_car}.h), against their pure-JAX
 references (jaxwarp/envs/<name>.py) on XLA:CPU, and on the GPU in the `gpu`
 cases (skipped without one: the CUDA kernels against the reference and the
-XLA:CPU kernels); CartPole's constants folded in Python (its spec's
-kernel_params)."""
+XLA:CPU kernels); CartPole's kernel step by step and under vmap likewise, and
+its constants folded in Python (its spec's kernel_params)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ ENVS = {
 }
 
 
+# The kernels compared step by step and under vmap: CartPole's too.
+KERNELS = ("cartpole", *ENVS)
+
+
 def _pair(name, **params):
     cls, params_cls, *_ = ENVS[name]
     p = params_cls(**params)
@@ -42,7 +46,7 @@ def _assert_outputs_close(out_a, out_b, rtol=1e-5, atol=1e-6):
             np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("name", list(ENVS))
+@pytest.mark.parametrize("name", KERNELS)
 def test_kernel_matches_reference_step_by_step(name, kernel_pair):
     report = jaxwarp.testing.check_consistency(name, kernel_pair, num_envs=16,
                                                resync=True, rtol=1e-5, atol=1e-6)
@@ -50,10 +54,9 @@ def test_kernel_matches_reference_step_by_step(name, kernel_pair):
     assert report.episodes_finished >= 16  # every env ended and restarted at least once
 
 
-@pytest.mark.parametrize("name", list(ENVS))
+@pytest.mark.parametrize("name", KERNELS)
 def test_kernel_vmap_equals_loop(name, kernel_backend):
-    cls, params, *_ = ENVS[name]
-    env, ref = cls(params(), backend=kernel_backend), cls(params(), backend="jax")
+    env, ref = jaxwarp.make(name, backend=kernel_backend), jaxwarp.make(name, backend="jax")
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     obs_b, st_b = jax.jit(jax.vmap(lambda k: env.reset(k, 8)))(keys)
     act = jnp.ones((3, 8, 1, 1), jnp.int32)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +22,7 @@ from jaxwarp.run import metrics as metrics_module
 from jaxwarp.run.loop import StorageError, train_run
 from jaxwarp.run.metrics import read_metrics
 
-from _tiny_run import TINY, cli, tiny_config
+from _tiny_run import TINY, ckpt_steps, cli, metric_table, tiny_config
 
 
 def error_line(err: str) -> str:
@@ -31,16 +30,6 @@ def error_line(err: str) -> str:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("jaxwarp train: error: "), err
     return lines[0]
-
-
-def metric_table(out: Path) -> dict:
-    timing = ("env_steps_per_s", "wall_s")
-    return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in timing}
-            for r in read_metrics(out)}
-
-
-def ckpt_steps(out: Path) -> list[int]:
-    return sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +80,8 @@ def test_full_disk_in_the_metrics_is_one_line_and_resume_recovers(full_run, tmp_
     code, stdout, err = cli(capsys, "--eval-episodes", "0", "--resume", str(out))
     assert code == 0, err
     assert "8/8 updates" in stdout and "error" not in err
-    assert metric_table(out) == metric_table(full_run)  # as if the disk never filled
+    # as if the disk never filled
+    assert metric_table(read_metrics(out)) == metric_table(read_metrics(full_run))
     assert (out / "metrics.csv").read_text().count("\n") == 1 + 8
 
 
@@ -120,7 +110,7 @@ def test_full_disk_in_a_checkpoint_is_one_line_and_resume_recovers(full_run, tmp
     assert "no space left on device" in line and "saving update 6" in line, line
     code, stdout, err = cli(capsys, "--eval-episodes", "0", "--resume", str(out))
     assert code == 0, err
-    assert metric_table(out) == metric_table(full_run)
+    assert metric_table(read_metrics(out)) == metric_table(read_metrics(full_run))
 
 
 def test_real_orbax_write_error_is_found(tmp_path, monkeypatch):

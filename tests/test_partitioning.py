@@ -62,6 +62,15 @@ def _worker(part: int, parts: int) -> dict:
         c = jax.jit(f, **jit_kw).lower(*args).compile()
         return c, c(*args), c.as_text()
 
+    def stepped(env, seed):
+        """A reset state of NUM_ENVS envs, random actions (NumPy seed `seed`) and
+        the step's outputs on them, unsplit."""
+        nvec = np.asarray(env.action_space.nvec)
+        actions = jnp.asarray(np.random.default_rng(seed).integers(
+            0, nvec, (NUM_ENVS, env.num_agents, len(nvec))), jnp.int32)
+        _, state = env.reset(key, NUM_ENVS)
+        return state, actions, env.step(key, state, actions)
+
     names = jaxwarp.registered_envs()
     for name in names[part::parts]:
         env = jaxwarp.make(name, backend="cpu", **SMALL.get(name, {}))
@@ -124,11 +133,7 @@ def _worker(part: int, parts: int) -> dict:
     # Inputs split along the agent axis: the rule replicates that axis first
     # (an all-gather), then the results are the unsharded ones.
     env = jaxwarp.make("mpe_simple_spread", backend="cpu", num_agents=4, num_landmarks=4)
-    nvec = np.asarray(env.action_space.nvec)
-    actions = jnp.asarray(np.random.default_rng(1).integers(
-        0, nvec, (NUM_ENVS, env.num_agents, len(nvec))), jnp.int32)
-    _, state = env.reset(key, NUM_ENVS)
-    want = env.step(key, state, actions)
+    state, actions, want = stepped(env, 1)
     agents = Mesh(np.array(devices[:2]), ("agents",))
     by_agent = NamedSharding(agents, P(None, "agents"))
     a_state = jax.tree.map(lambda x: jax.device_put(x, by_agent if x.ndim >= 2 else
@@ -206,11 +211,7 @@ def _worker(part: int, parts: int) -> dict:
     # outputs typed like the split inputs; no collective either.
     explicit = jax.make_mesh((DEVICES,), ("envs",))
     env = jaxwarp.make("mpe_simple_spread", backend="cpu")
-    nvec = np.asarray(env.action_space.nvec)
-    actions = jnp.asarray(np.random.default_rng(3).integers(
-        0, nvec, (NUM_ENVS, env.num_agents, len(nvec))), jnp.int32)
-    _, state = env.reset(key, NUM_ENVS)
-    want = env.step(key, state, actions)
+    state, actions, want = stepped(env, 3)
     want_s = jaxwarp.sample_actions(skey, logits, (5, 3, 70), backend="cpu")
     split = NamedSharding(explicit, P("envs"))
     with jax.set_mesh(explicit):
@@ -229,11 +230,7 @@ def _worker(part: int, parts: int) -> dict:
     jax.config.update("jax_use_shardy_partitioner", False)
     try:
         env = jaxwarp.make("mpe_simple_spread", backend="cpu")
-        nvec = np.asarray(env.action_space.nvec)
-        actions = jnp.asarray(np.random.default_rng(2).integers(
-            0, nvec, (NUM_ENVS, env.num_agents, len(nvec))), jnp.int32)
-        _, state = env.reset(key, NUM_ENVS)
-        want = env.step(key, state, actions)
+        state, actions, want = stepped(env, 2)
         split = NamedSharding(meshes[4], P("envs"))
         _, got, hlo = compiled(env.step, key, *jax.device_put((state, actions), split))
         report["gspmd"] = {"differ": differ(want, got), "not_split": not_split(got, meshes[4]),

@@ -22,6 +22,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from _tiny_run import TINY, ckpt_steps, cli, metric_table, tiny_config
 
 import jaxwarp
 from jaxwarp.params_check import check_params
@@ -35,8 +36,6 @@ from jaxwarp.run.loop import (
 )
 from jaxwarp.train import ConfigError, build_trainer, load_config, make_train
 
-from _tiny_run import TINY, cli, tiny_config
-
 
 def strict_rows(out: Path) -> list[dict]:
     """metrics.jsonl parsed as strict JSON (NaN/Infinity are rejected)."""
@@ -45,16 +44,6 @@ def strict_rows(out: Path) -> list[dict]:
 
     lines = (out / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line, parse_constant=reject) for line in lines if line.strip()]
-
-
-def metric_table(out: Path) -> dict:
-    timing = ("env_steps_per_s", "wall_s")
-    return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in timing}
-            for r in strict_rows(out)}
-
-
-def ckpt_steps(out: Path) -> list[int]:
-    return sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +88,7 @@ def test_resume_skips_truncated_checkpoint_api(runs, tmp_path):
     # Same numbers as never interrupted; the kept rows (update 1 has no finished
     # episode: NaN return) were rewritten as strict JSON (null, not NaN).
     assert strict_rows(out)[0]["agent/episode_return"] is None
-    assert metric_table(out) == metric_table(full)
+    assert metric_table(strict_rows(out)) == metric_table(strict_rows(full))
     assert ckpt_steps(out) == [6, 8]  # 6 saved again from good state
     assert (out / "checkpoints_corrupt" / "6").is_dir()
 
@@ -117,7 +106,7 @@ def test_resume_skips_corrupt_metadata_cli(runs, tmp_path, capsys, corrupt):
     assert len(warning) == 1 and warning[0].startswith(
         "jaxwarp train: warning: checkpoint at update 6 is unreadable"), err
     assert "resuming from update 4" in warning[0]
-    assert metric_table(out) == metric_table(full)
+    assert metric_table(strict_rows(out)) == metric_table(strict_rows(full))
 
 
 def test_resume_without_an_intact_checkpoint_is_one_line_error(runs, tmp_path, capsys):
@@ -435,7 +424,8 @@ def test_ctrl_c_checkpoints_the_last_chunk_and_resume_continues(runs, tmp_path, 
     code, stdout, err = cli(capsys, "--resume", str(out))
     assert code == 0, err
     assert "8/8 updates" in stdout and "warning" not in err
-    assert metric_table(out) == metric_table(full)  # as if never interrupted
+    # as if never interrupted
+    assert metric_table(strict_rows(out)) == metric_table(strict_rows(full))
 
 
 def test_keyboard_interrupt_in_host_code_checkpoints_the_chunks_done(tmp_path, capsys,

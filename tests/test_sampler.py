@@ -12,6 +12,8 @@ import pytest
 import jaxwarp
 from jaxwarp.sampler import sample_actions
 
+from _checks import EXTREME_LOGITS
+
 NVEC = (1, 2, 5, 21, 100)
 BACKENDS = ("cpu", "jax")
 
@@ -99,12 +101,7 @@ def test_masked_choices_are_never_drawn(backend):
 
 
 def test_extreme_logits_match_reference():
-    # NaN wins (first NaN, as jnp.argmax), +inf wins, all -inf picks 0.
-    x = np.array([[0.0, 1.0, np.nan, np.nan],
-                  [0.0, np.inf, 1.0, np.inf],
-                  [-np.inf] * 4,
-                  [1e30, -1e30, 0.0, 1e30],
-                  [-3.0, -3.0, -3.0, -3.0]], np.float32)
+    x = EXTREME_LOGITS
     k = jax.random.key(11)
     a_cpu, lp_cpu = sample_actions(k, x, (4,), backend="cpu")
     a_jax, lp_jax = sample_actions(k, x, (4,), backend="jax")

@@ -10,6 +10,8 @@ import pytest
 
 from jaxwarp.sampler import sample_actions
 
+from _checks import EXTREME_LOGITS
+
 pytestmark = pytest.mark.gpu
 
 NVEC = (1, 2, 5, 21, 100)
@@ -74,11 +76,7 @@ def test_cuda_launch_configurations_match_cpu(case):
 
 
 def test_cuda_extreme_logits_match_cpu():
-    x = np.array([[0.0, 1.0, np.nan, np.nan],
-                  [0.0, np.inf, 1.0, np.inf],
-                  [-np.inf] * 4,
-                  [1e30, -1e30, 0.0, 1e30],
-                  [-3.0, -3.0, -3.0, -3.0]], np.float32)
+    x = EXTREME_LOGITS
     # Also through the whole-warp path (a head of 100 choices).
     wide = np.full((5, 100), -np.inf, np.float32)
     wide[:, :4] = x

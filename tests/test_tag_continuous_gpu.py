@@ -9,6 +9,8 @@ import pytest
 import jaxwarp
 from jaxwarp.testing import check_consistency
 
+from _checks import assert_vmap_equals_loop, random_rollout
+
 pytestmark = pytest.mark.gpu
 
 SMALL = dict(num_taggers=2, num_runners=5, grid_length=5.0, tagging_distance=0.1,
@@ -61,27 +63,8 @@ def test_cuda_matches_jax(case):
 
 def test_cuda_vmap_over_seeds_equals_loop():
     env = jaxwarp.make("tag_continuous", backend="cuda", **SMALL, num_other_agents_observed=4)
-    keys = jax.random.split(jax.random.key(3), 3)
-
-    def rollout(key):
-        k0, k1 = jax.random.split(key)
-        obs, state = env.reset(k0, 4)
-
-        def body(carry, k):
-            obs, state = carry
-            ka, ks = jax.random.split(k)
-            a = env.action_space.sample(ka, (4, env.num_agents))
-            obs, state, r, d, _ = env.step(ks, state, a)
-            return (obs, state), (r, d)
-
-        (obs, state), (r, d) = jax.lax.scan(body, (obs, state), jax.random.split(k1, 70))
-        return obs, r, d
-
-    batched = jax.jit(jax.vmap(rollout))(keys)
-    single = [jax.jit(rollout)(k) for k in keys]
-    for b, outs in enumerate(single):
-        for got, want in zip(batched, outs):
-            np.testing.assert_array_equal(np.asarray(got[b]), np.asarray(want))
+    assert_vmap_equals_loop(lambda k: random_rollout(env, k, 4, 70),
+                            jax.random.split(jax.random.key(3), 3))
 
 
 def test_cuda_scan_body_has_no_state_copy():

@@ -7,7 +7,6 @@ vmap, and a short PPO run that must learn."""
 
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +16,9 @@ from jax.experimental import checkify
 
 import jaxwarp
 from jaxwarp.envs.tag_gridworld import TagGridworld, TagGridworldParams, TagGridworldState
-from jaxwarp.train import config_from_dict, make_train
+from jaxwarp.train import config_from_dict
+
+from _checks import assert_vmap_equals_loop, random_rollout, trained_and_random
 
 
 F32 = np.float32
@@ -233,29 +234,9 @@ def test_make_with_named_configs():
 def test_kernel_vmap_over_seeds_equals_loop(kernel_backend):
     p = small(random_start=True, episode_length=6)
     env = TagGridworld(p, backend=kernel_backend)
-    keys = jax.random.split(jax.random.PRNGKey(3), 3)
-
-    def rollout(key):
-        k0, k1 = jax.random.split(key)
-        obs, state = env.reset(k0, 4)
-
-        def body(carry, k):
-            state, _ = carry
-            ka, ks = jax.random.split(k)
-            actions = env.action_space.sample(ka, (4, p.num_agents))
-            obs, state, reward, done, _ = env.step(ks, state, actions)
-            return (state, obs), (reward, done)
-
-        (state, obs), (rewards, dones) = jax.lax.scan(body, (state, obs),
-                                                      jax.random.split(k1, 10))
-        return obs, state, rewards, dones
-
-    batched = jax.jit(jax.vmap(rollout))(keys)
+    batched = assert_vmap_equals_loop(lambda k: random_rollout(env, k, 4, 10),
+                                      jax.random.split(jax.random.PRNGKey(3), 3))
     assert int(batched[3].sum()) >= 3  # episodes ended inside the rollout
-    for i, k in enumerate(keys):
-        one = jax.jit(rollout)(k)
-        for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(batched)):
-            np.testing.assert_array_equal(a, b[i])
 
 
 @pytest.mark.gpu
@@ -278,11 +259,7 @@ def test_short_ppo_run_taggers_beat_random_taggers():
         "policies": {"tagger": {"hidden_sizes": [64, 64], "lr": 0.003},
                      "runner": {"model": "uniform", "train": False}},
         "chunk_updates": 10, "checkpoint_every": 10})
-    random_ = dataclasses.replace(learned, policies=tuple(
-        (g, dataclasses.replace(p, model="uniform", train=False)) for g, p in learned.policies))
-    key = jax.random.PRNGKey(0)
-    _, m_learned = jax.jit(make_train(learned))(key)
-    _, m_random = jax.jit(make_train(random_))(key)
+    m_learned, m_random = trained_and_random(learned, jax.random.PRNGKey(0))
     r_learned = float(np.nanmean(m_learned["tagger/episode_return"][-10:]))
     r_random = float(np.nanmean(m_random["tagger/episode_return"][-10:]))
     print(f"tagger return per episode: learned {r_learned:.2f}, random {r_random:.2f}")

@@ -3,7 +3,6 @@ checkpoint/resume, CLI, and a short run that must learn."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -29,6 +28,9 @@ from jaxwarp.train import (
     make_train,
     shipped_configs,
 )
+
+from _checks import assert_seeds_vmap_as_separate_runs, trained_and_random
+from _tiny_run import metric_table
 
 TINY_ENV = {"num_taggers": 2, "num_runners": 3, "grid_length": 5.0, "episode_length": 12,
             "num_acceleration_levels": 3, "num_turn_levels": 3,
@@ -245,11 +247,8 @@ def test_vmap_over_seeds_equals_separate_runs(algorithm):
     c = tiny_config(algorithm=algorithm)
     train = make_train(c)
     keys = jnp.stack([jax.random.PRNGKey(3), jax.random.PRNGKey(4)])
-    rs_b, m_b = jax.jit(jax.vmap(train))(keys)
-    for i in range(2):
-        rs_i, m_i = jax.jit(train)(keys[i])
-        for k in m_i:
-            np.testing.assert_allclose(m_b[k][i], m_i[k], rtol=2e-5, atol=1e-6, err_msg=k)
+    rs_b, each = assert_seeds_vmap_as_separate_runs(train, keys, rtol=2e-5, atol=1e-6)
+    for i, rs_i in enumerate(each):
         for a, b in zip(jax.tree.leaves(rs_b.learner.params), jax.tree.leaves(rs_i.learner.params)):
             np.testing.assert_allclose(a[i], b, rtol=2e-5, atol=1e-6)
 
@@ -390,12 +389,6 @@ def test_overrides_and_roundtrip(tmp_path):
 # ---------------------------------------------------------------------------
 # Runner: checkpoints, resume, CLI
 # ---------------------------------------------------------------------------
-def _metric_table(rows):
-    timing = ("env_steps_per_s", "wall_s")
-    return {(r["update"], r["seed"]): {k: v for k, v in r.items() if k not in timing}
-            for r in rows}
-
-
 def test_checkpoint_kill_resume_reproduces_uninterrupted(tmp_path):
     c = tiny_config(total_env_steps=64 * 8, chunk_updates=2, checkpoint_every=4)
     full = train_run(c, tmp_path / "full", seeds=2, progress=False)
@@ -407,8 +400,8 @@ def test_checkpoint_kill_resume_reproduces_uninterrupted(tmp_path):
     resumed = train_run(None, tmp_path / "part", resume=True, progress=False)
     assert resumed.summary["finished"]
     assert [r["update"] for r in resumed.metrics][:2] == [5, 5]  # restarted from update 4
-    a, b = _metric_table(read_metrics(tmp_path / "full")), \
-        _metric_table(read_metrics(tmp_path / "part"))
+    a, b = metric_table(read_metrics(tmp_path / "full")), \
+        metric_table(read_metrics(tmp_path / "part"))
     assert a.keys() == b.keys()
     for k in a:
         for name in a[k]:
@@ -463,11 +456,7 @@ def test_short_cpu_run_taggers_beat_random_policy():
     mean return per episode over the last 20 updates must clearly beat
     random taggers (a uniform policy) on the same seed."""
     learned = load_config("tag_small_cpu", ["backend=cpu"])
-    random_ = dataclasses.replace(learned, policies=tuple(
-        (g, dataclasses.replace(p, model="uniform", train=False)) for g, p in learned.policies))
-    key = jax.random.PRNGKey(0)
-    _, m_learned = jax.jit(make_train(learned))(key)
-    _, m_random = jax.jit(make_train(random_))(key)
+    m_learned, m_random = trained_and_random(learned, jax.random.PRNGKey(0))
     r_learned = float(np.nanmean(m_learned["tagger/episode_return"][-20:]))
     r_random = float(np.nanmean(m_random["tagger/episode_return"][-20:]))
     tags_learned = float(np.nanmean(m_learned["tags_per_episode"][-20:]))

@@ -399,23 +399,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_train_to_the_end(report, tmp_path):
-    out = tmp_path / "run"
+def _two_processes(args: list[str]) -> tuple[list[subprocess.Popen], list[tuple[str, str]]]:
+    """Runs `args` as processes 0 and 1 of one jax.distributed job (one CPU
+    device each, a fresh coordinator port) and waits for both: (processes,
+    their (stdout, stderr))."""
     port = _free_port()
     procs = []
     for i in range(2):
         env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
                    JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i))
         env.pop("XLA_FLAGS", None)  # one CPU device per process
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", MULTIHOST_SCRIPT, str(out), json.dumps(OVERRIDES)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
     try:
         outs = [p.communicate(timeout=300) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
+    return procs, outs
+
+
+def test_two_processes_train_to_the_end(report, tmp_path):
+    out = tmp_path / "run"
+    procs, outs = _two_processes(
+        [sys.executable, "-c", MULTIHOST_SCRIPT, str(out), json.dumps(OVERRIDES)])
     results = []
     for p, (stdout, stderr) in zip(procs, outs):
         assert p.returncode == 0, stderr[-4000:]
@@ -448,22 +456,9 @@ def test_two_processes_cli_evaluates_and_ends_cleanly(tmp_path):
     writes eval.json), and both processes end with an empty stderr (a barrier
     and jax.distributed.shutdown: no gRPC reports of a peer gone)."""
     out = tmp_path / "run"
-    port = _free_port()
-    args = [sys.executable, "-m", "jaxwarp", "train", "--env", "cartpole", "--no-progress",
-            "--eval-episodes", "16", "--out", str(out), *OVERRIDES]
-    procs = []
-    for i in range(2):
-        env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
-                   JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i))
-        env.pop("XLA_FLAGS", None)
-        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    try:
-        outs = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    procs, outs = _two_processes(
+        [sys.executable, "-m", "jaxwarp", "train", "--env", "cartpole", "--no-progress",
+         "--eval-episodes", "16", "--out", str(out), *OVERRIDES])
     for i, (p, (stdout, stderr)) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, stderr[-4000:]
         assert stderr == "", f"process {i}: {stderr[-4000:]}"

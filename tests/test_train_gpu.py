@@ -12,6 +12,8 @@ import pytest
 
 from jaxwarp.train import build_trainer, config_from_dict, make_train
 
+from _checks import assert_seeds_vmap_as_separate_runs
+
 pytestmark = pytest.mark.gpu
 
 ENV = {"num_taggers": 3, "num_runners": 20, "episode_length": 30}
@@ -77,11 +79,7 @@ def test_cuda_training_is_deterministic_and_finite(algorithm):
 def test_cuda_vmap_over_seeds_equals_separate_runs():
     train = make_train(cfg())
     keys = jnp.stack([jax.random.PRNGKey(5), jax.random.PRNGKey(6)])
-    _, m_b = jax.jit(jax.vmap(train))(keys)
-    for i in range(2):
-        _, m_i = jax.jit(train)(keys[i])
-        for k in m_i:
-            np.testing.assert_allclose(m_b[k][i], m_i[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    assert_seeds_vmap_as_separate_runs(train, keys, rtol=1e-4, atol=1e-5)
 
 
 def test_cuda_and_jax_backends_start_from_the_same_numbers():
