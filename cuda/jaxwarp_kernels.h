@@ -350,21 +350,28 @@ void observe_env(const typename E::Params& p, const typename E::State& s, const 
   }
 }
 
+// A fresh episode of one env on the host: its clock restarted, then every
+// agent's reset() (`proto`: agent 0 of the env, stream 0).
+template <class E>
+void restart_env_cpu(const typename E::Params& p, const typename E::State& s,
+                     const Agent& proto) {
+  detail::restart_clock<E>(s);
+  for (int i = 0; i < proto.num_agents; ++i) {
+    Agent a = proto;
+    a.agent = i;
+    reset(p, s, a);
+  }
+}
+
 // `rows`: use_rows<E>() of the layout the GPU would use for this call.
 template <class E>
 void reset_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int worker, bool rows) {
   uint32_t k0, k1, env;
   member_of(c, e, &k0, &k1, &env);
   const typename E::State s = state_at<E>(c.base, c.stride, e, worker);
-  const Team t{c.n, 0, 1, true, nullptr};
   const Agent proto{env, 0, c.n, k0, k1, 0u};
-  detail::restart_clock<E>(s);
-  for (int i = 0; i < c.n; ++i) {
-    Agent a = proto;
-    a.agent = i;
-    reset(p, s, a);
-  }
-  detail::run_team_pass<E>(p, s, t, kBeforeObserve);
+  restart_env_cpu<E>(p, s, proto);
+  detail::run_team_pass<E>(p, s, Team{c.n, 0, 1, true, nullptr}, kBeforeObserve);
   observe_env<E>(p, s, c, e, proto, rows);
 }
 
@@ -392,15 +399,10 @@ void step_env_cpu(const typename E::Params& p, const Call& c, int64_t e, int wor
   any_trunc = any_trunc || detail::time_up<E>(p, step_no);
   for (int i = 0; i < n; ++i) detail::add_return<E>(s, i, step_no, c.reward[e * n + i]);
   const bool d = any_term || any_trunc;
-  if (d && c.autoreset) {
-    detail::restart_clock<E>(s);
-    for (int i = 0; i < n; ++i) {
-      Agent a{env, i, n, k0, k1, 0u};
-      reset(p, s, a);
-    }
-  }
+  const Agent proto{env, 0, n, k0, k1, 0u};
+  if (d && c.autoreset) restart_env_cpu<E>(p, s, proto);
   detail::run_team_pass<E>(p, s, t, kBeforeObserve);
-  observe_env<E>(p, s, c, e, Agent{env, 0, n, k0, k1, 0u}, rows);
+  observe_env<E>(p, s, c, e, proto, rows);
   c.done[e] = d;
   c.term[e] = any_term;
   c.trunc[e] = any_trunc;
