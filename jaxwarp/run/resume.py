@@ -35,7 +35,13 @@ def run_config(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
     """(config, seeds) of the run: the saved ones on resume (a given config must
     equal the saved one up to ``devices`` and a larger ``total_env_steps``,
     `check_extension`), with `devices` when given."""
-    if resume:
+    if not resume:
+        if primary and holds_run(out):
+            raise FileExistsError(f"{out} already holds a run; pass --resume {out} to "
+                                  "continue it or choose another --out")
+        # config.yaml must work from any folder (eval --run, --resume)
+        config = absolute_env_module(config)
+    else:
         saved_config, seeds = read_saved_config(out)
         if config is not None:
             if dataclasses.replace(config, devices=saved_config.devices,
@@ -46,11 +52,6 @@ def run_config(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
             check_extension(out, saved_config, config.total_env_steps)
         config = saved_config if config is None else dataclasses.replace(
             saved_config, devices=config.devices, total_env_steps=config.total_env_steps)
-    elif primary and holds_run(out):
-        raise FileExistsError(f"{out} already holds a run; pass --resume {out} to continue "
-                              "it or choose another --out")
-    else:  # config.yaml must work from any folder (eval --run, --resume)
-        config = absolute_env_module(config)
     if devices is not None:
         config = dataclasses.replace(config, devices=devices)
         validate(config)

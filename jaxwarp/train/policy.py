@@ -75,16 +75,23 @@ class Policy(NamedTuple):
     nets: dict[str, nn.Module]
     nvec: tuple[int, ...]
     normalize_obs: bool
-    critics: dict[str, nn.Module] | None = None  # group -> centralised critic; None: own value
+    critics: dict[str, nn.Module] | None  # group -> centralised critic; None: own value
+    recurrent: tuple[str, ...]  # the groups whose model carries a state from step to step
+    recurrent_critics: tuple[str, ...]  # the groups whose centralised critic carries one
 
-    @property
-    def recurrent(self) -> tuple[str, ...]:
-        """The groups whose model carries a state from step to step."""
-        return tuple(g for g in self.groups.ids if is_recurrent(self.nets[g]))
+    @classmethod
+    def of(cls, groups: Groups, nets: dict[str, nn.Module], nvec: tuple[int, ...],
+           normalize_obs: bool, critics: dict[str, nn.Module] | None = None) -> Policy:
+        """The policy of these models (and critics), which of them are
+        recurrent told once."""
+        return cls(groups, nets, nvec, normalize_obs, critics,
+                   tuple(g for g in groups.ids if is_recurrent(nets[g])),
+                   tuple(g for g in groups.ids if critics is not None
+                         and is_recurrent(critics[g])))
 
     def critic_recurrent(self, g: str) -> bool:
         """Whether group g's centralised critic carries a state (one per env)."""
-        return self.critics is not None and is_recurrent(self.critics[g])
+        return g in self.recurrent_critics
 
     def sequence_form(self, g: str) -> bool:
         """Whether recurrent group g's learner runs the sequence form (its model

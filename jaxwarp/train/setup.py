@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -74,7 +74,7 @@ def make_policy(c: TrainConfig, env: Any, groups: Groups, nets: dict[str, nn.Mod
             nvec: tuple[int, ...]) -> Policy:
     """The groups' models (and centralised critics) as one `Policy`; a
     ConfigError where the minibatch layout cannot replay a recurrent model."""
-    policy = Policy(groups, nets, nvec, c.normalize_obs, _critics(c, env, groups, nets))
+    policy = Policy.of(groups, nets, nvec, c.normalize_obs, _critics(c, env, groups, nets))
     if c.minibatch_layout == "samples" and c.algorithm == "ppo" and policy.recurrent:
         raise ConfigError(f"minibatch_layout=samples: group(s) {list(policy.recurrent)} have a "
                           "recurrent model, whose minibatches must be whole env sequences; "
@@ -116,6 +116,8 @@ def param_init(policy: Policy, obs_dim: int, state_dim: int) -> Callable[[str, j
     """(group, key) -> the group's initial parameters, after checking once, from
     shapes alone, that its model keeps the policy contract (docs/models.md)."""
     one = jnp.zeros((1, obs_dim), jnp.float32)
+    probe = _Probe(obs_dim, state_dim,
+                   losses.RunningStats.create(obs_dim) if policy.normalize_obs else None)
 
     def init(g: str, key: jax.Array) -> Any:
         net = policy.nets[g]
@@ -133,19 +135,29 @@ def param_init(policy: Policy, obs_dim: int, state_dim: int) -> Callable[[str, j
         return {"actor": params, "critic": critic.init(k_critic, state)}
 
     for g in policy.groups.ids:
-        _check_model(policy, g, init, obs_dim, state_dim)
+        _check_model(policy, g, init, probe)
         if g in policy.recurrent:
-            _check_reset(policy, g, init, obs_dim, state_dim)
+            _check_reset(policy, g, init, probe)
         if g in policy.recurrent and policy.sequence_form(g):
-            _check_sequence_form(policy, g, init, obs_dim, state_dim)
+            _check_sequence_form(policy, g, init, probe)
     return init
 
 
-def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim: int
-                 ) -> None:
+class _Probe(NamedTuple):
+    """What the contract checks feed a model: observations f32[..., obs_dim],
+    the env's global state f32[..., state_dim] (centralised critics) and the
+    observation statistics (None where the policy does not normalise)."""
+
+    obs_dim: int
+    state_dim: int
+    stats: losses.RunningStats | None
+
+
+def _check_model(policy: Policy, g: str, init: Callable, probe: _Probe) -> None:
     """A ConfigError naming group g, the expected and the actual shapes, where
     its model breaks the contract (checked on shapes, before any compile)."""
     net, n = policy.nets[g], len(policy.groups.ids[g])
+    obs_dim, state_dim, stats = probe
     kind = "recurrent" if g in policy.recurrent else "feed-forward"
     heads = sum(policy.nvec)
 
@@ -154,7 +166,6 @@ def _check_model(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim
         carry = policy.group_carry(g, 2) if g in policy.recurrent else None
         state = jnp.zeros((2, state_dim), jnp.float32) if policy.critics else None
         obs = jnp.zeros((2, n, obs_dim), jnp.float32)
-        stats = losses.RunningStats.create(obs_dim) if policy.normalize_obs else None
         out = policy.forward(g, params, stats, obs, carry, jnp.ones((2, n), bool), state)
         return carry, out
 
@@ -207,13 +218,13 @@ def _check_initial_carry(net: nn.Module, where: str, n: int) -> None:
                           f"leaf must lead with the batch_shape it is given, [2, {n}, ...]")
 
 
-def _check_reset(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim: int
-                 ) -> None:
+def _check_reset(policy: Policy, g: str, init: Callable, probe: _Probe) -> None:
     """A ConfigError where group g's recurrent model ignores ``reset``: from any
     carry, a step with reset true must act as from initialize_carry's (one tiny
     step run twice on 2 x agents rows; an episode's start would otherwise see
     the previous episode's memory, and train silently)."""
     n = len(policy.groups.ids[g])
+    obs_dim, state_dim, stats = probe
 
     @jax.jit
     def outputs(key, warm):
@@ -222,7 +233,6 @@ def _check_reset(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim
         carry = jax.tree.map(lambda x: x + warm, fresh)
         state = jnp.ones((2, state_dim), jnp.float32) if policy.critics else None
         obs = jnp.ones((2, n, obs_dim), jnp.float32)
-        stats = losses.RunningStats.create(obs_dim) if policy.normalize_obs else None
         reset = jnp.ones((2, n), bool)
         return policy.forward(g, params, stats, obs, carry, reset, state)[1:]
 
@@ -237,18 +247,17 @@ def _check_reset(policy: Policy, g: str, init: Callable, obs_dim: int, state_dim
                           f"before using it (docs/models.md)")
 
 
-def _check_sequence_form(policy: Policy, g: str, init: Callable, obs_dim: int,
-                         state_dim: int) -> None:
+def _check_sequence_form(policy: Policy, g: str, init: Callable, probe: _Probe) -> None:
     """A ConfigError naming group g and the shapes where its model's sequence
     form (``sequence``, docs/models.md) disagrees with its step form: for T
     steps it must return the step form's logits and value with a leading T."""
     net, n, t = policy.nets[g], len(policy.groups.ids[g]), 3
     heads = sum(policy.nvec)
+    obs_dim, state_dim, stats = probe
 
     def run(key):
         carry = policy.group_carry(g, 2)
         state = jnp.zeros((t, 2, state_dim), jnp.float32) if policy.critics else None
-        stats = losses.RunningStats.create(obs_dim) if policy.normalize_obs else None
         return policy.sequence(g, init(g, key), stats, jnp.zeros((t, 2, n, obs_dim)), carry,
                                jnp.ones((t, 2), bool), state)
 

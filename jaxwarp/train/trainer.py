@@ -137,6 +137,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
     """
     run, sampler, path = _compose(config, env, models, local)
     policy, env = run.acting.policy, run.acting.env
+    layers = _layers(policy, int(env.observation_space.shape[-1]))
 
     def rollout(rs: RunnerState, key: jax.Array) -> tuple[EnvCarry, dict, Transition]:
         return run.rollout(run.acting, rs.learner.params, rs.learner.obs_stats, rs.envs, key,
@@ -151,11 +152,10 @@ def build_trainer(config: TrainConfig, env: Any = None,
         """
         return jax.lax.scan(lambda rs, _: update_step(run, rs), rs, None, length=num_updates)
 
-    obs_dim = int(env.observation_space.shape[-1])
     return Trainer(config=config, derived=run.derived, env=env, groups=policy.groups.ids,
                    models=policy.nets, init=lambda key: init_state(run, key), run=train_chunk,
                    rollout=rollout, policy=policy, mesh=run.mesh, sampler=sampler,
-                   rollout_path=path, model_layers=_layers(policy, obs_dim),
+                   rollout_path=path, model_layers=layers,
                    recurrent_learner={g: "sequence" if policy.sequence_form(g) else "step by step"
                                       for g in policy.recurrent})
 
@@ -250,8 +250,8 @@ def _compose(c: TrainConfig, env: Any, models: Mapping[str, nn.Module] | None, l
     groups = Groups.of(env)
     policy = make_policy(c, env, groups, group_models(c, env, groups, models, nvec, mesh), nvec)
     centralised = policy.critics is not None
-    obs_dim = int(env.observation_space.shape[-1])
-    init_params = param_init(policy, obs_dim, state_dim(env) if centralised else 0)
+    global_dim = state_dim(env) if centralised else 0
+    init_params = param_init(policy, int(env.observation_space.shape[-1]), global_dim)
     sampler = c.sampler if c.sampler != "auto" else (
         "jax" if env.backend == "jax" else env.backend)
     sums = episode_sums(policy, getattr(env, "episode_metrics", None))
