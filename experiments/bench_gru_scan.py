@@ -26,11 +26,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -157,19 +155,14 @@ def check(shapes: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
 
 def time_scan(t: int, b: int, h: int, repeats: int) -> dict[str, Any]:
     """Forward + backward of the scan alone, ms, XLA's lax.scan vs the kernels."""
+    from jaxwarp.benchmark import median_seconds
     from jaxwarp.models.recurrent import gru_scan
 
     args = inputs(jax.random.PRNGKey(0), t, b, h)
     out = {"T": t, "B": b, "H": h}
     for name, scan in (("lax_scan", gru_scan), ("kernel", kernel_gru_scan)):
         fn = jax.jit(jax.grad(loss_of(scan), argnums=(0, 1, 2, 3))).lower(*args).compile()
-        jax.block_until_ready(fn(*args))
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            times.append(time.perf_counter() - t0)
-        out[name + "_ms"] = 1e3 * statistics.median(times)
+        out[name + "_ms"] = 1e3 * median_seconds(fn, args, repeats)
     out["speedup"] = out["lax_scan_ms"] / out["kernel_ms"]
     print(f"scan T={t} B={b} H={h}: lax.scan {out['lax_scan_ms']:.3f} ms, kernel "
           f"{out['kernel_ms']:.3f} ms ({out['speedup']:.2f}x)", flush=True)

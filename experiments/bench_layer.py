@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
-import statistics
 import subprocess
 import tempfile
 import time
@@ -42,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp.authoring.build import find_nvcc
-from jaxwarp.benchmark import run_meta
+from jaxwarp.benchmark import median_seconds, run_meta, write_result
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "kernels" / "layer_mma.cu"
@@ -94,13 +92,7 @@ def time_side(fn: Callable, args: tuple, repeats: int) -> tuple[float, float]:
     t = time.perf_counter()
     compiled = fn.lower(*args).compile()
     compile_s = time.perf_counter() - t
-    jax.block_until_ready(compiled(*args))
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - t)
-    return compile_s, statistics.median(times)
+    return compile_s, median_seconds(compiled, args, repeats)
 
 
 def case(rows: int, width: int, act: str, inner: int, repeats: int) -> dict[str, Any]:
@@ -153,10 +145,8 @@ def main() -> None:
                           f" {r['mma']['tflops']:6.1f} TFLOP/s  mma/xla speed "
                           f"{r['mma_over_xla_speed']:.2f}  diff {r['max_rel_diff_vs_xla']:.1e}",
                           flush=True)
-                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                    Path(args.out).write_text(json.dumps({"meta": run_meta(), "results": rows},
-                                                         indent=2))
-    print(f"wrote {args.out}")
+                    # Written after every case: a cut-off run keeps what it measured.
+                    write_result(args.out, {"meta": run_meta(), "results": rows})
 
 
 if __name__ == "__main__":

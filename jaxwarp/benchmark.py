@@ -22,11 +22,13 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -252,3 +254,15 @@ def write_result(path: str | os.PathLike, data: dict[str, Any], indent: int = 2,
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=indent) + end)
     print(f"wrote {path}")
+
+
+def median_seconds(fn: Callable[..., Any], args: Sequence[Any], repeats: int) -> float:
+    """Median wall seconds of ``fn(*args)`` over `repeats` calls, each waited
+    for (``jax.block_until_ready``), after one untimed call."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
