@@ -141,11 +141,11 @@ def test_legend_names_each_colour_by_what_the_env_declares(tag_env):
     # Tag: the groups of its policy_groups, in that order, in the colours drawn.
     states = _tag_state(tag_env, (5.0, 15.0), (14.0, 4.0), runner_in_game=True)
     assert legend(tag_env, states) == [("tagger", RED), ("runner", BLUE)]
-    # simple_tag: the groups, then the shapes no agent moves, named by the state
-    # fields they are drawn from (lm_x, lm_y)
+    # simple_tag: the groups, then the shapes no agent moves, named where drawn
+    # (label="landmark")
     mpe = jaxwarp.make("mpe_simple_tag", backend="jax")
     one = rollout_states(mpe, jax.random.key(0), 1, 0)
-    assert legend(mpe, one) == [("adversary", RED), ("agent", GREEN), ("lm", DARK)]
+    assert legend(mpe, one) == [("adversary", RED), ("agent", GREEN), ("landmark", DARK)]
     # a single agent: no legend
     cart = jaxwarp.make("cartpole", backend="jax")
     assert legend(cart, rollout_states(cart, jax.random.key(0), 1, 0)) == []

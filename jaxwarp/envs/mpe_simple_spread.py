@@ -106,7 +106,7 @@ spread_reset, spread_step = reference(MPESimpleSpreadParams, spread_observe, _sp
 
 def render_draw(p: MPESimpleSpreadParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
     nl = p.num_landmarks
-    canvas.disc(s["lm_x"][:nl], s["lm_y"][:nl], max(0.05, 2 * canvas.px), GREY)
+    canvas.disc(s["lm_x"][:nl], s["lm_y"][:nl], max(0.05, 2 * canvas.px), GREY, label="landmark")
     canvas.disc(s["x"], s["y"], p.agent_size, BLUE)
 
 

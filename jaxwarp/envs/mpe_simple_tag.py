@@ -154,7 +154,7 @@ tag_reset, tag_step = reference(MPESimpleTagParams, tag_observe, _tag_transition
 
 def render_draw(p: MPESimpleTagParams, s: dict[str, jax.Array], canvas: Canvas) -> None:
     nl, na, px = p.num_obs, p.num_adversaries, canvas.px
-    canvas.disc(s["lm_x"][:nl], s["lm_y"][:nl], p.obs_size, DARK)
+    canvas.disc(s["lm_x"][:nl], s["lm_y"][:nl], p.obs_size, DARK, label="landmark")
     canvas.disc(s["x"][na:], s["y"][na:], max(p.good_size, 2 * px), GREEN)
     canvas.disc(s["x"][:na], s["y"][:na], max(p.adversary_size, 2 * px), RED)
 
