@@ -69,13 +69,15 @@ class PPOConfig:
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"PPOConfig.{name}={v!r}; expected an int >= 1")
+                raise ValueError(f"{type(self).__name__}.{name}={v!r}; expected an int >= 1")
         if self.total_env_steps < self.num_envs * self.num_steps:
-            raise ValueError(f"PPOConfig.total_env_steps={self.total_env_steps}; expected at "
+            raise ValueError(f"{type(self).__name__}.total_env_steps={self.total_env_steps}; "
+                             "expected at "
                              f"least one update (num_envs * num_steps = "
                              f"{self.num_envs * self.num_steps})")
         if self.activation not in ("tanh", "relu"):
-            raise ValueError(f"PPOConfig.activation={self.activation!r}; expected tanh or relu")
+            raise ValueError(f"{type(self).__name__}.activation={self.activation!r}; expected "
+                             "tanh or relu")
 
     @property
     def num_updates(self) -> int:
@@ -127,6 +129,56 @@ def jaxmarl_env(name: str = "MPE_simple_spread_v3", **kwargs: Any) -> VecEnv:
         return stack(obs), state, stack(reward), done["__all__"]
 
     return VecEnv(name, len(agents), dims.pop(), acts.pop(), reset, step)
+
+
+def gae(traj: Any, last_value: jax.Array, gamma: float, gae_lambda: float
+        ) -> tuple[jax.Array, jax.Array]:
+    """(advantages, value targets) of a rollout ``traj`` (fields reward, value,
+    done [T, ...]) by GAE's reverse scan; no bootstrap across an episode's end."""
+    def back(carry, t):
+        adv_next, v_next = carry
+        live = 1.0 - t.done
+        delta = t.reward + gamma * v_next * live - t.value
+        adv = delta + gamma * gae_lambda * live * adv_next
+        return (adv, t.value), adv
+
+    _, adv = jax.lax.scan(back, (jnp.zeros_like(last_value), last_value), traj, reverse=True)
+    return adv, adv + traj.value
+
+
+def policy_loss(logits: jax.Array, action: jax.Array, old_logp: jax.Array, adv: jax.Array,
+                clip_eps: float, ent_coef: float) -> jax.Array:
+    """PPO's clipped surrogate (advantages normalised over the minibatch) minus
+    ``ent_coef`` x the mean entropy."""
+    logp_all = jax.nn.log_softmax(logits)
+    logp = jnp.take_along_axis(logp_all, action[..., None], axis=-1)[..., 0]
+    ratio = jnp.exp(logp - old_logp)
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * adv).mean()
+    entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1).mean()
+    return pg - ent_coef * entropy
+
+
+def value_loss(value: jax.Array, old_value: jax.Array, target: jax.Array, clip_eps: float
+               ) -> jax.Array:
+    """PPO's clipped value loss: half the larger of the squared errors of the
+    value and of the value clipped to ``old_value +- clip_eps``."""
+    v_clip = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
+    return 0.5 * jnp.maximum(jnp.square(value - target), jnp.square(v_clip - target)).mean()
+
+
+def run_epochs(rs: Any, epoch: Callable, update_epochs: int, episodes: jax.Array,
+               ret_sum: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
+    """An update's learning and its log row: `update_epochs` scans of ``epoch``
+    ((params, opt_state), key) over the runner state ``rs``'s parameters, then
+    the mean return of the episodes the rollout finished (the last one's where
+    none did)."""
+    key, k_upd = jax.random.split(rs.key)
+    (params, opt_state), _ = jax.lax.scan(epoch, (rs.params, rs.opt_state),
+                                          jax.random.split(k_upd, update_epochs))
+    last_return = jnp.where(episodes > 0, ret_sum / jnp.maximum(episodes, 1.0), rs.last_return)
+    rs = rs._replace(params=params, opt_state=opt_state, last_return=last_return, key=key)
+    return rs, {"episode_return": last_return, "episodes": episodes}
 
 
 def import_gymnax():
@@ -253,30 +305,10 @@ def make_train(config: PPOConfig, venv: VecEnv
                          ep_return=jnp.where(done[:, None], 0.0, ep), key=key)
         return (rs, episodes + w.sum(), ret_sum + jnp.sum(w * ep.mean(axis=1))), step
 
-    def gae(traj: Transition, last_value: jax.Array) -> tuple[jax.Array, jax.Array]:
-        def back(carry, t: Transition):
-            adv_next, v_next = carry
-            live = 1.0 - t.done
-            delta = t.reward + c.gamma * v_next * live - t.value
-            adv = delta + c.gamma * c.gae_lambda * live * adv_next
-            return (adv, t.value), adv
-
-        _, adv = jax.lax.scan(back, (jnp.zeros_like(last_value), last_value), traj,
-                              reverse=True)
-        return adv, adv + traj.value
-
     def loss_fn(params, mb: Transition, adv: jax.Array, target: jax.Array):
         logits, value = net.apply(params, mb.obs)
-        logp_all = jax.nn.log_softmax(logits)
-        logp = jnp.take_along_axis(logp_all, mb.action[..., None], axis=-1)[..., 0]
-        ratio = jnp.exp(logp - mb.log_prob)
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - c.clip_eps, 1 + c.clip_eps) * adv
-                          ).mean()
-        v_clip = mb.value + jnp.clip(value - mb.value, -c.clip_eps, c.clip_eps)
-        v_loss = 0.5 * jnp.maximum(jnp.square(value - target), jnp.square(v_clip - target)).mean()
-        entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1).mean()
-        return pg + c.vf_coef * v_loss - c.ent_coef * entropy
+        return (policy_loss(logits, mb.action, mb.log_prob, adv, c.clip_eps, c.ent_coef)
+                + c.vf_coef * value_loss(value, mb.value, target, c.clip_eps))
 
     grad_fn = jax.grad(loss_fn)
 
@@ -284,7 +316,7 @@ def make_train(config: PPOConfig, venv: VecEnv
         (rs, episodes, ret_sum), traj = jax.lax.scan(
             rollout_step, (rs, jnp.zeros(()), jnp.zeros(())), None, length=c.num_steps)
         _, last_value = net.apply(rs.params, rs.obs)
-        adv, target = gae(traj, last_value)
+        adv, target = gae(traj, last_value, c.gamma, c.gae_lambda)
         # Every (step, env, agent) sample is one row; minibatches are random row sets.
         flat = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[3:]), (traj, adv, target))
 
@@ -302,13 +334,7 @@ def make_train(config: PPOConfig, venv: VecEnv
 
             return jax.lax.scan(sgd, carry, mbs)[0], None
 
-        key, k_upd = jax.random.split(rs.key)
-        (params, opt_state), _ = jax.lax.scan(epoch, (rs.params, rs.opt_state),
-                                              jax.random.split(k_upd, c.update_epochs))
-        last_return = jnp.where(episodes > 0, ret_sum / jnp.maximum(episodes, 1.0),
-                                rs.last_return)
-        rs = rs._replace(params=params, opt_state=opt_state, last_return=last_return, key=key)
-        return rs, {"episode_return": last_return, "episodes": episodes}
+        return run_epochs(rs, epoch, c.update_epochs, episodes, ret_sum)
 
     def train(key: jax.Array):
         key, k_net, k_env = jax.random.split(key, 3)

@@ -52,7 +52,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from ippo_reference import VecEnv, _log_softmax_pick
+from ippo_reference import (PPOConfig, VecEnv, _log_softmax_pick, gae, policy_loss,
+                            run_epochs, value_loss)
 
 from jaxwarp.models import orthogonal
 
@@ -60,40 +61,26 @@ _ZEROS = nn.initializers.zeros
 
 
 @dataclasses.dataclass(frozen=True)
-class RNNConfig:
-    """Hyperparameters of one run (JaxMARL's ippo_rnn_mpe.yaml by default)."""
+class RNNConfig(PPOConfig):
+    """Hyperparameters of one run (JaxMARL's ippo_rnn_mpe.yaml by default): the
+    feed-forward peer's, with these defaults, plus the algorithm and the GRU."""
 
-    algorithm: str = "ippo"  # "ippo" (shared actor-critic GRU) | "mappo" (critic on world state)
-    num_envs: int = 16
-    num_steps: int = 128  # rollout length per update, and the BPTT length
-    total_env_steps: int = 10_000_000  # env-steps (one step of one env, all agents) per seed
-    update_epochs: int = 4
     num_minibatches: int = 2  # minibatches per epoch, of whole agent sequences
     lr: float = 5e-4
-    anneal_lr: bool = True
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
     clip_eps: float = 0.3  # ratio clip, and the value clip
-    ent_coef: float = 0.01
     vf_coef: float = 1.0
-    max_grad_norm: float = 0.5
     hidden_sizes: tuple[int, ...] = (128,)  # ReLU embedding before the GRU (FC_DIM_SIZE)
+    activation: str = "relu"  # JaxMARL's recurrent networks are ReLU throughout
+    algorithm: str = "ippo"  # "ippo" (shared actor-critic GRU) | "mappo" (critic on world state)
     rnn_size: int = 128  # GRU units, and the heads' hidden width (GRU_HIDDEN_DIM)
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "rnn_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"RNNConfig.{name}={v!r}; expected an int >= 1")
+        super().__post_init__()
+        if isinstance(self.rnn_size, bool) or not isinstance(self.rnn_size, int) \
+                or self.rnn_size < 1:
+            raise ValueError(f"RNNConfig.rnn_size={self.rnn_size!r}; expected an int >= 1")
         if self.algorithm not in ("ippo", "mappo"):
             raise ValueError(f"RNNConfig.algorithm={self.algorithm!r}; expected ippo or mappo")
-        if self.total_env_steps < self.num_envs * self.num_steps:
-            raise ValueError(f"RNNConfig.total_env_steps={self.total_env_steps}; expected at "
-                             f"least one update ({self.num_envs * self.num_steps})")
-
-    @property
-    def num_updates(self) -> int:
-        return self.total_env_steps // (self.num_envs * self.num_steps)
 
 
 class _ResetGRU(nn.Module):
@@ -229,40 +216,18 @@ def make_train(config: RNNConfig, venv: VecEnv
                          ep_return=jnp.where(done[:, None], 0.0, ep), key=key)
         return (rs, episodes + w.sum(), ret_sum + jnp.sum(w * ep.mean(axis=1))), step
 
-    def gae(traj: Transition, last_value: jax.Array) -> tuple[jax.Array, jax.Array]:
-        def back(carry, t: Transition):
-            adv_next, v_next = carry
-            live = 1.0 - t.done
-            delta = t.reward + c.gamma * v_next * live - t.value
-            adv = delta + c.gamma * c.gae_lambda * live * adv_next
-            return (adv, t.value), adv
-
-        _, adv = jax.lax.scan(back, (jnp.zeros_like(last_value), last_value), traj,
-                              reverse=True)
-        return adv, adv + traj.value
-
     def replay(apply_fn, params, carry0, xs):
         """Sequences xs = (inputs f32[T, B, D], reset bool[T, B]) from carry0
         f32[B, H]: the outputs of each step, stacked on T."""
         return apply_fn(params, carry0, *xs)[1]
 
     def surrogate(logits, mb: Transition, adv):
-        logp_all = jax.nn.log_softmax(logits)
-        logp = jnp.take_along_axis(logp_all, mb.action[..., None], axis=-1)[..., 0]
-        ratio = jnp.exp(logp - mb.log_prob)
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - c.clip_eps, 1 + c.clip_eps) * adv
-                          ).mean()
-        entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1).mean()
-        return pg - c.ent_coef * entropy
-
-    def value_loss(value, mb: Transition, target):
-        v_clip = mb.value + jnp.clip(value - mb.value, -c.clip_eps, c.clip_eps)
-        return 0.5 * jnp.maximum(jnp.square(value - target), jnp.square(v_clip - target)).mean()
+        return policy_loss(logits, mb.action, mb.log_prob, adv, c.clip_eps, c.ent_coef)
 
     def ippo_loss(params, carry0, mb, adv, target):
         logits, value = replay(net.apply, params, carry0, (mb.obs, mb.reset))
-        return surrogate(logits, mb, adv) + c.vf_coef * value_loss(value[..., 0], mb, target)
+        return (surrogate(logits, mb, adv)
+                + c.vf_coef * value_loss(value[..., 0], mb.value, target, c.clip_eps))
 
     def actor_loss(params, carry0, mb, adv):
         (logits,) = replay(actor.apply, params, carry0, (mb.obs, mb.reset))
@@ -270,7 +235,7 @@ def make_train(config: RNNConfig, venv: VecEnv
 
     def critic_loss(params, carry0, mb, target):
         (value,) = replay(critic.apply, params, carry0, (mb.state, mb.reset))
-        return c.vf_coef * value_loss(value[..., 0], mb, target)
+        return c.vf_coef * value_loss(value[..., 0], mb.value, target, c.clip_eps)
 
     def apply(params, opt_state, grads):
         updates, opt_state = tx.update(grads, opt_state, params)
@@ -296,7 +261,7 @@ def make_train(config: RNNConfig, venv: VecEnv
         state = world_state(rs.obs) if mappo else None
         reset = jnp.broadcast_to(rs.first[:, None], rs.obs.shape[:2])
         _, _, last_value = forward(rs.params, rs.carry, rs.obs, state, reset)
-        adv, target = gae(traj, last_value)
+        adv, target = gae(traj, last_value, c.gamma, c.gae_lambda)
         # Agent sequences: [T, envs, agents, ...] -> [T, envs * agents, ...]; carry [envs *
         # agents, H]. An epoch permutes the sequences and splits them into minibatches.
         seqs = jax.tree.map(lambda x: x.reshape((c.num_steps, actors) + x.shape[3:]),
@@ -312,13 +277,7 @@ def make_train(config: RNNConfig, venv: VecEnv
                    *jax.tree.map(lambda x: split(x, 1), seqs))
             return jax.lax.scan(sgd, carry, mbs)[0], None
 
-        key, k_upd = jax.random.split(rs.key)
-        (params, opt_state), _ = jax.lax.scan(epoch, (rs.params, rs.opt_state),
-                                              jax.random.split(k_upd, c.update_epochs))
-        last_return = jnp.where(episodes > 0, ret_sum / jnp.maximum(episodes, 1.0),
-                                rs.last_return)
-        rs = rs._replace(params=params, opt_state=opt_state, last_return=last_return, key=key)
-        return rs, {"episode_return": last_return, "episodes": episodes}
+        return run_epochs(rs, epoch, c.update_epochs, episodes, ret_sum)
 
     def train(key: jax.Array):
         key, k_a, k_c, k_env = jax.random.split(key, 4)
