@@ -141,7 +141,9 @@ def _add_render(sub: Any) -> None:
     r.add_argument("--out", help="GIF path (default <env>.gif)")
     r.add_argument("--backend", default="auto", help="auto, cuda, cpu or jax")
     r.add_argument("--fps", type=float, default=20.0)
-    r.add_argument("--size", type=int, default=128, help="frame width and height in pixels")
+    r.add_argument("--size", type=int, default=GIF_PANEL_PX,
+                   help=f"frame width and height in pixels (default {GIF_PANEL_PX}, as the "
+                        "GIF a finished run writes)")
     r.add_argument("--seed", type=int, default=0, help="PRNG seed, in [0, 2**31)")
 
 
@@ -326,7 +328,9 @@ def _random_frames(env: Any, args: argparse.Namespace) -> Any:
     states = rollout_states(env, jax.random.key(args.seed), 1, args.steps)
     frames = np.asarray(jax.jit(lambda s: render_frames(env, s, size=args.size))(states))
     groups = Groups.of(env).ids
-    return label_panels(frames, [[f"{args.env}, random actions", *score_lines(states, groups, t)]
+    # The env's name on a line of its own: a long name and "random actions" on
+    # one line were cut off at the panel's edge.
+    return label_panels(frames, [[args.env, "random actions", *score_lines(states, groups, t)]
                                  for t in range(frames.shape[0])], legend(env, states))
 
 

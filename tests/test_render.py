@@ -132,9 +132,9 @@ def test_cli_render_writes_gif(tmp_path, capsys):
     assert cli_main(["render", "--env", "cartpole", "--steps", "6", "--backend", "jax",
                      "--size", "48", "--out", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out)
-    with Image.open(out) as im:  # each frame under a header of 4 lines of 12 pixels:
-        # the env and "random actions", the step, the episode, the score
-        assert im.n_frames == 7 and im.size == (48, 4 * 12 + 2 + 48)
+    with Image.open(out) as im:  # each frame under a header of 5 lines of 12 pixels:
+        # the env, "random actions", the step, the episode, the score
+        assert im.n_frames == 7 and im.size == (48, 5 * 12 + 2 + 48)
 
 
 def test_legend_names_each_colour_by_what_the_env_declares(tag_env):
@@ -170,14 +170,15 @@ def test_cli_render_draws_the_legend(tmp_path, capsys):
                      "--size", "128", "--out", str(out)]) == 0
     with Image.open(out) as im:
         frame = np.asarray(im.convert("RGB"))
-    # 12-pixel lines: the env, step, episode, the two groups' scores, then the
-    # legend's one line (both entries fit 128 pixels): a swatch of each colour
-    head = 6 * 12 + 2
+    # 12-pixel lines: the env, "random actions", step, episode, the two groups'
+    # scores, then the legend's one line (both entries fit 128 pixels): a swatch
+    # of each colour
+    head = 7 * 12 + 2
     assert frame.shape == (head + 128, 128, 3)
-    key = frame[5 * 12 + 1: head]
+    key = frame[6 * 12 + 1: head]
     colours = {tuple(v) for v in key.reshape(-1, 3)}
     assert RED in colours and BLUE in colours
-    assert RED not in {tuple(v) for v in frame[: 5 * 12].reshape(-1, 3)}  # text lines
+    assert RED not in {tuple(v) for v in frame[: 6 * 12].reshape(-1, 3)}  # text lines
 
 
 def test_legend_entries_flow_onto_more_lines():
