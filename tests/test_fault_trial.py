@@ -316,8 +316,8 @@ def _cli_any(capsys, *argv: str) -> tuple[int, str]:
 def test_render_steps_beyond_the_memory_limit_are_refused(capsys):
     code, line = _cli_any(capsys, "render", "--env", "cartpole", "--steps", "1000000000")
     assert code == 2
-    assert line == ("jaxwarp render: error: --steps must be at most 21,845 at --size 128 "
-                    "(every frame, 128 x 256 pixels, is kept in memory: 2 GiB at most); "
+    assert line == ("jaxwarp render: error: --steps must be at most 5,461 at --size 256 "
+                    "(every frame, 256 x 512 pixels, is kept in memory: 2 GiB at most); "
                     "got 1,000,000,000")
 
 
