@@ -30,8 +30,9 @@ env-steps/s = seeds x total env-steps / run seconds.
     python experiments/peer_check_rnn.py --jaxmarl ../JaxMARL --small   # CPU smoke
 
 On the GPU machine (no network) the extra packages travel as wheels (see the
-device notes in `bench_time_to_return.py`): distrax, tensorflow-probability,
-dm-tree, decorator, gast, gymnax, gymnasium, cloudpickle, farama-notifications.
+device notes in `bench_time_to_return.py`): distrax, tfp-nightly (the released
+tensorflow-probability 0.25 does not import under jax >= 0.5), dm-tree,
+decorator, gast, gymnax, gymnasium, farama-notifications.
 """
 
 from __future__ import annotations
