@@ -31,7 +31,7 @@ env-steps/s = seeds x total env-steps / run seconds.
 
 On the GPU machine (no network) the extra packages travel as wheels (see the
 device notes in `bench_time_to_return.py`): distrax, tfp-nightly (the released
-tensorflow-probability 0.25 does not import under jax >= 0.5), dm-tree,
+tensorflow-probability 0.25 fails to import under jax 0.10), dm-tree,
 decorator, gast, gymnax, gymnasium, farama-notifications.
 """
 
