@@ -219,9 +219,10 @@ def test_render_draws_a_user_env_named_by_env_module(tmp_path, monkeypatch, caps
                      "env_module=examples/goal_reach/goal_reach.py"]) == 0
     assert capsys.readouterr().out.strip() == str(out)
     with Image.open(out) as im:
-        # under a header of 4 lines: the env, the step, the episode, the score; then
-        # the legend, one entry a line at 48 pixels: agent (its x, y), goal (goal_x, goal_y)
-        assert im.n_frames == 4 and im.size == (48, 6 * 12 + 2 + 48)
+        # under a header of 5 lines: the env, "random actions", the step, the episode,
+        # the score; then the legend, one entry a line at 48 pixels: agent (its x, y),
+        # goal (goal_x, goal_y)
+        assert im.n_frames == 4 and im.size == (48, 7 * 12 + 2 + 48)
     assert cli.main(["render", "--env", "goal_reach", "seed=1"]) == 2
     assert capsys.readouterr().err.strip() == (
         "jaxwarp render: error: 'seed=1': render takes no key=value but env_module=PATH.py "
