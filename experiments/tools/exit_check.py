@@ -2,7 +2,10 @@
 with ``jaxwarp train`` on the H100 come from (issue 37, item 3). Runs each
 variant in its own process and reports the stderr lines that are not the
 program's own (glog-style ``[IWEF]NNNN`` lines and anything naming CUDA),
-then one JSON file. Measured on one H100 (jax 0.11.2): a run alone, with or
+then one JSON file. ``two_processes`` runs the CLI as two processes under
+``jax.distributed`` on one host (the visible GPUs split between them, each
+process using all of its half), the case where process 0 used to print gRPC
+``CANCELLED`` traces after a clean run. Measured on one H100 (jax 0.11.2): a run alone, with or
 without eval, prints none; the lines are XLA's failed attempts to
 preallocate 75% of the GPU while another process holds part of it.
 
@@ -23,7 +26,7 @@ import time
 TRAIN = ["train", "--config", "tag_small_cpu", "backend=cuda", "total_env_steps=19200",
          "chunk_updates=3", "checkpoint_every=3", "--no-progress"]
 # Glog lines of XLA and anything CUDA-ish; the program's own output is not matched.
-NOISE = re.compile(r"^[IWEF]\d{4} |cuda_|CUDA_ERROR|Traceback")
+NOISE = re.compile(r"^[IWEF]\d{4} |cuda_|CUDA_ERROR|Traceback|CANCELLED|UNAVAILABLE")
 
 # Holds the GPU as another jax process would (XLA preallocates 75% of it).
 HOLDER = ("import time, jax, jax.numpy as jnp; x = jnp.ones(1000); x.block_until_ready(); "
@@ -48,7 +51,44 @@ VARIANTS = {
     # ... with XLA's preallocation off (XLA_PYTHON_CLIENT_PREALLOCATE=false)
     "train_beside_holder_no_prealloc": ([sys.executable, "-m", "jaxwarp", *TRAIN],
                                         {"HOLD": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}),
+    # two processes under jax.distributed, the visible GPUs split between them
+    "two_processes": ([sys.executable, "-m", "jaxwarp", *TRAIN], {"PROCS": "2"}),
 }
+
+
+def gpu_ids() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them."""
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if seen:
+        return seen.split(",")
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.split()
+    return out or ["0"]
+
+
+def run_processes(cmd: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess:
+    """``cmd`` once, or as ``PROCS`` processes of one jax.distributed job.
+
+    Several processes: each gets its share of the GPUs, stdout and stderr of
+    process 0 first; the return code is the first non-zero one.
+    """
+    n = int(env_extra.get("PROCS", 1))
+    env = {**os.environ, **{k: v for k, v in env_extra.items() if k != "PROCS"}}
+    if n == 1:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    gpus, port = gpu_ids(), 20000 + os.getpid() % 10000
+    share = max(1, len(gpus) // n)
+    procs = [subprocess.Popen(
+        cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**env, "JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_NUM_PROCESSES": str(n),
+             "JAX_PROCESS_ID": str(i),
+             "CUDA_VISIBLE_DEVICES": ",".join(gpus[i * share:(i + 1) * share] or gpus[:1])})
+        for i in range(n)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    rc = next((p.returncode for p in procs if p.returncode), 0)
+    return subprocess.CompletedProcess(
+        cmd, rc, "".join(f"[process {i}]\n{o}" for i, (o, _) in enumerate(outs)),
+        "".join(f"[process {i}]\n{e}" for i, (_, e) in enumerate(outs)))
 
 
 def main() -> None:
@@ -69,8 +109,7 @@ def main() -> None:
                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
                 holder.stdout.readline()  # "ready": its backend holds the GPU
             t = time.perf_counter()
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                               env={**os.environ, **env_extra})
+            p = run_processes(cmd, env_extra)
             if holder is not None:
                 holder.kill()
                 holder.wait()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every GPU test (`pytest -m gpu`) in five processes at once on one GPU (no
-# preallocation, so they share its memory), then compute-sanitizer over every
-# kernel when called with `sanitize`. Run from a checkout holding .snap/src.tar
+# Every GPU test (`pytest -m gpu`) in six processes at once (no preallocation,
+# so they share a GPU's memory; GPUS="1 2 3" deals them over those GPUs, one
+# GPU by default), then compute-sanitizer over every kernel when called with
+# `sanitize`. Run from a checkout holding .snap/src.tar
 # (`git archive HEAD`, with .snap_commit inside); logs under $OUT.
 #   bash experiments/tools/gpu_tests.sh tests
 #   bash experiments/tools/gpu_tests.sh sanitize
@@ -10,7 +11,8 @@ export PYTHONUNBUFFERED=1
 W=/tmp/w; mkdir -p $W && tar -xf .snap/src.tar -C $W && cd $W || exit 1
 export JAXWARP_COMMIT=$(cat .snap_commit 2>/dev/null || echo unknown)
 SUF=_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]\+' | tr 'H' 'h')
-python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | tail -2
+# JAXWARP_INSTALLED=1: /tmp/w is already built and installed (by the caller)
+[ -n "${JAXWARP_INSTALLED:-}" ] || python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | tail -2
 case "$1" in
 tests)
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -24,10 +26,16 @@ tests)
      "tests/test_sampler_gpu.py tests/test_train_gpu.py tests/test_adapters_gpu.py"
      # not marked gpu: on a GPU these run the Pallas kernels themselves, on a CPU their interpreter
      "tests/test_mlp_kernel.py -m \"gpu or not gpu\"")
-  for g in 1 2 3 4 5 6; do eval "python3 ${T#python } ${G[$((g - 1))]}" > $OUT/g$g.log 2>&1 & done
+  read -ra GS <<< "${GPUS:-}"
+  for g in 1 2 3 4 5 6; do
+    if [ ${#GS[@]} -gt 0 ]; then export CUDA_VISIBLE_DEVICES=${GS[$(( (g - 1) % ${#GS[@]} ))]}; fi
+    eval "python3 ${T#python } ${G[$((g - 1))]}" > $OUT/g$g.log 2>&1 &
+  done
+  unset CUDA_VISIBLE_DEVICES
   wait
   { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), jax $(python3 -c 'import jax; print(jax.__version__)')"
-    echo "# bash experiments/tools/gpu_tests.sh tests (pytest processes at once on one GPU)"
+    WHERE="on one GPU"; [ -n "${GPUS:-}" ] && WHERE="dealt over GPUs $GPUS"
+    echo "# ${GPUS:+GPUS=\"$GPUS\" }bash experiments/tools/gpu_tests.sh tests (pytest processes at once, $WHERE)"
     for g in 1 2 3 4 5 6; do
       echo "==> group$g <=="; echo "\$ $T ${G[$((g - 1))]}"
       grep -v "^W1\|bfc_alloc\|^I1" $OUT/g$g.log
