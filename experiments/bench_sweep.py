@@ -140,7 +140,7 @@ def in_process(args: list[str], env: dict[str, str]) -> dict:
 def largest(a: argparse.Namespace, env: dict[str, str]) -> None:
     """--largest: the counts, then XLA's count and the check's count run once
     (each in a process with the environment `env`)."""
-    from jaxwarp.run.memory_guard import members_that_fit
+    from jaxwarp.run.memory_guard import PROGRAM_SHARE, members_that_fit
 
     config, size = CASES[a.case]
     common = [a.case, str(a.updates), str(a.memory_gb)]
@@ -157,9 +157,10 @@ def largest(a: argparse.Namespace, env: dict[str, str]) -> None:
         sys.exit(f"the probe failed: {probe.get('error', '')[-2000:]}")
     limit, xla = probe["memory_bytes"], probe["program_bytes"][0] / probe["runs"]
     check = min(probe["check_runs"], probe["host_runs"])
-    xla_runs = min(members_that_fit(xla, limit, 1), probe["host_runs"])
+    xla_runs = min(members_that_fit(xla, limit * PROGRAM_SHARE, 1), probe["host_runs"])
     result |= {"check_runs": probe["check_runs"], "per_run_bytes": probe["per_run_bytes"],
-               "xla_runs": members_that_fit(xla, limit, 1), "xla_per_run_bytes": xla,
+               "xla_runs": members_that_fit(xla, limit * PROGRAM_SHARE, 1),
+               "xla_per_run_bytes": xla,
                "host_runs": probe["host_runs"]}
     print(f"{a.case}: the check allows {probe['check_runs']} runs ({probe['per_run_bytes']} "
           f"bytes each) in {limit / 1e9:.3g} GB; XLA's count {result['xla_runs']} ({xla:.0f} "

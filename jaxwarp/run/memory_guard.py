@@ -122,20 +122,29 @@ def program_bytes(compiled: Any) -> int | None:
         return None
 
 
+# The share of the devices' memory a program may take by XLA's count. The count
+# leaves out how the allocator places it: the temporaries are one allocation
+# that needs a contiguous block beside the buffers already live. Measured on
+# an H200 (docs/sweeps.md): an MPE sweep whose program XLA counted at 95% of
+# the limit failed to allocate its temporaries.
+PROGRAM_SHARE = 0.9
+
+
 def check_program(run: Run, compiled: Any, members: int, devices: int) -> Chunks | None:
     """After compiling a sweep's program of `members` runs on `devices`
     devices: None when XLA's count of its memory (`program_bytes`, more than
-    `check_memory`'s lower bound: the update's temporaries) fits the devices
-    (or is unknown); else the chunks that fit by that count; RunError when not
-    one run per device does."""
+    `check_memory`'s lower bound: the update's temporaries) fits
+    `PROGRAM_SHARE` of the devices' memory (or is unknown); else the chunks
+    that fit by that count; RunError when not one run per device does."""
     each = program_bytes(compiled)
     platform, limit = device_memory(run.trainer, devices)
     need = None if each is None else each * devices
-    if need is None or limit is None or need <= limit:
+    if need is None or limit is None or need <= limit * PROGRAM_SHARE:
         return None
-    chunks = _chunks(run, need / members, (platform, limit),
+    chunks = _chunks(run, need / members, (platform, int(limit * PROGRAM_SHARE)),
                      f"need {_size(need * run.members / members)} (XLA's count of the "
-                     f"program compiled for {members})")
+                     f"program compiled for {members}; a program may take "
+                     f"{PROGRAM_SHARE:.0%} of the memory)")
     if chunks is None:
         raise RunError(f"one run of the sweep per device needs {_size(need / members)} "
                        f"(XLA's count), more than {_where(run, platform)} ({_size(limit)}); "
