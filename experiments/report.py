@@ -1438,32 +1438,49 @@ def section_sanitizers(root: Path) -> tuple[list[str], list[Source]]:
     return lines + sources_block(root, SANITIZE), SANITIZE
 
 
-PYTEST_LOG = "pytest_gpu_h100.log"
-PYTEST_MAKES = "bash experiments/tools/gpu_tests.sh tests"
+PYTEST_LOG = "pytest_gpu_h200.log"
+PYTEST_MAKES = 'GPUS="1 2 3" bash experiments/tools/gpu_tests.sh tests'
+H200 = "NVIDIA H200"
 # The GPU test log's parts: what each group of tests covers.
-PYTEST = [(Source(PYTEST_LOG, PYTEST_MAKES, device=H100, part=f"group{i}"), what)
+PYTEST = [(Source(PYTEST_LOG, PYTEST_MAKES, device=H200, part=f"group{i}"), what)
           for i, what in enumerate([
               "conformance suite on `cuda`: Tag, gridworld and MPE envs",
               "conformance suite on `cuda`: the other envs",
               "authoring, classic-control, MPE and PyCUDA GPU tests",
               "Tag, gridworld and fused-rollout GPU tests",
               "sampler, trainer and adapter GPU tests",
-              "the fused MLP kernels against XLA's layers (rerun at the commit its part names)",
+              "the fused MLP kernels against XLA's layers",
           ], start=1)]
+# The earlier run of the same groups on an H100, which docs/adapters.md and
+# docs/decisions.md cite.
+PYTEST_H100 = Source("pytest_gpu_h100.log", "bash experiments/tools/gpu_tests.sh tests",
+                     device=H100)
+
+
+def _pytest_counts(text: str) -> str:
+    """A pytest log's summary line without its timing."""
+    return re.sub(r"\s+in [\d.]+s.*$", "", text.strip().splitlines()[-1]).strip()
 
 
 def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:
     rows = []
     for src, what in PYTEST:
-        last = _text(root, src).strip().splitlines()[-1]
-        counts = re.sub(r"\s+in [\d.]+s.*$", "", last).strip()
-        rows.append([what, counts, f"`{src.path}` (`{src.part}`)"])
+        rows.append([what, _pytest_counts(_text(root, src)), f"`{src.path}` (`{src.part}`)"])
+    h100 = _text(root, PYTEST_H100)
+    h100_commit = re.match(r"# commit (\w+)", h100).group(1)
+    rerun = re.search(r"^# rerun alone at commit (\w+)", h100, re.M)
+    log = Source(PYTEST_LOG, PYTEST_MAKES, device=H200)
     return ["## GPU test runs", "",
-            "Every `gpu`-marked test and `tests/test_mlp_kernel.py`, in six pytest processes sharing "
-            "one GPU (the log's first "
-            "line names the commit):", "",
-            *table(["tests", "result", "file"], rows),
-            *sources_block(root, [s for s, _ in PYTEST])], [s for s, _ in PYTEST]
+            "Every `gpu`-marked test and `tests/test_mlp_kernel.py`, in six pytest processes "
+            f"at once dealt over three GPUs of a machine of four ({devices(root, log)}; the "
+            "log's first line names the commit):", "",
+            *table(["tests", "result", "file"], rows), "",
+            f"The same groups on an {devices(root, PYTEST_H100)}, the processes sharing one "
+            f"GPU, at commit {h100_commit}"
+            + (f" (group 6 rerun at {rerun.group(1)})" if rerun else "")
+            + f": `{RESULTS / PYTEST_H100.path}` (cited by [`adapters.md`](adapters.md) and "
+            "[`decisions.md`](decisions.md)).",
+            *sources_block(root, [log, PYTEST_H100])], [s for s, _ in PYTEST] + [PYTEST_H100]
 
 
 PIP_CUDA = Source("gpu_pip_cuda_h100.log",
