@@ -1544,66 +1544,92 @@ def section_curves(root: Path) -> tuple[list[str], list[Source]]:
 
 
 
-SCALING_FILE = "issue37_gpus.json"  # merged: determinism cost (1 H100), scaling (2 H200s)
-DET_COST = Source(SCALING_FILE, "python experiments/bench_scaling.py --part train --devices 1",
-                  part="determinism_cost_h100.json")
-SCALE_ENV = Source(SCALING_FILE, "python experiments/bench_scaling.py --part env",
-                   part="scaling_env_h200x2.json")
-SCALE_TRAIN = Source(SCALING_FILE, "python experiments/bench_scaling.py --part train",
-                     part="scaling_train_h200x2.json")
+DET_COST = Source("determinism_cost_h100.json",
+                  "python experiments/bench_scaling.py --part train --devices 1")
+SCALE_ENV = Source("scaling_env_h200x4.json", "python experiments/bench_scaling.py --part env")
+SCALE_TRAIN = Source("scaling_train_h200x4.json",
+                     "python experiments/bench_scaling.py --part train")
+# The same on two GPUs, an earlier commit: their efficiency beside the four GPUs'.
+SCALE_ENV_2 = Source("scaling_env_h200x2.json", "python experiments/bench_scaling.py --part env")
+SCALE_TRAIN_2 = Source("scaling_train_h200x2.json",
+                       "python experiments/bench_scaling.py --part train")
+EXIT_CHECK = Source("exit_check_h200x4.json",
+                    "python experiments/tools/exit_check.py --only two_processes train_cli")
 _VARIANT = {"one": "1 GPU", "one_local": "1 GPU, per-env sums", "jit": "plain `jit`",
             "jit_local": "plain `jit`, per-env sums", "sharded_env": "`ShardedEnv`",
             "shard_map": "hand `shard_map`"}
+_EXIT_VARIANT = {"two_processes": "two processes (`jax.distributed`), two GPUs each",
+                 "train_cli": "one process, four GPUs"}
+
+
+def _machine(root: Path, src: Source) -> str:
+    """"N x DEVICE" of a bench_scaling.py file (the GPUs it saw)."""
+    meta = _meta(root, src)
+    return f"{meta['devices_seen']} x {meta['device']}"
 
 
 def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
-    parts = _read_json(root, Source(SCALING_FILE, ""))["files"]
-    sources = [s for s in (DET_COST, SCALE_ENV, SCALE_TRAIN) if s.part in parts]
+    sources = [DET_COST, SCALE_ENV, SCALE_ENV_2, SCALE_TRAIN, SCALE_TRAIN_2, EXIT_CHECK]
     lines = ["## Determinism and several GPUs", ""]
-    if DET_COST.part in parts:
-        rows = []
-        res = _read_json(root, DET_COST)["results"]
-        for r in res:
-            if r["deterministic"]:
-                twin = next(x for x in res if x["config"] == r["config"]
-                            and not x["deterministic"])
-                n = r.get("num_agents") or agents_of(r["config"], r["overrides"])
-                rows.append([f"`{r['config']}`", f"{r['num_envs']:,}",
-                             rate(r["env_steps_per_s"], n, kilo_or_mega),
-                             rate(twin["env_steps_per_s"], n, kilo_or_mega),
-                             f"{100 * (1 - r['env_steps_per_s'] / twin['env_steps_per_s']):.1f}%"])
-        lines += ["Training with XLA's deterministic GPU ops (`deterministic: true`, the "
-                  f"default) and without, one GPU ({devices(root, DET_COST)}), alternating in "
-                  f"one process; env-steps/s {AGENT_STEPS}:",
-                  "", *table(["config", "envs", "deterministic", "not", "cost"], rows), ""]
-    if SCALE_ENV.part in parts:
-        rows = [[f"`{r['env']}`", f"{r['envs_per_device']:,}", _VARIANT[r["variant"]],
-                 str(r["devices"]),
-                 rate(r["env_steps_per_s"], r.get("num_agents")
-                      or agents_of(r["env"], params=r.get("params"))),
-                 f"{r['efficiency']:.2f}"]
-                for r in _read_json(root, SCALE_ENV)["results"]]
-        lines += ["Envs alone, weak scaling (the same envs per GPU), "
-                  "`experiments/bench_scaling.py --part env`: the protocol scan, variants "
-                  "alternating in one process; efficiency = rate on D GPUs / (D × one GPU's, "
-                  "per-env sums against per-env sums). A mean over all envs returned every "
-                  "step (plain `jit`, `ShardedEnv`) is an all-reduce across GPUs every step. "
-                  f"GPUs: {devices(root, SCALE_ENV)}, {AGENT_STEPS}:",
-                  "",
-                  *table(["env", "envs per GPU", "how", "GPUs", "M env-steps/s", "efficiency"],
-                         rows), ""]
-    if SCALE_TRAIN.part in parts:
-        rows = [[f"`{r['config']}`", f"{r['envs_per_device']:,}", str(r["devices"]),
-                 "yes" if r["deterministic"] else "no",
-                 rate(r["env_steps_per_s"], r.get("num_agents")
-                      or agents_of(r["config"], r["overrides"]), kilo_or_mega),
-                 f"{r['efficiency']:.2f}"]
-                for r in _read_json(root, SCALE_TRAIN)["results"]]
-        lines += ["Training, weak scaling in one process (`devices=`, envs split, gradients "
-                  f"all-reduced), GPUs: {devices(root, SCALE_TRAIN)}; env-steps/s "
-                  f"{AGENT_STEPS}:", "",
-                  *table(["config", "envs per GPU", "GPUs", "deterministic", "env-steps/s",
-                          "efficiency"], rows), ""]
+    rows = []
+    res = _read_json(root, DET_COST)["results"]
+    for r in res:
+        if r["deterministic"]:
+            twin = next(x for x in res if x["config"] == r["config"] and not x["deterministic"])
+            n = r.get("num_agents") or agents_of(r["config"], r["overrides"])
+            rows.append([f"`{r['config']}`", f"{r['num_envs']:,}",
+                         rate(r["env_steps_per_s"], n, kilo_or_mega),
+                         rate(twin["env_steps_per_s"], n, kilo_or_mega),
+                         f"{100 * (1 - r['env_steps_per_s'] / twin['env_steps_per_s']):.1f}%"])
+    lines += ["Training with XLA's deterministic GPU ops (`deterministic: true`, the "
+              f"default) and without, one GPU ({devices(root, DET_COST)}), alternating in "
+              f"one process; env-steps/s {AGENT_STEPS}:",
+              "", *table(["config", "envs", "deterministic", "not", "cost"], rows), ""]
+
+    two = {(r["env"], r["variant"]): r for r in _read_json(root, SCALE_ENV_2)["results"]
+           if r["devices"] > 1}
+    rows = [[f"`{r['env']}`", f"{r['envs_per_device']:,}", _VARIANT[r["variant"]],
+             str(r["devices"]),
+             rate(r["env_steps_per_s"], r.get("num_agents")
+                  or agents_of(r["env"], params=r.get("params"))),
+             f"{r['efficiency']:.2f}",
+             f"{two[r['env'], r['variant']]['efficiency']:.2f}" if r["devices"] > 1 else "-"]
+            for r in _read_json(root, SCALE_ENV)["results"]]
+    lines += ["Envs alone, weak scaling (the same envs per GPU), "
+              "`experiments/bench_scaling.py --part env`: the protocol scan, variants "
+              "alternating in one process; efficiency = rate on D GPUs / (D × one GPU's, "
+              "per-env sums against per-env sums). A mean over all envs returned every "
+              "step (plain `jit`, `ShardedEnv`) is an all-reduce across GPUs every step. "
+              f"On {_machine(root, SCALE_ENV)}, {AGENT_STEPS}; the last column is the "
+              f"efficiency of the same variant on two GPUs ({_machine(root, SCALE_ENV_2)}, "
+              f"commit {_meta(root, SCALE_ENV_2)['commit']}, against that run's one GPU):",
+              "",
+              *table(["env", "envs per GPU", "how", "GPUs", "M env-steps/s", "efficiency",
+                      "efficiency on 2 GPUs"], rows), ""]
+
+    rows = [[f"`{r['config']}`", _machine(root, src), f"{r['envs_per_device']:,}",
+             str(r["devices"]), "yes" if r["deterministic"] else "no",
+             rate(r["env_steps_per_s"], r.get("num_agents")
+                  or agents_of(r["config"], r["overrides"]), kilo_or_mega),
+             f"{r['efficiency']:.2f}"]
+            for src in (SCALE_TRAIN, SCALE_TRAIN_2) for r in _read_json(root, src)["results"]]
+    lines += ["Training, weak scaling in one process (`devices=`, envs split, gradients "
+              "all-reduced), on the four GPUs of one machine and, at an earlier commit, the "
+              "two of another (efficiency against the same machine's one GPU; GPUs: "
+              f"{devices(root, SCALE_TRAIN, SCALE_TRAIN_2)}); env-steps/s {AGENT_STEPS}:", "",
+              *table(["config", "machine", "envs per GPU", "GPUs", "deterministic",
+                      "env-steps/s", "efficiency"], rows), ""]
+
+    runs = _read_json(root, EXIT_CHECK)["variants"]
+    rows = [[_EXIT_VARIANT.get(k, f"`{k}`"), str(v["rc"]), str(len(v["noise"])),
+             f"{v['seconds']:.0f}"] for k, v in runs.items()]
+    lines += ["The end of a run in several processes: `experiments/tools/exit_check.py` runs "
+              "a small `jaxwarp train` (`tag_small_cpu` on `cuda`) as two processes under "
+              "`jax.distributed` on one host and as one process, and counts the stderr lines "
+              "that are not the program's own (XLA's glog lines, CUDA errors, gRPC "
+              f"`CANCELLED` / `UNAVAILABLE` traces), on {devices(root, EXIT_CHECK)}:", "",
+              *table(["run", "exit code", "stderr lines not the program's", "seconds"], rows),
+              ""]
     return lines + sources_block(root, sources), sources
 
 
