@@ -666,6 +666,21 @@ PEER_SIDES = {"jaxmarl": "JaxMARL's own script", "peer": "`rnn_reference.py`",
               "jaxwarp": "jaxwarp (`model=gru`)"}
 
 
+def row_sources(root: Path, src: Source, rows: list[dict], label: Callable[[dict], str]
+                ) -> list[str]:
+    """Source lines of a file whose rows record their own commit, command and date
+    (rows of several runs in one file): one line per run, naming its rows."""
+    runs: dict[tuple, list[str]] = {}
+    for r in rows:
+        runs.setdefault((r["commit"], r["command"], r.get("date")), [])
+        if label(r) not in runs[r["commit"], r["command"], r.get("date")]:
+            runs[r["commit"], r["command"], r.get("date")].append(label(r))
+    return ["", *(f"Source: `{RESULTS / src.path}` (rows {', '.join(names)}) · "
+                  f"{device_of(root, src)}{f' · {date}' if date else ''} · commit: {commit} · "
+                  f"command: {code(command)}  " for (commit, command, date), names in runs.items()),
+            ""]
+
+
 def _peer_check_lines(root: Path) -> list[str]:
     """JaxMARL's published recurrent scripts beside the peer and jaxwarp."""
     data = _read_json(root, PEER_CHECK)
@@ -690,7 +705,8 @@ def _peer_check_lines(root: Path) -> list[str]:
         "",
         *table(["algorithm", "scale", "envs × steps", "side", "env-steps/s", "compile s",
                 "vs JaxMARL"], rows),
-        *sources_block(root, [PEER_CHECK]),
+        *row_sources(root, PEER_CHECK, data["results"],
+                     lambda r: f"{r['case'].upper()}-RNN {r['scale']}"),
     ]
 
 
