@@ -666,8 +666,8 @@ PEER_SIDES = {"jaxmarl": "JaxMARL's own script", "peer": "`rnn_reference.py`",
               "jaxwarp": "jaxwarp (`model=gru`)"}
 
 
-def row_sources(root: Path, src: Source, rows: list[dict], label: Callable[[dict], str]
-                ) -> list[str]:
+def row_sources(root: Path, src: Source, rows: list[dict], label: Callable[[dict], str],
+                what: str = "rows") -> list[str]:
     """Source lines of a file whose rows record their own commit, command and date
     (rows of several runs in one file): one line per run, naming its rows."""
     runs: dict[tuple, list[str]] = {}
@@ -675,7 +675,7 @@ def row_sources(root: Path, src: Source, rows: list[dict], label: Callable[[dict
         runs.setdefault((r["commit"], r["command"], r.get("date")), [])
         if label(r) not in runs[r["commit"], r["command"], r.get("date")]:
             runs[r["commit"], r["command"], r.get("date")].append(label(r))
-    return ["", *(f"Source: `{RESULTS / src.path}` (rows {', '.join(names)}) · "
+    return ["", *(f"Source: `{RESULTS / src.path}` ({what} {', '.join(names)}) · "
                   f"{device_of(root, src)}{f' · {date}' if date else ''} · commit: {commit} · "
                   f"command: {code(command)}  " for (commit, command, date), names in runs.items()),
             ""]
@@ -1659,6 +1659,9 @@ SWEEPS = [Source("sweep_mpe_h200.json",
                  "python experiments/bench_sweep.py --case mpe --settings 64 --seeds 4 "
                  "--devices 1,2 --sequential 0 --out experiments/results/sweep_devices_h200x2.json",
                  device="2 x NVIDIA H200")]
+LARGEST = [Source(f"sweep_largest_{case}_h200.json",
+                  f"python experiments/bench_sweep.py --largest --case {case}")
+           for case in ("mpe", "cartpole")]
 _EXAMPLE = "jaxwarp sweep --config cartpole_ppo total_env_steps=300000 (docs/sweeps.md)"
 SWEEP_EXAMPLE = [Source(f"sweep_cartpole_cpu/{f}", _EXAMPLE, device="x86_64 (2 cores)")
                  for f in ("run.log", "sweep.json", "sweep.png", "best.yaml")]
@@ -1676,6 +1679,84 @@ def _sweep_row(data: dict) -> list[str]:
             f"{seq:.0f} s for {done} runs "
             f"({statistics.mean(r['wall_s'] for r in runs):.1f} s each)",
             speed]
+
+
+def _bytes(b: float) -> str:
+    return f"{sig(b / 1e9, 4)} GB" if b >= 1e9 else (
+        f"{sig(b / 1e6)} MB" if b >= 1e6 else f"{sig(b / 1e3)} KB")
+
+
+def _xla_runs(probe: dict) -> int:
+    """The runs XLA's count of the probe's program fits in the device's limit."""
+    return int(probe["memory_bytes"] // (probe["program_bytes"][0] / probe["runs"]))
+
+
+def _largest_lines(root: Path) -> list[str]:
+    """The largest sweep on one GPU: the counts, then the sweeps run in one program."""
+    files = [_read_json(root, src) for src in LARGEST]
+    mpe = files[0]
+    assert _xla_runs(mpe["probe"]) == mpe["xla_runs"], "the report's count is not the script's"
+    counts = []
+    for d in files:
+        p = d["probe"]
+        counts.append([f"`{d['config']}` {' '.join(code(o) for o in d['overrides'])}",
+                       f"{p['memory_bytes'] / 1e9:.1f} GB",
+                       f"{p['check_runs']:,} ({_bytes(p['per_run_bytes'])} a run)",
+                       f"{_xla_runs(p):,} ({_bytes(p['program_bytes'][0] / p['runs'])} a run)",
+                       ratio(p["check_runs"] / _xla_runs(p)), f"{p['host_runs']:,}"])
+    runs = []
+    for d, key, what in [(files[0], "probe", "the probe"),
+                         (files[0], "one_program_at_95_percent", "one program, 95%"),
+                         (files[0], "one_program", "one program, 90%"),
+                         (files[1], "probe", "the probe")]:
+        r = d[key]
+        bytes_ = r["program_bytes"][0]
+        if "error" in r:
+            m = re.search(r"allocate ([\d.]+) ?GiB", r["error"])
+            result = ("out of memory" + (f" (its {m.group(1)} GiB of temporaries)" if m else "")
+                      + f" after {r['wall_s']:.0f} s")
+            compile_s = run_s = "-"
+        else:
+            result = rate(r["env_steps_per_s"], r["agents_per_env"])
+            compile_s, run_s = f"{r['compile_s']:.1f} s", f"{sig(r['run_s'])} s"
+        runs.append([d["case"], what, f"{r['runs']:,} ({r['settings']:,} x {r['seeds']})",
+                     f"{_bytes(bytes_)} ({sig(100 * bytes_ / r['memory_bytes'], 2)}%)",
+                     compile_s, run_s, result, r.get("commit", d["meta"]["commit"])])
+    srcs = [{"commit": d["meta"]["commit"], "command": d["meta"]["command"],
+             "date": d["meta"].get("date"), "what": f"{d['case']}: the probe and the counts"}
+            for d in files]
+    srcs.insert(1, {**{k: mpe["one_program_at_95_percent"][k] for k in ("commit", "command")},
+                    "date": mpe["meta"].get("date"), "what": "`one_program_at_95_percent`"})
+    srcs.insert(2, {**{k: mpe["one_program"][k] for k in ("commit", "command")},
+                    "what": "`one_program`"})
+    return [
+        "### The largest sweep on one GPU",
+        "",
+        "`experiments/bench_sweep.py --largest`: how many runs of a case one GPU holds, "
+        "counted three ways: by the memory check before compiling (parameters, optimiser "
+        "and env state, one rollout: a lower bound from shapes), by XLA's count of a "
+        f"compiled sweep of {mpe['probe']['runs']:,} runs (the probe, which also counts the "
+        "update's temporaries), and by the host's memory (a quarter of it for the runs' "
+        f"states between chunks); {on(root, *LARGEST)}:",
+        "",
+        *table(["case", "GPU memory limit", "the check's count", "XLA's count",
+                "check ÷ XLA", "the host's count"], counts),
+        "",
+        f"Sweeps of {mpe['updates']} updates each (no checkpoint; a random learning rate per "
+        "setting), XLA's count of each program against the limit, and env-steps/s over the "
+        f"updates, {AGENT_STEPS}, on {devices(root, *LARGEST)}. The sweep of the MPE case "
+        f"at 95% of the memory by XLA's count ({mpe['one_program_at_95_percent']['runs']:,} "
+        "runs) failed to allocate its temporaries, so a program may now take 90% "
+        "(`memory_guard.PROGRAM_SHARE`), a sweep of "
+        f"{mpe['one_program']['runs']:,} runs (the 90% row). For CartPole only the counts were "
+        f"measured (the file's note: {files[1]['meta']['note']}).",
+        "",
+        *table(["case", "sweep", "runs (settings x seeds)", "XLA's count of the program",
+                "compile", "run", "M env-steps/s", "commit"], runs),
+        *row_sources(root, LARGEST[0], srcs[:3], lambda r: r["what"], what="for")[:-1],
+        f"Source: {cite(root, LARGEST[1])}  ",
+        "",
+    ]
 
 
 def section_sweeps(root: Path) -> tuple[list[str], list[Source]]:
@@ -1710,8 +1791,9 @@ def section_sweeps(root: Path) -> tuple[list[str], list[Source]]:
         + ", ".join(f"[`{Path(x.path).name}`](../{RESULTS / x.path})" for x in SWEEP_EXAMPLE)
         + ".",
         *sources_block(root, [*SWEEPS, SWEEP_EXAMPLE[0]]),
+        *_largest_lines(root),
     ]
-    return lines, [*SWEEPS, *SWEEP_EXAMPLE]
+    return lines, [*SWEEPS, *SWEEP_EXAMPLE, *LARGEST]
 
 
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
