@@ -6,7 +6,9 @@ file records (``commit: not recorded`` for files written before
 ``jaxwarp.benchmark.run_meta`` existed; the command is then the one that
 makes such a file, marked so). Nothing here runs a benchmark. Where result
 files were merged into one to keep the folder small, each keeps its old name
-as a part of the merged file (``Source.part``), cited as such.
+as a part of the merged file (``Source.part``), cited as such. A file whose rows
+are runs of several commits records the commit and command in each row
+(``row_sources`` cites each run).
 
 Throughput is in env-steps/s, with agent-steps/s (env-steps x agents per env,
 jaxwarp.units) beside it where an env has more than one agent, and each table
