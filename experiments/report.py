@@ -1571,6 +1571,8 @@ SCALE_TRAIN = Source("scaling_train_h200x4.json",
 SCALE_ENV_2 = Source("scaling_env_h200x2.json", "python experiments/bench_scaling.py --part env")
 SCALE_TRAIN_2 = Source("scaling_train_h200x2.json",
                        "python experiments/bench_scaling.py --part train")
+TRAIN_PROCS = Source("train_processes_h200x4.json",
+                     "three jaxwarp train commands (each row's command in the file)")
 EXIT_CHECK = Source("exit_check_h200x4.json",
                     "python experiments/tools/exit_check.py --only two_processes train_cli")
 _VARIANT = {"one": "1 GPU", "one_local": "1 GPU, per-env sums", "jit": "plain `jit`",
@@ -1587,7 +1589,8 @@ def _machine(root: Path, src: Source) -> str:
 
 
 def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
-    sources = [DET_COST, SCALE_ENV, SCALE_ENV_2, SCALE_TRAIN, SCALE_TRAIN_2, EXIT_CHECK]
+    sources = [DET_COST, SCALE_ENV, SCALE_ENV_2, SCALE_TRAIN, SCALE_TRAIN_2, TRAIN_PROCS,
+               EXIT_CHECK]
     lines = ["## Determinism and several GPUs", ""]
     rows = []
     res = _read_json(root, DET_COST)["results"]
@@ -1637,6 +1640,16 @@ def section_scaling(root: Path) -> tuple[list[str], list[Source]]:
               f"{devices(root, SCALE_TRAIN, SCALE_TRAIN_2)}); env-steps/s {AGENT_STEPS}:", "",
               *table(["config", "machine", "envs per GPU", "GPUs", "deterministic",
                       "env-steps/s", "efficiency"], rows), ""]
+
+    procs = _read_json(root, TRAIN_PROCS)
+    agents = agents_of("tag_2000_envs", [])
+    rows = [[r["run"], f"{r['num_envs']:,}", rate(r["env_steps_per_s"], agents, kilo_or_mega),
+             f"{r['compile_s']:.1f}", f"{r['efficiency']:.2f}"] for r in procs["results"]]
+    lines += ["The CLI itself, `jaxwarp train --config tag_2000_envs` (2,000 envs per GPU, "
+              "checkpoints and metrics included, compile apart), on one GPU, on four in one "
+              "process and as four processes of one GPU under `jax.distributed`, "
+              f"{on(root, TRAIN_PROCS)}; env-steps/s {AGENT_STEPS}:", "",
+              *table(["run", "envs", "env-steps/s", "compile s", "efficiency"], rows), ""]
 
     runs = _read_json(root, EXIT_CHECK)["variants"]
     rows = [[_EXIT_VARIANT.get(k, f"`{k}`"), str(v["rc"]), str(len(v["noise"])),
@@ -1798,6 +1811,52 @@ def section_sweeps(root: Path) -> tuple[list[str], list[Source]]:
     return lines, [*SWEEPS, *SWEEP_EXAMPLE, *LARGEST]
 
 
+LAYER = Source("bench_layer_h200.json", "python experiments/bench_layer.py --sides xla,mma,mgpu")
+GRU_SCAN = Source("bench_gru_scan_h200.json", "python experiments/bench_gru_scan.py")
+_LAYER_SIDES = {"xla": "XLA (cuBLAS)", "mma": "`mma.sync`, ours",
+                "mgpu": "Mosaic GPU matmul, XLA's epilogue"}
+
+
+def section_kernel_trials(root: Path) -> tuple[list[str], list[Source]]:
+    """Kernels measured before they are written into the product (docs/decisions.md)."""
+    layer = _read_json(root, LAYER)["results"]
+    sides = [k for k in _LAYER_SIDES if k in layer[0]]
+    rows = [[f"{r['rows']:,}", str(r["k"]),
+             *(f"{r[k]['us_per_layer']:.1f} µs, {r[k]['tflops']:.0f} TFLOP/s"
+               + ("" if k == "xla"
+                  else f" ({r['xla']['us_per_layer'] / r[k]['us_per_layer']:.2f}×)")
+               for k in sides)] for r in layer]
+    gru = _read_json(root, GRU_SCAN)
+    scan = [[f"{r['T']} × {r['B']}", str(r["H"]), f"{r['lax_scan_ms']:.2f}",
+             f"{r['kernel_ms']:.2f}", ratio(r["lax_scan_ms"] / r["kernel_ms"])]
+            for r in gru["scan"]]
+    upd = {(r["size"], r["model"]): r for r in gru["update"]}
+    sizes = sorted({s for s, _ in upd}, key=lambda s: upd[(s, "gru")]["env_steps_per_s"])
+    urow = [[f"`{s}`", rate(upd[(s, "gru")]["env_steps_per_s"], 3, kilo_or_mega),
+             rate(upd[(s, "gru_kernel")]["env_steps_per_s"], 3, kilo_or_mega),
+             ratio(upd[(s, "gru_kernel")]["env_steps_per_s"] / upd[(s, "gru")]["env_steps_per_s"])]
+            for s in sizes]
+    lines = [
+        "## Kernel trials", "",
+        "Kernels measured before they are written into the product; the decisions they led to "
+        "are in `docs/decisions.md` (\"The tool for tensor-core kernels\", \"Recurrent "
+        "models\").", "",
+        "One dense bfloat16 layer `relu(x @ w + b)`, K = N, chained 20 times in one jitted "
+        f"scan, {on(root, LAYER)}: time a layer and TFLOP/s, speed against XLA's in brackets "
+        "(up to 32K rows every side costs about one scan iteration):", "",
+        *table(["rows", "K = N", *(_LAYER_SIDES[k] for k in sides)], rows),
+        *sources_block(root, [LAYER]), "",
+        "The GRU cell's scan (hidden size H) as one kernel a direction against the learner's "
+        f"`lax.scan`, {on(root, GRU_SCAN)}; forward and backward of the scan alone (ms), then "
+        f"whole PPO updates of MPE simple_spread with the shipped `gru` and with the kernel "
+        f"(`gru_kernel`), env-steps/s {AGENT_STEPS}:", "",
+        *table(["T × rows", "H", "`lax.scan` ms", "kernel ms", "kernel speed"], scan), "",
+        *table(["size", "`gru`", "`gru_kernel`", "kernel speed"], urow),
+        *sources_block(root, [GRU_SCAN]),
+    ]
+    return lines, [LAYER, GRU_SCAN]
+
+
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_time_to_policy, section_tag_runs,
@@ -1805,7 +1864,7 @@ SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_car
                            section_time_to_return_rnn,
                            section_memory, section_sample_efficiency, section_pip_cuda,
                            section_curves, section_sanitizers, section_gpu_tests,
-                           section_scaling, section_sweeps]
+                           section_scaling, section_sweeps, section_kernel_trials]
 
 
 def render(root: Path = ROOT) -> tuple[str, list[Path]]:
