@@ -14,12 +14,21 @@ import functools
 import importlib.util
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
+
+# The API headers and the FFI sources: installed with the package
+# (jaxwarp/include holds both), or the repository's cuda/ and ffi/ folders in
+# a source checkout / editable install.
+_INSTALLED = Path(__file__).resolve().parent / "include"
+_REPO = Path(__file__).resolve().parent.parent
+API_DIR = _INSTALLED if (_INSTALLED / "jaxwarp_env.h").exists() else _REPO / "cuda"
+FFI_DIR = _INSTALLED if (_INSTALLED / "env_ffi.cc").exists() else _REPO / "ffi"
 
 
 def _load(name: str, symbol: str, target: str, platform: str) -> ctypes.CDLL | None:
@@ -93,8 +102,6 @@ _TABLE_INCLUDE = re.compile(r"(JAXWARP_\w+)\(X\)")
 
 def _header_text(name: str) -> str:
     """The text of header `name` of cuda/ (API_DIR) or ffi/ (FFI_DIR)."""
-    from jaxwarp.authoring.codegen import API_DIR, FFI_DIR
-
     path = FFI_DIR / name if (FFI_DIR / name).exists() else API_DIR / name
     return path.read_text()
 

@@ -16,16 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from jaxwarp._ffi import API_DIR, FFI_DIR
 from jaxwarp.authoring.spec import (DTYPES, EnvBuildError, EnvSpec, ParamArray,
                                     kernel_param_values, static_param_names)
 
-# The API headers and the FFI sources: installed with the package
-# (jaxwarp/include holds both), or the repository's cuda/ and ffi/ folders in
-# a source checkout / editable install.
-_INSTALLED = Path(__file__).resolve().parent.parent / "include"
-_REPO = Path(__file__).resolve().parent.parent.parent
-API_DIR = _INSTALLED if (_INSTALLED / "jaxwarp_env.h").exists() else _REPO / "cuda"
-FFI_DIR = _INSTALLED if (_INSTALLED / "env_ffi.cc").exists() else _REPO / "ffi"
 # The framework's headers in API_DIR: every built env depends on them (cache key).
 API_HEADERS = ("jaxwarp_env.h", "jaxwarp_common.h", "jaxwarp_team.h", "jaxwarp_kernels.h",
                "jaxwarp_fused.h", "sampler.h")
