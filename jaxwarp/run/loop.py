@@ -10,11 +10,11 @@ latest checkpoint of an output folder and continues (`resume`). At the end
 the summary is written and the learning curve drawn (`summary`, `plot`).
 
 `train_run` reads top to bottom: check the arguments, take Ctrl-C over
-(`signals`), start ``jax.distributed`` (`handshake`), take the folder and
-build the run (`_start`: lock, config, trainer, memory check, restore or
-init, compile, config.yaml), train chunk by chunk (`_train`: stop rules,
-NaN check, checkpoints, Ctrl-C; `stop`), then the summary and the plot.
-Running out of memory or disk is one line (`memory_guard`, `storage`).
+(`signals`), start the run (`_start`: ``jax.distributed`` (`handshake`),
+folder and lock, config, trainer, memory check, restore or init, compile,
+config.yaml), train chunk by chunk (`_train`: stop rules, NaN check,
+checkpoints, Ctrl-C; `stop`), then the summary and the plot. Running out of
+memory or disk is one line (`_guarded`: `memory_guard`, `storage`).
 
 Several devices and processes (docs/sharding.md): the runner state is sharded
 as the trainer's mesh says (env state split along envs, the rest
@@ -28,10 +28,11 @@ decisions taken on the host (stop at a time limit) hold for all.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,6 @@ from jaxwarp.errors import (
     RunLockedError,
     StorageError,
 )
-from jaxwarp.run import distributed
 from jaxwarp.run.checkpoint import (
     CONFIG_FILE,
     checkpointer,
@@ -150,12 +150,9 @@ def train_run(config: TrainConfig | None = None, out_dir: str | Path = "runs/lat
     ctrl_c = CtrlC(_COMPILING)
     ctrl_c.install()
     try:
-        # Before anything touches a jax backend (a multi-host run starts here).
-        proc = init_distributed(out, config)
-        # Whatever the run could not write (the named places below say what).
-        with quiet_orbax(), OutOfMemory() as oom, writing(out, "the run's files"):
-            run = oom.run = _start(out, config, seeds, resume, devices, env, models, proc,
-                                   progress, after_training, sweep)
+        run = _start(out, config, seeds, resume, devices, env, models, progress,
+                     after_training, sweep)
+        with _guarded(out, run):
             _train(run, progress, stop_after_updates, time_limit_s, ctrl_c)
     finally:
         ctrl_c.release()
@@ -175,52 +172,68 @@ def _check_arguments(out: Path, config: TrainConfig | None, seeds: int, resume: 
 
 def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
            devices: int | None, env: Any, models: Mapping[str, Any] | None,
-           proc: distributed.ProcessInfo, progress: bool | str,
-           after_training: Mapping[str, Any] | None = None, sweep: Sweep | None = None
-           ) -> Run:
-    """Takes out (folder, lock), resolves the config, builds the trainer,
-    restores or initializes the state, compiles the chunk and writes
-    config.yaml. On failure the lock is released and a folder this call
-    created is removed again (unless config.yaml was written)."""
+           progress: bool | str, after_training: Mapping[str, Any] | None = None,
+           sweep: Sweep | None = None) -> Run:
+    """Starts ``jax.distributed`` where asked, takes out (folder, lock), resolves
+    the config, builds the trainer, restores or initializes the state,
+    compiles the chunk and writes config.yaml. On failure the lock is released
+    and a folder this call created is removed again (unless config.yaml was
+    written)."""
+    # Before anything touches a jax backend (a multi-host run starts here); not
+    # `_guarded`: a failed start of jax is no fault of the run's files.
+    proc = init_distributed(out, config)
     primary = proc.process_id == 0
     handshake = Handshake(proc.num_processes > 1)
-    created = primary and not out.exists()  # only process 0 creates / removes the folder
-    lock = take_folder(out, primary, handshake)
-    started = False  # config.yaml written: the folder holds a run from here on
-    try:
-        config, seeds = run_config(out, config, seeds, resume, devices, primary)
-        settings = sweep_settings(out, config, sweep, resume)
-        # A sweep splits its runs over the devices (`member_mesh`), not each run's envs.
-        trainer = build_trainer(dataclasses.replace(config, devices=1) if settings else config,
-                                env=env, models=models)
-        if not handshake.all_ready():
-            raise RunError("another process of this run failed to start (see its error); "
-                           "this one stops too")
-        run = Run(out=out, config=config, seeds=seeds, trainer=trainer, proc=proc, lock=lock,
-                  t0=time.perf_counter(), settings=settings,
-                  seed_ids=list(range(config.seed, config.seed + seeds)) * max(1, len(settings)),
-                  env_metrics=env_metric_names(trainer.env, config.num_envs), created=created)
-        chunks = check_memory(run)  # a sweep too big for the memory: chunks of its runs
-        run.member_mesh = member_mesh(config.devices, run.members) \
-            if settings and not chunks else None
-        restore_or_init(run, resume, progress)
-        run.compiled = compile_in_memory(run, chunks, _compile, progress)
-        run.compile_s = time.perf_counter() - run.t0
-        if primary:
-            _write_config(out, config, seeds, resume, after_training, sweep)
-        started = True
-        with writing(out, "checkpoints/"):
-            run.mngr = checkpointer(out)
-        with writing(out, f"{METRICS_JSONL} and {METRICS_CSV}"):
-            run.writer = MetricWriter(out, keep_until=run.done_updates if resume else None) \
-                if primary else NoWriter()
-    except BaseException as e:
-        handshake.fail()
-        lock.release()
-        if created and (not started or out_of_memory_text(e)):
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+    with _guarded(out):
+        created = primary and not out.exists()  # only process 0 creates / removes the folder
+        lock = take_folder(out, primary, handshake)
+        started = False  # config.yaml written: the folder holds a run from here on
+        try:
+            config, seeds = run_config(out, config, seeds, resume, devices, primary)
+            settings = sweep_settings(out, config, sweep, resume)
+            # A sweep splits its runs over the devices (`member_mesh`), not each run's envs.
+            trainer = build_trainer(dataclasses.replace(config, devices=1) if settings
+                                    else config, env=env, models=models)
+            if not handshake.all_ready():
+                raise RunError("another process of this run failed to start (see its "
+                               "error); this one stops too")
+            run = Run(out=out, config=config, seeds=seeds, trainer=trainer, proc=proc,
+                      lock=lock, t0=time.perf_counter(), settings=settings,
+                      seed_ids=list(range(config.seed, config.seed + seeds))
+                      * max(1, len(settings)),
+                      env_metrics=env_metric_names(trainer.env, config.num_envs),
+                      created=created)
+            chunks = check_memory(run)  # a sweep too big for the memory: chunks of its runs
+            run.member_mesh = member_mesh(config.devices, run.members) \
+                if settings and not chunks else None
+            restore_or_init(run, resume, progress)
+            run.compiled = compile_in_memory(run, chunks, _compile, progress)
+            run.compile_s = time.perf_counter() - run.t0
+            if primary:
+                _write_config(out, config, seeds, resume, after_training, sweep)
+            started = True
+            with writing(out, "checkpoints/"):
+                run.mngr = checkpointer(out)
+            with writing(out, f"{METRICS_JSONL} and {METRICS_CSV}"):
+                run.writer = MetricWriter(out, keep_until=run.done_updates if resume
+                                          else None) if primary else NoWriter()
+        except BaseException as e:
+            handshake.fail()
+            lock.release()
+            if created and (not started or out_of_memory_text(e)):
+                shutil.rmtree(out, ignore_errors=True)
+            raise
     return run
+
+
+@contextlib.contextmanager
+def _guarded(out: Path, run: Run | None = None) -> Iterator[None]:
+    """Whatever the run could not write (the named places inside say what),
+    XLA out of memory (`run`, once started: its folder is removed while it
+    holds no checkpoint) and Orbax's expected noise, each as one line."""
+    with quiet_orbax(), OutOfMemory() as oom, writing(out, "the run's files"):
+        oom.run = run
+        yield
 
 
 def _write_config(out: Path, config: TrainConfig, seeds: int, resume: bool,
