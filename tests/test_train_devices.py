@@ -201,7 +201,7 @@ def _worker_runner(tmp: str) -> dict:
         table(base / "full"), table(base / "part"), table(base / "part4"))
     report["resumed_from"] = [same.metrics[0]["update"], four.metrics[0]["update"]]
     report["summary"] = {k: [r.summary[k] for r in (full, same, four)]
-                         for k in ("data_parallel_devices", "finished", "sampler")}
+                         for k in ("data_parallel_devices", "finished", "sampler", "devices")}
     report["params_equal_same"] = all(
         np.array_equal(x, y) for x, y in zip(jax.tree.leaves(full.state.learner.params),
                                              jax.tree.leaves(same.state.learner.params)))
@@ -335,6 +335,8 @@ def test_sharded_checkpoint_resume_same_and_other_device_count(report):
     full, same, four = report["full"], report["same"], report["four"]
     assert report["resumed_from"] == [3, 3]  # restarted after the checkpoint at update 2
     assert report["summary"]["data_parallel_devices"] == [2, 2, 4]
+    # summary.json names the devices the run used, not every device of the host (4 here)
+    assert [len(d) for d in report["summary"]["devices"]] == [2, 2, 4]
     assert report["summary"]["finished"] == [True, True, True]
     assert report["summary"]["sampler"] == ["jax", "jax", "jax"]
     assert full.keys() == same.keys() == four.keys() and len(full) == 8

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jax
+
 from jaxwarp.errors import NonFiniteError
 from jaxwarp.run import distributed
 from jaxwarp.train.config import TrainConfig
@@ -73,6 +75,16 @@ class Run:
         """Each member's setting (None for a plain run)."""
         return [k for k in range(len(self.settings)) for _ in range(self.seeds)] \
             if self.settings else None
+
+    @property
+    def devices(self) -> list[Any]:
+        """The devices the run's program runs on, every process's: those of
+        the mesh its sweep's runs or its envs are split over, else the default
+        device (where jit places an unsharded program)."""
+        meshes = (getattr(self.member_chunks, "mesh", None), self.member_mesh,
+                  self.trainer.mesh)
+        mesh = next((m for m in meshes if m is not None), None)
+        return list(mesh.devices.flat) if mesh is not None else jax.devices()[:1]
 
     @property
     def num_updates(self) -> int:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import jax
-
 from jaxwarp.run.metrics import SUMMARY_FILE, final_means, read_metrics, write_summary
 from jaxwarp.run.plot import PLOT_FILE, plot_run
 from jaxwarp.run.state import Run
@@ -56,8 +54,8 @@ def summarize(run: Run) -> dict[str, Any]:
         "env_steps_per_s": steps_done / run.run_s if run.run_s > 0 else math.nan,
         "agents_per_env": agents,
         "agent_steps_per_s": steps_done * agents / run.run_s if run.run_s > 0 else math.nan,
-        "device": device_name(),
-        "devices": [str(d) for d in jax.devices()],
+        "device": device_name(run.devices),  # the run's, not every device the host has
+        "devices": [str(d) for d in run.devices],
         # Devices the envs are split over (all processes) and processes.
         "data_parallel_devices": 1 if mesh is None else int(mesh.size),
         "processes": run.proc.num_processes, "sampler": run.trainer.sampler,
