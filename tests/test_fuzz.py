@@ -1339,7 +1339,7 @@ def run_cli(argv: list[str]):
     from jaxwarp import cli
     from jaxwarp.run import loop
 
-    real = loop.build_trainer
+    real = loop.trainer_for
 
     def build_then_stop(config, *args, **kwargs):
         real(config, *args, **kwargs)
@@ -1349,7 +1349,7 @@ def run_cli(argv: list[str]):
     config = None
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), \
             contextlib.redirect_stderr(err):
-        mp.setattr(loop, "build_trainer", build_then_stop)
+        mp.setattr(loop, "trainer_for", build_then_stop)
         try:
             code = cli.main(argv)
         except SystemExit as e:  # argparse

@@ -80,11 +80,11 @@ from jaxwarp.run.stop import INTERRUPTED, save_interrupted, stop_decision, stop_
 from jaxwarp.run.storage import writing
 from jaxwarp.train.compile import jit
 from jaxwarp.train.mesh import MEMBERS, member_mesh
-from jaxwarp.train.config import TrainConfig
+from jaxwarp.train.config import TrainConfig, derived
 from jaxwarp.train.rollout import env_metric_names
 from jaxwarp.train.sweep import Sweep
 from jaxwarp.run.summary import conclude
-from jaxwarp.train.trainer import build_trainer
+from jaxwarp.train.trainer import trainer_for
 
 # The run's files and errors, where callers have always found them.
 __all__ = [
@@ -190,10 +190,12 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
         started = False  # config.yaml written: the folder holds a run from here on
         try:
             config, seeds = run_config(out, config, seeds, resume, devices, primary)
+            d = derived(config)  # the run's length and minibatch layout, computed once
             settings = sweep_settings(out, config, sweep, resume)
-            # A sweep splits its runs over the devices (`member_mesh`), not each run's envs.
-            trainer = build_trainer(dataclasses.replace(config, devices=1) if settings
-                                    else config, env=env, models=models)
+            # A sweep splits its runs over the devices (`member_mesh`), not each run's envs
+            # (`devices` changes nothing that `d` holds).
+            trainer = trainer_for(dataclasses.replace(config, devices=1) if settings
+                                  else config, d, env=env, models=models)
             if not handshake.all_ready():
                 raise RunError("another process of this run failed to start (see its "
                                "error); this one stops too")

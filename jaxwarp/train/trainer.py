@@ -135,7 +135,16 @@ def build_trainer(config: TrainConfig, env: Any = None,
     local: this process's default device alone, whatever ``devices`` and the
     process count (evaluation after a run over several processes).
     """
-    run, sampler, path = _compose(config, env, models, local)
+    return trainer_for(config, derived(config), env, models, local)
+
+
+def trainer_for(config: TrainConfig, d: Derived, env: Any = None,
+                models: Mapping[str, nn.Module] | None = None, local: bool = False
+                ) -> Trainer:
+    """`build_trainer` for a caller that holds the config's derived quantities
+    already (`d`: ``derived(config)``; the run shell's, from the config it
+    resolved), so that they are computed once."""
+    run, sampler, path = _compose(config, d, env, models, local)
     policy, env = run.acting.policy, run.acting.env
     layers = _layers(policy, int(env.observation_space.shape[-1]))
 
@@ -152,7 +161,7 @@ def build_trainer(config: TrainConfig, env: Any = None,
         """
         return jax.lax.scan(lambda rs, _: update_step(run, rs), rs, None, length=num_updates)
 
-    return Trainer(config=config, derived=run.derived, env=env, groups=policy.groups.ids,
+    return Trainer(config=config, derived=d, env=env, groups=policy.groups.ids,
                    models=policy.nets, init=lambda key: init_state(run, key), run=train_chunk,
                    rollout=rollout, policy=policy, mesh=run.mesh, sampler=sampler,
                    rollout_path=path, model_layers=layers,
@@ -241,10 +250,9 @@ def _pin_state(run: _Run, rs: RunnerState) -> RunnerState:
         rs, _state_shardings(run.mesh, rs, False))
 
 
-def _compose(c: TrainConfig, env: Any, models: Mapping[str, nn.Module] | None, local: bool
-             ) -> tuple[_Run, str, str]:
+def _compose(c: TrainConfig, d: Derived, env: Any, models: Mapping[str, nn.Module] | None,
+             local: bool) -> tuple[_Run, str, str]:
     """The run's pieces (`_Run`), the sampler's backend, the rollout path."""
-    d = derived(c)
     env, mesh = env_on_mesh(c, d, env, local)
     nvec = tuple(int(n) for n in env.action_space.nvec)
     groups = Groups.of(env)
