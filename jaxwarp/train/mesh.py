@@ -3,17 +3,24 @@
 `data_mesh(devices)`: the 1-D mesh (axis ``"envs"``) over the first
 ``devices`` local devices of every process (None: all of them), or None for
 one device in one process (no mesh: the unsharded program of a single-device
-run). See docs/sharding.md ("Training on several devices"). `member_mesh`:
-the mesh a sweep splits its runs over instead (docs/sweeps.md).
+run), `check_divisible` that the envs and minibatches split evenly over it,
+and `pinner` its sharding constraints. See docs/sharding.md ("Training on
+several devices"). `member_mesh`: the mesh a sweep splits its runs over
+instead (docs/sweeps.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxwarp.errors import ConfigError
+from jaxwarp.train.config import Derived, TrainConfig
 
 AXIS = "envs"
 
@@ -46,6 +53,35 @@ def data_mesh(devices: int | None) -> Mesh | None:
     axis_type = getattr(jax.sharding, "AxisType", None)
     kwargs = {"axis_types": (axis_type.Auto,)} if axis_type is not None else {}
     return Mesh(np.array(chosen), (AXIS,), **kwargs)
+
+
+def check_divisible(c: TrainConfig, d: Derived, shards: int) -> None:
+    """The env axis and the minibatches split evenly over `shards` devices."""
+    dev = "every local device" if c.devices is None else f"devices={c.devices}"
+    if c.num_envs % shards:
+        raise ConfigError(
+            f"num_envs={c.num_envs} is not divisible by the {shards} devices that the envs "
+            f"are split over ({dev} x {jax.process_count()} process(es)); choose num_envs "
+            f"as a multiple of {shards} or set devices (devices=1: one device)")
+    if d.minibatches > 1 and d.minibatch_envs % shards:
+        what = "minibatch" if c.algorithm == "ppo" else "gradient chunk"
+        raise ConfigError(
+            f"num_minibatches={c.num_minibatches}: each {what} of num_envs/num_minibatches="
+            f"{d.minibatch_envs} envs must split evenly over the {shards} devices ({dev}); "
+            f"choose num_envs as a multiple of num_minibatches x {shards}")
+
+
+def pinner(mesh: Mesh | None) -> Callable[[Any, P], Any]:
+    """(tree, spec) -> the tree with sharding constraint `spec` on every leaf
+    (identity on one device). Under vmap over seeds jax adds the seed axis to
+    the spec itself."""
+    def pin(tree: Any, spec: P) -> Any:
+        if mesh is None:
+            return tree
+        target = NamedSharding(mesh, spec)
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, target), tree)
+
+    return pin
 
 
 MEMBERS = "members"

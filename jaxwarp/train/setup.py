@@ -1,54 +1,30 @@
-"""A run's pieces from its config, checked before anything compiles.
+"""A run's policy and sampler from its config, checked before anything compiles.
 
-The env (made, its params checked, wrapped in a `ShardedEnv` over the
-data-parallel mesh), the policy groups' models and centralised critics
-(each model checked once against the contract of docs/models.md, on shapes
-only), their parameter initialiser, the action sampler and the sharding
-pins. Every bad choice is a `ConfigError` naming the config key.
+The policy groups' models and centralised critics (each model checked once
+against the contract of docs/models.md, on shapes only), their parameter
+initialiser and the action sampler (the env and the data-parallel mesh they
+run on: `environment`, `mesh`). Every bad choice is a `ConfigError` naming
+the config key.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
 from jaxwarp import sharding
-from jaxwarp.core import resolve_backend
 from jaxwarp.models import (CentralCritic, CentralGRUCritic, MLPActorCritic, is_recurrent,
                             make_model)
-from jaxwarp.params_check import check_params
-from jaxwarp.registry import make as make_env
 from jaxwarp.sampler import sample_actions
 from jaxwarp.train import losses
-from jaxwarp.train.config import ConfigError, Derived, TrainConfig
-from jaxwarp.train.mesh import data_mesh
+from jaxwarp.train.config import ConfigError, TrainConfig
 from jaxwarp.train.policy import Groups, Policy
 from jaxwarp.train.rollout import Sampler
-
-
-def env_on_mesh(c: TrainConfig, d: Derived, env: Any, local: bool = False
-                 ) -> tuple[Any, Mesh | None]:
-    """The config's env (or `env`), checked, and wrapped in a `ShardedEnv` over
-    the data-parallel mesh when the config spreads the envs over devices
-    (never where `local`)."""
-    if c.env_module:
-        import_env_module(c.env_module)
-    if env is None:
-        env = _make_env(c)
-    _check_env_params(env, c.env)
-    mesh = None if local else data_mesh(c.devices)
-    if mesh is not None:
-        _check_divisible(c, d, mesh.size)
-        if not isinstance(env, sharding.ShardedEnv):
-            env = sharding.ShardedEnv(env, mesh, "envs")
-    return env, mesh
 
 
 def group_models(c: TrainConfig, env: Any, groups: Groups, models: Mapping[str, nn.Module] | None,
@@ -288,67 +264,6 @@ def make_sampler(nvec: tuple[int, ...], backend: str, mesh: Mesh | None) -> Samp
         return lambda key, logits: sample_actions(key, logits, nvec, backend=backend)
     return lambda key, logits: sharding.sample_actions(key, logits, nvec, mesh, "envs",
                                                        backend=backend)
-
-
-def pinner(mesh: Mesh | None) -> Callable[[Any, P], Any]:
-    """(tree, spec) -> the tree with sharding constraint `spec` on every leaf
-    (identity on one device). Under vmap over seeds jax adds the seed axis to
-    the spec itself."""
-    def pin(tree: Any, spec: P) -> Any:
-        if mesh is None:
-            return tree
-        target = NamedSharding(mesh, spec)
-        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, target), tree)
-
-    return pin
-
-
-def _check_divisible(c: TrainConfig, d: Derived, shards: int) -> None:
-    """The env axis and the minibatches split evenly over `shards` devices."""
-    dev = "every local device" if c.devices is None else f"devices={c.devices}"
-    if c.num_envs % shards:
-        raise ConfigError(
-            f"num_envs={c.num_envs} is not divisible by the {shards} devices that the envs "
-            f"are split over ({dev} x {jax.process_count()} process(es)); choose num_envs "
-            f"as a multiple of {shards} or set devices (devices=1: one device)")
-    if d.minibatches > 1 and d.minibatch_envs % shards:
-        what = "minibatch" if c.algorithm == "ppo" else "gradient chunk"
-        raise ConfigError(
-            f"num_minibatches={c.num_minibatches}: each {what} of num_envs/num_minibatches="
-            f"{d.minibatch_envs} envs must split evenly over the {shards} devices ({dev}); "
-            f"choose num_envs as a multiple of num_minibatches x {shards}")
-
-
-def _make_env(c: TrainConfig) -> Any:
-    """``jaxwarp.make`` for the config's env; a bad name, env_config, env
-    parameter or an unavailable backend is a ConfigError naming it."""
-    for key in ("backend", "sampler"):
-        choice = getattr(c, key)
-        if choice in ("cuda", "cpu"):
-            try:
-                resolve_backend(choice)
-            except RuntimeError as e:
-                raise ConfigError(f"{key}={choice}: {e}") from None
-    try:
-        env = make_env(c.env, backend=c.backend, config=c.env_config, obs_dtype=c.obs_dtype,
-                       **dict(c.env_params))
-    except (TypeError, ValueError) as e:
-        if isinstance(e, ConfigError):
-            raise
-        raise ConfigError(str(e)) from None  # make's messages name the env and the field
-    return env
-
-
-def _check_env_params(env: Any, name: str) -> None:
-    """Types and finiteness of the env's params dataclass (a string or NaN/inf
-    where a float belongs gives NaN observations, not an error)."""
-    params = getattr(env, "params", None)
-    if params is None or not dataclasses.is_dataclass(params) or isinstance(params, type):
-        return
-    try:
-        check_params(params, name)
-    except ValueError as e:
-        raise ConfigError(f"env_params: {e}") from None
 
 
 def import_env_module(name: str) -> None:

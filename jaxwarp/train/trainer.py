@@ -46,8 +46,9 @@ from jaxwarp.train.minibatches import Minibatches
 from jaxwarp.train.policy import Groups, Policy
 from jaxwarp.train.rollout import (Acting, EnvCarry, Transition, env_metric_names,
                                    episode_sums)
-from jaxwarp.train.setup import (env_on_mesh, group_models, import_env_module,  # noqa: F401
-                                 make_policy, make_sampler, param_init, pinner, state_dim)
+from jaxwarp.train.environment import env_on_mesh, import_env_module  # noqa: F401
+from jaxwarp.train.mesh import pinner
+from jaxwarp.train.setup import group_models, make_policy, make_sampler, param_init, state_dim
 
 
 @struct.dataclass
