@@ -215,7 +215,7 @@ def _eval(args: argparse.Namespace) -> int:
         return _fail("eval", f"--seed must be in [0, 2**31); got {args.seed}")
     from jaxwarp.authoring import EnvBuildError
     from jaxwarp.run.evaluate import evaluate_run, seed_lines, summary_line
-    from jaxwarp.run.storage import atomic_write
+    from jaxwarp.storage import atomic_write
 
     path = Path(args.json) if args.json else Path(args.run) / "eval.json"
     if args.json and not path.parent.is_dir():  # before the evaluation, not after it
@@ -652,7 +652,7 @@ def _load_config(source: str | None, overrides: list[str]) -> Any:
     (a stat says 0 bytes for /dev/zero or a pipe) and YAML nested past
     Python's recursion limit refused in one line naming the file or override."""
     from jaxwarp.params_check import quoted
-    from jaxwarp.run.storage import read_at_most
+    from jaxwarp.storage import read_at_most
     from jaxwarp.train.config import CONFIG_FILE_LIMIT, load_config, parse_override
 
     if source is not None and Path(source).exists():
@@ -784,7 +784,7 @@ AFTER_TRAINING = "after_training"
 def _note_outputs_done(out: Path, eval_episodes: int) -> None:
     from jaxwarp.run.distributed import is_primary
     from jaxwarp.run.metrics import SUMMARY_FILE, write_summary
-    from jaxwarp.run.storage import writing
+    from jaxwarp.storage import writing
 
     summary = _finished(out)
     if summary is not None and is_primary():
@@ -872,7 +872,7 @@ def _after_training(out: Path, episodes: int, ctrl_c: Any = None) -> bool:
     from jaxwarp.run.distributed import is_primary
     from jaxwarp.run.evaluate import evaluate_run, load_run, render_run, seed_lines, summary_line
     from jaxwarp.run.plot import plot_run
-    from jaxwarp.run.storage import atomic_write, writing
+    from jaxwarp.storage import atomic_write, writing
 
     # Over several processes every process evaluates its own copy of the
     # policies on its own device (the same figures); process 0 alone writes

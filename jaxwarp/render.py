@@ -268,7 +268,7 @@ def render_batch(env: Any, state: Any, size: int = 128) -> jax.Array:
     """
     timed = jax.tree.map(lambda x: x[None], state)  # one time step
     num_envs = jax.tree.leaves(state)[0].shape[0]
-    draw = lambda e: render_frames(env, timed, env_index=e, size=size)[0]  # noqa: E731
+    draw = lambda e: render_frames(env, timed, env_index=e, size=size)[0]
     return jax.vmap(draw)(jnp.arange(num_envs))
 
 
@@ -347,7 +347,7 @@ def write_gif(frames: Any, path: str | Path, fps: float = 20) -> Path:
     one, never a part of one, and a link at `path` is replaced, not followed."""
     from PIL import Image
 
-    from jaxwarp.run.storage import replacing
+    from jaxwarp.storage import replacing
 
     arr = np.asarray(frames)
     if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8 or arr.shape[0] < 1:

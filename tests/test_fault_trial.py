@@ -11,14 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
+from _tiny_run import cli, tiny_config
 
+from jaxwarp import storage
 from jaxwarp.errors import RunError
-from jaxwarp.run import storage
 from jaxwarp.run.lock import RunLock
 from jaxwarp.run.loop import train_run
 from jaxwarp.run.metrics import METRICS_CSV, METRICS_JSONL, MetricWriter, read_metrics
-
-from _tiny_run import cli, tiny_config
 
 
 def error_line(err: str) -> str:

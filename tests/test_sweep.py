@@ -69,6 +69,16 @@ def test_bad_sweeps_are_one_line_errors(words, samples, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_sweep_under_several_processes_is_refused_in_one_line(tmp_path, monkeypatch):
+    from jaxwarp.run.resume import sweep_settings
+
+    _, sw = parse_sweep(["ent_coef=0,0.01"])
+    monkeypatch.setattr(jax, "process_count", lambda: 2)  # as under jax.distributed
+    with pytest.raises(ConfigError, match="a sweep runs in one process") as e:
+        sweep_settings(tmp_path, tiny_config(), sw, resume=False)
+    assert "\n" not in str(e.value)
+
+
 def test_a_value_out_of_range_names_the_setting():
     _, sw = parse_sweep(["clip_eps=0.2,-1"])
     with pytest.raises(ConfigError, match=r"sweep setting clip_eps=-1: clip_eps=-1.0 is invalid"):

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 import numpy as np
 import yaml
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxwarp.errors import CheckpointError, CheckpointWarning
-from jaxwarp.run.storage import atomic_write, read_at_most
+from jaxwarp.storage import atomic_write, read_at_most
 from jaxwarp.train.config import (
     CONFIG_FILE_LIMIT,
     ConfigError,

@@ -63,9 +63,9 @@ class LoadedRun:
 def _restore(run_dir: str | Path):
     """(config, seeds, trainer, update, runner state with a leading seed axis)."""
     from jaxwarp.run.checkpoint import read_saved_config, read_saved_sweep, restore_intact
+    from jaxwarp.run.distributed import is_primary
     from jaxwarp.run.sweep_report import best_setting
     from jaxwarp.train.sweep import setting_config
-    from jaxwarp.run.distributed import is_primary
     from jaxwarp.train.trainer import build_trainer
 
     out = Path(run_dir)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jaxwarp.errors import RunError, RunLockedError, StorageError, storage_fault
 from jaxwarp.run.handshake import Handshake
-from jaxwarp.run.storage import open_own, writing
+from jaxwarp.storage import open_own, writing
 
 LOCK_FILE = ".lock"
 

@@ -77,14 +77,15 @@ from jaxwarp.run.resume import absolute_env_module, restore_or_init, run_config,
 from jaxwarp.run.signals import CtrlC
 from jaxwarp.run.state import Run, RunResult
 from jaxwarp.run.stop import INTERRUPTED, save_interrupted, stop_decision, stop_non_finite
-from jaxwarp.run.storage import writing
+from jaxwarp.run.summary import conclude
+from jaxwarp.storage import writing
 from jaxwarp.train.compile import jit
-from jaxwarp.train.mesh import MEMBERS, member_mesh
 from jaxwarp.train.config import TrainConfig, derived
+from jaxwarp.train.mesh import MEMBERS, member_mesh
 from jaxwarp.train.rollout import env_metric_names
 from jaxwarp.train.sweep import Sweep
-from jaxwarp.run.summary import conclude
 from jaxwarp.train.trainer import trainer_for
+from jaxwarp.units import device_name
 
 # The run's files and errors, where callers have always found them.
 __all__ = [
@@ -282,7 +283,7 @@ def _train(run: Run, progress: bool | str, stop_after_updates: int | None,
     done are checkpointed and KeyboardInterrupt is raised. Releases the lock."""
     bar = Progress(run.num_updates, run.done_updates, run.trainer.derived.batch_env_steps,
                    progress if run.primary else False, run.env_metrics,
-                   agents=int(run.trainer.env.num_agents))
+                   agents=int(run.trainer.env.num_agents), device=device_name(run.devices))
     try:
         ctrl_c.defer(_TRAINING, hand_back=True)
         while run.done_updates < run.num_updates:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxwarp.run.storage import atomic_write, open_own
+from jaxwarp.storage import atomic_write, open_own
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"

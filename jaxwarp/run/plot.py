@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxwarp.run.checkpoint import read_saved_config
 from jaxwarp.run.metrics import is_headline, read_metrics, summary_env_metrics
-from jaxwarp.run.storage import replacing
+from jaxwarp.storage import replacing
 
 PLOT_FILE = "learning_curve.png"
 

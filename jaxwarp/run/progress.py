@@ -20,8 +20,9 @@ class Progress:
     pipe, a batch job), or nothing (progress False)."""
 
     def __init__(self, total: int, done: int, batch: int, enabled: bool | str,
-                 env_metrics: tuple[str, ...] = (), agents: int = 1):
+                 env_metrics: tuple[str, ...] = (), agents: int = 1, device: str | None = None):
         self.agents, self.total, self.done = agents, total, done
+        self.device = device or device_name()  # the run's devices (`Run.devices`), named
         self.env_metrics = env_metrics
         self.lines = enabled == "lines" or (bool(enabled) and not _is_tty(sys.stdout))
         self.enabled = bool(enabled) and not self.lines
@@ -47,7 +48,7 @@ class Progress:
         if not (self.enabled or self.lines):
             return
         final = final_rows(rows)
-        parts = [rate_text(rate, self.agents, device_name())]
+        parts = [rate_text(rate, self.agents, self.device)]
         for k in sorted(final[0]):
             if is_headline(k, self.env_metrics):
                 vals = [r[k] for r in final if not math.isnan(r[k])]

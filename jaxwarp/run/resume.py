@@ -21,8 +21,12 @@ import jax
 
 from jaxwarp.errors import CheckpointError, CheckpointWarning, ConfigError
 from jaxwarp.run import distributed
-from jaxwarp.run.checkpoint import (abstract_state, read_saved_config, read_saved_sweep,
-                                    restore_intact)
+from jaxwarp.run.checkpoint import (
+    abstract_state,
+    read_saved_config,
+    read_saved_sweep,
+    restore_intact,
+)
 from jaxwarp.run.metrics import METRICS_JSONL
 from jaxwarp.run.state import Run
 from jaxwarp.train.config import TrainConfig, derived, validate

@@ -23,7 +23,6 @@ import sys
 import threading
 from typing import Any
 
-
 # The signals taken over, each with the handler it is taken over from.
 _SIGNALS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
@@ -102,5 +101,5 @@ class CtrlC:
         self.install()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

@@ -17,7 +17,7 @@ from jaxwarp.run.metrics import METRICS_JSONL
 from jaxwarp.run.progress import Progress
 from jaxwarp.run.signals import CtrlC
 from jaxwarp.run.state import Run
-from jaxwarp.run.storage import writing
+from jaxwarp.storage import writing
 
 GO_ON, STOP, INTERRUPTED = 0, 1, 2  # what `stop_decision` returns
 

@@ -10,8 +10,8 @@ from typing import Any
 from jaxwarp.run.metrics import SUMMARY_FILE, final_means, read_metrics, write_summary
 from jaxwarp.run.plot import PLOT_FILE, plot_run
 from jaxwarp.run.state import Run
-from jaxwarp.run.storage import writing
 from jaxwarp.run.sweep_report import ranked_metric, write_report
+from jaxwarp.storage import writing
 from jaxwarp.train import fused
 from jaxwarp.units import device_name
 

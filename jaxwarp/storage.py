@@ -1,5 +1,5 @@
-"""Writes into the run folder: never through a link, never half-made, and
-one line when they fail.
+"""Files written whole (a run folder's, a GIF): never through a link, never
+half-made, and one line when they fail.
 
 `replacing` / `atomic_write` write a new file beside the old one and rename
 it over the name, so that a reader (or a run killed meanwhile) sees the old
