@@ -28,6 +28,7 @@ from jaxwarp.train import (
     make_train,
     shipped_configs,
 )
+from jaxwarp.train.policy import RunningStats
 
 from _checks import assert_seeds_vmap_as_separate_runs, trained_and_random
 from _tiny_run import metric_table
@@ -212,7 +213,7 @@ def test_ppo_clipped_objective_is_flat_outside_the_clip():
 def test_running_stats_match_numpy():
     rng = np.random.default_rng(1)
     a, b = rng.normal(2.0, 3.0, (100, 4)), rng.normal(-1.0, 0.5, (50, 4))
-    s = losses.RunningStats.create(4).update(jnp.asarray(a, jnp.float32))
+    s = RunningStats.create(4).update(jnp.asarray(a, jnp.float32))
     s = s.update(jnp.asarray(b, jnp.float32))
     both = np.concatenate([a, b])
     np.testing.assert_allclose(s.mean, both.mean(0), rtol=1e-4, atol=1e-4)

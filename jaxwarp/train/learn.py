@@ -22,7 +22,7 @@ from jaxwarp.train import losses
 from jaxwarp.train.config import Derived, TrainConfig
 from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.minibatches import Minibatches
-from jaxwarp.train.policy import Policy
+from jaxwarp.train.policy import Policy, RunningStats
 from jaxwarp.train.rollout import Transition
 
 # (params, minibatch, normalize_advantages) -> ((loss, metrics), grads)
@@ -35,7 +35,7 @@ class LearnerState:
 
     params: dict[str, Any]
     opt_state: dict[str, Any]
-    obs_stats: dict[str, losses.RunningStats]  # {} unless normalize_obs
+    obs_stats: dict[str, RunningStats]  # {} unless normalize_obs
 
 
 class Learner(NamedTuple):
@@ -131,7 +131,7 @@ def _update_group(learner: Learner, g: str, state: LearnerState, data: Collected
     return ppo_update(step, state.params[g], state.opt_state[g], batch, key)
 
 
-def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: losses.RunningStats | None,
+def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: RunningStats | None,
              hyper: Hyper) -> GradFn:
     """(params, minibatch, normalize_advantages) -> ((loss, metrics), grads) of group g."""
     @jax.named_scope("forward")

@@ -1,5 +1,5 @@
 """The losses and what they read: the minibatch (`Batch`), GAE, multi-head
-categorical log-probabilities and entropy, running observation statistics."""
+categorical log-probabilities and entropy."""
 
 from __future__ import annotations
 
@@ -131,31 +131,3 @@ def policy_loss(logits: jax.Array, value: jax.Array, batch: Batch, nvec: Sequenc
             (jnp.abs(ratio - 1) > clip_eps).astype(jnp.float32).mean()),
     }
     return total, metrics
-
-
-@struct.dataclass
-class RunningStats:
-    """Running mean/variance of observations (parallel Welford merge)."""
-
-    mean: jax.Array  # f32[obs_dim]
-    var: jax.Array  # f32[obs_dim]
-    count: jax.Array  # f32[]
-
-    @classmethod
-    def create(cls, obs_dim: int) -> RunningStats:
-        return cls(jnp.zeros(obs_dim, jnp.float32), jnp.ones(obs_dim, jnp.float32),
-                   jnp.asarray(1e-4, jnp.float32))
-
-    def update(self, obs: jax.Array) -> RunningStats:
-        """Merges a batch obs: f32 or bf16[..., obs_dim]."""
-        x = obs.reshape(-1, obs.shape[-1]).astype(jnp.float32)  # bf16 obs: f32 moments
-        n = jnp.asarray(x.shape[0], jnp.float32)
-        b_mean, b_var = x.mean(0), x.var(0)
-        total = self.count + n
-        delta = b_mean - self.mean
-        mean = self.mean + delta * n / total
-        m2 = self.var * self.count + b_var * n + jnp.square(delta) * self.count * n / total
-        return RunningStats(mean, m2 / total, total)
-
-    def normalize(self, obs: jax.Array) -> jax.Array:
-        return jnp.clip((obs - self.mean) / jnp.sqrt(self.var + 1e-8), -10.0, 10.0)

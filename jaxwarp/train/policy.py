@@ -4,21 +4,27 @@ An env's agents are split into policy groups (Tag: ``tagger`` and
 ``runner``); each group has its own Flax model whose parameters its agents
 share. `Groups` cuts a group's agents out of an ``[..., agents, ...]`` array
 and puts the groups' outputs back in agent order; `Policy` runs every
-group's model on its agents' observations.
+group's model on its agents' observations (normalised by the running
+statistics `RunningStats` where the config asks; the learner updates them).
+`param_init` gives a group's initial parameters, after checking once, from
+shapes alone, that its model keeps the contract that `Policy` runs it by
+(docs/models.md): a `ConfigError` naming the group and the shapes where it
+does not, before anything compiles.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
+from jaxwarp.errors import ConfigError
 from jaxwarp.models.recurrent import has_sequence, is_recurrent
-from jaxwarp.train import losses
 
 
 def _contiguous(ids: np.ndarray) -> bool:
@@ -55,6 +61,37 @@ class Groups(NamedTuple):
         [envs, agents, ...] in agent order."""
         x = jnp.concatenate(list(parts), axis=1)
         return x if self.inverse is None else x[:, self.inverse]
+
+
+@struct.dataclass
+class RunningStats:
+    """Running mean/variance of observations (parallel Welford merge): what
+    `Policy.forward` normalises a group's observations by where the config
+    asks (``normalize_obs``); the learner merges each rollout's observations
+    in (`learn.learn`)."""
+
+    mean: jax.Array  # f32[obs_dim]
+    var: jax.Array  # f32[obs_dim]
+    count: jax.Array  # f32[]
+
+    @classmethod
+    def create(cls, obs_dim: int) -> RunningStats:
+        return cls(jnp.zeros(obs_dim, jnp.float32), jnp.ones(obs_dim, jnp.float32),
+                   jnp.asarray(1e-4, jnp.float32))
+
+    def update(self, obs: jax.Array) -> RunningStats:
+        """Merges a batch obs: f32 or bf16[..., obs_dim]."""
+        x = obs.reshape(-1, obs.shape[-1]).astype(jnp.float32)  # bf16 obs: f32 moments
+        n = jnp.asarray(x.shape[0], jnp.float32)
+        b_mean, b_var = x.mean(0), x.var(0)
+        total = self.count + n
+        delta = b_mean - self.mean
+        mean = self.mean + delta * n / total
+        m2 = self.var * self.count + b_var * n + jnp.square(delta) * self.count * n / total
+        return RunningStats(mean, m2 / total, total)
+
+    def normalize(self, obs: jax.Array) -> jax.Array:
+        return jnp.clip((obs - self.mean) / jnp.sqrt(self.var + 1e-8), -10.0, 10.0)
 
 
 class Policy(NamedTuple):
@@ -112,7 +149,7 @@ class Policy(NamedTuple):
         """Recurrent group -> its fresh carry (`group_carry`)."""
         return {g: self.group_carry(g, num_envs) for g in self.recurrent}
 
-    def forward(self, g: str, params: Any, stats: losses.RunningStats | None, obs: jax.Array,
+    def forward(self, g: str, params: Any, stats: RunningStats | None, obs: jax.Array,
                 carry: Any = None, reset: jax.Array | None = None,
                 state: jax.Array | None = None, method: str = "__call__"
                 ) -> tuple[Any, jax.Array, jax.Array]:
@@ -145,7 +182,7 @@ class Policy(NamedTuple):
             value = jnp.broadcast_to(v[..., None], obs.shape[:-1])
         return carry, logits, value
 
-    def sequence(self, g: str, params: Any, stats: losses.RunningStats | None, obs: jax.Array,
+    def sequence(self, g: str, params: Any, stats: RunningStats | None, obs: jax.Array,
                  carry: Any, reset: jax.Array | None, state: jax.Array | None
                  ) -> tuple[jax.Array, jax.Array]:
         """Group g over env sequences: obs [T, envs, agents_in_group, D] from
@@ -172,7 +209,7 @@ class Policy(NamedTuple):
         _, (logits, value) = jax.lax.scan(body, carry, (obs, reset, state))
         return logits, value
 
-    def step(self, params: Mapping[str, Any], stats: Mapping[str, losses.RunningStats],
+    def step(self, params: Mapping[str, Any], stats: Mapping[str, RunningStats],
              obs: jax.Array, carry: Mapping[str, Any], reset: jax.Array,
              state: jax.Array | None = None, trained: Mapping[str, bool] | None = None
              ) -> tuple[dict[str, Any], jax.Array, jax.Array]:
@@ -198,7 +235,7 @@ class Policy(NamedTuple):
         return (new_carry, self.groups.join([o[0] for o in outs]),
                 self.groups.join([o[1] for o in outs]))
 
-    def __call__(self, params: Mapping[str, Any], stats: Mapping[str, losses.RunningStats],
+    def __call__(self, params: Mapping[str, Any], stats: Mapping[str, RunningStats],
                  obs: jax.Array, trained: Mapping[str, bool] | None = None,
                  state: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
         """(logits, value) of `step` from fresh carries (every recurrent
@@ -207,3 +244,170 @@ class Policy(NamedTuple):
         _, logits, value = self.step(params, stats, obs, self.initial_carry(obs.shape[0]), reset,
                                      state, trained)
         return logits, value
+
+
+def param_init(policy: Policy, obs_dim: int, state_dim: int) -> Callable[[str, jax.Array], Any]:
+    """(group, key) -> the group's initial parameters, after checking once, from
+    shapes alone, that its model keeps the policy contract (docs/models.md)."""
+    one = jnp.zeros((1, obs_dim), jnp.float32)
+    probe = _Probe(obs_dim, state_dim,
+                   RunningStats.create(obs_dim) if policy.normalize_obs else None)
+
+    def init(g: str, key: jax.Array) -> Any:
+        net = policy.nets[g]
+        if g in policy.recurrent:
+            params = net.init(key, net.initialize_carry((1,)), one, jnp.ones((1,), bool))
+        else:
+            params = net.init(key, one)
+        if policy.critics is None:
+            return params
+        state, k_critic = jnp.zeros((1, state_dim), jnp.float32), jax.random.fold_in(key, 1)
+        critic = policy.critics[g]
+        if policy.critic_recurrent(g):
+            return {"actor": params, "critic": critic.init(
+                k_critic, critic.initialize_carry((1,)), state, jnp.ones((1,), bool))}
+        return {"actor": params, "critic": critic.init(k_critic, state)}
+
+    for g in policy.groups.ids:
+        _check_model(policy, g, init, probe)
+        if g in policy.recurrent:
+            _check_reset(policy, g, init, probe)
+        if g in policy.recurrent and policy.sequence_form(g):
+            _check_sequence_form(policy, g, init, probe)
+    return init
+
+
+class _Probe(NamedTuple):
+    """What the contract checks feed a model: observations f32[..., obs_dim],
+    the env's global state f32[..., state_dim] (centralised critics) and the
+    observation statistics (None where the policy does not normalise)."""
+
+    obs_dim: int
+    state_dim: int
+    stats: RunningStats | None
+
+
+def _check_model(policy: Policy, g: str, init: Callable, probe: _Probe) -> None:
+    """A ConfigError naming group g, the expected and the actual shapes, where
+    its model breaks the contract (checked on shapes, before any compile)."""
+    net, n = policy.nets[g], len(policy.groups.ids[g])
+    obs_dim, state_dim, stats = probe
+    kind = "recurrent" if g in policy.recurrent else "feed-forward"
+    heads = sum(policy.nvec)
+
+    def run(key):
+        params = init(g, key)
+        carry = policy.group_carry(g, 2) if g in policy.recurrent else None
+        state = jnp.zeros((2, state_dim), jnp.float32) if policy.critics else None
+        obs = jnp.zeros((2, n, obs_dim), jnp.float32)
+        out = policy.forward(g, params, stats, obs, carry, jnp.ones((2, n), bool), state)
+        return carry, out
+
+    where = f"policies.{g}.model ({type(net).__name__}, {kind})"
+    if kind == "recurrent":
+        _check_initial_carry(net, where, n)
+    try:
+        carry, (carry_out, logits, value) = jax.eval_shape(
+            run, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    except Exception as e:  # noqa: BLE001 - any failure of a user's module is reported as one line
+        hint = ("a recurrent model defines initialize_carry(batch_shape) and is called "
+                "(carry, obs, reset) -> carry, (logits, value)") if kind == "feed-forward" else (
+            "a recurrent model is called (carry, obs, reset) -> carry, (logits, value)")
+        msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise ConfigError(f"{where}: failed on obs f32[2, {n}, {obs_dim}]: {msg} "
+                          f"(a feed-forward model is called obs -> (logits, value); {hint}; "
+                          f"docs/models.md)") from None
+    want = ((2, n, heads), (2, n))
+    got = (tuple(getattr(logits, "shape", ())), tuple(getattr(value, "shape", ())))
+    if got != want:
+        raise ConfigError(f"{where}: for obs f32[2, {n}, {obs_dim}] it returned logits "
+                          f"{list(got[0])} and value {list(got[1])}; expected logits "
+                          f"{list(want[0])} (sum(nvec)={heads}) and value {list(want[1])}")
+    same_carry = jax.tree.structure(carry) == jax.tree.structure(carry_out) and all(
+        a.shape == b.shape for a, b in zip(jax.tree.leaves(carry), jax.tree.leaves(carry_out)))
+    if not same_carry:  # feed-forward: None in, None out
+        raise ConfigError(f"{where}: the carry it returns differs from initialize_carry's: "
+                          f"for a carry of {_shapes(carry)} it returned {_shapes(carry_out)}; "
+                          f"it must keep its structure and shapes from step to step")
+
+
+def _shapes(tree: Any) -> str:
+    """A carry's leaves' shapes, e.g. "[2, 1, 8]" or "([2, 1, 8], [2, 1, 8])"."""
+    leaves = [str(list(x.shape)) for x in jax.tree.leaves(tree)]
+    return leaves[0] if len(leaves) == 1 else f"({', '.join(leaves)})"
+
+
+def _check_initial_carry(net: nn.Module, where: str, n: int) -> None:
+    """A ConfigError where ``initialize_carry(batch_shape)`` ignores its
+    batch_shape: every leaf must lead with it ([envs, agents_in_group, ...])."""
+    try:
+        carry = jax.eval_shape(lambda: net.initialize_carry((2, n)))
+    except Exception as e:  # noqa: BLE001 - a user's method fails: one line
+        msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise ConfigError(f"{where}: initialize_carry((2, {n})) failed: {msg}") from None
+    if not jax.tree.leaves(carry) or any(
+            tuple(x.shape[:2]) != (2, n) for x in jax.tree.leaves(carry)):
+        raise ConfigError(f"{where}: initialize_carry((2, {n})) returned a carry of "
+                          f"{_shapes(carry) if jax.tree.leaves(carry) else 'no arrays'}; every "
+                          f"leaf must lead with the batch_shape it is given, [2, {n}, ...]")
+
+
+def _check_reset(policy: Policy, g: str, init: Callable, probe: _Probe) -> None:
+    """A ConfigError where group g's recurrent model ignores ``reset``: from any
+    carry, a step with reset true must act as from initialize_carry's (one tiny
+    step run twice on 2 x agents rows; an episode's start would otherwise see
+    the previous episode's memory, and train silently)."""
+    n = len(policy.groups.ids[g])
+    obs_dim, state_dim, stats = probe
+
+    @jax.jit
+    def outputs(key, warm):
+        params = init(g, key)
+        fresh = policy.group_carry(g, 2)
+        carry = jax.tree.map(lambda x: x + warm, fresh)
+        state = jnp.ones((2, state_dim), jnp.float32) if policy.critics else None
+        obs = jnp.ones((2, n, obs_dim), jnp.float32)
+        reset = jnp.ones((2, n), bool)
+        return policy.forward(g, params, stats, obs, carry, reset, state)[1:]
+
+    key = jnp.zeros((2,), jnp.uint32)
+    fresh, warm = outputs(key, 0.0), outputs(key, 0.5)
+    if not all(jnp.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(fresh, warm)):
+        net = policy.nets[g]
+        raise ConfigError(f"policies.{g}.model ({type(net).__name__}, recurrent): it ignores "
+                          f"reset: with reset true, a carry of initialize_carry's values + 0.5 "
+                          f"gave other logits or values than initialize_carry's own; replace "
+                          f"the carry where reset (jnp.where(reset[..., None], fresh, carry)) "
+                          f"before using it (docs/models.md)")
+
+
+def _check_sequence_form(policy: Policy, g: str, init: Callable, probe: _Probe) -> None:
+    """A ConfigError naming group g and the shapes where its model's sequence
+    form (``sequence``, docs/models.md) disagrees with its step form: for T
+    steps it must return the step form's logits and value with a leading T."""
+    net, n, t = policy.nets[g], len(policy.groups.ids[g]), 3
+    heads = sum(policy.nvec)
+    obs_dim, state_dim, stats = probe
+
+    def run(key):
+        carry = policy.group_carry(g, 2)
+        state = jnp.zeros((t, 2, state_dim), jnp.float32) if policy.critics else None
+        return policy.sequence(g, init(g, key), stats, jnp.zeros((t, 2, n, obs_dim)), carry,
+                               jnp.ones((t, 2), bool), state)
+
+    where = f"policies.{g}.model ({type(net).__name__}, recurrent)"
+    shapes = f"obs f32[{t}, 2, {n}, {obs_dim}]"
+    try:
+        logits, value = jax.eval_shape(run, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    except Exception as e:  # noqa: BLE001 - any failure of a user's module is one line
+        msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise ConfigError(f"{where}: its sequence form failed on {shapes}: {msg} (it is "
+                          "called (carry, obs [T, ...], reset [T, ...]) -> carry, (logits, "
+                          "value); docs/models.md)") from None
+    want = ((t, 2, n, heads), (t, 2, n))
+    got = (tuple(getattr(logits, "shape", ())), tuple(getattr(value, "shape", ())))
+    if got != want:
+        raise ConfigError(f"{where}: its sequence form returned logits {list(got[0])} and "
+                          f"value {list(got[1])} for {shapes}; expected the step form's "
+                          f"shapes with a leading T: logits {list(want[0])} and value "
+                          f"{list(want[1])}")

@@ -16,8 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxwarp.train import losses
-from jaxwarp.train.policy import Policy
+from jaxwarp.train.policy import Policy, RunningStats
 
 # (key, logits f32[envs, agents, sum(nvec)]) -> (actions i32[envs, agents, heads],
 # log-probs f32[envs, agents])
@@ -91,7 +90,7 @@ def env_metric_names(env: Any, num_envs: int = 1) -> tuple[str, ...]:
 
 
 def act_and_step(acting: Acting, params: Mapping[str, Any],
-                 stats: Mapping[str, losses.RunningStats], envs: EnvCarry,
+                 stats: Mapping[str, RunningStats], envs: EnvCarry,
                  ep: Mapping[str, jax.Array], key: jax.Array
                  ) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
     """One step: act on envs.obs f32[envs, agents, D] (recurrent groups from
@@ -112,7 +111,7 @@ def act_and_step(acting: Acting, params: Mapping[str, Any],
 
 
 @jax.named_scope("rollout")
-def rollout(acting: Acting, params: Mapping[str, Any], stats: Mapping[str, losses.RunningStats],
+def rollout(acting: Acting, params: Mapping[str, Any], stats: Mapping[str, RunningStats],
             envs: EnvCarry, key: jax.Array, num_steps: int
             ) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
     """`num_steps` steps from `envs` by ``lax.scan``. Returns (the envs after

@@ -43,12 +43,12 @@ from jaxwarp.train.config import Derived, TrainConfig, derived
 from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.learn import Collected, Learner, LearnerState, learn, optimiser
 from jaxwarp.train.minibatches import Minibatches
-from jaxwarp.train.policy import Groups, Policy
+from jaxwarp.train.policy import Groups, Policy, RunningStats, param_init
 from jaxwarp.train.rollout import (Acting, EnvCarry, Transition, env_metric_names,
                                    episode_sums)
 from jaxwarp.train.environment import env_on_mesh, import_env_module  # noqa: F401
 from jaxwarp.train.mesh import pinner
-from jaxwarp.train.setup import group_models, make_policy, make_sampler, param_init, state_dim
+from jaxwarp.train.setup import group_models, make_policy, make_sampler, state_dim
 
 
 @struct.dataclass
@@ -235,7 +235,7 @@ def init_state(run: _Run, key: jax.Array) -> RunnerState:
     learner = LearnerState(
         params=params,
         opt_state={g: optimiser(c, run.derived, g, hyper).init(params[g]) for g in ids},
-        obs_stats={g: losses.RunningStats.create(obs_dim) for g in ids}
+        obs_stats={g: RunningStats.create(obs_dim) for g in ids}
         if c.normalize_obs else {})
     envs = EnvCarry(env_state, obs, policy.initial_carry(c.num_envs),
                     jnp.ones((c.num_envs,), bool))
