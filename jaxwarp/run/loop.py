@@ -82,7 +82,6 @@ from jaxwarp.storage import writing
 from jaxwarp.train.compile import jit
 from jaxwarp.train.config import TrainConfig, derived
 from jaxwarp.train.mesh import MEMBERS, member_mesh
-from jaxwarp.train.rollout import env_metric_names
 from jaxwarp.train.sweep import Sweep
 from jaxwarp.train.trainer import trainer_for
 from jaxwarp.units import device_name
@@ -204,7 +203,7 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
                       lock=lock, t0=time.perf_counter(), settings=settings,
                       seed_ids=list(range(config.seed, config.seed + seeds))
                       * max(1, len(settings)),
-                      env_metrics=env_metric_names(trainer.env, config.num_envs),
+                      env_metrics=trainer.env_metrics,
                       created=created)
             chunks = check_memory(run)  # a sweep too big for the memory: chunks of its runs
             run.member_mesh = member_mesh(config.devices, run.members) \

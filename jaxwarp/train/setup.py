@@ -3,9 +3,10 @@
 Every policy group's model (the caller's, else the config's ``model``) and
 the centralised critics as one `Policy` (whose models `policy.param_init`
 checks against the contract of docs/models.md), the width of the env's
-global state the critics read, and the action sampler. The env and the
-data-parallel mesh they run on come from `environment` and `mesh`. Every bad
-choice is a `ConfigError` naming the config key.
+global state the critics read, the minibatch layout the learner replays the
+models in, and the action sampler. The env and the data-parallel mesh they
+run on come from `environment` and `mesh`. Every bad choice is a
+`ConfigError` naming the config key.
 """
 
 from __future__ import annotations
@@ -86,6 +87,14 @@ def state_dim(env: Any) -> int:
         return env.global_state(obs, state)
 
     return int(jax.eval_shape(one, jax.ShapeDtypeStruct((2,), jnp.uint32)).shape[-1])
+
+
+def sample_minibatches(c: TrainConfig, policy: Policy) -> bool:
+    """Whether PPO's minibatches are single steps (``minibatch_layout``; ``auto``:
+    where no group is recurrent) rather than whole env sequences."""
+    if c.minibatch_layout == "auto":
+        return c.algorithm == "ppo" and not policy.recurrent
+    return c.minibatch_layout == "samples"
 
 
 def make_sampler(nvec: tuple[int, ...], backend: str, mesh: Mesh | None) -> Sampler:

@@ -48,7 +48,8 @@ from jaxwarp.train.rollout import (Acting, EnvCarry, Transition, env_metric_name
                                    episode_sums)
 from jaxwarp.train.environment import env_on_mesh, import_env_module  # noqa: F401
 from jaxwarp.train.mesh import pinner
-from jaxwarp.train.setup import group_models, make_policy, make_sampler, state_dim
+from jaxwarp.train.setup import (group_models, make_policy, make_sampler, sample_minibatches,
+                                 state_dim)
 
 
 @struct.dataclass
@@ -93,6 +94,8 @@ class Trainer(NamedTuple):
     # recurrent group -> how the learner runs its model over a rollout: "sequence"
     # (the model's sequence form) or "step by step" (replayed by a scan; docs/models.md)
     recurrent_learner: Mapping[str, str] | None = None
+    # the env's own episode metrics, logged under these names (rollout.env_metric_names)
+    env_metrics: tuple[str, ...] = ()
 
     def state_shardings(self, state: Any, seed_axis: bool = False) -> Any:
         """NamedShardings of a RunnerState-shaped tree (arrays or
@@ -122,6 +125,7 @@ class _Run(NamedTuple):
     init_params: Callable[[str, jax.Array], Any]  # (group, key) -> its parameters
     pin: Callable[[Any, P], Any]  # sharding constraint (identity on one device)
     mesh: Mesh | None
+    env_metrics: tuple[str, ...]  # the env's own episode metrics (rollout.env_metric_names)
 
 
 def build_trainer(config: TrainConfig, env: Any = None,
@@ -145,9 +149,8 @@ def trainer_for(config: TrainConfig, d: Derived, env: Any = None,
     """`build_trainer` for a caller that holds the config's derived quantities
     already (`d`: ``derived(config)``; the run shell's, from the config it
     resolved), so that they are computed once."""
-    run, sampler, path = _compose(config, d, env, models, local)
+    run, about = _compose(config, d, env, models, local)
     policy, env = run.acting.policy, run.acting.env
-    layers = _layers(policy, int(env.observation_space.shape[-1]))
 
     def rollout(rs: RunnerState, key: jax.Array) -> tuple[EnvCarry, dict, Transition]:
         return run.rollout(run.acting, rs.learner.params, rs.learner.obs_stats, rs.envs, key,
@@ -164,10 +167,7 @@ def trainer_for(config: TrainConfig, d: Derived, env: Any = None,
 
     return Trainer(config=config, derived=d, env=env, groups=policy.groups.ids,
                    models=policy.nets, init=lambda key: init_state(run, key), run=train_chunk,
-                   rollout=rollout, policy=policy, mesh=run.mesh, sampler=sampler,
-                   rollout_path=path, model_layers=layers,
-                   recurrent_learner={g: "sequence" if policy.sequence_form(g) else "step by step"
-                                      for g in policy.recurrent})
+                   rollout=rollout, policy=policy, mesh=run.mesh, **about)
 
 
 def update_step(run: _Run, rs: RunnerState) -> tuple[RunnerState, dict[str, jax.Array]]:
@@ -240,8 +240,7 @@ def init_state(run: _Run, key: jax.Array) -> RunnerState:
     envs = EnvCarry(env_state, obs, policy.initial_carry(c.num_envs),
                     jnp.ones((c.num_envs,), bool))
     nan = jnp.full((), jnp.nan, jnp.float32)
-    episodes = EpisodeLog({g: nan for g in ids},
-                          {k: nan for k in env_metric_names(env, c.num_envs)})
+    episodes = EpisodeLog({g: nan for g in ids}, {k: nan for k in run.env_metrics})
     return _pin_state(run, RunnerState(learner, envs, episodes, key, jnp.zeros((), jnp.int32),
                                        hyper))
 
@@ -252,43 +251,43 @@ def _pin_state(run: _Run, rs: RunnerState) -> RunnerState:
 
 
 def _compose(c: TrainConfig, d: Derived, env: Any, models: Mapping[str, nn.Module] | None,
-             local: bool) -> tuple[_Run, str, str]:
-    """The run's pieces (`_Run`), the sampler's backend, the rollout path."""
+             local: bool) -> tuple[_Run, dict[str, Any]]:
+    """The run's pieces (`_Run`), each made once and each module's in one go:
+    the env on its mesh, the policy and its sampler, what an episode logs, the
+    models' initial parameters (their contract checked), the rollout path and
+    the learner; and what the `Trainer` tells of them (sampler backend,
+    rollout path, models' layers, recurrent learner paths, episode metrics)."""
     env, mesh = env_on_mesh(c, d, env, local)
+    pin = pinner(mesh)
     nvec = tuple(int(n) for n in env.action_space.nvec)
+    obs_dim = int(env.observation_space.shape[-1])
     groups = Groups.of(env)
     policy = make_policy(c, env, groups, group_models(c, env, groups, models, nvec, mesh), nvec)
     centralised = policy.critics is not None
     global_dim = state_dim(env) if centralised else 0
-    init_params = param_init(policy, int(env.observation_space.shape[-1]), global_dim)
+    samples = sample_minibatches(c, policy)
     sampler = c.sampler if c.sampler != "auto" else (
         "jax" if env.backend == "jax" else env.backend)
+    sample = make_sampler(nvec, sampler, mesh)
+    env_metrics = env_metric_names(env, c.num_envs)
     sums = episode_sums(policy, getattr(env, "episode_metrics", None))
-    acting = Acting(policy, make_sampler(nvec, sampler, mesh), env, sums, centralised)
+    init_params = param_init(policy, obs_dim, global_dim)
+    learners = {g: "sequence" if policy.sequence_form(g) else "step by step"
+                for g in policy.recurrent}
     # One custom call per rollout where it is faster (jaxwarp.train.fused.choice).
     roll, path = fused.rollout_for(policy, env, sums, sampler, mesh is not None, c.num_envs)
-    pin = pinner(mesh)
     cut = Minibatches(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
-                      c.num_envs, pin, samples=_sample_minibatches(c, policy))
-    learner = Learner(c, d, policy, cut, d.epochs)
-    return _Run(c, d, acting, learner, roll, init_params, pin, mesh), sampler, path
-
-
-def _layers(policy: Policy, obs_dim: int) -> dict[str, str]:
-    """Group -> which layers run its `mlp` model (MLPActorCritic.layers)."""
-    return {g: m.layers(obs_dim) for g, m in policy.nets.items() if isinstance(m, MLPActorCritic)}
+                      c.num_envs, pin, samples=samples)
+    run = _Run(c, d, Acting(policy, sample, env, sums, centralised),
+               Learner(c, d, policy, cut, d.epochs), roll, init_params, pin, mesh, env_metrics)
+    layers = {g: m.layers(obs_dim) for g, m in policy.nets.items()
+              if isinstance(m, MLPActorCritic)}  # which layers run each `mlp` model
+    return run, dict(sampler=sampler, rollout_path=path, model_layers=layers,
+                     recurrent_learner=learners, env_metrics=env_metrics)
 
 
 # Trajectory fields kept split along the env axis between rollout and update.
 _SPLIT = ("obs", "actions", "log_prob", "value", "reward", "first", "state")
-
-
-def _sample_minibatches(c: TrainConfig, policy: Policy) -> bool:
-    """Whether PPO's minibatches are single steps (``minibatch_layout``; ``auto``:
-    where no group is recurrent) rather than whole env sequences."""
-    if c.minibatch_layout == "auto":
-        return c.algorithm == "ppo" and not policy.recurrent
-    return c.minibatch_layout == "samples"
 
 
 def make_train(config: TrainConfig, env: Any = None,
