@@ -11,7 +11,12 @@ host; ``jax.vmap(train)`` over keys trains several seeds in one program.
 Policy groups map agent ids to a policy (Tag: ``tagger`` and ``runner``);
 each group has its own Flax model, parameters (shared by its agents) and
 optimiser. `build_trainer` exposes the same pieces (init, run) for callers
-that run the updates in chunks (the CLI: progress, logs, checkpoints).
+that run the updates in chunks (the CLI: progress, logs, checkpoints). It
+makes each piece once, a module's pieces in one go (`_compose`): the env on
+its mesh (`environment`, `mesh`), the policy and its sampler (`setup`), what
+an episode logs (`rollout`), the models' checked initial parameters
+(`policy`), the rollout path (`fused`); the program over them is the
+runner state and its start (`state`) and one update (`update`).
 
 Several devices (``config.devices``; docs/sharding.md): the envs are split
 over a 1-D mesh (axis ``"envs"``) by `jaxwarp.sharding.ShardedEnv`; env
@@ -29,47 +34,25 @@ from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import struct
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
-from jaxwarp.core import key_data_of
 from jaxwarp.models import MLPActorCritic
-from jaxwarp.train import fused, losses
+from jaxwarp.train import fused
 from jaxwarp.train.compile import COMPILER_OPTIONS, jit  # noqa: F401  (public re-export)
 from jaxwarp.train.config import Derived, TrainConfig, derived
-from jaxwarp.train.hyper import Hyper
-from jaxwarp.train.learn import Collected, Learner, LearnerState, learn, optimiser
+from jaxwarp.train.environment import env_on_mesh, import_env_module  # noqa: F401
+from jaxwarp.train.learn import Learner
+from jaxwarp.train.mesh import pinner
 from jaxwarp.train.minibatches import Minibatches
-from jaxwarp.train.policy import Groups, Policy, RunningStats, param_init
+from jaxwarp.train.policy import Groups, Policy, param_init
 from jaxwarp.train.rollout import (Acting, EnvCarry, Transition, env_metric_names,
                                    episode_sums)
-from jaxwarp.train.environment import env_on_mesh, import_env_module  # noqa: F401
-from jaxwarp.train.mesh import pinner
 from jaxwarp.train.setup import (group_models, make_policy, make_sampler, sample_minibatches,
                                  state_dim)
-
-
-@struct.dataclass
-class EpisodeLog:
-    """The latest finished episodes' means (NaN until one finishes)."""
-
-    returns: dict[str, jax.Array]  # group -> f32[] mean return
-    extra: dict[str, jax.Array]  # the env's episode metric -> f32[] (env_metric_names)
-
-
-@struct.dataclass
-class RunnerState:
-    """Everything carried from one update to the next (a pytree of arrays)."""
-
-    learner: LearnerState  # per group: parameters, optimiser state, observation statistics
-    envs: EnvCarry  # env state, current observation, recurrent carries, episode starts
-    episodes: EpisodeLog
-    key: jax.Array  # u32[2] raw key data
-    update: jax.Array  # i32[]: updates done so far
-    hyper: Hyper  # the hyperparameters a sweep varies (the config's values in a plain run)
+from jaxwarp.train.state import (EpisodeLog, Pieces, RunnerState,  # noqa: F401  (re-exports)
+                                 init_state, state_shardings)
+from jaxwarp.train.update import update_step
 
 
 class Trainer(NamedTuple):
@@ -104,28 +87,7 @@ class Trainer(NamedTuple):
         a mesh."""
         if self.mesh is None:
             return None
-        return _state_shardings(self.mesh, state, seed_axis)
-
-
-def _state_shardings(mesh: Mesh, rs: Any, seed_axis: bool) -> Any:
-    rep = NamedSharding(mesh, P())
-    envs = NamedSharding(mesh, P(None, "envs") if seed_axis else P("envs"))
-    tree = jax.tree.map(lambda _: rep, rs)
-    return tree.replace(envs=jax.tree.map(lambda _: envs, rs.envs))
-
-
-class _Run(NamedTuple):
-    """A configured run's fixed pieces, as `build_trainer` composes them."""
-
-    config: TrainConfig
-    derived: Derived
-    acting: Acting  # how the envs are played
-    learner: Learner  # how the groups learn
-    rollout: Callable  # rollout.rollout or a fused.FusedRollout (same arguments)
-    init_params: Callable[[str, jax.Array], Any]  # (group, key) -> its parameters
-    pin: Callable[[Any, P], Any]  # sharding constraint (identity on one device)
-    mesh: Mesh | None
-    env_metrics: tuple[str, ...]  # the env's own episode metrics (rollout.env_metric_names)
+        return state_shardings(self.mesh, state, seed_axis)
 
 
 def build_trainer(config: TrainConfig, env: Any = None,
@@ -170,89 +132,9 @@ def trainer_for(config: TrainConfig, d: Derived, env: Any = None,
                    rollout=rollout, policy=policy, mesh=run.mesh, **about)
 
 
-def update_step(run: _Run, rs: RunnerState) -> tuple[RunnerState, dict[str, jax.Array]]:
-    """One update: collect a rollout, its advantages, every group's update."""
-    c, pin = run.config, run.pin
-    key, k_roll, k_upd = jax.random.split(rs.key, 3)
-    # COLLECT TRAJECTORIES
-    envs, ep, traj = run.rollout(run.acting, rs.learner.params, rs.learner.obs_stats, rs.envs,
-                                 k_roll, c.num_steps)
-    # CALCULATE ADVANTAGE
-    data = advantages(run, rs, envs, traj)
-    # UPDATE NETWORK
-    learner, metrics, finite = learn(run.learner, rs.learner, data, k_upd, rs.hyper)
-    # LOG
-    episodes, ended = log_episodes(rs.episodes, ep)
-    rs = _pin_state(run, RunnerState(learner, envs, episodes, key, rs.update + 1, rs.hyper))
-    metrics.update({f"{g}/episode_return": v for g, v in episodes.returns.items()})
-    metrics.update(episodes.extra)
-    metrics["episodes"] = ended
-    metrics["env_steps"] = rs.update.astype(jnp.float32) * run.derived.batch_env_steps
-    metrics["finite"] = finite.astype(jnp.float32)
-    return rs, pin(metrics, P())
-
-
-def advantages(run: _Run, rs: RunnerState, envs: EnvCarry, traj: Transition) -> Collected:
-    """GAE over the rollout, bootstrapped from the value of the envs' current
-    observation; the trajectory stays split along envs (no-op on one device)."""
-    policy = run.acting.policy
-    with jax.named_scope("rollout"):
-        state = (run.acting.env.global_state(envs.obs, envs.env_state)
-                 if run.acting.centralised else None)
-        _, _, last_value = policy.step(rs.learner.params, rs.learner.obs_stats, envs.obs,
-                                       envs.carry, envs.first, state)
-    with jax.named_scope("gae"):
-        adv, target = losses.gae(traj.reward, traj.value, traj.done[:, :, None], last_value,
-                                 rs.hyper.gamma, rs.hyper.gae_lambda)
-    traj = traj.replace(**run.pin({k: getattr(traj, k) for k in _SPLIT}, P(None, "envs")))
-    adv, target = run.pin((adv, target), P(None, "envs"))
-    return Collected(traj, adv, target, rs.envs.carry)
-
-
-def log_episodes(log: EpisodeLog, ep: Mapping[str, jax.Array]) -> tuple[EpisodeLog, jax.Array]:
-    """(the means over the episodes that ended in this rollout (`rollout`'s
-    sums), or the previous values where none ended; episodes f32[] ended)."""
-    episodes = ep["episodes"]
-    seen = episodes > 0
-
-    def mean(k: str, old: jax.Array) -> jax.Array:
-        return jnp.where(seen, ep[k] / jnp.maximum(episodes, 1), old)
-
-    return EpisodeLog({g: mean(g, v) for g, v in log.returns.items()},
-                      {k: mean(k, v) for k, v in log.extra.items()}), episodes
-
-
-def init_state(run: _Run, key: jax.Array) -> RunnerState:
-    """The envs reset and every group's fresh parameters and optimiser state."""
-    c, policy, env = run.config, run.acting.policy, run.acting.env
-    ids = policy.groups.ids
-    obs_dim = int(env.observation_space.shape[-1])
-    key = key_data_of(key)
-    key, k_env, *k_models = jax.random.split(key, 2 + len(ids))
-    obs, env_state = env.reset(k_env, c.num_envs)
-    params = {g: run.init_params(g, k) for g, k in zip(ids, k_models)}
-    hyper = Hyper.of(c, ids)
-    learner = LearnerState(
-        params=params,
-        opt_state={g: optimiser(c, run.derived, g, hyper).init(params[g]) for g in ids},
-        obs_stats={g: RunningStats.create(obs_dim) for g in ids}
-        if c.normalize_obs else {})
-    envs = EnvCarry(env_state, obs, policy.initial_carry(c.num_envs),
-                    jnp.ones((c.num_envs,), bool))
-    nan = jnp.full((), jnp.nan, jnp.float32)
-    episodes = EpisodeLog({g: nan for g in ids}, {k: nan for k in run.env_metrics})
-    return _pin_state(run, RunnerState(learner, envs, episodes, key, jnp.zeros((), jnp.int32),
-                                       hyper))
-
-
-def _pin_state(run: _Run, rs: RunnerState) -> RunnerState:
-    return rs if run.mesh is None else jax.lax.with_sharding_constraint(
-        rs, _state_shardings(run.mesh, rs, False))
-
-
 def _compose(c: TrainConfig, d: Derived, env: Any, models: Mapping[str, nn.Module] | None,
-             local: bool) -> tuple[_Run, dict[str, Any]]:
-    """The run's pieces (`_Run`), each made once and each module's in one go:
+             local: bool) -> tuple[Pieces, dict[str, Any]]:
+    """The run's pieces (`Pieces`), each made once and each module's in one go:
     the env on its mesh, the policy and its sampler, what an episode logs, the
     models' initial parameters (their contract checked), the rollout path and
     the learner; and what the `Trainer` tells of them (sampler backend,
@@ -278,16 +160,12 @@ def _compose(c: TrainConfig, d: Derived, env: Any, models: Mapping[str, nn.Modul
     roll, path = fused.rollout_for(policy, env, sums, sampler, mesh is not None, c.num_envs)
     cut = Minibatches(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
                       c.num_envs, pin, samples=samples)
-    run = _Run(c, d, Acting(policy, sample, env, sums, centralised),
-               Learner(c, d, policy, cut, d.epochs), roll, init_params, pin, mesh, env_metrics)
+    run = Pieces(c, d, Acting(policy, sample, env, sums, centralised),
+                 Learner(c, d, policy, cut, d.epochs), roll, init_params, pin, mesh, env_metrics)
     layers = {g: m.layers(obs_dim) for g, m in policy.nets.items()
               if isinstance(m, MLPActorCritic)}  # which layers run each `mlp` model
     return run, dict(sampler=sampler, rollout_path=path, model_layers=layers,
                      recurrent_learner=learners, env_metrics=env_metrics)
-
-
-# Trajectory fields kept split along the env axis between rollout and update.
-_SPLIT = ("obs", "actions", "log_prob", "value", "reward", "first", "state")
 
 
 def make_train(config: TrainConfig, env: Any = None,
