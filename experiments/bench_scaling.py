@@ -18,12 +18,17 @@ D GPUs as
   one-GPU numbers: a speed reference only).
 
 ``--part train``: `Trainer.run` compiled with `jaxwarp.train.jit` (the CLI's
-compile), shipped config at its envs per GPU on 1 and D GPUs (``devices=``),
-deterministic and not, timed calls alternating between them.
+compile), shipped config at its envs per GPU on 1 and D GPUs (``devices=``;
+``--counts 1,2,4`` for more), deterministic and not, timed calls alternating
+between them. ``--strong``: strong scaling instead, the config's num_envs
+(or ``--envs-per-device`` on one GPU) split over the GPUs. ``--seed-axis``: the
+program as the CLI compiles it, `jax.vmap` over one seed (state [1, ...],
+envs split along axis 1).
 
     python experiments/bench_scaling.py --part env --out experiments/results/scaling_env_h100x2.json
     python experiments/bench_scaling.py --part train --out experiments/results/scaling_train_h100x2.json
     python experiments/bench_scaling.py --part train --devices 1 --configs tag_2000_envs  # 1 GPU
+    python experiments/bench_scaling.py --part train --counts 1,2,4 --strong
 """
 
 from __future__ import annotations
@@ -155,16 +160,24 @@ def run_env(args, save) -> list[dict]:
 
 
 def train_entry(config_name: str, overrides: list[str], updates: int, devices: int,
-                deterministic: bool, per_device_envs: int | None) -> dict:
+                deterministic: bool, per_device_envs: int | None, strong: bool = False,
+                seed_axis: bool = False) -> dict:
     from jaxwarp.train import build_trainer, jit, load_config
 
     base = load_config(config_name, overrides)
-    n = (per_device_envs or base.num_envs) * devices
+    n = (per_device_envs or base.num_envs) * (1 if strong else devices)
     config = load_config(config_name, [*overrides, f"num_envs={n}", f"devices={devices}",
                                        f"deterministic={str(deterministic).lower()}"])
     trainer = build_trainer(config)
-    state = jax.jit(trainer.init)(jax.random.PRNGKey(0))
-    run = jit(lambda s: trainer.run(s, updates), deterministic, donate_argnums=0)
+    if seed_axis:  # as the CLI runs it: vmapped over a leading seed axis of one
+        keys = jax.random.split(jax.random.PRNGKey(0), 1)
+        state = jax.jit(jax.vmap(trainer.init))(keys)
+        if trainer.mesh is not None:
+            state = jax.device_put(state, trainer.state_shardings(state, seed_axis=True))
+        run = jit(jax.vmap(lambda s: trainer.run(s, updates)), deterministic, donate_argnums=0)
+    else:
+        state = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+        run = jit(lambda s: trainer.run(s, updates), deterministic, donate_argnums=0)
     t = time.perf_counter()
     compiled = run.lower(state).compile()
     compile_s = time.perf_counter() - t
@@ -178,7 +191,9 @@ def train_entry(config_name: str, overrides: list[str], updates: int, devices: i
         return state, time.perf_counter() - t
 
     batch = trainer.derived.batch_env_steps
-    return {"variant": f"train d{devices} {'det' if deterministic else 'nondet'}",
+    return {"variant": f"train d{devices} {'det' if deterministic else 'nondet'}"
+                       + (" strong" if strong else "") + (" seed-axis" if seed_axis else ""),
+            "scaling": "strong" if strong else "weak", "seed_axis": seed_axis,
             "config": config_name, "overrides": overrides, "devices": devices,
             "deterministic": deterministic, "num_envs": n, "envs_per_device": n // devices,
             "num_steps": config.num_steps, "algorithm": config.algorithm,
@@ -197,9 +212,10 @@ def run_train(args, save) -> list[dict]:
         overrides, updates = TRAIN_CASES.get(name, ([], 3))
         if not gpu:
             overrides = [*overrides, "backend=cpu"]
-        counts = sorted({1, args.devices})
+        counts = sorted({1, args.devices, *args.counts})
         dets = {"true": [True], "false": [False], "both": [True, False]}[args.deterministic]
-        entries = [train_entry(name, overrides, updates, d, det, args.envs_per_device)
+        entries = [train_entry(name, overrides, updates, d, det, args.envs_per_device,
+                               args.strong, args.seed_axis)
                    for d in counts for det in dets]
         time_rounds(entries, args.rounds)
         for e in entries:
@@ -235,6 +251,12 @@ def main() -> None:
                     help="train part: envs per device (default: the config's num_envs)")
     ap.add_argument("--deterministic", choices=["true", "false", "both"], default="both",
                     help="train part: compile with XLA's deterministic ops, without, or both")
+    ap.add_argument("--counts", type=lambda v: [int(x) for x in v.split(",")], default=[],
+                    help="train part: device counts to time besides 1 and --devices, e.g. 1,2,4")
+    ap.add_argument("--strong", action="store_true",
+                    help="train part: strong scaling (the same global num_envs on every count)")
+    ap.add_argument("--seed-axis", action="store_true",
+                    help="train part: the CLI's program, vmapped over one seed")
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

@@ -27,7 +27,6 @@ import collections
 import gzip
 import json
 import re
-import sys
 import tempfile
 from pathlib import Path
 
@@ -37,7 +36,8 @@ import numpy as np
 from jaxwarp.benchmark import PEAK_TFLOPS, _sub_jaxprs
 from jaxwarp.train import build_trainer, jit, load_config
 
-PHASES = ("rollout", "gae", "minibatch", "forward", "backward", "optimizer", "obs_stats")
+PHASES = ("rollout", "gae", "minibatch", "forward", "backward", "optimizer", "obs_stats",
+          "collective")
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
           "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
 _SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16)\[([\d,]*)\]")
@@ -155,13 +155,42 @@ def flops_by_phase(jaxpr, prefix: str = "", times: float = 1.0,
 
 
 def device_events(trace_dir: Path) -> list[dict]:
+    """The trace's kernel events on GPUs, each with ``gpu``: the index of the
+    GPU it ran on (from its process name, e.g. ``/device:GPU:2``)."""
     files = sorted(trace_dir.rglob("perfetto_trace.json.gz")) or sorted(
         trace_dir.rglob("*.trace.json.gz"))
-    events = json.loads(gzip.open(files[-1]).read())
+    with gzip.open(files[-1]) as f:
+        events = json.loads(f.read())
     events = events["traceEvents"] if isinstance(events, dict) else events
     pids = {e["pid"]: e["args"]["name"] for e in events
             if e.get("ph") == "M" and e.get("name") == "process_name"}
-    return [e for e in events if e.get("ph") == "X" and "GPU" in pids.get(e.get("pid"), "")]
+    out = []
+    for e in events:
+        name = pids.get(e.get("pid"), "")
+        if e.get("ph") == "X" and "GPU" in name:
+            m = re.search(r"GPU:(\d+)", name)
+            out.append(dict(e, gpu=int(m.group(1)) if m else 0))
+    return out
+
+
+def per_gpu(events: list[dict], updates: int) -> list[dict]:
+    """Each GPU's kernel time and span (first kernel's start to last kernel's
+    end) per update, and its collectives' share: a collective's kernel spins
+    while it waits for the other GPUs, so its time holds their skew too."""
+    rows = []
+    for g in sorted({e["gpu"] for e in events}):
+        ev = [e for e in events if e["gpu"] == g]
+        busy = sum(e.get("dur", 0) for e in ev)
+        coll = sum(e.get("dur", 0) for e in ev if _is_collective(e.get("name", "")))
+        span = max(e["ts"] + e.get("dur", 0) for e in ev) - min(e["ts"] for e in ev)
+        rows.append({"gpu": g, "kernel_ms": busy / 1e3 / updates,
+                     "span_ms": span / 1e3 / updates,
+                     "collective_ms": coll / 1e3 / updates, "kernels": len(ev) // updates})
+    return rows
+
+
+def _is_collective(kernel: str) -> bool:
+    return "nccl" in kernel.lower()
 
 
 def _hlo_op(event: dict, instr: dict[str, dict]) -> str:
@@ -204,6 +233,7 @@ def main() -> None:
             state, m = run(state)
             jax.block_until_ready((state, m))
         events = device_events(Path(tmp))
+    gpus = max(1, len({e["gpu"] for e in events}))
     ms = collections.defaultdict(float)
     nbytes = collections.defaultdict(float)
     kernels = collections.defaultdict(lambda: collections.defaultdict(float))
@@ -214,9 +244,12 @@ def main() -> None:
         if info is None:
             unmatched += 1
         phase = phase_of(info["op_name"]) if info else "unattributed"
-        ms[phase] += e.get("dur", 0) / 1e3 / args.updates
-        nbytes[phase] += (info["bytes"] if info else 0) / args.updates
-        kernels[phase][e.get("name", "?")[:60]] += e.get("dur", 0) / 1e3 / args.updates
+        if _is_collective(e.get("name", "")):
+            phase = "collective"
+        # per GPU: the mean over the GPUs the program ran on
+        ms[phase] += e.get("dur", 0) / 1e3 / args.updates / gpus
+        nbytes[phase] += (info["bytes"] if info else 0) / args.updates / gpus
+        kernels[phase][e.get("name", "?")[:60]] += e.get("dur", 0) / 1e3 / args.updates / gpus
     if events and unmatched > len(events) // 2:  # show what the trace carries
         print("unmatched events, e.g.:", [(e.get("name"), e.get("args")) for e in events[:3]])
     kind = jax.devices()[0].device_kind
@@ -235,7 +268,7 @@ def main() -> None:
                      "top_kernels": [[k, v] for k, v in top]})
     d = trainer.derived
     print(f"{kind}: {trainer.config.env} {trainer.config.algorithm}, {d.batch_env_steps} "
-          f"env-steps per update; device time {total_ms:.1f} ms per update; "
+          f"env-steps per update; device time {total_ms:.1f} ms per update per GPU; "
           f"{unmatched} of {len(events)} kernel events without an HLO match")
     print(f"{'phase':13s} {'ms':>8s} {'share':>6s} {'TFLOP':>7s} {'GB':>7s} {'floor ms':>9s}")
     for r in rows:
@@ -243,12 +276,16 @@ def main() -> None:
               f"{r['matmul_tflop']:7.2f} {r['gbytes']:7.2f} {r['floor_ms']:9.2f}")
         for k, v in r["top_kernels"][:3]:
             print(f"{'':15s}{v:7.2f} ms  {k}")
+    gpu_rows = per_gpu(events, args.updates) if events else []
+    for g in gpu_rows:
+        print(f"GPU {g['gpu']}: kernels {g['kernel_ms']:.1f} ms, span {g['span_ms']:.1f} ms, "
+              f"collectives {g['collective_ms']:.2f} ms, {g['kernels']} kernels per update")
     if args.out:
         from jaxwarp.benchmark import run_meta
         Path(args.out).write_text(json.dumps({
             "meta": run_meta(), "config": args.config,
             "overrides": args.overrides, "bandwidth": args.bandwidth, "peak_flops": peak,
-            "ms_per_update": total_ms, "phases": rows}, indent=1))
+            "ms_per_update": total_ms, "phases": rows, "gpus": gpu_rows}, indent=1))
 
 
 if __name__ == "__main__":
