@@ -658,6 +658,7 @@ LEARNER_HISTORY = ("The variants are trainers of earlier commits, so this table 
                    "from git history: `git log --all -- experiments/tools/gpu_learner_ab.sh "
                    "experiments/patches/head_pad8.patch` finds the script and the patch.")
 PROFILE = Source("profile_phases_h200.json", "python experiments/profile_phases.py")
+PROFILE_GRU = Source("profile_phases_gru_h200.json", "python experiments/profile_phases.py")
 RECURRENT = Source("bench_recurrent_h200.json",
                    "cd experiments && python bench_recurrent.py --sizes jaxmarl,gpu")
 
@@ -740,6 +741,29 @@ def _recurrent_lines(root: Path) -> list[str]:
         *table(["envs × steps", "model", "learner", "env-steps/s", "ms / update",
                 "vs `gru_steps`", "`mlp` ÷ row"], rows),
         *sources_block(root, [RECURRENT]),
+        *_gru_profile_lines(root),
+    ]
+
+
+def _gru_profile_lines(root: Path) -> list[str]:
+    """What bounds the GRU update: its kernels' time against the span they fill."""
+    prof = _read_json(root, PROFILE_GRU)
+    gpu = prof["gpus"][0]
+    rows = [[ph["phase"], f"{ph['ms']:.2f}", f"{ph['share']:.1%}",
+             ", ".join(f"{k[:40]} {v:.2f}" for k, v in ph["top_kernels"][:2])]
+            for ph in prof["phases"]]
+    return [
+        "",
+        f"The `gru` update at the GPU size, by phase ({_case(prof['config'], prof['overrides'])},"
+        f" one seed, command buffers off, {on(root, PROFILE_GRU)}): the GPU runs kernels for "
+        f"{gpu['kernel_ms']:.1f} ms of a {gpu['span_ms']:.1f} ms span, {gpu['kernels']:,} "
+        "kernels an update (the scans' steps: a few small kernels each, forward and backward, "
+        "every epoch and minibatch, and the rollout's steps), so the update is bound by "
+        "kernel launches and their gaps, not by the GPU's arithmetic or memory. ms per update, "
+        "share of kernel time, and the largest kernels (ms):",
+        "",
+        *table(["phase", "ms", "share", "largest kernels"], rows),
+        *sources_block(root, [PROFILE_GRU]),
     ]
 
 
@@ -808,7 +832,7 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
         "",
         *_peer_check_lines(root),
     ]
-    return lines, [LEARNER, PROFILE, RECURRENT, PEER_CHECK]
+    return lines, [LEARNER, PROFILE, RECURRENT, PROFILE_GRU, PEER_CHECK]
 
 
 DUEL_LOG = Source("duel_h100/train.log",
@@ -1318,6 +1342,11 @@ def section_fused_rollout(root: Path) -> tuple[list[str], list[Source]]:
                    *(s for s, _ in TAG_PROFILES)]
 
 
+TIME_TO_RETURN_RNN_NOW = Source("time_to_return_rnn_h200.json",
+                                "python experiments/bench_time_to_return.py --cases mpe_rnn,"
+                                "mpe_mappo --scale both")
+
+
 TIME_TO_RETURN_RNN = Source("time_to_return_rnn_h100.json",
                             "python experiments/bench_time_to_return.py --cases mpe_rnn,mpe_mappo "
                             "--scale gpu --total-steps 10000000")
@@ -1329,35 +1358,29 @@ TIME_TO_RETURN_MAPPO = Source("time_to_return_mappo_h100.json",
 
 
 def section_time_to_return_rnn(root: Path) -> tuple[list[str], list[Source]]:
-    meta = _meta(root, TIME_TO_RETURN_RNN)
+    now = _read_json(root, TIME_TO_RETURN_RNN_NOW)
     lines = [
         "## Time to a return: recurrent policies and a centralised critic (MPE)",
         "",
         "The same benchmark for `policies.agent.model=gru` (`mpe_rnn`) and `model=gru` with "
         "`critic=centralised` (`mpe_mappo`) against pure-JAX IPPO-RNN and MAPPO-RNN peers "
-        "(`experiments/rnn_reference.py`, written from JaxMARL's published algorithms) at "
-        "JaxMARL's `ippo_rnn_mpe` / `mappo_homogenous_rnn_mpe` hyperparameters, "
-        f"{meta['seeds']} seeds per trainer. {meta.get('commit_note', '')}. Each pair jaxwarp "
-        f"vs peer, {on(root, TIME_TO_RETURN_RNN)}; env-steps/s {AGENT_STEPS}. These peers "
-        "replayed the whole network step by step in their update; the peer now scans only "
-        "the GRU cell and runs at the speed of JaxMARL's own scripts (0.96–1.27×, "
-        "[The recurrent peers against JaxMARL's scripts](#the-recurrent-peers-against-"
-        "jaxmarls-scripts)), so the speed ratios below overstate jaxwarp's lead until "
-        "these tables are measured again:",
-        *_time_to_return_table(root, TIME_TO_RETURN_RNN),
+        "(`experiments/rnn_reference.py`, written from JaxMARL's published algorithms and "
+        "checked to run at the speed of JaxMARL's own scripts, [The recurrent peers against "
+        "JaxMARL's scripts](#the-recurrent-peers-against-jaxmarls-scripts)) at JaxMARL's "
+        "`ippo_rnn_mpe` / `mappo_homogenous_rnn_mpe` hyperparameters, "
+        f"{now['meta']['seeds']} seeds vmapped per trainer, {on(root, TIME_TO_RETURN_RNN_NOW)}. "
+        "JaxMARL's sizes (16 × 128) ran 5e5 env-steps per seed (their configs: 1e7; the "
+        "learning rate anneals over the shorter run), the GPU sizes (1,024 × 32) 1e7; each "
+        f"pair jaxwarp vs peer; env-steps/s {AGENT_STEPS}:",
+        *_time_to_return_table(root, TIME_TO_RETURN_RNN_NOW),
         "",
-        "`mpe_mappo` as jaxwarp trains it now: under a `gru` actor the centralised critic "
-        "is a GRU over the global state (one carry per env; MAPPO-RNN's critic), with an "
-        "optimiser of its own (Adam moments and gradient clip apart from the actor's, as "
-        "MAPPO's two networks); both trainers in one run "
-        f"{on(root, TIME_TO_RETURN_MAPPO)} (the table above is the earlier feed-forward "
-        f"critic with one optimiser; docs/decisions.md); env-steps/s {AGENT_STEPS}:",
-        "",
-        *table(TTR_HEADER,
-               _time_to_return_rows(_read_json(root, TIME_TO_RETURN_MAPPO))),
-        *sources_block(root, [TIME_TO_RETURN_MAPPO]),
+        "Earlier, on an H100, against these peers before they were made as fast as JaxMARL's "
+        "scripts (they replayed the whole network step by step in their update; the speed "
+        "ratios are not comparable with the table above), with the feed-forward centralised "
+        "critic and one optimiser (first source) and with today's GRU critic (second):",
+        *sources_block(root, [TIME_TO_RETURN_RNN, TIME_TO_RETURN_MAPPO]),
     ]
-    return lines, [TIME_TO_RETURN_RNN, TIME_TO_RETURN_MAPPO]
+    return lines, [TIME_TO_RETURN_RNN_NOW, TIME_TO_RETURN_RNN, TIME_TO_RETURN_MAPPO]
 
 
 SAMPLE_EFFICIENCY = Source("sample_efficiency_h100.json",
