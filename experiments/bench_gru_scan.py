@@ -11,14 +11,22 @@ in shared memory, one barrier a step) computes the same function; its CPU build
 (`kernels/gru_scan_cpu.cc`, the same per-unit code run thread by thread) lets
 the maths be checked without a GPU.
 
+``--kernel mma`` (GPU) times a second form (`kernels/gru_scan_mma.cu`): a block
+per 16 rows through all T steps, the step's matmul on tensor cores (mma.sync,
+TF32 inputs and f32 accumulation, XLA:GPU's default for a float32 dot), the
+recurrent kernels in shared memory, the carry in float32.
+
 * ``--check``: values and gradients of the kernel against `gru_scan` on random
-  shapes with random resets (CPU or GPU);
+  shapes with random resets (CPU or GPU); ``mma``: its error against `gru_scan`
+  at full float32 precision, beside the error of `gru_scan` at XLA's default
+  (TF32) precision, must stay within 3x of it (or 1e-2);
 * timing (GPU): forward + backward of the scan alone at the learner's shapes,
   then whole updates of `bench_recurrent.time_case` with the shipped `gru` and
   with the same model whose `gru_scan` is the kernel (model ``gru_kernel``).
 
     python experiments/bench_gru_scan.py --check                 # CPU or GPU
     python experiments/bench_gru_scan.py --out experiments/results/bench_gru_scan_h200.json
+    python experiments/bench_gru_scan.py --kernel mma --out experiments/results/bench_gru_scan_mma_h200.json
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ sys.path.insert(0, str(HERE))
 KERNELS = HERE / "kernels"
 
 
-def build(out_dir: Path) -> tuple[Path, str]:
+def build(out_dir: Path, kernel: str = "cuda_cores") -> tuple[Path, str]:
     """The kernels' library for this backend: (path, FFI platform)."""
     from jaxwarp.authoring.build import find_cxx, find_nvcc
 
@@ -52,7 +60,8 @@ def build(out_dir: Path) -> tuple[Path, str]:
         arch = f"{major}{minor}" + ("a" if major == "9" else "")
         lib = out_dir / "gru_scan_cuda.so"
         cmd = [find_nvcc(), "-O3", "-std=c++17", f"-arch=sm_{arch}", "--shared", "-Xcompiler",
-               "-fPIC", "-diag-suppress", "940", *inc, "-o", str(lib), str(KERNELS / "gru_scan.cu")]
+               "-fPIC", "-diag-suppress", "940", *inc, "-o", str(lib),
+               str(KERNELS / ("gru_scan_mma.cu" if kernel == "mma" else "gru_scan.cu"))]
         platform = "CUDA"
     else:
         lib = out_dir / "gru_scan_cpu.so"
@@ -132,15 +141,46 @@ def loss_of(scan):
     return loss
 
 
-def check(shapes: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
+def check(shapes: list[tuple[int, int, int]], tf32: bool = False) -> list[dict[str, Any]]:
     from jaxwarp.models.recurrent import gru_scan
 
     rows = []
+    if tf32:  # the kernel rounds the MMA's inputs to TF32, as XLA's default does
+        return [_check_tf32(i, t, b, h, gru_scan) for i, (t, b, h) in enumerate(shapes)]
     # XLA:GPU rounds float32 dots to TF32 by default; the kernel does not
     with jax.default_matmul_precision("highest"):
         for i, (t, b, h) in enumerate(shapes):
             rows.append(_check_one(i, t, b, h, gru_scan))
     return rows
+
+
+def _rel(a: jax.Array, b: jax.Array) -> float:
+    return float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
+
+
+def _outputs(scan, args):
+    grads = jax.jit(jax.grad(loss_of(scan), argnums=(0, 1, 2, 3)))(*args)
+    return list(jax.jit(scan)(*args)), list(grads)
+
+
+def _check_tf32(i: int, t: int, b: int, h: int, gru_scan) -> dict[str, Any]:
+    """The TF32 kernel's error against `gru_scan` at full float32 precision,
+    beside `gru_scan`'s own error at XLA's default precision."""
+    args = inputs(jax.random.PRNGKey(i), t, b, h)
+    with jax.default_matmul_precision("highest"):
+        ref = _outputs(gru_scan, args)
+    xla, got = _outputs(gru_scan, args), _outputs(kernel_gru_scan, args)
+    names = ("h_T", "ys", "xs", "w", "b_hn", "h0")
+    err = lambda out: {n: _rel(o, r) for n, o, r in zip(names, [*out[0], *out[1]],  # noqa: E731
+                                                         [*ref[0], *ref[1]])}
+    row = {"T": t, "B": b, "H": h, "kernel_error": err(got), "xla_default_error": err(xla)}
+    row["ok"] = all(row["kernel_error"][n] <= max(3 * row["xla_default_error"][n], 1e-2)
+                    for n in names)
+    print(f"check T={t} B={b} H={h}: kernel " + ", ".join(
+        f"{n} {v:.1e}" for n, v in row["kernel_error"].items()) + "; XLA default " + ", ".join(
+        f"{n} {v:.1e}" for n, v in row["xla_default_error"].items())
+        + ("  ok" if row["ok"] else "  MISMATCH"), flush=True)
+    return row
 
 
 def _check_one(i: int, t: int, b: int, h: int, gru_scan) -> dict[str, Any]:
@@ -193,15 +233,21 @@ def register_model() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="only the values/gradients check")
+    ap.add_argument("--kernel", choices=("cuda_cores", "mma"), default="cuda_cores",
+                    help="the kernel form (mma: tensor cores, GPU only)")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--updates", type=int, default=5)
     ap.add_argument("--out", default="experiments/results/bench_gru_scan.json")
     args = ap.parse_args()
     gpu = jax.default_backend() == "gpu"
     with tempfile.TemporaryDirectory() as tmp:
-        register(*build(Path(tmp)))
-        shapes = [(5, 7, 16), (9, 3, 32), (4, 17, 64)] + ([(128, 24, 128)] if gpu else [])
-        result: dict[str, Any] = {"check": check(shapes)}
+        mma = args.kernel == "mma"
+        if mma and not gpu:
+            raise SystemExit("bench_gru_scan.py: error: --kernel mma needs a GPU")
+        register(*build(Path(tmp), args.kernel))
+        shapes = ([(5, 7, 32), (9, 3, 64), (4, 17, 128)] if mma
+                  else [(5, 7, 16), (9, 3, 32), (4, 17, 64)]) + ([(128, 24, 128)] if gpu else [])
+        result: dict[str, Any] = {"kernel": args.kernel, "check": check(shapes, mma)}
         if not all(r["ok"] for r in result["check"]):
             raise SystemExit("bench_gru_scan.py: error: the kernel differs from gru_scan")
         if not args.check and gpu:
