@@ -210,10 +210,36 @@ def time_scan(t: int, b: int, h: int, repeats: int) -> dict[str, Any]:
     for name, scan in (("lax_scan", gru_scan), ("kernel", kernel_gru_scan)):
         fn = jax.jit(jax.grad(loss_of(scan), argnums=(0, 1, 2, 3))).lower(*args).compile()
         out[name + "_ms"] = 1e3 * median_seconds(fn, args, repeats)
+        out[name + "_kernels"] = _trace(fn, args)
     out["speedup"] = out["lax_scan_ms"] / out["kernel_ms"]
     print(f"scan T={t} B={b} H={h}: lax.scan {out['lax_scan_ms']:.3f} ms, kernel "
           f"{out['kernel_ms']:.3f} ms ({out['speedup']:.2f}x)", flush=True)
+    for name in ("lax_scan", "kernel"):
+        print(f"  {name} trace: {out[name + '_kernels']}", flush=True)
     return out
+
+
+def _trace(fn, args) -> dict[str, Any]:
+    """One call's GPU kernels from a profiler trace: their count, the sum of
+    their times and the span from the first's start to the last's end (ms),
+    and the five longest kernels by total time."""
+    import collections
+
+    from profile_phases import device_events
+
+    jax.block_until_ready(fn(*args))
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp, create_perfetto_trace=True):
+            jax.block_until_ready(fn(*args))
+        events = device_events(Path(tmp))
+    if not events:
+        return {}
+    by = collections.Counter()
+    for e in events:
+        by[e.get("name", "?")[:50]] += e.get("dur", 0) / 1e3
+    span = max(e["ts"] + e.get("dur", 0) for e in events) - min(e["ts"] for e in events)
+    return {"count": len(events), "kernel_ms": sum(by.values()), "span_ms": span / 1e3,
+            "top": [[k, v] for k, v in by.most_common(5)]}
 
 
 def register_model() -> None:
@@ -236,7 +262,7 @@ def main() -> None:
     ap.add_argument("--kernel", choices=("cuda_cores", "mma"), default="cuda_cores",
                     help="the kernel form (mma: tensor cores, GPU only)")
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--updates", type=int, default=5)
+    ap.add_argument("--updates", type=int, default=5, help="updates per timed call (0: none)")
     ap.add_argument("--out", default="experiments/results/bench_gru_scan.json")
     args = ap.parse_args()
     gpu = jax.default_backend() == "gpu"
@@ -260,7 +286,8 @@ def main() -> None:
                               time_scan(32, 1536, 128, args.repeats)]
             register_model()
             result["update"] = [bench_recurrent.time_case(size, model, None, args.updates, 3)
-                                for size in ("jaxmarl", "gpu") for model in ("gru", "gru_kernel")]
+                                for size in ("jaxmarl", "gpu") for model in ("gru", "gru_kernel")
+                                if args.updates > 0]
             for r in result["update"]:
                 print(f"update {r['size']:8s} {r['model']:10s} "
                       f"{rate_text(r['env_steps_per_s'], 3, device_name(jax.devices()[:1]))} "
