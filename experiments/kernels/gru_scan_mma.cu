@@ -33,8 +33,7 @@ __device__ __forceinline__ uint32_t tf32(float x) {
 
 __device__ __forceinline__ void mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                     uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -83,9 +82,11 @@ __device__ void forward_mma(const float* h, const uint32_t* ws, int H, float acc
 
 __global__ void forward_kernel(const float* __restrict__ xs, const float* __restrict__ w,
                                const float* __restrict__ b_hn, const float* __restrict__ h0,
-                               const bool* __restrict__ reset, float* h_t, float* ys,
-                               float* s_hin, float* s_r, float* s_z, float* s_n, float* s_hnb,
-                               int T, int B, int H) {
+                               const bool* __restrict__ reset, float* __restrict__ h_t,
+                               float* __restrict__ ys, float* __restrict__ s_hin,
+                               float* __restrict__ s_r, float* __restrict__ s_z,
+                               float* __restrict__ s_n, float* __restrict__ s_hnb, int T, int B,
+                               int H) {
   extern __shared__ uint32_t sm[];
   uint32_t* ws = sm;                                             // [H][w_stride]
   float* hb = reinterpret_cast<float*>(ws + H * w_stride(H));    // [2][16][h_stride]
@@ -95,10 +96,34 @@ __global__ void forward_kernel(const float* __restrict__ xs, const float* __rest
     const int b = e / H, u = e % H, row = row0 + b;
     hb[b * hs + u] = (row < B && !reset[row]) ? h0[static_cast<int64_t>(row) * H + u] : 0.f;
   }
+  float bias[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      int b, u;
+      position(H, j, p, &b, &u);
+      bias[j][p] = b_hn[u];
+    }
+  }
   __syncthreads();
   for (int t = 0; t < T; ++t) {
     const float* hin = hb + (t & 1) * kRows * hs;
     float* nxt = hb + (1 - (t & 1)) * kRows * hs;
+    // This step's input projections first: their loads overlap the MMA.
+    float x[3][4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        int b, u;
+        position(H, j, p, &b, &u);
+        const float* xp = xs + (static_cast<int64_t>(t) * B + min(row0 + b, B - 1)) * 3 * H;
+        x[0][j][p] = xp[u];
+        x[1][j][p] = xp[H + u];
+        x[2][j][p] = xp[2 * H + u];
+      }
+    }
     float acc[3][4][4] = {};
     forward_mma(hin, ws, H, acc);
 #pragma unroll
@@ -108,24 +133,21 @@ __global__ void forward_kernel(const float* __restrict__ xs, const float* __rest
         int b, u;
         position(H, j, p, &b, &u);
         const int row = row0 + b;
-        if (row >= B) {
-          nxt[b * hs + u] = 0.f;
-          continue;
-        }
-        const int64_t o = (static_cast<int64_t>(t) * B + row) * H + u;
-        const float* x = xs + (static_cast<int64_t>(t) * B + row) * 3 * H;
         const float h_in = hin[b * hs + u];
-        const float r = sigmoid(x[u] + acc[0][j][p]), z = sigmoid(x[H + u] + acc[1][j][p]);
-        const float hnb = acc[2][j][p] + b_hn[u], n = tanhf(x[2 * H + u] + r * hnb);
+        const float r = sigmoid(x[0][j][p] + acc[0][j][p]);
+        const float z = sigmoid(x[1][j][p] + acc[1][j][p]);
+        const float hnb = acc[2][j][p] + bias[j][p], n = tanhf(x[2][j][p] + r * hnb);
         const float h = (1.f - z) * n + z * h_in;
+        const bool rs = row < B && t + 1 < T && reset[(t + 1) * static_cast<int64_t>(B) + row];
+        nxt[b * hs + u] = (row >= B || rs) ? 0.f : h;
+        if (row >= B) continue;
+        const int64_t o = (static_cast<int64_t>(t) * B + row) * H + u;
         ys[o] = h;
         s_hin[o] = h_in;
         s_r[o] = r;
         s_z[o] = z;
         s_n[o] = n;
         s_hnb[o] = hnb;
-        const bool rs = t + 1 < T && reset[(t + 1) * static_cast<int64_t>(B) + row];
-        nxt[b * hs + u] = rs ? 0.f : h;
         if (t == T - 1) h_t[static_cast<int64_t>(row) * H + u] = h;
       }
     }
@@ -154,8 +176,9 @@ __global__ void backward_kernel(const float* __restrict__ d_ht, const float* __r
                                 const float* __restrict__ s_hin, const float* __restrict__ s_r,
                                 const float* __restrict__ s_z, const float* __restrict__ s_n,
                                 const float* __restrict__ s_hnb, const float* __restrict__ w,
-                                const bool* __restrict__ reset, float* dh0, float* dxs,
-                                float* d_rec, int T, int B, int H) {
+                                const bool* __restrict__ reset, float* __restrict__ dh0,
+                                float* __restrict__ dxs, float* __restrict__ d_rec, int T, int B,
+                                int H) {
   extern __shared__ uint32_t sm[];
   uint32_t* ws = sm;                                            // [H][w_stride]
   float* drec = reinterpret_cast<float*>(ws + H * w_stride(H)); // [16][d_stride]
@@ -173,7 +196,23 @@ __global__ void backward_kernel(const float* __restrict__ d_ht, const float* __r
   }
   __syncthreads();
   for (int t = T - 1; t >= 0; --t) {
-    float z_of[4][4];
+    // This step's saved values first, all loads in flight together.
+    float sv[6][4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        int b, u;
+        position(H, j, p, &b, &u);
+        const int64_t o = (static_cast<int64_t>(t) * B + min(row0 + b, B - 1)) * H + u;
+        sv[0][j][p] = d_ys[o];
+        sv[1][j][p] = s_r[o];
+        sv[2][j][p] = s_z[o];
+        sv[3][j][p] = s_n[o];
+        sv[4][j][p] = s_hin[o];
+        sv[5][j][p] = s_hnb[o];
+      }
+    }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
@@ -182,18 +221,17 @@ __global__ void backward_kernel(const float* __restrict__ d_ht, const float* __r
         position(H, j, p, &b, &u);
         const int row = row0 + b;
         float* d = drec + b * ds;
-        if (row >= B) {
-          d[u] = d[H + u] = d[2 * H + u] = 0.f;
-          z_of[j][p] = 0.f;
-          continue;
-        }
-        const int64_t o = (static_cast<int64_t>(t) * B + row) * H + u;
-        const float g = dh[j][p] + d_ys[o];
+        const bool in = row < B;
+        const float g = in ? dh[j][p] + sv[0][j][p] : 0.f;
         dh[j][p] = g;
-        const float r = s_r[o], z = s_z[o], n = s_n[o];
+        const float r = sv[1][j][p], z = sv[2][j][p], n = sv[3][j][p];
         const float dn = g * (1.f - z) * (1.f - n * n);
-        const float dz = g * (s_hin[o] - n) * z * (1.f - z);
-        const float dr = dn * s_hnb[o] * r * (1.f - r);
+        const float dz = g * (sv[4][j][p] - n) * z * (1.f - z);
+        const float dr = dn * sv[5][j][p] * r * (1.f - r);
+        d[u] = dr;
+        d[H + u] = dz;
+        d[2 * H + u] = dn * r;
+        if (!in) continue;
         const int64_t o3 = (static_cast<int64_t>(t) * B + row) * 3 * H;
         dxs[o3 + u] = dr;
         dxs[o3 + H + u] = dz;
@@ -201,10 +239,6 @@ __global__ void backward_kernel(const float* __restrict__ d_ht, const float* __r
         d_rec[o3 + u] = dr;
         d_rec[o3 + H + u] = dz;
         d_rec[o3 + 2 * H + u] = dn * r;
-        d[u] = dr;
-        d[H + u] = dz;
-        d[2 * H + u] = dn * r;
-        z_of[j][p] = z;
       }
     }
     __syncthreads();  // every unit's gate gradients are in drec
@@ -218,7 +252,7 @@ __global__ void backward_kernel(const float* __restrict__ d_ht, const float* __r
         int b, u;
         position(H, j, p, &b, &u);
         const int row = row0 + b;
-        const float d = dh[j][p] * z_of[j][p] + acc[j][p];
+        const float d = dh[j][p] * sv[2][j][p] + acc[j][p];
         dh[j][p] = (row < B && !reset[static_cast<int64_t>(t) * B + row]) ? d : 0.f;
       }
     }
