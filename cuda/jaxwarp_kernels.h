@@ -305,6 +305,12 @@ struct Call {
                                 // (prefix sums of per_env, kept here so that a
                                 // State pointer costs one add, also when the
                                 // compiler rematerializes it)
+  // The env's Params, one row of 4-byte words per vmap member (the params
+  // operand, i32[members, words]: data, so that one program runs envs of
+  // several settings); params_stride words from a member's row to the
+  // next, 0 where every member reads the one row.
+  const int32_t* params;
+  int64_t params_stride;
 };
 
 // Observation element idx of the call's output, in its dtype.
@@ -312,6 +318,25 @@ JW_HD void put_obs(const Call& c, int64_t idx, float v) {
   if (c.obs_bf16) reinterpret_cast<uint16_t*>(c.obs)[idx] = bf16_bits(v);
   else c.obs[idx] = v;
 }
+
+// The Params of env e: its member's row of c.params (an e past the last
+// env, an inactive thread's, reads the last env's). Rows are 4-byte words
+// and Params has only 4-byte members, so a row is a Params in place.
+template <class E>
+JW_HD const typename E::Params& params_at(const Call& c, int64_t e) {
+  e = e < c.envs ? e : c.envs - 1;
+  const int64_t m = c.params_stride == 0 || c.per_member == c.envs ? 0 : e / c.per_member;
+  return *reinterpret_cast<const typename E::Params*>(c.params + m * c.params_stride);
+}
+
+// How a kernel holds its env's Params: a copy where they are small (their
+// members then live in registers, as a by-value kernel argument's did), a
+// reference into the params operand where they hold tables (Tag's accel and
+// turn: a copy would go to local memory).
+constexpr size_t kParamsCopyBytes = 64 * 4;
+template <class E>
+using ParamsIn = std::conditional_t<(sizeof(typename E::Params) <= kParamsCopyBytes),
+                                    const typename E::Params, const typename E::Params&>;
 
 JW_HD void member_of(const Call& c, int64_t e, uint32_t* k0, uint32_t* k1, uint32_t* env) {
   const int64_t m = c.per_member == c.envs ? 0 : e / c.per_member;
@@ -653,10 +678,10 @@ __device__ inline void finish_env(const typename E::Params& p, const typename E:
 }
 
 template <class E, bool Staged>
-__device__ inline void reset_kernel_body(const typename E::Params& p, const Call& c,
-                                         const Layout& l) {
+__device__ inline void reset_kernel_body(const Call& c, const Layout& l) {
   extern __shared__ __align__(16) int32_t jw_smem[];
   const Lane w = lane_of(l, c.envs);
+  ParamsIn<E> p = params_at<E>(c, w.e);
   uint32_t k0 = 0, k1 = 0, env = 0;
   if (w.active) member_of(c, w.e, &k0, &k1, &env);
   typename E::State g;
@@ -752,10 +777,10 @@ __device__ inline void write_done(const Call& c, const Lane& w, const StepEnd& r
 }
 
 template <class E, bool Staged>
-__device__ inline void step_kernel_body(const typename E::Params& p, const Call& c,
-                                        const Layout& l) {
+__device__ inline void step_kernel_body(const Call& c, const Layout& l) {
   extern __shared__ __align__(16) int32_t jw_smem[];
   const Lane w = lane_of(l, c.envs);
+  ParamsIn<E> p = params_at<E>(c, w.e);
   int32_t* flags = jw_smem + kTeamWords * w.le;
   if (w.lane == 0 && w.le < l.epb) flags[0] = flags[1] = 0;
   uint32_t k0 = 0, k1 = 0, env = 0;
@@ -783,11 +808,11 @@ JW_HD constexpr bool solo_kernel() {
 }
 
 template <class E>
-__device__ inline void solo_step_kernel_body(const typename E::Params& p, const Call& c,
-                                             const Layout& l) {
+__device__ inline void solo_step_kernel_body(const Call& c, const Layout& l) {
   extern __shared__ __align__(16) int32_t jw_smem[];
   const Lane w = lane_of(l, c.envs);  // tpe == 1: thread threadIdx.x is env le
   const int64_t e = w.active ? w.e : 0;
+  ParamsIn<E> p = params_at<E>(c, e);
   int32_t* g[E::kFields];
   E::pointers(state_at<E>(c.base, c.stride, e, e), g);
   int32_t word[E::kFields];
@@ -853,7 +878,7 @@ __device__ inline void solo_step_kernel_body(const typename E::Params& p, const 
 // opts the kernel into more than 48 KiB of shared memory where the layout
 // needs it.
 inline cudaError_t launch(const void* kernel, const Layout& l, int64_t envs, cudaStream_t stream,
-                   const void* params, const Call& c) {
+                          const Call& c) {
   if (envs == 0) return cudaSuccess;
   if (l.smem_bytes > 48 * 1024) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -861,7 +886,7 @@ inline cudaError_t launch(const void* kernel, const Layout& l, int64_t envs, cud
     if (err != cudaSuccess) return err;
   }
   const unsigned blocks = static_cast<unsigned>((envs + l.epb - 1) / l.epb);
-  void* args[] = {const_cast<void*>(params), const_cast<Call*>(&c), const_cast<Layout*>(&l)};
+  void* args[] = {const_cast<Call*>(&c), const_cast<Layout*>(&l)};
   return cudaLaunchKernel(kernel, dim3(blocks),
                           dim3(l.tpe * l.epb), args, l.smem_bytes, stream);
 }

@@ -43,21 +43,28 @@
 
 // The env's attributes, every handler's (ContractEnv._attrs).
 #define JAXWARP_ENV_ATTRS(X)                                                                       \
-  X(ATTR, xla::ffi::Span<const int32_t>, params, "jw_params")   /* Params as i32 words */          \
   X(ATTR, xla::ffi::Span<const int32_t>, per_env, "jw_per_env") /* words/env per field */          \
   X(ATTR, int32_t, n, "jw_num_agents")                          /* agents per env */               \
   X(ATTR, int32_t, obs_dim, "jw_obs_dim")                       /* features per agent */
 
-// reset(keys) -> (state fields..., scratch i32[*], obs f32|bf16[envs, n, obs_dim]).
+// Every handler's second buffer is the env's Params, data rather than an
+// attribute: i32[members, words] (or i32[words], one row for every member),
+// row m the packed Params of vmap member m (ContractEnv.param_words), so
+// that one compiled program steps envs of several settings. What fixes
+// shapes stays an attribute (agents, observation width, words per field),
+// and static params are compiled in (constexpr members of Params).
+// reset(keys, params) -> (state fields..., scratch i32[*], obs f32|bf16[envs, n, obs_dim]).
 #define JAXWARP_ARGS_reset(X)                                                                      \
   X(ARG, xla::ffi::Buffer<xla::ffi::U32>, keys, "") /* u32[members*3]: key, env offset */          \
+  X(ARG, xla::ffi::Buffer<xla::ffi::S32>, params, "") /* i32[members, words]: Params */            \
   X(RETS, xla::ffi::RemainingRets, rets, "")        /* state..., scratch, obs */                   \
   JAXWARP_ENV_ATTRS(X)
 
-// step(keys, actions, state fields...) -> (state fields..., scratch, obs,
+// step(keys, params, actions, state fields...) -> (state fields..., scratch, obs,
 //   reward f32[envs, n], done, term, trunc bool[envs]).
 #define JAXWARP_ARGS_step(X)                                                                       \
   X(ARG, xla::ffi::Buffer<xla::ffi::U32>, keys, "")    /* u32[members*3] */                        \
+  X(ARG, xla::ffi::Buffer<xla::ffi::S32>, params, "")  /* i32[members, words] */                   \
   X(ARG, xla::ffi::Buffer<xla::ffi::S32>, actions, "") /* i32[envs, n, heads] */                   \
   X(ARGS, xla::ffi::RemainingArgs, args, "")           /* state fields (aliased) */                \
   X(RETS, xla::ffi::RemainingRets, rets, "")           /* state..., scratch, obs, ... */           \
@@ -71,6 +78,7 @@
 //   f32[steps, envs, n], done bool[steps, envs], term, trunc bool[envs]).
 #define JAXWARP_ARGS_rollout(X)                                                                    \
   X(ARG, xla::ffi::Buffer<xla::ffi::U32>, env_keys, "")    /* u32[steps, members, 3] */            \
+  X(ARG, xla::ffi::Buffer<xla::ffi::S32>, params, "")      /* i32[members, words] */               \
   X(ARG, xla::ffi::Buffer<xla::ffi::U32>, head_keys, "")   /* u32[steps, members, heads, 2] */     \
   X(ARG, xla::ffi::Buffer<xla::ffi::F32>, weights, "")     /* f32[members, groups, P] */           \
   X(ARG, xla::ffi::Buffer<xla::ffi::S32>, agent_group, "") /* i32[n]: each agent's group */        \
@@ -197,12 +205,18 @@ namespace jaxwarp {
 namespace ffi_impl {
 namespace ffi = xla::ffi;
 
+// Points c at the params operand: one row of Params words per member
+// (members: the key batch's), or a single row that every member reads.
 template <class E>
-ffi::Error decode_params(ffi::Span<const int32_t> words, typename E::Params* p) {
-  if (words.size() * 4 != sizeof(typename E::Params))
-    return ffi::Error::InvalidArgument("jaxwarp: jw_params has the wrong size for this env's "
-                                       "Params (library and Python spec out of date?)");
-  memcpy(p, words.begin(), sizeof(typename E::Params));
+ffi::Error bind_params(Call* c, const ffi::Buffer<ffi::S32>& params, int64_t members) {
+  const int64_t words = static_cast<int64_t>(sizeof(typename E::Params)) / 4;
+  const int64_t got = static_cast<int64_t>(params.element_count());
+  if (got != words && got != words * members)
+    return ffi::Error::InvalidArgument("jaxwarp: params has the wrong size for this env's "
+                                       "Params and key batch (library and Python spec out of "
+                                       "date?)");
+  c->params = params.typed_data();
+  c->params_stride = got == words ? 0 : words;
   return ffi::Error::Success();
 }
 
@@ -322,8 +336,6 @@ ffi::Error copy_unaliased(const Call& c, const ffi::RemainingArgs& args, void* s
 
 template <class E>
 ffi::Error reset(const void* const* kernels, void* stream JAXWARP_ARGS_reset(JW_FFI_PARAM)) {
-  typename E::Params p;
-  if (auto err = decode_params<E>(params, &p); err.failure()) return err;
   if (rets.size() != static_cast<size_t>(E::kStateFields + 2))
     return ffi::Error::InvalidArgument("jaxwarp reset: wrong number of results");
   auto obs = rets.get<ffi::AnyBuffer>(E::kStateFields + 1);
@@ -333,6 +345,7 @@ ffi::Error reset(const void* const* kernels, void* stream JAXWARP_ARGS_reset(JW_
                             keys.element_count()); err.failure())
     return err;
   c.keys = keys.typed_data();
+  if (auto err = bind_params<E>(&c, params, keys.element_count() / 3); err.failure()) return err;
   if (auto err = bind_obs(&c, **obs); err.failure()) return err;
   c.heads = 0;
 #if defined(__CUDACC__)
@@ -343,7 +356,7 @@ ffi::Error reset(const void* const* kernels, void* stream JAXWARP_ARGS_reset(JW_
   // Before the first reset every state field is zero.
   for (int f = 0; f < E::kStateFields; ++f)
     cudaMemsetAsync(c.base[f], 0, 4 * static_cast<size_t>(c.per_env[f]) * c.envs, s);
-  if (cudaError_t e = launch(kernels[l.staged ? 1 : 0], l, c.envs, s, &p, c); e != cudaSuccess)
+  if (cudaError_t e = launch(kernels[l.staged ? 1 : 0], l, c.envs, s, c); e != cudaSuccess)
     return ffi::Error::Internal(cudaGetErrorString(e));
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return ffi::Error::Internal(cudaGetErrorString(e));
@@ -357,15 +370,15 @@ ffi::Error reset(const void* const* kernels, void* stream JAXWARP_ARGS_reset(JW_
       layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields));
   for_envs(c.envs, cpu_workers<E>(c, rets, pool),
            [&](int n, auto&& task) { pool->run(n, task); },
-           [&](int64_t e, int worker) { reset_env_cpu<E>(p, c, e, worker, rows); });
+           [&](int64_t e, int worker) {
+             reset_env_cpu<E>(params_at<E>(c, e), c, e, worker, rows);
+           });
 #endif
   return ffi::Error::Success();
 }
 
 template <class E>
 ffi::Error step(const void* const* kernels, void* stream JAXWARP_ARGS_step(JW_FFI_PARAM)) {
-  typename E::Params p;
-  if (auto err = decode_params<E>(params, &p); err.failure()) return err;
   if (args.size() != static_cast<size_t>(E::kStateFields) ||
       rets.size() != static_cast<size_t>(E::kStateFields + 6))
     return ffi::Error::InvalidArgument("jaxwarp step: wrong number of buffers");
@@ -382,6 +395,7 @@ ffi::Error step(const void* const* kernels, void* stream JAXWARP_ARGS_step(JW_FF
                             keys.element_count()); err.failure())
     return err;
   c.keys = keys.typed_data();
+  if (auto err = bind_params<E>(&c, params, keys.element_count() / 3); err.failure()) return err;
   c.heads = heads;
   c.autoreset = autoreset != 0;
   c.actions = actions.typed_data();
@@ -403,7 +417,7 @@ ffi::Error step(const void* const* kernels, void* stream JAXWARP_ARGS_step(JW_FF
   // kernels: [state in global memory, staged, solo (one agent; null where
   // solo_kernel<E>() is false)].
   const void* kernel = l.staged ? kernels[1] : n == 1 && kernels[2] ? kernels[2] : kernels[0];
-  if (cudaError_t e = launch(kernel, l, c.envs, s, &p, c); e != cudaSuccess)
+  if (cudaError_t e = launch(kernel, l, c.envs, s, c); e != cudaSuccess)
     return ffi::Error::Internal(cudaGetErrorString(e));
 #else
   (void)kernels;
@@ -412,7 +426,9 @@ ffi::Error step(const void* const* kernels, void* stream JAXWARP_ARGS_step(JW_FF
       layout_for(n, obs_dim, E::kFields, c.per_env, E::kStateFields));
   for_envs(c.envs, cpu_workers<E>(c, rets, pool),
            [&](int n, auto&& task) { pool->run(n, task); },
-           [&](int64_t e, int worker) { step_env_cpu<E>(p, c, e, worker, rows); });
+           [&](int64_t e, int worker) {
+             step_env_cpu<E>(params_at<E>(c, e), c, e, worker, rows);
+           });
 #endif
   return ffi::Error::Success();
 }
@@ -506,8 +522,8 @@ ffi::Error rollout_geometry(const Call& c, fused::Rollout* ro, Layout* l, int* s
 
 // Enqueues the fused rollout's kernel (kernels: [global, staged]) on stream.
 template <class E>
-ffi::Error rollout_launch(const void* const* kernels, void* stream, typename E::Params p,
-                          Call c, const Layout& l, fused::Rollout ro, int smem) {
+ffi::Error rollout_launch(const void* const* kernels, void* stream, Call c, const Layout& l,
+                          fused::Rollout ro, int smem) {
   const void* kernel = kernels[l.staged ? 1 : 0];
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (smem > 48 * 1024) {
@@ -516,7 +532,7 @@ ffi::Error rollout_launch(const void* const* kernels, void* stream, typename E::
       return ffi::Error::Internal(cudaGetErrorString(e));
   }
   const unsigned blocks = static_cast<unsigned>((c.envs + l.epb - 1) / l.epb);
-  void* kargs[] = {&p, &c, const_cast<Layout*>(&l), &ro};
+  void* kargs[] = {&c, const_cast<Layout*>(&l), &ro};
   if (c.envs > 0) {
     if (cudaError_t e = cudaLaunchKernel(kernel, dim3(blocks), dim3(fused::rollout_threads(l)),
                                          kargs, smem, st); e != cudaSuccess)
@@ -527,8 +543,8 @@ ffi::Error rollout_launch(const void* const* kernels, void* stream, typename E::
 #else
 // Runs the fused rollout on XLA:CPU's pool.
 template <class E>
-void rollout_cpu(const CpuPool* pool, const typename E::Params& p, const Call& c,
-                 const fused::Rollout& ro, const ffi::RemainingRets& rets) {
+void rollout_cpu(const CpuPool* pool, const Call& c, const fused::Rollout& ro,
+                 const ffi::RemainingRets& rets) {
   const bool rows = use_rows<E>(
       layout_for(c.n, c.obs_dim, E::kFields, c.per_env, E::kStateFields));
   std::vector<Call> calls(ro.steps);
@@ -538,7 +554,7 @@ void rollout_cpu(const CpuPool* pool, const typename E::Params& p, const Call& c
   for_envs(c.envs, c.envs > 1 ? cpu_workers<E>(c, rets, pool, true) : 1,
            [&](int n, auto&& task) { pool->run(n, task); },
            [&](int64_t e, int worker) {
-             fused::rollout_env_cpu<E>(p, calls.data(), ro, e, worker, rows);
+             fused::rollout_env_cpu<E>(params_at<E>(c, e), calls.data(), ro, e, worker, rows);
            });
 }
 #endif
@@ -548,8 +564,6 @@ void rollout_cpu(const CpuPool* pool, const typename E::Params& p, const Call& c
 // JAXWARP_ARGS_rollout).
 template <class E>
 ffi::Error rollout(const void* const* kernels, void* stream JAXWARP_ARGS_rollout(JW_FFI_PARAM)) {
-  typename E::Params p;
-  if (auto err = decode_params<E>(params, &p); err.failure()) return err;
   const int k = E::kStateFields;
   if (args.size() != static_cast<size_t>(k) || rets.size() != static_cast<size_t>(k + 11))
     return ffi::Error::InvalidArgument("jaxwarp rollout: wrong number of buffers");
@@ -564,6 +578,7 @@ ffi::Error rollout(const void* const* kernels, void* stream JAXWARP_ARGS_rollout
   if (auto err = prepare<E>(&c, per_env, n, obs_dim, obs_elems, key_words); err.failure())
     return err;
   ro.members = static_cast<int32_t>(key_words / 3);
+  if (auto err = bind_params<E>(&c, params, ro.members); err.failure()) return err;
   if (head_keys.element_count() != static_cast<size_t>(steps) * ro.members * heads * 2 ||
       weights.element_count() != static_cast<size_t>(ro.members) * ro.mlp.groups *
                                      ro.mlp.per_group ||
@@ -584,12 +599,12 @@ ffi::Error rollout(const void* const* kernels, void* stream JAXWARP_ARGS_rollout
   if (auto err = rollout_geometry<E>(c, &ro, &l, &smem); err.failure()) return err;
   if (auto err = bind_results<E>(&c, rets, !l.staged); err.failure()) return err;
   if (auto err = copy_unaliased<E>(c, args, stream); err.failure()) return err;
-  return rollout_launch<E>(kernels, stream, p, c, l, ro, smem);
+  return rollout_launch<E>(kernels, stream, c, l, ro, smem);
 #else
   (void)kernels;
   if (auto err = bind_results<E>(&c, rets, true); err.failure()) return err;
   if (auto err = copy_unaliased<E>(c, args, stream); err.failure()) return err;
-  rollout_cpu<E>(static_cast<const CpuPool*>(stream), p, c, ro, rets);
+  rollout_cpu<E>(static_cast<const CpuPool*>(stream), c, ro, rets);
   return ffi::Error::Success();
 #endif
 }
@@ -648,37 +663,34 @@ ffi::Error rollout(const void* const* kernels, void* stream JAXWARP_ARGS_rollout
 // wherever n == 1 and the layout does not stage (an empty kernel otherwise).
 #define JAXWARP_DEFINE_ENV(NAME, ENV)                                                        \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
-      jaxwarp_##NAME##_reset_kernel(ENV::Params p, jaxwarp::Call c, jaxwarp::Layout l) {     \
-    jaxwarp::reset_kernel_body<ENV, false>(p, c, l);                                         \
+      jaxwarp_##NAME##_reset_kernel(jaxwarp::Call c, jaxwarp::Layout l) {                    \
+    jaxwarp::reset_kernel_body<ENV, false>(c, l);                                            \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
-      jaxwarp_##NAME##_reset_kernel_staged(ENV::Params p, jaxwarp::Call c,                   \
-                                           jaxwarp::Layout l) {                              \
-    jaxwarp::reset_kernel_body<ENV, true>(p, c, l);                                          \
+      jaxwarp_##NAME##_reset_kernel_staged(jaxwarp::Call c, jaxwarp::Layout l) {             \
+    jaxwarp::reset_kernel_body<ENV, true>(c, l);                                             \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
-      jaxwarp_##NAME##_step_kernel(ENV::Params p, jaxwarp::Call c, jaxwarp::Layout l) {      \
-    jaxwarp::step_kernel_body<ENV, false>(p, c, l);                                          \
+      jaxwarp_##NAME##_step_kernel(jaxwarp::Call c, jaxwarp::Layout l) {                     \
+    jaxwarp::step_kernel_body<ENV, false>(c, l);                                             \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
-      jaxwarp_##NAME##_step_kernel_staged(ENV::Params p, jaxwarp::Call c,                    \
-                                          jaxwarp::Layout l) {                               \
-    jaxwarp::step_kernel_body<ENV, true>(p, c, l);                                           \
+      jaxwarp_##NAME##_step_kernel_staged(jaxwarp::Call c, jaxwarp::Layout l) {              \
+    jaxwarp::step_kernel_body<ENV, true>(c, l);                                              \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
-      jaxwarp_##NAME##_step_kernel_solo(ENV::Params p, jaxwarp::Call c,                      \
-                                        jaxwarp::Layout l) {                                 \
-    if constexpr (jaxwarp::solo_kernel<ENV>()) jaxwarp::solo_step_kernel_body<ENV>(p, c, l); \
+      jaxwarp_##NAME##_step_kernel_solo(jaxwarp::Call c, jaxwarp::Layout l) {                \
+    if constexpr (jaxwarp::solo_kernel<ENV>()) jaxwarp::solo_step_kernel_body<ENV>(c, l);    \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
-      jaxwarp_##NAME##_rollout_kernel(ENV::Params p, jaxwarp::Call c, jaxwarp::Layout l,     \
+      jaxwarp_##NAME##_rollout_kernel(jaxwarp::Call c, jaxwarp::Layout l,                    \
                                       jaxwarp::fused::Rollout ro) {                          \
-    jaxwarp::fused::rollout_kernel_body<ENV, false>(p, c, l, ro);                            \
+    jaxwarp::fused::rollout_kernel_body<ENV, false>(c, l, ro);                               \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
-      jaxwarp_##NAME##_rollout_kernel_staged(ENV::Params p, jaxwarp::Call c,                 \
-                                             jaxwarp::Layout l, jaxwarp::fused::Rollout ro) {\
-    jaxwarp::fused::rollout_kernel_body<ENV, true>(p, c, l, ro);                             \
+      jaxwarp_##NAME##_rollout_kernel_staged(jaxwarp::Call c, jaxwarp::Layout l,             \
+                                             jaxwarp::fused::Rollout ro) {                   \
+    jaxwarp::fused::rollout_kernel_body<ENV, true>(c, l, ro);                                \
   }                                                                                          \
   static const void* const jw_rollout_kernels_##NAME[2] = {                                 \
       reinterpret_cast<const void*>(jaxwarp_##NAME##_rollout_kernel),                        \

@@ -85,9 +85,9 @@ def as_gpuarray(x: jax.Array):
 # ---------------------------------------------------------------------------
 # The kernels' arguments. Every env's kernels (ffi/jaxwarp_ffi.h,
 # JAXWARP_DEFINE_ENV) are
-#     jaxwarp_<env>_{reset,step}_kernel[_staged](Params p, jaxwarp::Call c,
-#                                                jaxwarp::Layout l)
-# with all three structs passed by value. PyCUDA passes a numpy structured
+#     jaxwarp_<env>_{reset,step}_kernel[_staged](jaxwarp::Call c, jaxwarp::Layout l)
+# with both structs passed by value; the env's Params are data, read through
+# the Call's params pointer (a device buffer of their int32 words). PyCUDA passes a numpy structured
 # scalar (np.void) by value as its raw bytes, packed one after the other with
 # no alignment ("<size>s" in its struct format); CUDA places each parameter at
 # a multiple of its alignment, so the padding between them is ours to write.
@@ -103,34 +103,23 @@ CALL_DTYPE = np.dtype([
     ("done", "<u8"), ("term", "<u8"), ("trunc", "<u8"),
     ("base", "<u8", (MAX_FIELDS,)), ("per_env", "<i4", (MAX_FIELDS,)),
     ("stride", "<i4", (MAX_FIELDS,)), ("offset", "<i4", (MAX_FIELDS,)),
+    ("params", "<u8"), ("params_stride", "<i8"),
 ], align=True)
 # By hand: envs, per_member, keys 3 * 8 = 24; n, obs_dim, heads, autoreset,
 # obs_bf16 20 + 4 padding (actions is 8-aligned) = 48; six pointers 48 -> base
 # at 96; base 64 * 8 = 512 -> per_env at 608; per_env 256 -> stride at 864;
-# stride 256 -> offset at 1120; offset 256 -> 1376 (a multiple of the
-# alignment, 8: no tail padding).
-assert CALL_DTYPE.itemsize == 1376 and CALL_DTYPE.alignment == 8
+# stride 256 -> offset at 1120; offset 256 -> params at 1376; params,
+# params_stride 16 -> 1392 (a multiple of the alignment, 8: no tail padding).
+assert CALL_DTYPE.itemsize == 1392 and CALL_DTYPE.alignment == 8
 assert CALL_DTYPE.fields["actions"][1] == 48 and CALL_DTYPE.fields["base"][1] == 96
 assert CALL_DTYPE.fields["per_env"][1] == 608 and CALL_DTYPE.fields["stride"][1] == 864
+assert CALL_DTYPE.fields["params"][1] == 1376
 
 # jaxwarp::Layout: seven int32 (authoring.build._Layout is the same struct in ctypes).
 LAYOUT_DTYPE = np.dtype([(name, "<i4") for name in
                          ("tpe", "epb", "staged", "obs_staged", "words", "scratch_words",
                           "smem_bytes")])
 assert LAYOUT_DTYPE.itemsize == 28
-
-
-def params_arg(words: np.ndarray) -> np.void:
-    """The env's Params struct (its int32 words, `jw_params`) as a by-value
-    kernel argument. Params has only 4-byte members (alignment 4, size 4 *
-    words); the Call after it is 8-aligned, so an odd word count gets 4 zero
-    bytes of padding here."""
-    words = np.asarray(words, np.int32).ravel()
-    if words.size == 0:
-        raise ValueError("Params has at least one word (jw_params is never empty)")
-    buf = np.zeros(-(-words.size // 2) * 2, np.int32)
-    buf[:words.size] = words
-    return buf.view(np.dtype((np.void, buf.nbytes)))[0]
 
 
 def layout_arg(layout: Any) -> np.void:
@@ -191,7 +180,9 @@ class PyCudaEnv:
             for fn in (self._reset_fn, self._step_fn):
                 fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  self.smem)
-        self._params = params_arg(env._attrs["jw_params"])
+        with jax.default_device(self.device):
+            # The Params words (i32[W]) that every env reads (params_stride 0).
+            self._params = jnp.asarray(env._words)
         self._layout = layout_arg(lay)
         self.n = env.num_agents
         self.obs_dim = env.obs_dim
@@ -237,10 +228,11 @@ class PyCudaEnv:
         c["per_env"][:fields] = self.per_env
         c["stride"][:fields] = [*self.per_env[:k], *[self.scratch_words] * (fields - k)]
         c["offset"][:fields] = np.cumsum(self.per_env) - self.per_env  # staged block offsets
+        c["params"] = device_pointer(self._params)
         return c
 
     def _launch(self, fn, call: np.ndarray) -> None:
-        fn(self._params, call[()], self._layout, block=(self.tpe * self.epb, 1, 1),
+        fn(call[()], self._layout, block=(self.tpe * self.epb, 1, 1),
            grid=((self.num_envs + self.epb - 1) // self.epb, 1), shared=self.smem)
         self.ctx.synchronize()
 

@@ -80,9 +80,14 @@ def test_tables_parse():
                               {"xla::ffi::RemainingArgs", "xla::ffi::RemainingRets"}), a
         names = [a.name for a in table]
         assert len(set(names)) == len(names), h
-    # Every handler takes the env's attributes (JAXWARP_ENV_ATTRS).
-    env_keys = {"jw_params", "jw_per_env", "jw_num_agents", "jw_obs_dim"}
+    # Every handler takes the env's attributes (JAXWARP_ENV_ATTRS) and, as its
+    # second buffer, the Params words (data, not an attribute).
+    env_keys = {"jw_per_env", "jw_num_agents", "jw_obs_dim"}
     assert all(env_keys <= {a.key for a in _ffi.handler_table(h)} for h in HANDLERS)
+    for h in HANDLERS:
+        second = _ffi.handler_table(h)[1]
+        assert (second.kind, second.name, second.type) == (
+            "ARG", "params", "xla::ffi::Buffer<xla::ffi::S32>"), h
 
 
 @pytest.mark.parametrize("handler", HANDLERS)

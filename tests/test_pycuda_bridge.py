@@ -46,30 +46,26 @@ _OFFSETS_CC = r"""
 #include <stddef.h>
 #include <stdio.h>
 #include "jaxwarp_kernels.h"
-// The kernels' parameters (Params, Call, Layout by value) sit where a struct
-// of the three would put its members: each at a multiple of its alignment.
-template <int W> struct Args { int32_t params[W]; jaxwarp::Call c; jaxwarp::Layout l; };
-template <int W> void args() {
-  printf("args%d %zu %zu %zu\n", W, offsetof(Args<W>, c), offsetof(Args<W>, l),
-         offsetof(Args<W>, l) + sizeof(jaxwarp::Layout));
-}
+// The kernels' parameters (Call, Layout by value) sit where a struct of the
+// two would put its members: each at a multiple of its alignment.
+struct Args { jaxwarp::Call c; jaxwarp::Layout l; };
 int main() {
 #define F(m) printf("call.%s %zu\n", #m, offsetof(jaxwarp::Call, m));
   F(envs) F(per_member) F(keys) F(n) F(obs_dim) F(heads) F(autoreset) F(obs_bf16) F(actions) F(obs) F(reward)
-  F(done) F(term) F(trunc) F(base) F(per_env) F(stride) F(offset)
+  F(done) F(term) F(trunc) F(base) F(per_env) F(stride) F(offset) F(params) F(params_stride)
   printf("call.size %zu\ncall.align %zu\nmax_fields %d\n", sizeof(jaxwarp::Call),
          alignof(jaxwarp::Call), jaxwarp::kMaxFields);
 #define L(m) printf("layout.%s %zu\n", #m, offsetof(jaxwarp::Layout, m));
   L(tpe) L(epb) L(staged) L(obs_staged) L(words) L(scratch_words) L(smem_bytes)
   printf("layout.size %zu\n", sizeof(jaxwarp::Layout));
-  args<1>(); args<2>(); args<3>(); args<4>(); args<7>();
+  printf("args %zu %zu\n", offsetof(Args, l), offsetof(Args, l) + sizeof(jaxwarp::Layout));
 }
 """
 
 
 def test_kernel_argument_structs_match_the_cpp_layout(tmp_path):
     """CALL_DTYPE / LAYOUT_DTYPE against offsetof in cuda/jaxwarp_kernels.h (g++),
-    and the three arguments packed as PyCUDA packs np.void ("<n>s", no alignment)
+    and the two arguments packed as PyCUDA packs np.void ("<n>s", no alignment)
     against where the C ABI puts them. No PyCUDA or GPU needed."""
     from jaxwarp import authoring
     from jaxwarp import pycuda_bridge as pb
@@ -87,7 +83,7 @@ def test_kernel_argument_structs_match_the_cpp_layout(tmp_path):
     cpp = {line.split()[0]: [int(v) for v in line.split()[1:]] for line in out.splitlines()}
 
     assert cpp["max_fields"] == [pb.MAX_FIELDS]
-    assert cpp["call.size"] == [pb.CALL_DTYPE.itemsize] == [1376]
+    assert cpp["call.size"] == [pb.CALL_DTYPE.itemsize] == [1392]
     assert cpp["call.align"] == [pb.CALL_DTYPE.alignment]
     assert cpp["layout.size"] == [pb.LAYOUT_DTYPE.itemsize] == [28]
     for prefix, dtype in (("call.", pb.CALL_DTYPE), ("layout.", pb.LAYOUT_DTYPE)):
@@ -98,15 +94,8 @@ def test_kernel_argument_structs_match_the_cpp_layout(tmp_path):
     layout = pb.layout_arg(build._Layout(*range(1, 8)))
     assert isinstance(layout, np.void) and layout.tolist() == tuple(range(1, 8))
     call = np.zeros((), pb.CALL_DTYPE)[()]
-    for words in (1, 2, 3, 4, 7):
-        params = pb.params_arg(np.arange(1, words + 1, dtype=np.int32))
-        assert isinstance(params, np.void)
-        assert np.frombuffer(bytes(memoryview(params)), np.int32)[:words].tolist() \
-            == list(range(1, words + 1))
-        fmt = [f"{a.itemsize}s" for a in (params, call, layout)]
-        packed = [struct.calcsize("".join(fmt[:1])), struct.calcsize("".join(fmt[:2])),
-                  struct.calcsize("".join(fmt))]
-        assert cpp[f"args{words}"] == packed, words
+    fmt = [f"{a.itemsize}s" for a in (call, layout)]
+    assert cpp["args"] == [struct.calcsize(fmt[0]), struct.calcsize("".join(fmt))]
 
 
 def _gpu_pycuda():

@@ -77,13 +77,16 @@ class ContractEnv:
         self.checks = bool(checks)
         self._params_id = params_id(spec.name, self.params)
         self._attrs = {}
+        self._words = np.zeros(1, np.int32)
         self._scratch_words = 0
         self._staged = True
         if self.backend != "jax":
             per_env = per_env_words(spec, self.params)
             values = kernel_param_values(spec, self.params)
-            self._attrs = dict(jw_params=pack_params(values, static_param_names(spec, values)),
-                               jw_per_env=per_env, jw_num_agents=np.int32(self.num_agents),
+            # The Params words are the kernels' second operand (data: vmappable);
+            # what fixes shapes is passed as attributes.
+            self._words = pack_params(values, static_param_names(spec, values))
+            self._attrs = dict(jw_per_env=per_env, jw_num_agents=np.int32(self.num_agents),
                                jw_obs_dim=np.int32(self.obs_dim))
             layout = launch_layout(spec, self.params, self.backend, self._header)
             self._scratch_words = int(layout.scratch_words)
@@ -197,14 +200,17 @@ class ContractEnv:
             return obs.astype(self.obs_dtype), self._tag(state)
         # One launch per device over its own envs under jit with env-sharded
         # outputs (jaxwarp._ffi.env_partitioned_call: the partitioning rule).
-        outs = _ffi.env_partitioned_call(self._reset_call, (keys,), (False,), num_envs,
-                                         f"{self._prefix}_reset")
+        words = jnp.asarray(self._words)
+        outs = _ffi.env_partitioned_call(self._reset_call, (keys, words), (False, False),
+                                         num_envs, f"{self._prefix}_reset")
         k = len(self.spec.fields)
         return outs[k], self._tag(self.spec.state_type(*outs[:k]))
 
-    def _reset_call(self, offset: Any, num_envs: int, keys: jax.Array) -> tuple:
-        """The reset FFI call of num_envs envs: keys u32[..., 3] (leading vmap
-        axes); offset: None or u32[], added to the keys' env offset word.
+    def _reset_call(self, offset: Any, num_envs: int, keys: jax.Array,
+                    words: jax.Array) -> tuple:
+        """The reset FFI call of num_envs envs: keys u32[..., 3] and the
+        Params words i32[..., W] (the same leading vmap axes); offset: None or
+        u32[], added to the keys' env offset word.
         Returns the state fields and obs (the scratch output is dropped)."""
         if offset is not None:
             keys = keys.at[..., 2].add(offset)
@@ -218,7 +224,7 @@ class ContractEnv:
             + [jax.ShapeDtypeStruct(batch + scratch.shape, scratch.dtype),
                jax.ShapeDtypeStruct(batch + (num_envs, n, self.obs_dim), self.obs_dtype)],
             vmap_method="broadcast_all",
-        )(keys, **self._attrs)
+        )(keys, words, **self._attrs)
         k = len(self.spec.fields)
         return tuple(outs[:k]) + (outs[k + 1],)
 
@@ -336,8 +342,8 @@ class ContractEnv:
             # env-sharded inputs (jaxwarp._ffi.env_partitioned_call).
             outs = _ffi.env_partitioned_call(
                 functools.partial(self._step_call, bool(autoreset), bool(in_place)),
-                (keys, actions, *fields), (False,) + (True,) * (k + 1), num_envs,
-                f"{self._prefix}_step")
+                (keys, jnp.asarray(self._words), actions, *fields),
+                (False, False) + (True,) * (k + 1), num_envs, f"{self._prefix}_step")
             state = self.spec.state_type(*outs[:k])
             obs, reward, done, term, trunc = outs[k:]
             info = {"terminated": term, "truncated": trunc}
@@ -347,9 +353,11 @@ class ContractEnv:
         return obs, state, reward, done, info
 
     def _step_call(self, autoreset: bool, in_place: bool, offset: Any, num_envs: int,
-                   keys: jax.Array, actions: jax.Array, *fields: jax.Array) -> tuple:
+                   keys: jax.Array, words: jax.Array, actions: jax.Array,
+                   *fields: jax.Array) -> tuple:
         """The step FFI call of num_envs envs (leading vmap axes on every
-        arg); offset: None or u32[], added to the keys' env offset word.
+        arg; words: the Params words i32[..., W]); offset: None or u32[],
+        added to the keys' env offset word.
         Returns state fields, obs, reward, done, terminated, truncated (the
         scratch output is dropped)."""
         if offset is not None:
@@ -366,8 +374,8 @@ class ContractEnv:
             + [jax.ShapeDtypeStruct(batch + (num_envs,), jnp.bool_)] * 3,
             vmap_method="broadcast_all",
             # in_place=False: outputs of their own (the handler copies the state).
-            input_output_aliases={2 + i: i for i in range(k)} if in_place else {},
-        )(keys, actions, *fields, jw_heads=np.int32(heads),
+            input_output_aliases={3 + i: i for i in range(k)} if in_place else {},
+        )(keys, words, actions, *fields, jw_heads=np.int32(heads),
           jw_autoreset=np.int32(bool(autoreset)), **self._attrs)
         return tuple(outs[:k]) + tuple(outs[k + 1:])
 
@@ -398,8 +406,8 @@ class ContractEnv:
                sds((num_envs, n, dim), f32), sds((steps, num_envs, n, len(nvec)), jnp.int32),
                per_step, per_step, per_step, per_step, sds((steps, num_envs), jnp.bool_),
                sds((num_envs,), jnp.bool_), sds((num_envs,), jnp.bool_)],
-            input_output_aliases={5 + i: i for i in range(k)},
-        )(env_keys, head_keys, weights, agent_group, obs, *fields,
+            input_output_aliases={6 + i: i for i in range(k)},
+        )(env_keys, jnp.asarray(self._words), head_keys, weights, agent_group, obs, *fields,
           jw_heads=np.int32(len(nvec)), jw_steps=np.int32(steps),
           jw_mlp=np.asarray(mlp, np.int32), jw_nvec=np.asarray(nvec, np.int32),
           jw_partitionable=np.int32(bool(partitionable)), **self._attrs)
