@@ -107,28 +107,3 @@ def make_sampler(nvec: tuple[int, ...], backend: str, mesh: Mesh | None) -> Samp
     return lambda key, logits: sharding.sample_actions(key, logits, nvec, mesh, "envs",
                                                        backend=backend)
 
-
-def import_env_module(name: str) -> None:
-    """Imports a user env's module (a .py path or a dotted name) so that it
-    registers its env with `jaxwarp.register_spec` (or `jaxwarp.register_env`)."""
-    import importlib
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(name)
-    if name.endswith(".py"):
-        if not path.exists():
-            raise ConfigError(f"env_module: {name!r} does not exist")
-        mod_name = f"jaxwarp_user_{path.stem}"
-        if mod_name in sys.modules:
-            return
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
-    else:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise ConfigError(f"env_module: cannot import {name!r}: {e}") from None
