@@ -60,11 +60,18 @@ def sample_actions(key: jax.Array, logits: jax.Array, nvec: Sequence[int],
         (the FFI backends through a custom JVP: ``onehot(a_h) - softmax(logits_h)``
         per head); actions have no gradient.
     """
+    return sample_on(key, logits, nvec, resolve_backend(backend))
+
+
+def sample_on(key: jax.Array, logits: jax.Array, nvec: Sequence[int], backend: str
+              ) -> tuple[jax.Array, jax.Array]:
+    """`sample_actions` on a backend resolved already ("cuda", "cpu" or "jax",
+    as `jaxwarp.core.resolve_backend` gives it): for a sampler that resolves
+    its backend once, when it is made (a run's: `jaxwarp.train.setup.make_sampler`).
+    Same arguments and results as `sample_actions`."""
     nvec = check_nvec(nvec)
     logits = check_logits(logits, nvec)
-    key_data = key_data_of(key)
-    backend = resolve_backend(backend)
-    head_keys = _head_keys(key, key_data, len(nvec))
+    head_keys = _head_keys(key, key_data_of(key), len(nvec))
     if backend == "jax":
         return reference_sample(head_keys, logits, nvec)
     partitionable = bool(jax.config.jax_threefry_partitionable)

@@ -20,9 +20,10 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxwarp import sharding
+from jaxwarp.core import resolve_backend
 from jaxwarp.models import (CentralCritic, CentralGRUCritic, MLPActorCritic, is_recurrent,
                             make_model)
-from jaxwarp.sampler import sample_actions
+from jaxwarp.sampler import sample_on
 from jaxwarp.train.config import ConfigError, TrainConfig
 from jaxwarp.train.policy import Groups, Policy
 from jaxwarp.train.rollout import Sampler
@@ -97,13 +98,16 @@ def sample_minibatches(c: TrainConfig, policy: Policy) -> bool:
     return c.minibatch_layout == "samples"
 
 
-def make_sampler(nvec: tuple[int, ...], backend: str, mesh: Mesh | None) -> Sampler:
-    """The action sampler. Every sampler draws by global row (the kernel
+def make_sampler(c: TrainConfig, env: Any, nvec: tuple[int, ...], mesh: Mesh | None
+                 ) -> tuple[str, Sampler]:
+    """The action sampler's backend ("jax" | "cpu" | "cuda": the config's
+    ``sampler``, for ``auto`` the env's own backend), resolved once, and the
+    sampler that draws on it. Every sampler draws by global row (the kernel
     samplers take the shard's row offset through their partitioning rule):
     the same actions on any device count, so the fused kernel sampler stays
     on over several devices."""
+    backend = resolve_backend(env.backend if c.sampler == "auto" else c.sampler)
     if mesh is None:
-        return lambda key, logits: sample_actions(key, logits, nvec, backend=backend)
-    return lambda key, logits: sharding.sample_actions(key, logits, nvec, mesh, "envs",
-                                                       backend=backend)
-
+        return backend, lambda key, logits: sample_on(key, logits, nvec, backend)
+    return backend, lambda key, logits: sharding.sample_actions(key, logits, nvec, mesh, "envs",
+                                                                backend=backend)

@@ -148,9 +148,7 @@ def _compose(c: TrainConfig, d: Derived, env: Any, models: Mapping[str, nn.Modul
     centralised = policy.critics is not None
     global_dim = state_dim(env) if centralised else 0
     samples = sample_minibatches(c, policy)
-    sampler = c.sampler if c.sampler != "auto" else (
-        "jax" if env.backend == "jax" else env.backend)
-    sample = make_sampler(nvec, sampler, mesh)
+    sampler, sample = make_sampler(c, env, nvec, mesh)
     env_metrics = env_metric_names(env, c.num_envs)
     sums = episode_sums(policy, getattr(env, "episode_metrics", None))
     init_params = param_init(policy, obs_dim, global_dim)
