@@ -230,19 +230,20 @@ class ShardedEnv:
     def __repr__(self) -> str:
         return f"ShardedEnv({self.env!r}, axis={self.axis!r}, shards={self.num_shards})"
 
-    def reset(self, key: jax.Array, num_envs: int):
-        """obs, state with leading axis num_envs (global), sharded over the mesh axis."""
+    def reset(self, key: jax.Array, num_envs: int, *, params: Any = None):
+        """obs, state with leading axis num_envs (global), sharded over the mesh axis;
+        params: as for the env's reset (its params as data; None: its own)."""
         num_envs = check_num_envs(num_envs)
         num_envs = int(num_envs)
         _divisible(num_envs, self.num_shards, "num_envs", "ShardedEnv.reset", self.axis)
         key_data = key_data_of(key)
         if ("reset", num_envs) not in self._fns:
             self._fns["reset", num_envs] = self._build_reset(num_envs)
-        return self._fns["reset", num_envs](key_data)
+        return self._fns["reset", num_envs](key_data, params)
 
-    def step(self, key: jax.Array, state: Any, actions: jax.Array):
+    def step(self, key: jax.Array, state: Any, actions: jax.Array, *, params: Any = None):
         """obs, state, reward, done, info of one step of every env (auto-reset),
-        all sharded over the mesh axis."""
+        all sharded over the mesh axis; params: as for `reset`."""
         num_envs = self.env.check_state(state)
         _divisible(num_envs, self.num_shards, "the env count of state (leading axis)",
                    "ShardedEnv.step", self.axis)
@@ -250,7 +251,7 @@ class ShardedEnv:
         key_data = key_data_of(key)
         if "step" not in self._fns:
             self._fns["step"] = self._build_step()
-        return self._fns["step"](key_data, state, actions)
+        return self._fns["step"](key_data, state, actions, params)
 
     def sample_actions(self, key: jax.Array, logits: jax.Array, *,
                        backend: str | None = None):
@@ -266,14 +267,15 @@ class ShardedEnv:
     # all that is left to do here.
     def _build_reset(self, num_envs: int):
         env, place = self.env, self._place
-        return jax.jit(lambda key_data: place.finish(env.reset(key_data, num_envs)))
+        return jax.jit(lambda key_data, params: place.finish(
+            env.reset(key_data, num_envs, **_params_kw(params))))
 
     def _build_step(self):
         env, place = self.env, self._place
 
-        def step(key_data, state, actions):
+        def step(key_data, state, actions, params):
             state, actions = place.constrain((state, actions))
-            return place.finish(env.step(key_data, state, actions))
+            return place.finish(env.step(key_data, state, actions, **_params_kw(params)))
         return jax.jit(step)
 
     def _check_actions(self, actions: Any, num_envs: int) -> Any:
@@ -289,6 +291,12 @@ class ShardedEnv:
             raise ValueError(f"actions must have shape {expected} (envs, agents, heads); got "
                              f"{getattr(actions, 'shape', type(actions).__name__)}")
         return int32_actions(actions)
+
+
+def _params_kw(params: Any) -> dict[str, Any]:
+    """``params=`` for the env's call where given (envs without params as
+    data never see the keyword)."""
+    return {} if params is None else {"params": params}
 
 
 def shard(env: Any, mesh: Mesh, axis: str | tuple[str, ...] = "envs") -> ShardedEnv:

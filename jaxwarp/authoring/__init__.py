@@ -41,7 +41,8 @@ from jaxwarp.authoring.build import (CXX_FLAGS, NVCC_FLAGS, cache_dir, compile_c
                                     gpu_arch, launch_layout, register_targets)
 from jaxwarp.authoring.codegen import (API_DIR, API_HEADERS, FFI_DIR, FFI_SOURCE, FFI_SOURCES,
                                        LAYOUT_NAME, generate_source, generated_source)
-from jaxwarp.authoring.env import ContractEnv, build_env, env_class, reference_takes_autoreset
+from jaxwarp.authoring.env import (ContractEnv, build_env, compiled_signature, env_class,
+                                   reference_takes_autoreset)
 from jaxwarp.authoring.spec import (DTYPES, KEPT_FIELDS, EnvBuildError, EnvSpec, ParamArray,
                                     ScratchField, StateField, agent_uniform, check_params_id,
                                     fields_of, grid_scratch, grid_side, kernel_param_values,
@@ -52,7 +53,8 @@ __all__ = [
     "API_DIR", "API_HEADERS", "CXX_FLAGS", "DTYPES", "FFI_DIR", "FFI_SOURCE", "FFI_SOURCES",
     "KEPT_FIELDS", "LAYOUT_NAME", "NVCC_FLAGS", "ContractEnv", "EnvBuildError", "EnvSpec",
     "ParamArray", "ScratchField", "StateField", "agent_uniform", "build_env", "cache_dir",
-    "check_params_id", "compile_command", "compile_library", "compiler_id", "env_class",
+    "check_params_id", "compile_command", "compile_library", "compiled_signature",
+    "compiler_id", "env_class",
     "fields_of", "find_cxx", "find_nvcc", "generate_source", "generated_source", "gpu_arch",
     "grid_scratch", "grid_side", "kernel_param_values", "launch_layout", "pack_params",
     "params_id", "per_env_words", "reference_takes_autoreset", "register_targets",

@@ -9,6 +9,7 @@ an instance.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
@@ -47,6 +48,12 @@ class ContractEnv:
     obs_dtype: "float32" (default) or "bfloat16": observations written in
     bfloat16 (half the bytes of the largest output, for bf16 policies), equal
     to the float32 ones rounded to nearest even, on every backend.
+
+    Params as data: ``reset`` and ``step`` take ``params=``, this env's
+    params dataclass or its words ``i32[W]`` (`param_words`), so that one
+    compiled program steps envs of other params; ``jax.vmap`` over stacked
+    words ``i32[S, W]`` steps S settings at once. Params that change what is
+    compiled in (shapes, policy groups, static params) are refused.
 
     A subclass may declare the metrics it logs beside each group's return:
     ``episode_metrics(episode_return f32[envs, agents]) -> {name: f32[envs]}``
@@ -177,11 +184,67 @@ class ContractEnv:
                     for f in self.spec.fields)
         return int(state + n * self.obs_dim * jnp.dtype(self.obs_dtype).itemsize)
 
-    def reset(self, key: jax.Array, num_envs: int, *, env_offset: Any = 0):
+    def param_words(self, params: Any = None) -> np.ndarray:
+        """i32[W]: the kernels' Params words of `params` (a params dataclass of
+        this env's type, checked by its own __post_init__; None: the env's
+        own), what `reset` and `step` take as ``params=``. Stack them
+        (i32[S, W]) and vmap to step S settings in one program. ValueError
+        naming the params at fault when they change what is compiled into
+        the env's program (`compiled_signature`); the 'jax' backend's
+        reference is compiled per params and takes no words."""
+        if params is None:
+            return self._words.copy()
+        if type(params) is not type(self.params):
+            raise TypeError(f"params must be a {type(self.params).__name__}; got "
+                            f"{type(params).__name__}")
+        if self.backend == "jax":
+            raise ValueError(f"{self.name}: params as words need the 'cpu' or 'cuda' backend "
+                             "(the 'jax' reference takes the params dataclass)")
+        mine = compiled_signature(self.spec, self.params)
+        theirs = compiled_signature(self.spec, params)
+        changed = [k for k in mine if mine[k] != theirs[k]]
+        if changed:
+            names = [f.name for f in dataclasses.fields(params)
+                     if getattr(params, f.name) != getattr(self.params, f.name)]
+            raise ValueError(f"{self.name}: params {', '.join(names)} change the env's "
+                             f"{changed[0]}, compiled into its program (build an env with "
+                             "these params instead)")
+        values = kernel_param_values(self.spec, params)
+        return pack_params(values, static_param_names(self.spec, values))
+
+    def _words_of(self, params: Any) -> jax.Array:
+        """i32[W]: the words a kernel call reads (`param_words`), from None
+        (the env's own), a params dataclass or words (traced or not)."""
+        if params is None:
+            return jnp.asarray(self._words)
+        if dataclasses.is_dataclass(params) and not isinstance(params, type):
+            return jnp.asarray(self.param_words(params))
+        words = params if isinstance(params, jax.Array) else jnp.asarray(params)
+        if words.dtype != jnp.int32 or words.shape != self._words.shape:
+            raise ValueError(f"params must be a {type(self.params).__name__} or its words "
+                             f"int32{list(self._words.shape)} (env.param_words); got "
+                             f"{words.dtype}{list(words.shape)}")
+        return words
+
+    def _reference_params(self, params: Any) -> Any:
+        """The params the 'jax' backend's reference runs with (a dataclass)."""
+        if params is None:
+            return self.params
+        if type(params) is not type(self.params):
+            raise ValueError(f"{self.name}: the 'jax' backend takes params as a "
+                             f"{type(self.params).__name__} (its reference is compiled per "
+                             "params), not as words")
+        return params
+
+    def reset(self, key: jax.Array, num_envs: int, *, env_offset: Any = 0, params: Any = None):
         """obs f32[num_envs, agents, obs_dim], state with [num_envs, ...] fields.
 
         env_offset: global index of the first env (sharded calls): env e draws
         the random numbers of env env_offset + e.
+
+        params: None (the env's own), a params dataclass of this env's type,
+        or its words i32[W] (`param_words`; data: traced and vmapped values
+        welcome); what this call's envs run with.
 
         A num_envs whose state and observations alone (`bytes_per_env` each)
         exceed the memory that could hold them (`jaxwarp.memory.check_fits`:
@@ -196,11 +259,12 @@ class ContractEnv:
         keys = self._keys(key, env_offset)
         if self.backend == "jax":
             _require_zero_offset(env_offset)
-            obs, state = self.spec.reference_reset(self.params, keys[:2], num_envs)
+            obs, state = self.spec.reference_reset(self._reference_params(params), keys[:2],
+                                                   num_envs)
             return obs.astype(self.obs_dtype), self._tag(state)
         # One launch per device over its own envs under jit with env-sharded
         # outputs (jaxwarp._ffi.env_partitioned_call: the partitioning rule).
-        words = jnp.asarray(self._words)
+        words = self._words_of(params)
         outs = _ffi.env_partitioned_call(self._reset_call, (keys, words), (False, False),
                                          num_envs, f"{self._prefix}_reset")
         k = len(self.spec.fields)
@@ -296,7 +360,7 @@ class ContractEnv:
                                f"{self.name}: state.{f.name} holds NaN or inf")
 
     def step(self, key: jax.Array, state: Any, actions: jax.Array, *, env_offset: Any = 0,
-             autoreset: bool = True, in_place: bool = True):
+             autoreset: bool = True, in_place: bool = True, params: Any = None):
         """One step of every env with auto-reset; see the class docstring.
 
         autoreset=False leaves the envs that finish as they ended: obs are
@@ -309,6 +373,8 @@ class ContractEnv:
         own and leave the input state's untouched (the default updates it in
         place where XLA can, donating it); for callers that step twice from
         one state, which otherwise make XLA copy it first.
+
+        params: as for `reset` (None: the env's own).
         """
         for name, flag in (("autoreset", autoreset), ("in_place", in_place)):
             if not isinstance(flag, (bool, np.bool_)):
@@ -320,18 +386,18 @@ class ContractEnv:
         keys = self._keys(key, env_offset)
         if self.backend == "jax":
             _require_zero_offset(env_offset)
+            p = self._reference_params(params)
             # The reference builds and returns the plain state type.
             plain = tag_state(self.spec.state_type, state, "")
             if autoreset:
-                out = self.spec.reference_step(self.params, keys[:2], plain, actions)
+                out = self.spec.reference_step(p, keys[:2], plain, actions)
             else:
                 if not reference_takes_autoreset(self.spec):
                     raise ValueError(
                         f"{self.name}: step(autoreset=False) on the 'jax' backend needs the "
                         "spec's reference_step to take autoreset= (see jaxwarp.core."
                         "reset_mask); the 'cpu' and 'cuda' backends support it for every env")
-                out = self.spec.reference_step(self.params, keys[:2], plain, actions,
-                                               autoreset=False)
+                out = self.spec.reference_step(p, keys[:2], plain, actions, autoreset=False)
             obs, state, reward, done = out[:4]
             obs = obs.astype(self.obs_dtype)
             info = dict(out[4]) if len(out) > 4 else {}
@@ -342,7 +408,7 @@ class ContractEnv:
             # env-sharded inputs (jaxwarp._ffi.env_partitioned_call).
             outs = _ffi.env_partitioned_call(
                 functools.partial(self._step_call, bool(autoreset), bool(in_place)),
-                (keys, jnp.asarray(self._words), actions, *fields),
+                (keys, self._words_of(params), actions, *fields),
                 (False, False) + (True,) * (k + 1), num_envs, f"{self._prefix}_step")
             state = self.spec.state_type(*outs[:k])
             obs, reward, done, term, trunc = outs[k:]
@@ -381,7 +447,8 @@ class ContractEnv:
 
     def rollout_call(self, env_keys: jax.Array, head_keys: jax.Array, weights: jax.Array,
                      agent_group: jax.Array, obs: jax.Array, state: Any, *,
-                     mlp: Sequence[int], nvec: Sequence[int], partitionable: bool
+                     mlp: Sequence[int], nvec: Sequence[int], partitionable: bool,
+                     params: jax.Array | None = None
                      ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
         """The fused rollout (cuda/jaxwarp_fused.h; jaxwarp.train.fused builds
         its arguments): T steps of an MLP policy's forward pass, the action
@@ -390,7 +457,9 @@ class ContractEnv:
         key and env offset), head_keys u32[T, members, heads, 2] (the sampler's
         head keys), weights f32[members, groups, P], agent_group i32[agents],
         obs f32[envs, agents, obs_dim], state with [envs, ...] fields; mlp: the
-        model's words (``jaxwarp.train.fused.mlp_words``).
+        model's words (``jaxwarp.train.fused.mlp_words``); params: the Params
+        words i32[members, W] (member m's row) or i32[W] (every member's),
+        None: the env's own.
         Returns (state, next obs, trajectory: obs f32[T, envs, agents, obs_dim],
         actions i32[T, envs, agents, heads], log_prob, value, reward,
         episode_return f32[T, envs, agents], done bool[T, envs])."""
@@ -407,7 +476,7 @@ class ContractEnv:
                per_step, per_step, per_step, per_step, sds((steps, num_envs), jnp.bool_),
                sds((num_envs,), jnp.bool_), sds((num_envs,), jnp.bool_)],
             input_output_aliases={6 + i: i for i in range(k)},
-        )(env_keys, jnp.asarray(self._words), head_keys, weights, agent_group, obs, *fields,
+        )(env_keys, jnp.asarray(self._words if params is None else params), head_keys, weights, agent_group, obs, *fields,
           jw_heads=np.int32(len(nvec)), jw_steps=np.int32(steps),
           jw_mlp=np.asarray(mlp, np.int32), jw_nvec=np.asarray(nvec, np.int32),
           jw_partitionable=np.int32(bool(partitionable)), **self._attrs)
@@ -417,6 +486,25 @@ class ContractEnv:
 
     def __repr__(self) -> str:
         return f"ContractEnv({self.name!r}, backend={self.backend!r}, params={self.params})"
+
+
+def compiled_signature(spec: EnvSpec, params: Any) -> dict[str, Any]:
+    """What of `params` is compiled into an env's program, by what it is
+    called in errors: params that differ only elsewhere are data (the words
+    `ContractEnv.param_words` gives), the same program runs them."""
+    values = kernel_param_values(spec, params)
+    static = static_param_names(spec, values)
+    groups = spec.policy_groups(params) if spec.policy_groups is not None else {}
+    return {
+        "agent count": int(spec.num_agents(params)),
+        "observation width": int(spec.obs_dim(params)),
+        "action heads": tuple(int(v) for v in spec.nvec(params)),
+        "state layout": tuple(int(w) for w in per_env_words(spec, params)),
+        "policy groups": {g: tuple(int(i) for i in np.asarray(a)) for g, a in groups.items()},
+        "static params": {k: np.asarray(getattr(values[k], "values", values[k])).tolist()
+                          for k in static},
+        "params layout": [(k, getattr(v, "capacity", None)) for k, v in values.items()],
+    }
 
 
 def reference_takes_autoreset(spec: EnvSpec) -> bool:
