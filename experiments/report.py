@@ -1836,6 +1836,8 @@ def section_sweeps(root: Path) -> tuple[list[str], list[Source]]:
 
 LAYER = Source("bench_layer_h200.json", "python experiments/bench_layer.py --sides xla,mma,mgpu")
 GRU_SCAN = Source("bench_gru_scan_h200.json", "python experiments/bench_gru_scan.py")
+GRU_SCAN_MMA = Source("bench_gru_scan_mma_h200.json",
+                      "python experiments/bench_gru_scan.py --kernel mma --updates 0")
 _LAYER_SIDES = {"xla": "XLA (cuBLAS)", "mma": "`mma.sync`, ours",
                 "mgpu": "Mosaic GPU matmul, XLA's epilogue"}
 
@@ -1876,8 +1878,33 @@ def section_kernel_trials(root: Path) -> tuple[list[str], list[Source]]:
         *table(["T × rows", "H", "`lax.scan` ms", "kernel ms", "kernel speed"], scan), "",
         *table(["size", "`gru`", "`gru_kernel`", "kernel speed"], urow),
         *sources_block(root, [GRU_SCAN]),
+        *_gru_mma_lines(root),
     ]
-    return lines, [LAYER, GRU_SCAN]
+    return lines, [LAYER, GRU_SCAN, GRU_SCAN_MMA]
+
+
+def _gru_mma_lines(root: Path) -> list[str]:
+    """The GRU scan with its step's matmul on tensor cores."""
+    mma = _read_json(root, GRU_SCAN_MMA)
+    rows = [[f"{r['T']} × {r['B']}", str(r["H"]), f"{r['lax_scan_ms']:.2f}",
+             f"{r['kernel_ms']:.2f}", ratio(r["lax_scan_ms"] / r["kernel_ms"]),
+             f"{r['lax_scan_kernels']['count']:,} / {r['kernel_kernels']['count']}",
+             f"{1e3 * r['kernel_kernels']['kernel_ms'] / (2 * r['T']):.1f}"]
+            for r in mma["scan"]]
+    return [
+        "",
+        "The same scan with the step's matmul on tensor cores (`kernels/gru_scan_mma.cu`: a "
+        "block per 16 rows through every step, `mma.sync` with TF32 inputs and float32 "
+        "accumulation as XLA's default float32 dot, the recurrent kernels in shared memory), "
+        f"{on(root, GRU_SCAN_MMA)}; its values and gradients differ from full float32 "
+        "precision as much as `lax.scan`'s do at XLA's default precision (the same to two "
+        "digits). Forward and "
+        "backward of the scan alone (ms), GPU kernels a call (`lax.scan` / kernel) and the "
+        "kernel's microseconds a step and direction:", "",
+        *table(["T × rows", "H", "`lax.scan` ms", "kernel ms", "kernel speed",
+                "kernels a call", "µs a step"], rows),
+        *sources_block(root, [GRU_SCAN_MMA]),
+    ]
 
 
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
