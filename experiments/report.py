@@ -749,17 +749,24 @@ def _gru_profile_lines(root: Path) -> list[str]:
     """What bounds the GRU update: its kernels' time against the span they fill."""
     prof = _read_json(root, PROFILE_GRU)
     gpu = prof["gpus"][0]
+    untraced = next(r["ms_per_update"] for r in _read_json(root, RECURRENT)["results"]
+                    if r["size"] == "gpu" and r["model"] == "gru" and not r["command_buffers"])
     rows = [[ph["phase"], f"{ph['ms']:.2f}", f"{ph['share']:.1%}",
              ", ".join(f"{k[:40]} {v:.2f}" for k, v in ph["top_kernels"][:2])]
             for ph in prof["phases"]]
     return [
         "",
         f"The `gru` update at the GPU size, by phase ({_case(prof['config'], prof['overrides'])},"
-        f" one seed, command buffers off, {on(root, PROFILE_GRU)}): the GPU runs kernels for "
-        f"{gpu['kernel_ms']:.1f} ms of a {gpu['span_ms']:.1f} ms span, {gpu['kernels']:,} "
-        "kernels an update (the scans' steps: a few small kernels each, forward and backward, "
-        "every epoch and minibatch, and the rollout's steps), so the update is bound by "
-        "kernel launches and their gaps, not by the GPU's arithmetic or memory. ms per update, "
+        f" one seed, command buffers off, {on(root, PROFILE_GRU)}): {gpu['kernels']:,} "
+        f"kernels an update for {gpu['kernel_ms']:.1f} ms of kernel time, about "
+        f"{1e3 * gpu['kernel_ms'] / gpu['kernels']:.0f} µs each (the scans' steps: a few "
+        "small kernels each, forward and backward, every epoch and minibatch, and the "
+        f"rollout's steps). Untraced, the update takes {untraced:.1f} ms (`bench_recurrent.py` "
+        "above; "
+        f"the trace's span, {gpu['span_ms']:.1f} ms, holds the profiler's own cost), so the "
+        "kernels fill most of it: the update is bound by how many small kernels it runs, "
+        "each a few microseconds whatever its work, not by the GPU's arithmetic or memory. "
+        "ms per update, "
         "share of kernel time, and the largest kernels (ms):",
         "",
         *table(["phase", "ms", "share", "largest kernels"], rows),
