@@ -22,7 +22,8 @@ from jaxwarp.train import losses
 from jaxwarp.train.config import Derived, TrainConfig
 from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.minibatches import Minibatches
-from jaxwarp.train.policy import Policy, RunningStats
+from jaxwarp.train.obs_stats import RunningStats
+from jaxwarp.train.policy import Policy
 from jaxwarp.train.rollout import Transition
 
 # (params, minibatch, normalize_advantages) -> ((loss, metrics), grads)

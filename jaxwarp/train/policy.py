@@ -4,8 +4,8 @@ An env's agents are split into policy groups (Tag: ``tagger`` and
 ``runner``); each group has its own Flax model whose parameters its agents
 share. `Groups` cuts a group's agents out of an ``[..., agents, ...]`` array
 and puts the groups' outputs back in agent order; `Policy` runs every
-group's model on its agents' observations (normalised by the running
-statistics `RunningStats` where the config asks; the learner updates them).
+group's model on its agents' observations (normalised by their running
+statistics, `obs_stats.RunningStats`, where the config asks).
 `param_init` gives a group's initial parameters, after checking once, from
 shapes alone, that its model keeps the contract that `Policy` runs it by
 (docs/models.md): a `ConfigError` naming the group and the shapes where it
@@ -21,10 +21,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from jaxwarp.errors import ConfigError
 from jaxwarp.models.recurrent import has_sequence, is_recurrent
+from jaxwarp.train.obs_stats import RunningStats
 
 
 def _contiguous(ids: np.ndarray) -> bool:
@@ -61,37 +61,6 @@ class Groups(NamedTuple):
         [envs, agents, ...] in agent order."""
         x = jnp.concatenate(list(parts), axis=1)
         return x if self.inverse is None else x[:, self.inverse]
-
-
-@struct.dataclass
-class RunningStats:
-    """Running mean/variance of observations (parallel Welford merge): what
-    `Policy.forward` normalises a group's observations by where the config
-    asks (``normalize_obs``); the learner merges each rollout's observations
-    in (`learn.learn`)."""
-
-    mean: jax.Array  # f32[obs_dim]
-    var: jax.Array  # f32[obs_dim]
-    count: jax.Array  # f32[]
-
-    @classmethod
-    def create(cls, obs_dim: int) -> RunningStats:
-        return cls(jnp.zeros(obs_dim, jnp.float32), jnp.ones(obs_dim, jnp.float32),
-                   jnp.asarray(1e-4, jnp.float32))
-
-    def update(self, obs: jax.Array) -> RunningStats:
-        """Merges a batch obs: f32 or bf16[..., obs_dim]."""
-        x = obs.reshape(-1, obs.shape[-1]).astype(jnp.float32)  # bf16 obs: f32 moments
-        n = jnp.asarray(x.shape[0], jnp.float32)
-        b_mean, b_var = x.mean(0), x.var(0)
-        total = self.count + n
-        delta = b_mean - self.mean
-        mean = self.mean + delta * n / total
-        m2 = self.var * self.count + b_var * n + jnp.square(delta) * self.count * n / total
-        return RunningStats(mean, m2 / total, total)
-
-    def normalize(self, obs: jax.Array) -> jax.Array:
-        return jnp.clip((obs - self.mean) / jnp.sqrt(self.var + 1e-8), -10.0, 10.0)
 
 
 class Policy(NamedTuple):
@@ -250,8 +219,10 @@ def param_init(policy: Policy, obs_dim: int, state_dim: int) -> Callable[[str, j
     """(group, key) -> the group's initial parameters, after checking once, from
     shapes alone, that its model keeps the policy contract (docs/models.md)."""
     one = jnp.zeros((1, obs_dim), jnp.float32)
-    probe = _Probe(obs_dim, state_dim,
-                   RunningStats.create(obs_dim) if policy.normalize_obs else None)
+    probe = _Probe(obs_dim, state_dim)
+    # The checks run the models on raw observations: fresh statistics (mean 0,
+    # variance 1) normalise nothing, so the models see the same values either way.
+    raw = policy._replace(normalize_obs=False)
 
     def init(g: str, key: jax.Array) -> Any:
         net = policy.nets[g]
@@ -269,29 +240,27 @@ def param_init(policy: Policy, obs_dim: int, state_dim: int) -> Callable[[str, j
         return {"actor": params, "critic": critic.init(k_critic, state)}
 
     for g in policy.groups.ids:
-        _check_model(policy, g, init, probe)
+        _check_model(raw, g, init, probe)
         if g in policy.recurrent:
-            _check_reset(policy, g, init, probe)
+            _check_reset(raw, g, init, probe)
         if g in policy.recurrent and policy.sequence_form(g):
-            _check_sequence_form(policy, g, init, probe)
+            _check_sequence_form(raw, g, init, probe)
     return init
 
 
 class _Probe(NamedTuple):
-    """What the contract checks feed a model: observations f32[..., obs_dim],
-    the env's global state f32[..., state_dim] (centralised critics) and the
-    observation statistics (None where the policy does not normalise)."""
+    """What the contract checks feed a model: observations f32[..., obs_dim]
+    and the env's global state f32[..., state_dim] (centralised critics)."""
 
     obs_dim: int
     state_dim: int
-    stats: RunningStats | None
 
 
 def _check_model(policy: Policy, g: str, init: Callable, probe: _Probe) -> None:
     """A ConfigError naming group g, the expected and the actual shapes, where
     its model breaks the contract (checked on shapes, before any compile)."""
     net, n = policy.nets[g], len(policy.groups.ids[g])
-    obs_dim, state_dim, stats = probe
+    obs_dim, state_dim = probe
     kind = "recurrent" if g in policy.recurrent else "feed-forward"
     heads = sum(policy.nvec)
 
@@ -300,7 +269,7 @@ def _check_model(policy: Policy, g: str, init: Callable, probe: _Probe) -> None:
         carry = policy.group_carry(g, 2) if g in policy.recurrent else None
         state = jnp.zeros((2, state_dim), jnp.float32) if policy.critics else None
         obs = jnp.zeros((2, n, obs_dim), jnp.float32)
-        out = policy.forward(g, params, stats, obs, carry, jnp.ones((2, n), bool), state)
+        out = policy.forward(g, params, None, obs, carry, jnp.ones((2, n), bool), state)
         return carry, out
 
     where = f"policies.{g}.model ({type(net).__name__}, {kind})"
@@ -358,7 +327,7 @@ def _check_reset(policy: Policy, g: str, init: Callable, probe: _Probe) -> None:
     step run twice on 2 x agents rows; an episode's start would otherwise see
     the previous episode's memory, and train silently)."""
     n = len(policy.groups.ids[g])
-    obs_dim, state_dim, stats = probe
+    obs_dim, state_dim = probe
 
     @jax.jit
     def outputs(key, warm):
@@ -368,7 +337,7 @@ def _check_reset(policy: Policy, g: str, init: Callable, probe: _Probe) -> None:
         state = jnp.ones((2, state_dim), jnp.float32) if policy.critics else None
         obs = jnp.ones((2, n, obs_dim), jnp.float32)
         reset = jnp.ones((2, n), bool)
-        return policy.forward(g, params, stats, obs, carry, reset, state)[1:]
+        return policy.forward(g, params, None, obs, carry, reset, state)[1:]
 
     key = jnp.zeros((2,), jnp.uint32)
     fresh, warm = outputs(key, 0.0), outputs(key, 0.5)
@@ -387,12 +356,12 @@ def _check_sequence_form(policy: Policy, g: str, init: Callable, probe: _Probe) 
     steps it must return the step form's logits and value with a leading T."""
     net, n, t = policy.nets[g], len(policy.groups.ids[g]), 3
     heads = sum(policy.nvec)
-    obs_dim, state_dim, stats = probe
+    obs_dim, state_dim = probe
 
     def run(key):
         carry = policy.group_carry(g, 2)
         state = jnp.zeros((t, 2, state_dim), jnp.float32) if policy.critics else None
-        return policy.sequence(g, init(g, key), stats, jnp.zeros((t, 2, n, obs_dim)), carry,
+        return policy.sequence(g, init(g, key), None, jnp.zeros((t, 2, n, obs_dim)), carry,
                                jnp.ones((t, 2), bool), state)
 
     where = f"policies.{g}.model ({type(net).__name__}, recurrent)"

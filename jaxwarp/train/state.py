@@ -22,7 +22,7 @@ from jaxwarp.core import key_data_of
 from jaxwarp.train.config import Derived, TrainConfig
 from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.learn import Learner, LearnerState, optimiser
-from jaxwarp.train.policy import RunningStats
+from jaxwarp.train.obs_stats import RunningStats
 from jaxwarp.train.rollout import Acting, EnvCarry
 
 
