@@ -32,7 +32,8 @@ def add_sweep(sub: Any) -> None:
         "in memory), then ranks the settings by the first trained group's final episode "
         "return (mean and 95% interval over seeds), writes sweep.json, sweep.csv, sweep.png "
         "and best.yaml (jaxwarp train --config DIR/best.yaml trains the best). Ctrl-C and "
-        f"--resume as for train. Sweepable: {', '.join(SWEEPABLE)}, policies.<group>.lr.")
+        f"--resume as for train. Sweepable: {', '.join(SWEEPABLE)}, policies.<group>.lr and "
+        "the env's params that change no shape, env_params.<name>.")
     add_run_arguments(s, "key=a,b,c: a grid; key=uniform(lo,hi) or key=loguniform(lo,hi): "
                       "drawn per setting (with --samples); key=value: a plain override",
                       "continue the sweep saved in DIR", sweep=True)

@@ -6,6 +6,8 @@ policies and envs it takes (the rest keep the step-by-step path)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -129,6 +131,32 @@ def test_vmap_over_seeds_equals_one_seed_at_a_time(backend, monkeypatch):
         single = jax.jit(one)(s)
         for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(batched)):
             np.testing.assert_array_equal(a, b[i])
+
+
+def test_each_member_rolls_out_with_its_own_env_params(monkeypatch):
+    """Env params as data: under vmap the fused call reads one row of Params
+    words per member, as the step-by-step rollout's env steps do."""
+    t_fused, t_step = _trainers("mpe_relu_shared", monkeypatch)
+    env = t_fused.env
+    words = jnp.stack([env.param_words(dataclasses.replace(env.params, local_ratio=r, damping=d))
+                       for r, d in ((0.0, 0.25), (1.0, 0.6))])
+
+    def one(t):
+        def run(seed, w):
+            rs = t.init(jax.random.PRNGKey(seed))
+            rs = rs.replace(hyper=rs.hyper.replace(env=w))
+            return t.rollout(rs, jax.random.PRNGKey(seed + 7))
+        return run
+
+    seeds = jnp.zeros(2, jnp.int32)  # the same keys: the params alone differ
+    envs_f, _, traj_f = jax.jit(jax.vmap(one(t_fused)))(seeds, words)
+    envs_s, _, traj_s = jax.jit(jax.vmap(one(t_step)))(seeds, words)
+    for field in ("actions", "reward", "done", "obs"):
+        np.testing.assert_array_equal(getattr(traj_f, field), getattr(traj_s, field),
+                                      err_msg=field)
+    for a, b in zip(jax.tree.leaves(envs_f.env_state), jax.tree.leaves(envs_s.env_state)):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(traj_s.reward[0], traj_s.reward[1])
 
 
 def test_vmap_past_the_work_limit_runs_step_by_step(monkeypatch):

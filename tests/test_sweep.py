@@ -334,3 +334,70 @@ def test_a_sweep_without_room_for_one_run_per_device_is_refused(tmp_path, capsys
     assert code == 2 and "the run needs at least" in err
     assert "(not even one run per device fits)" in err and err.count("\n") == 1
     assert not (tmp_path / "sw").exists()
+
+
+# ---------------------------------------------------------------------------
+# Env params as data (env_params.<name>): a kernel env's params swept in one
+# program, each member the `jaxwarp train` run of its setting.
+# ---------------------------------------------------------------------------
+MPE = ["backend=cpu", "num_envs=4", "num_steps=8", "total_env_steps=128", "num_minibatches=1",
+       "update_epochs=1", "policies.agent.hidden_sizes=[8]"]
+
+
+def _mpe(*overrides: str):
+    return load_config("mpe_simple_spread_ppo", [*MPE, *overrides])
+
+
+def test_env_params_are_sweepable_keys():
+    plain, sw = parse_sweep(["env_params.local_ratio=0.2,0.8", "gamma=0.9,0.99",
+                             "env_params.damping=0.3"])
+    assert plain == ["env_params.damping=0.3"]
+    assert sw.keys == ("env_params.local_ratio", "gamma")
+    with pytest.raises(ConfigError, match=r"env_params\.: changes the program"):
+        parse_sweep(["env_params.=1,2"])
+
+
+def test_each_member_is_the_train_run_of_its_env_params():
+    c = _mpe()
+    _, sw = parse_sweep(["env_params.local_ratio=0.2,0.8", "env_params.max_steps=10,25"])
+    rs, m = jax.jit(make_sweep(c, sw))(seed_keys(0, 1))
+    assert rs.hyper.env.shape[0] == 4 and rs.hyper.env.dtype == np.int32
+    returns = []
+    for k, ck in enumerate(sw.configs(c)):
+        rs1, m1 = jax.jit(jax.vmap(make_train(ck)))(seed_keys(0, 1))
+        np.testing.assert_array_equal(rs.hyper.env[k], rs1.hyper.env[0])
+        for a, b in zip(jax.tree.leaves(rs.envs), jax.tree.leaves(rs1.envs)):
+            np.testing.assert_allclose(a[k], b[0], rtol=2e-5, atol=1e-6)
+        for a, b in zip(jax.tree.leaves(rs.learner), jax.tree.leaves(rs1.learner)):
+            np.testing.assert_allclose(a[k], b[0], rtol=2e-5, atol=1e-6)
+        for name in m1:
+            np.testing.assert_allclose(m[name][k], m1[name][0], rtol=2e-5, atol=1e-6,
+                                       err_msg=name)
+        returns.append(np.asarray(m1["agent/episode_return"][0]))
+    # local_ratio weighs the rewards otherwise: other returns.
+    assert not np.allclose(returns[0], returns[2], equal_nan=True)
+
+
+@pytest.mark.parametrize("words, message", [
+    (["env_params.local_ratio=0.5,1.5"],
+     "env_params.local_ratio: local_ratio=1.5: mpe_simple_spread: local_ratio=1.5; expected"),
+    (["env_params.num_agents=3,4"],
+     ("env_params.num_agents: num_agents=4: mpe_simple_spread: params num_agents change the "
+      "env's agent count")),
+    (["env_params.num_landmarks=2,3"], "change the env's observation width"),
+    (["env_params.radius=1,2"], "env_params.radius: not a parameter of mpe_simple_spread"),
+    (["env_params.max_steps=10,10.5"], "env_params.max_steps: max_steps=10.5"),
+])
+def test_bad_env_params_are_refused_in_one_line_before_compiling(words, message):
+    _, sw = parse_sweep(words)
+    with pytest.raises(ConfigError) as e:
+        make_sweep(_mpe(), sw)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_env_params_on_the_jax_backend_are_refused_in_one_line():
+    _, sw = parse_sweep(["env_params.gravity=9.8,11"])
+    with pytest.raises(ConfigError, match=r"env_params.gravity: sweeping env params needs a "
+                       r"contract env on the 'cpu' or 'cuda' backend") as e:
+        make_sweep(tiny_config(), sw)
+    assert "\n" not in str(e.value)

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 
 from jaxwarp.errors import CheckpointError, CheckpointWarning, ConfigError
 from jaxwarp.run import distributed
@@ -110,7 +111,14 @@ def restore_or_init(run: Run, resume: bool, progress: bool | str) -> None:
     (called by `loop.train_run`): the warnings' stack levels point at
     train_run's caller."""
     keys = member_keys(run.config.seed, run.seeds, len(run.settings))
-    init = jax.jit(jax.vmap(run.trainer.init))
+    hyper = None
+    if run.settings:  # each member's hyperparameters and env params: its setting's
+        configs = [setting_config(run.config, s) for s in run.settings]
+        hyper = stacked_hyper(configs, run.trainer.groups, run.seeds, run.trainer.env,
+                              run.settings)
+    # A sweep's members start from resets with their setting's env params.
+    init = jax.jit(jax.vmap(run.trainer.init) if hyper is None else
+                   lambda k: jax.vmap(run.trainer.init)(k, jax.tree.map(jnp.asarray, hyper)))
     out, primary = run.out, run.primary
     abstract = abstract_state(run.trainer, init, keys, run.member_mesh) \
         if resume or run.settings else None
@@ -134,9 +142,7 @@ def restore_or_init(run: Run, resume: bool, progress: bool | str) -> None:
                       f"stopped; it starts from update 1 of {run.num_updates}",
                       CheckpointWarning, stacklevel=4)  # train_run's caller
     run.rs = init(keys)
-    if run.settings:  # each member's hyperparameters: its setting's
-        configs = [setting_config(run.config, s) for s in run.settings]
-        hyper = stacked_hyper(configs, run.trainer.groups, run.seeds)
+    if hyper is not None:
         # Where the restore would put the state (a sweep's trainer has no env mesh).
         where = jax.tree.map(lambda a: a.sharding, abstract)
         run.rs = jax.device_put(run.rs.replace(hyper=hyper), where)

@@ -147,7 +147,7 @@ class FusedRollout(NamedTuple):
         return env_keys, head_keys
 
     def __call__(self, acting: Acting, params: Mapping[str, Any], stats: Any, envs: EnvCarry,
-                 key: jax.Array, num_steps: int
+                 key: jax.Array, num_steps: int, env_params: jax.Array | None = None
                  ) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
         """`rollout`'s arguments and results: `num_steps` steps from `envs`
         (obs f32[envs, agents, obs_dim], first bool[envs]; the carry stays
@@ -155,7 +155,9 @@ class FusedRollout(NamedTuple):
         step, episode sums name -> f32[], Transition of [T, ...] arrays).
         `acting` and `stats` are used only where the call runs step by step
         (the fused kernel has this object's own policy, env and sums; no
-        centralised critic, no normalize_obs).
+        centralised critic, no normalize_obs). env_params: the env's Params
+        words i32[W] (`Hyper.env`; None: its own), read by the fused kernel
+        as by the env's step (each member its own row).
 
         Under `jax.vmap` (several seeds) the members' envs fold into one
         launch; where they would make it more than MAX_FUSED_WORK (agents
@@ -163,11 +165,11 @@ class FusedRollout(NamedTuple):
         step-by-step rollout instead, as `choice` picks it for one member.
         (One level of vmap: the trainer's, over seeds.)"""
 
-        def fused_one(params, stats, envs, key):
-            return self._fused(params, envs, key, num_steps)
+        def fused_one(params, stats, envs, key, words):
+            return self._fused(params, envs, key, num_steps, words)
 
-        def step_by_step(params, stats, envs, key):
-            return rollout(acting, params, stats, envs, key, num_steps)
+        def step_by_step(params, stats, envs, key, words):
+            return rollout(acting, params, stats, envs, key, num_steps, words)
 
         @jax.custom_batching.custom_vmap
         def one(*args):
@@ -182,15 +184,17 @@ class FusedRollout(NamedTuple):
             out = jax.vmap(step_by_step if big else fused_one)(*args)
             return out, jax.tree.map(lambda _: True, out)
 
-        return one(params, stats, envs, key)
+        words = jnp.asarray(self.env.param_words()) if env_params is None else env_params
+        return one(params, stats, envs, key, words)
 
-    def _fused(self, params: Mapping[str, Any], envs: EnvCarry, key: jax.Array, num_steps: int
-               ) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
-        """The fused call for one member; `__call__`'s results."""
+    def _fused(self, params: Mapping[str, Any], envs: EnvCarry, key: jax.Array, num_steps: int,
+               words: jax.Array) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
+        """The fused call for one member (words: the env's Params words
+        i32[W]); `__call__`'s results."""
         env_keys, head_keys = self.keys(key, num_steps)
         weights = pack(params, list(self.policy.groups.ids))
         env_state, next_obs, traj = _call(self, env_keys, head_keys, weights, envs.obs,
-                                          envs.env_state)
+                                          envs.env_state, words)
         done = traj["done"]
         w = done.astype(jnp.float32)
         per_step = jax.vmap(self.sums)(traj["episode_return"], w)
@@ -202,37 +206,39 @@ class FusedRollout(NamedTuple):
         return EnvCarry(env_state, next_obs, dict(envs.carry), done[-1]), ep, step
 
 
-def _call(f: FusedRollout, env_keys, head_keys, weights, obs, state):
-    """env.rollout_call for one member (env_keys u32[T, 3], ...) or, under
-    `jax.vmap`, for all members in one call (their envs folded into the env
-    axis; the step-major trajectory moved back to member-major after)."""
+def _call(f: FusedRollout, env_keys, head_keys, weights, obs, state, words):
+    """env.rollout_call for one member (env_keys u32[T, 3], ..., the env's
+    Params words i32[W]) or, under `jax.vmap`, for all members in one call
+    (their envs folded into the env axis, words i32[members, W] one row per
+    member; the step-major trajectory moved back to member-major after)."""
 
-    def call(env_keys, head_keys, weights, obs, state):
+    def call(env_keys, head_keys, weights, obs, state, words):
         return f.env.rollout_call(env_keys, head_keys, weights, jnp.asarray(f.agent_group),
                                   obs, state, mlp=f.mlp, nvec=f.policy.nvec,
-                                  partitionable=bool(jax.config.jax_threefry_partitionable))
+                                  partitionable=bool(jax.config.jax_threefry_partitionable),
+                                  params=words)
 
     @jax.custom_batching.custom_vmap
-    def one(env_keys, head_keys, weights, obs, state):
-        return call(env_keys[:, None], head_keys[:, None], weights[None], obs, state)
+    def one(env_keys, head_keys, weights, obs, state, words):
+        return call(env_keys[:, None], head_keys[:, None], weights[None], obs, state, words)
 
     @one.def_vmap
-    def batched(size, in_batched, env_keys, head_keys, weights, obs, state):
+    def batched(size, in_batched, env_keys, head_keys, weights, obs, state, words):
         args = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (size, *x.shape)),
-                            (env_keys, head_keys, weights, obs, state), tuple(in_batched))
-        env_keys, head_keys, weights, obs, state = args
+                            (env_keys, head_keys, weights, obs, state, words), tuple(in_batched))
+        env_keys, head_keys, weights, obs, state, words = args
         envs = obs.shape[1]
         fold = lambda x: x.reshape(size * envs, *x.shape[2:])  # noqa: E731
         state, next_obs, traj = call(jnp.swapaxes(env_keys, 0, 1),
                                      jnp.swapaxes(head_keys, 0, 1), weights, fold(obs),
-                                     jax.tree.map(fold, state))
+                                     jax.tree.map(fold, state), words)
         unfold = lambda x: x.reshape(size, envs, *x.shape[1:])  # noqa: E731
         traj = {k: jnp.moveaxis(v.reshape(v.shape[0], size, envs, *v.shape[2:]), 1, 0)
                 for k, v in traj.items()}
         out = (jax.tree.map(unfold, state), unfold(next_obs), traj)
         return out, jax.tree.map(lambda _: True, out)
 
-    return one(env_keys, head_keys, weights, obs, state)
+    return one(env_keys, head_keys, weights, obs, state, words)
 
 
 def param_count(words: Sequence[int]) -> int:

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxwarp.train.hyper import env_kw
 from jaxwarp.train.policy import Policy, RunningStats
 
 # (key, logits f32[envs, agents, sum(nvec)]) -> (actions i32[envs, agents, heads],
@@ -91,18 +92,21 @@ def env_metric_names(env: Any, num_envs: int = 1) -> tuple[str, ...]:
 
 def act_and_step(acting: Acting, params: Mapping[str, Any],
                  stats: Mapping[str, RunningStats], envs: EnvCarry,
-                 ep: Mapping[str, jax.Array], key: jax.Array
+                 ep: Mapping[str, jax.Array], key: jax.Array,
+                 env_params: jax.Array | None = None
                  ) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
     """One step: act on envs.obs f32[envs, agents, D] (recurrent groups from
-    their carry, reset where envs.first bool[envs]), step the envs, add the
-    ended episodes' statistics to ep (name -> f32[envs]; "episodes": how many
-    ended). Returns (the envs after the step, ep, the step's `Transition`)."""
+    their carry, reset where envs.first bool[envs]), step the envs (with the
+    env's Params words env_params i32[W], `Hyper.env`; None: its own), add
+    the ended episodes' statistics to ep (name -> f32[envs]; "episodes": how
+    many ended). Returns (the envs after the step, ep, the step's `Transition`)."""
     k_act, k_env = jax.random.split(key)
     env, obs = acting.env, envs.obs
     state = env.global_state(obs, envs.env_state) if acting.centralised else None
     carry, logits, value = acting.policy.step(params, stats, obs, envs.carry, envs.first, state)
     actions, logp = acting.sample(k_act, logits)
-    next_obs, env_state, reward, done, info = env.step(k_env, envs.env_state, actions)
+    next_obs, env_state, reward, done, info = env.step(k_env, envs.env_state, actions,
+                                                       **env_kw(env_params))
     w = done.astype(jnp.float32)
     new = {**acting.sums(info["episode_return"], w), "episodes": w}
     ep = {k: ep[k] + v for k, v in new.items()}
@@ -112,9 +116,10 @@ def act_and_step(acting: Acting, params: Mapping[str, Any],
 
 @jax.named_scope("rollout")
 def rollout(acting: Acting, params: Mapping[str, Any], stats: Mapping[str, RunningStats],
-            envs: EnvCarry, key: jax.Array, num_steps: int
+            envs: EnvCarry, key: jax.Array, num_steps: int, env_params: jax.Array | None = None
             ) -> tuple[EnvCarry, dict[str, jax.Array], Transition]:
-    """`num_steps` steps from `envs` by ``lax.scan``. Returns (the envs after
+    """`num_steps` steps from `envs` by ``lax.scan`` (the env's Params words
+    env_params i32[W], `Hyper.env`; None: its own). Returns (the envs after
     the last step, episode sums name -> f32[] over the episodes that ended
     ("episodes": their number), Transition of [T, ...] arrays)."""
     num_envs, num_agents = envs.obs.shape[:2]
@@ -123,7 +128,7 @@ def rollout(acting: Acting, params: Mapping[str, Any], stats: Mapping[str, Runni
 
     def body(c, k):
         params_, stats_, envs_, ep = c
-        envs_, ep, step = act_and_step(acting, params_, stats_, envs_, ep, k)
+        envs_, ep, step = act_and_step(acting, params_, stats_, envs_, ep, k, env_params)
         return (params_, stats_, envs_, ep), step
 
     (_, _, envs, ep), traj = jax.lax.scan(

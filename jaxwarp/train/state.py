@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxwarp.core import key_data_of
 from jaxwarp.train.config import Derived, TrainConfig
-from jaxwarp.train.hyper import Hyper
+from jaxwarp.train.hyper import Hyper, env_kw
 from jaxwarp.train.learn import Learner, LearnerState, optimiser
 from jaxwarp.train.obs_stats import RunningStats
 from jaxwarp.train.rollout import Acting, EnvCarry
@@ -61,16 +61,17 @@ class Pieces(NamedTuple):
     env_metrics: tuple[str, ...]  # the env's own episode metrics (rollout.env_metric_names)
 
 
-def init_state(run: Pieces, key: jax.Array) -> RunnerState:
-    """The envs reset and every group's fresh parameters and optimiser state."""
+def init_state(run: Pieces, key: jax.Array, hyper: Hyper | None = None) -> RunnerState:
+    """The envs reset and every group's fresh parameters and optimiser state;
+    `hyper`: a sweep member's (None: the config's and the env's own)."""
     c, policy, env = run.config, run.acting.policy, run.acting.env
     ids = policy.groups.ids
     obs_dim = int(env.observation_space.shape[-1])
+    hyper = Hyper.of(c, ids, env) if hyper is None else hyper
     key = key_data_of(key)
     key, k_env, *k_models = jax.random.split(key, 2 + len(ids))
-    obs, env_state = env.reset(k_env, c.num_envs)
+    obs, env_state = env.reset(k_env, c.num_envs, **env_kw(hyper.env))
     params = {g: run.init_params(g, k) for g, k in zip(ids, k_models)}
-    hyper = Hyper.of(c, ids)
     learner = LearnerState(
         params=params,
         opt_state={g: optimiser(c, run.derived, g, hyper).init(params[g]) for g in ids},

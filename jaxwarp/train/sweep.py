@@ -9,6 +9,9 @@ order given, crossed with the draws); `Sweep.configs` gives each setting's
 full `TrainConfig`, checked as ``jaxwarp train`` checks one; `stacked_hyper`
 stacks their `Hyper` arrays over settings x seeds (member ``k * seeds + s``:
 setting k, seed ``config.seed + s``), the leading axis the program vmaps.
+Swept env params (``env_params.<name>``) become each setting's Params words
+(`setting_words`), checked by the params dataclass and by the env: a value
+that would change what is compiled in (shapes, static params) is refused.
 """
 
 from __future__ import annotations
@@ -25,15 +28,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp.errors import ConfigError
-from jaxwarp.params_check import quoted
+from jaxwarp.params_check import check_params, check_values, quoted
 from jaxwarp.train.config import PolicyConfig, TrainConfig, config_from_dict, merge
-from jaxwarp.train.hyper import GROUP_SWEEPABLE, SWEEPABLE, Hyper
+from jaxwarp.train.hyper import ENV_PREFIX, GROUP_SWEEPABLE, SWEEPABLE, Hyper, takes_params
 from jaxwarp.train.trainer import build_trainer
 
 # Settings in one sweep at most (each trains `seeds` members; MAX_SEEDS bounds the product).
 MAX_SETTINGS = 4096
 _RANDOM = re.compile(r"^(uniform|loguniform)\((.*)\)$")
 _GROUP_KEY = re.compile(r"^policies\.([^.]+)\.(\w+)$")
+_ENV_KEY = re.compile(r"^env_params\.[A-Za-z_]\w*$")
+# How errors list what a sweep may vary.
+_SWEEPABLE_TEXT = f"{', '.join(SWEEPABLE)}, policies.<group>.lr and env_params.<name>"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +97,8 @@ def setting_config(base: TrainConfig, setting: Mapping[str, float]) -> TrainConf
     """`base` with `setting`'s values (dotted keys), checked as a config is."""
     d = base.to_dict()
     for k, v in setting.items():
+        if k.startswith(ENV_PREFIX) and float(v).is_integer():
+            v = int(v)  # an int field's value (a float field takes it as a float)
         *path, last = k.split(".")
         node: dict[str, Any] = {last: v}
         for part in reversed(path):
@@ -131,8 +139,7 @@ def parse_sweep(words: Sequence[str], samples: int | None = None, seed: int = 0
     n = math.prod(len(v) for _, v in grid) * sweep.samples
     if not keys:
         raise ConfigError("a sweep needs at least one swept key: key=a,b,c (a grid) or "
-                          f"key=uniform(lo,hi) with --samples N; sweepable: {', '.join(SWEEPABLE)}"
-                          f", policies.<group>.lr")
+                          f"key=uniform(lo,hi) with --samples N; sweepable: {_SWEEPABLE_TEXT}")
     if n > MAX_SETTINGS:
         raise ConfigError(f"the sweep has {n} settings; at most {MAX_SETTINGS}")
     return plain, sweep
@@ -186,22 +193,66 @@ def check_sweepable(keys: Iterable[str]) -> None:
             raise ConfigError(f"{k}: swept twice")
         seen.add(k)
         m = _GROUP_KEY.match(k)
-        if k in SWEEPABLE or (m and m.group(2) in GROUP_SWEEPABLE):
+        if k in SWEEPABLE or (m and m.group(2) in GROUP_SWEEPABLE) or _ENV_KEY.match(k):
             continue
         known = {f.name for f in dataclasses.fields(TrainConfig)}
         what = ("changes the program's shapes or structure, so it cannot vary within one "
                 "program (run one sweep per value)") if k.split(".")[0] in known or m \
             else "is not a config key"
-        raise ConfigError(f"{k}: {what}; a sweep varies {', '.join(SWEEPABLE)} and "
-                          "policies.<group>.lr")
+        raise ConfigError(f"{k}: {what}; a sweep varies {_SWEEPABLE_TEXT}")
 
 
-def stacked_hyper(configs: Sequence[TrainConfig], groups: Iterable[str], seeds: int) -> Hyper:
-    """Every member's `Hyper` stacked: f32[settings * seeds] per leaf, member
-    ``k * seeds + s`` holding setting k's values."""
+def stacked_hyper(configs: Sequence[TrainConfig], groups: Iterable[str], seeds: int,
+                  env: Any = None, settings: Sequence[Mapping[str, float]] | None = None
+                  ) -> Hyper:
+    """Every member's `Hyper` stacked: f32[settings * seeds] per leaf (the
+    env's words i32[settings * seeds, W]), member ``k * seeds + s`` holding
+    setting k's values: configs[k]'s hyperparameters and, with `env`, the
+    env's params with settings[k]'s ``env_params.<name>`` values
+    (`setting_words`)."""
     groups = list(groups)
-    each = [Hyper.of(c, groups) for c in configs for _ in range(seeds)]
+    params = [setting_params(env, s) for s in settings or [{}] * len(configs)] \
+        if env is not None else [None] * len(configs)
+    each = [Hyper.of(c, groups, env, p) for c, p in zip(configs, params) for _ in range(seeds)]
     return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *each)
+
+
+def setting_params(env: Any, setting: Mapping[str, float]) -> Any:
+    """`env`'s params with `setting`'s ``env_params.<name>`` values (None when
+    it has none): checked by the params dataclass (its types, finiteness and
+    range checks) and by the env (`ContractEnv.param_words`: nothing compiled
+    in may change). ConfigError naming the key at fault."""
+    swept = {k[len(ENV_PREFIX):]: v for k, v in setting.items() if k.startswith(ENV_PREFIX)}
+    if not swept:
+        return None
+    if not takes_params(env):
+        raise ConfigError(f"{ENV_PREFIX}{next(iter(swept))}: sweeping env params needs a "
+                          "contract env on the 'cpu' or 'cuda' backend (backend=cpu or cuda)")
+    params = env.params
+    for name, value in swept.items():  # one key at a time first: the error names it
+        _with_values(env, params, {name: value}, f"{ENV_PREFIX}{name}")
+    return _with_values(env, params, swept, ", ".join(ENV_PREFIX + k for k in swept))
+
+
+def _with_values(env: Any, params: Any, values: Mapping[str, float], keys: str) -> Any:
+    """`params` with `values`, whose words `env` accepts; ConfigError naming `keys`."""
+    fields = {f.name for f in dataclasses.fields(params)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ConfigError(f"{ENV_PREFIX}{unknown[0]}: not a parameter of {env.name} "
+                          f"(its parameters: {', '.join(sorted(fields))})")
+    # A grid's numbers are floats: an int field takes a whole one (25.0 -> 25).
+    values = {k: int(v) if isinstance(getattr(params, k), int)
+              and not isinstance(getattr(params, k), bool) and float(v).is_integer() else v
+              for k, v in values.items()}
+    try:
+        p = dataclasses.replace(params, **check_values(type(params), values, env.name))
+        check_params(p, env.name)
+        env.param_words(p)
+    except (TypeError, ValueError) as e:
+        shown = ", ".join(f"{k}={v:g}" for k, v in values.items())
+        raise ConfigError(f"{keys}: {shown}: {e}") from None
+    return p
 
 
 def same_program(base: TrainConfig, configs: Sequence[TrainConfig]) -> None:
@@ -210,9 +261,10 @@ def same_program(base: TrainConfig, configs: Sequence[TrainConfig]) -> None:
     groups = {g for c in (base, *configs) for g, _ in c.policies}
     unswept = {k: getattr(PolicyConfig(), k) for k in GROUP_SWEEPABLE}
 
+    # Env params: the env checks each setting's (`setting_params`).
     def fixed(c: TrainConfig) -> TrainConfig:
         return dataclasses.replace(
-            c, **{k: getattr(base, k) for k in SWEEPABLE},
+            c, **{k: getattr(base, k) for k in SWEEPABLE}, env_params=base.env_params,
             policies=tuple((g, dataclasses.replace(c.policy(g), **unswept))
                            for g in sorted(groups)))
 
@@ -232,14 +284,16 @@ def make_sweep(config: TrainConfig, sweep: Sweep, env: Any = None,
     trainer = build_trainer(config, env=env, models=models)
     configs = sweep.configs(config)
     same_program(config, configs)
+    settings = sweep.settings()
+    stacked_hyper(configs, trainer.groups, 1, trainer.env, settings)  # checked before compiling
 
     def train(keys: jax.Array):
         seeds = keys.shape[0]
         members = jnp.tile(keys, (len(configs), 1))
-        rs = jax.vmap(trainer.init)(members)
         with jax.ensure_compile_time_eval():  # constants of the program, not traced
-            hyper = stacked_hyper(configs, trainer.groups, seeds)
-        rs = rs.replace(hyper=jax.tree.map(jnp.asarray, hyper))
+            hyper = stacked_hyper(configs, trainer.groups, seeds, trainer.env, settings)
+        # Each member's envs start from a reset with its setting's env params.
+        rs = jax.vmap(trainer.init)(members, jax.tree.map(jnp.asarray, hyper))
         return jax.vmap(lambda r: trainer.run(r, trainer.derived.num_updates))(rs)
 
     return train

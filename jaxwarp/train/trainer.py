@@ -63,7 +63,7 @@ class Trainer(NamedTuple):
     env: Any
     groups: dict[str, np.ndarray]  # group -> agent ids
     models: dict[str, nn.Module]
-    init: Callable[[jax.Array], RunnerState]  # key (u32[2] or typed) -> state
+    init: Callable[..., RunnerState]  # key (u32[2] or typed)[, a sweep member's Hyper] -> state
     run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
     # (state, key) -> (envs, episode sums, trajectory): one rollout (profiling)
     rollout: Callable[[RunnerState, jax.Array], tuple[EnvCarry, dict, Transition]]
@@ -116,7 +116,7 @@ def trainer_for(config: TrainConfig, d: Derived, env: Any = None,
 
     def rollout(rs: RunnerState, key: jax.Array) -> tuple[EnvCarry, dict, Transition]:
         return run.rollout(run.acting, rs.learner.params, rs.learner.obs_stats, rs.envs, key,
-                           config.num_steps)
+                           config.num_steps, rs.hyper.env)
 
     def train_chunk(rs: RunnerState, num_updates: int):
         """`num_updates` updates by lax.scan; metrics: name -> f32[num_updates].
@@ -128,8 +128,8 @@ def trainer_for(config: TrainConfig, d: Derived, env: Any = None,
         return jax.lax.scan(lambda rs, _: update_step(run, rs), rs, None, length=num_updates)
 
     return Trainer(config=config, derived=d, env=env, groups=policy.groups.ids,
-                   models=policy.nets, init=lambda key: init_state(run, key), run=train_chunk,
-                   rollout=rollout, policy=policy, mesh=run.mesh, **about)
+                   models=policy.nets, init=lambda key, hyper=None: init_state(run, key, hyper),
+                   run=train_chunk, rollout=rollout, policy=policy, mesh=run.mesh, **about)
 
 
 def _compose(c: TrainConfig, d: Derived, env: Any, models: Mapping[str, nn.Module] | None,

@@ -26,7 +26,7 @@ def update_step(run: Pieces, rs: RunnerState) -> tuple[RunnerState, dict[str, ja
     key, k_roll, k_upd = jax.random.split(rs.key, 3)
     # COLLECT TRAJECTORIES
     envs, ep, traj = run.rollout(run.acting, rs.learner.params, rs.learner.obs_stats, rs.envs,
-                                 k_roll, c.num_steps)
+                                 k_roll, c.num_steps, rs.hyper.env)
     # CALCULATE ADVANTAGE
     data = advantages(run, rs, envs, traj)
     # UPDATE NETWORK
