@@ -111,3 +111,19 @@ def test_bad_words_and_the_jax_backend_are_refused():
     a = ref.reset(key, 2, params=other)[0]
     b = jaxwarp.make("cartpole", backend="jax", gravity=11.0).reset(key, 2)[0]
     np.testing.assert_array_equal(a, b)
+
+
+def test_env_params_that_the_envs_metrics_read_are_refused_by_a_sweep():
+    """Tag's tags_per_episode divides the taggers' return by the env's own tag
+    reward, in Python: a setting with another one would log wrong counts."""
+    from jaxwarp.errors import ConfigError
+    from jaxwarp.train.sweep import setting_params
+
+    env = jaxwarp.make("tag_continuous", backend="cpu")
+    assert setting_params(env, {"env_params.tag_penalty_for_runner": -2.0}) \
+        .tag_penalty_for_runner == -2.0
+    with pytest.raises(ConfigError, match=r"env_params.tag_reward_for_tagger: "
+                       r"tag_reward_for_tagger=5: the env's episode metrics "
+                       r"\(tags_per_episode\)") as e:
+        setting_params(env, {"env_params.tag_reward_for_tagger": 5.0})
+    assert "\n" not in str(e.value)

@@ -16,6 +16,7 @@ that would change what is compiled in (shapes, static params) is refused.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import math
@@ -249,10 +250,30 @@ def _with_values(env: Any, params: Any, values: Mapping[str, float], keys: str) 
         p = dataclasses.replace(params, **check_values(type(params), values, env.name))
         check_params(p, env.name)
         env.param_words(p)
+        _check_metrics(env, p)
     except (TypeError, ValueError) as e:
         shown = ", ".join(f"{k}={v:g}" for k, v in values.items())
         raise ConfigError(f"{keys}: {shown}: {e}") from None
     return p
+
+
+def _check_metrics(env: Any, params: Any) -> None:
+    """ValueError where `params` change the episode metrics that `env`
+    computes in Python (Tag's tags_per_episode divides by its tag reward):
+    the program logs them with the env's own params, so they would be wrong
+    for this setting. Compared on one probe of returns, f32[1, agents]."""
+    env = getattr(env, "env", env)  # a ShardedEnv's env
+    if not hasattr(env, "episode_metrics"):
+        return
+    other = copy.copy(env)
+    other.params = params
+    probe = jnp.arange(1, env.num_agents + 1, dtype=jnp.float32)[None] * 0.75
+    mine, theirs = env.episode_metrics(probe), other.episode_metrics(probe)
+    if mine.keys() != theirs.keys() or any(
+            not np.array_equal(np.asarray(mine[k]), np.asarray(theirs[k])) for k in mine):
+        raise ValueError(f"the env's episode metrics ({', '.join(sorted(mine | theirs))}) are "
+                         "computed from its params outside the program; sweep it as separate "
+                         "runs")
 
 
 def same_program(base: TrainConfig, configs: Sequence[TrainConfig]) -> None:
