@@ -42,6 +42,7 @@ from jaxwarp.train import fused
 from jaxwarp.train.compile import COMPILER_OPTIONS, jit  # noqa: F401  (public re-export)
 from jaxwarp.train.config import Derived, TrainConfig, derived
 from jaxwarp.train.environment import env_on_mesh, import_env_module  # noqa: F401
+from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.learn import Learner
 from jaxwarp.train.mesh import pinner
 from jaxwarp.train.minibatches import Minibatches
@@ -127,9 +128,14 @@ def trainer_for(config: TrainConfig, d: Derived, env: Any = None,
         """
         return jax.lax.scan(lambda rs, _: update_step(run, rs), rs, None, length=num_updates)
 
+    def init(key: jax.Array, hyper: Hyper | None = None) -> RunnerState:
+        """The runner state at update 0 (key: u32[2] or typed; `hyper`: a sweep
+        member's, None: the config's and the env's own)."""
+        return init_state(run, key, hyper)
+
     return Trainer(config=config, derived=d, env=env, groups=policy.groups.ids,
-                   models=policy.nets, init=lambda key, hyper=None: init_state(run, key, hyper),
-                   run=train_chunk, rollout=rollout, policy=policy, mesh=run.mesh, **about)
+                   models=policy.nets, init=init, run=train_chunk, rollout=rollout,
+                   policy=policy, mesh=run.mesh, **about)
 
 
 def _compose(c: TrainConfig, d: Derived, env: Any, models: Mapping[str, nn.Module] | None,
