@@ -316,3 +316,91 @@ __global__ void backward_kernel(const float* __restrict__ d_ht, const float* __r
 #define GRU_STREAM .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
 GRU_BIND_FORWARD(GruScanForward, Forward, GRU_STREAM);
 GRU_BIND_BACKWARD(GruScanBackward, Backward, GRU_STREAM);
+
+#ifdef GRU_SCAN_MAIN
+// A driver without jax, for ncu and compute-sanitizer (which do not run under
+// jax here): random inputs of [T, B, H], each kernel launched `reps` times,
+// its mean time a launch and a step; exit status 1 on a CUDA error.
+//   nvcc -O3 -std=c++17 -arch=sm_90a -DGRU_SCAN_MAIN -I $(python -c "import jax;
+//     print(jax.ffi.include_dir())") -I experiments/kernels -o gru_mma
+//     experiments/kernels/gru_scan_mma.cu && ./gru_mma 128 24 128 20
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+float* device_random(size_t n, uint32_t seed, float scale) {
+  std::vector<float> h(n);
+  for (auto& v : h) {
+    seed = seed * 1664525u + 1013904223u;
+    v = scale * (static_cast<float>(seed >> 8) / 16777216.0f - 0.5f);
+  }
+  float* d = nullptr;
+  cudaMalloc(&d, n * sizeof(float));
+  cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+  return d;
+}
+
+float* device_zeros(size_t n) {
+  float* d = nullptr;
+  cudaMalloc(&d, n * sizeof(float));
+  cudaMemset(d, 0, n * sizeof(float));
+  return d;
+}
+
+template <class F>
+float time_ms(F launch, int reps) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  launch();  // warm-up
+  cudaEventRecord(a);
+  for (int i = 0; i < reps; ++i) launch();
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms = 0.f;
+  cudaEventElapsedTime(&ms, a, b);
+  return ms / reps;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int T = argc > 1 ? atoi(argv[1]) : 128, B = argc > 2 ? atoi(argv[2]) : 24;
+  const int H = argc > 3 ? atoi(argv[3]) : 128, reps = argc > 4 ? atoi(argv[4]) : 20;
+  const size_t tbh = static_cast<size_t>(T) * B * H, bh = static_cast<size_t>(B) * H;
+  float* xs = device_random(3 * tbh, 1, 2.f);
+  float* w = device_random(3 * static_cast<size_t>(H) * H, 2, 0.2f);
+  float* b_hn = device_random(H, 3, 0.2f);
+  float* h0 = device_random(bh, 4, 1.f);
+  bool* reset = nullptr;  // a reset every 13th step of every row
+  std::vector<char> r(static_cast<size_t>(T) * B);
+  for (size_t i = 0; i < r.size(); ++i) r[i] = (i / B) % 13 == 5;
+  cudaMalloc(&reset, r.size());
+  cudaMemcpy(reset, r.data(), r.size(), cudaMemcpyHostToDevice);
+  float *h_t = device_zeros(bh), *ys = device_zeros(tbh), *s[5];
+  for (auto& p : s) p = device_zeros(tbh);
+  float *d_ht = device_random(bh, 5, 1.f), *d_ys = device_random(tbh, 6, 1.f);
+  float *dh0 = device_zeros(bh), *dxs = device_zeros(3 * tbh), *d_rec = device_zeros(3 * tbh);
+  const size_t fsm = (H * w_stride(H) + 2 * kRows * h_stride(H)) * 4;
+  const size_t bsm = (H * w_stride(H) + kRows * d_stride(H)) * 4;
+  cudaFuncSetAttribute(forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(fsm));
+  cudaFuncSetAttribute(backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(bsm));
+  const int blocks = (B + kRows - 1) / kRows;
+  const float f = time_ms([&] {
+    forward_kernel<<<blocks, H, fsm>>>(xs, w, b_hn, h0, reset, h_t, ys, s[0], s[1], s[2], s[3],
+                                       s[4], T, B, H);
+  }, reps);
+  const float g = time_ms([&] {
+    backward_kernel<<<blocks, H, bsm>>>(d_ht, d_ys, s[0], s[1], s[2], s[3], s[4], w, reset, dh0,
+                                        dxs, d_rec, T, B, H);
+  }, reps);
+  const cudaError_t err = cudaDeviceSynchronize();
+  std::printf("T=%d B=%d H=%d: forward %.3f ms (%.2f us a step), backward %.3f ms (%.2f us a "
+              "step): %s\n", T, B, H, f, 1e3f * f / T, g, 1e3f * g / T, cudaGetErrorString(err));
+  return err == cudaSuccess ? 0 : 1;
+}
+#endif  // GRU_SCAN_MAIN
