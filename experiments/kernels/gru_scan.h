@@ -30,6 +30,19 @@ constexpr int kMaxRows = 8;
 
 GRU_HD float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
 
+// The cell at one (row, unit): the gates r, z, n from the input projections
+// (xr, xz, xn) and the recurrent ones (ar, az, an), b_hn the recurrent n gate's
+// bias; returns the new carry and writes what the backward reads (r, z, n,
+// hnb = an + b_hn). Both GPU kernels and the CPU build run it.
+GRU_HD float cell(float xr, float xz, float xn, float ar, float az, float an, float b_hn,
+                  float h_in, float* r, float* z, float* n, float* hnb) {
+  *r = sigmoid(xr + ar);
+  *z = sigmoid(xz + az);
+  *hnb = an + b_hn;
+  *n = tanhf(xn + *r * *hnb);
+  return (1.f - *z) * *n + *z * h_in;
+}
+
 // Forward, unit i, rows [0, rows), step t. h_in [rows][H] (the carry after the
 // reset) in shared memory; w [H][3H]; x this step's input projections [B][3H]
 // from row0. Writes y and the saved values of (t, rows) and returns nothing;
@@ -53,15 +66,10 @@ GRU_HD void forward_unit(int i, int rows, int H, const float* h_in, const float*
   }
   for (int b = 0; b < rows; ++b) {
     const float* xb = x + b * 3 * H;
-    const float r = sigmoid(xb[i] + ar[b]), z = sigmoid(xb[H + i] + az[b]);
-    const float hnb = an[b] + b_hn, n = tanhf(xb[2 * H + i] + r * hnb);
-    const float h = (1.f - z) * n + z * h_in[b * H + i];
     const int o = b * H + i;
+    const float h = cell(xb[i], xb[H + i], xb[2 * H + i], ar[b], az[b], an[b], b_hn,
+                         h_in[o], s_r + o, s_z + o, s_n + o, s_hnb + o);
     y[o] = h;
-    s_r[o] = r;
-    s_z[o] = z;
-    s_n[o] = n;
-    s_hnb[o] = hnb;
     h_next[b] = h;
   }
 }

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "gru_scan.h"
 #include "gru_scan_ffi.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -39,8 +40,6 @@ __device__ __forceinline__ void mma(float* c, uint32_t a0, uint32_t a1, uint32_t
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + __expf(-v)); }
-
 // Strides (words) padded so that a warp's fragment loads hit 32 banks.
 __host__ __device__ constexpr int w_stride(int H) { return 3 * H + 8; }
 __host__ __device__ constexpr int h_stride(int H) { return H + 4; }
@@ -59,6 +58,21 @@ __device__ __forceinline__ void position(int H, int j, int p, int* row, int* uni
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   *row = (lane >> 2) + ((p & 2) ? 8 : 0);
   *unit = 32 * warp + 8 * j + 2 * (lane & 3) + (p & 1);
+}
+
+// f(j, p, row, unit) for each of the thread's 16 positions (j and p unrolled,
+// so that arrays indexed by them stay in registers).
+template <class F>
+__device__ __forceinline__ void each_position(int H, F f) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      int b, u;
+      position(H, j, p, &b, &u);
+      f(j, p, b, u);
+    }
+  }
 }
 
 // acc[gate][j][4] += h [16][H] @ w[:, gate * H + 32 warp + 8 j + (0..7)].
@@ -97,60 +111,42 @@ __global__ void forward_kernel(const float* __restrict__ xs, const float* __rest
     hb[b * hs + u] = (row < B && !reset[row]) ? h0[static_cast<int64_t>(row) * H + u] : 0.f;
   }
   float bias[4][4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      int b, u;
-      position(H, j, p, &b, &u);
-      bias[j][p] = b_hn[u];
-    }
-  }
+  each_position(H, [&](int j, int p, int b, int u) {
+    bias[j][p] = b_hn[u];
+  });
   __syncthreads();
   for (int t = 0; t < T; ++t) {
     const float* hin = hb + (t & 1) * kRows * hs;
     float* nxt = hb + (1 - (t & 1)) * kRows * hs;
     // This step's input projections first: their loads overlap the MMA.
     float x[3][4][4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        int b, u;
-        position(H, j, p, &b, &u);
-        const float* xp = xs + (static_cast<int64_t>(t) * B + min(row0 + b, B - 1)) * 3 * H;
-        x[0][j][p] = xp[u];
-        x[1][j][p] = xp[H + u];
-        x[2][j][p] = xp[2 * H + u];
-      }
-    }
+    each_position(H, [&](int j, int p, int b, int u) {
+      const float* xp = xs + (static_cast<int64_t>(t) * B + min(row0 + b, B - 1)) * 3 * H;
+      x[0][j][p] = xp[u];
+      x[1][j][p] = xp[H + u];
+      x[2][j][p] = xp[2 * H + u];
+    });
     float acc[3][4][4] = {};
     forward_mma(hin, ws, H, acc);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        int b, u;
-        position(H, j, p, &b, &u);
-        const int row = row0 + b;
-        const float h_in = hin[b * hs + u];
-        const float r = sigmoid(x[0][j][p] + acc[0][j][p]);
-        const float z = sigmoid(x[1][j][p] + acc[1][j][p]);
-        const float hnb = acc[2][j][p] + bias[j][p], n = tanhf(x[2][j][p] + r * hnb);
-        const float h = (1.f - z) * n + z * h_in;
-        const bool rs = row < B && t + 1 < T && reset[(t + 1) * static_cast<int64_t>(B) + row];
-        nxt[b * hs + u] = (row >= B || rs) ? 0.f : h;
-        if (row >= B) continue;
-        const int64_t o = (static_cast<int64_t>(t) * B + row) * H + u;
-        ys[o] = h;
-        s_hin[o] = h_in;
-        s_r[o] = r;
-        s_z[o] = z;
-        s_n[o] = n;
-        s_hnb[o] = hnb;
-        if (t == T - 1) h_t[static_cast<int64_t>(row) * H + u] = h;
-      }
-    }
+    each_position(H, [&](int j, int p, int b, int u) {
+      const int row = row0 + b;
+      const float h_in = hin[b * hs + u];
+      float r, z, n, hnb;
+      const float h = gru_scan::cell(x[0][j][p], x[1][j][p], x[2][j][p], acc[0][j][p],
+                                     acc[1][j][p], acc[2][j][p], bias[j][p], h_in, &r, &z, &n,
+                                     &hnb);
+      const bool rs = row < B && t + 1 < T && reset[(t + 1) * static_cast<int64_t>(B) + row];
+      nxt[b * hs + u] = (row >= B || rs) ? 0.f : h;
+      if (row >= B) return;
+      const int64_t o = (static_cast<int64_t>(t) * B + row) * H + u;
+      ys[o] = h;
+      s_hin[o] = h_in;
+      s_r[o] = r;
+      s_z[o] = z;
+      s_n[o] = n;
+      s_hnb[o] = hnb;
+      if (t == T - 1) h_t[static_cast<int64_t>(row) * H + u] = h;
+    });
     __syncthreads();  // every warp has read hin before it is written again
   }
 }
@@ -185,87 +181,57 @@ __global__ void backward_kernel(const float* __restrict__ d_ht, const float* __r
   const int ds = d_stride(H), row0 = blockIdx.x * kRows;
   load_w(w, ws, H);
   float dh[4][4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      int b, u;
-      position(H, j, p, &b, &u);
-      dh[j][p] = row0 + b < B ? d_ht[static_cast<int64_t>(row0 + b) * H + u] : 0.f;
-    }
-  }
+  each_position(H, [&](int j, int p, int b, int u) {
+    dh[j][p] = row0 + b < B ? d_ht[static_cast<int64_t>(row0 + b) * H + u] : 0.f;
+  });
   __syncthreads();
   for (int t = T - 1; t >= 0; --t) {
     // This step's saved values first, all loads in flight together.
     float sv[6][4][4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        int b, u;
-        position(H, j, p, &b, &u);
-        const int64_t o = (static_cast<int64_t>(t) * B + min(row0 + b, B - 1)) * H + u;
-        sv[0][j][p] = d_ys[o];
-        sv[1][j][p] = s_r[o];
-        sv[2][j][p] = s_z[o];
-        sv[3][j][p] = s_n[o];
-        sv[4][j][p] = s_hin[o];
-        sv[5][j][p] = s_hnb[o];
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        int b, u;
-        position(H, j, p, &b, &u);
-        const int row = row0 + b;
-        float* d = drec + b * ds;
-        const bool in = row < B;
-        const float g = in ? dh[j][p] + sv[0][j][p] : 0.f;
-        dh[j][p] = g;
-        const float r = sv[1][j][p], z = sv[2][j][p], n = sv[3][j][p];
-        const float dn = g * (1.f - z) * (1.f - n * n);
-        const float dz = g * (sv[4][j][p] - n) * z * (1.f - z);
-        const float dr = dn * sv[5][j][p] * r * (1.f - r);
-        d[u] = dr;
-        d[H + u] = dz;
-        d[2 * H + u] = dn * r;
-        if (!in) continue;
-        const int64_t o3 = (static_cast<int64_t>(t) * B + row) * 3 * H;
-        dxs[o3 + u] = dr;
-        dxs[o3 + H + u] = dz;
-        dxs[o3 + 2 * H + u] = dn;
-        d_rec[o3 + u] = dr;
-        d_rec[o3 + H + u] = dz;
-        d_rec[o3 + 2 * H + u] = dn * r;
-      }
-    }
+    each_position(H, [&](int j, int p, int b, int u) {
+      const int64_t o = (static_cast<int64_t>(t) * B + min(row0 + b, B - 1)) * H + u;
+      sv[0][j][p] = d_ys[o];
+      sv[1][j][p] = s_r[o];
+      sv[2][j][p] = s_z[o];
+      sv[3][j][p] = s_n[o];
+      sv[4][j][p] = s_hin[o];
+      sv[5][j][p] = s_hnb[o];
+    });
+    each_position(H, [&](int j, int p, int b, int u) {
+      const int row = row0 + b;
+      float* d = drec + b * ds;
+      const bool in = row < B;
+      const float g = in ? dh[j][p] + sv[0][j][p] : 0.f;
+      dh[j][p] = g;
+      const float r = sv[1][j][p], z = sv[2][j][p], n = sv[3][j][p];
+      const float dn = g * (1.f - z) * (1.f - n * n);
+      const float dz = g * (sv[4][j][p] - n) * z * (1.f - z);
+      const float dr = dn * sv[5][j][p] * r * (1.f - r);
+      d[u] = dr;
+      d[H + u] = dz;
+      d[2 * H + u] = dn * r;
+      if (!in) return;
+      const int64_t o3 = (static_cast<int64_t>(t) * B + row) * 3 * H;
+      dxs[o3 + u] = dr;
+      dxs[o3 + H + u] = dz;
+      dxs[o3 + 2 * H + u] = dn;
+      d_rec[o3 + u] = dr;
+      d_rec[o3 + H + u] = dz;
+      d_rec[o3 + 2 * H + u] = dn * r;
+    });
     __syncthreads();  // every unit's gate gradients are in drec
     float acc[4][4] = {};
     backward_mma(drec, ws, H, acc);
     __syncthreads();  // every warp has read drec before the next step writes it
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        int b, u;
-        position(H, j, p, &b, &u);
-        const int row = row0 + b;
-        const float d = dh[j][p] * sv[2][j][p] + acc[j][p];
-        dh[j][p] = (row < B && !reset[static_cast<int64_t>(t) * B + row]) ? d : 0.f;
-      }
-    }
+    each_position(H, [&](int j, int p, int b, int u) {
+      const int row = row0 + b;
+      const float d = dh[j][p] * sv[2][j][p] + acc[j][p];
+      dh[j][p] = (row < B && !reset[static_cast<int64_t>(t) * B + row]) ? d : 0.f;
+    });
   }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      int b, u;
-      position(H, j, p, &b, &u);
-      if (row0 + b < B) dh0[static_cast<int64_t>(row0 + b) * H + u] = dh[j][p];
-    }
-  }
+  each_position(H, [&](int j, int p, int b, int u) {
+    if (row0 + b < B) dh0[static_cast<int64_t>(row0 + b) * H + u] = dh[j][p];
+  });
 }
 
 ::xla::ffi::Error check(int H, size_t smem) {
