@@ -1,9 +1,28 @@
+import atexit
+import os
+import shutil
 import signal
+import tempfile
+
+# One persistent compilation cache for the whole run, shared with the
+# subprocesses the tests start (they inherit the variable): many tests compile
+# the same small training programs (a run, its resume, its evaluation), and
+# XLA's compile is most of their time. A fresh folder, so no run reads another
+# run's programs; a folder the caller names is kept. Set before jax is imported,
+# which reads it once.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _cache = tempfile.mkdtemp(prefix="jaxwarp-tests-xla-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+    atexit.register(shutil.rmtree, _cache, True)
 
 import jax
 import pytest
 
 import jaxwarp
+
+# Also where a plugin imported jax before this file ran (the cache starts at the
+# first compile).
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 # A suite started in the background by a non-interactive shell inherits SIGINT
 # ignored (POSIX job control), and so would every jaxwarp it starts: the Ctrl-C
