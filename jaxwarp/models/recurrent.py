@@ -172,9 +172,11 @@ class GRUActorCritic(_ZeroCarry, nn.Module):
                  ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         act = ACTIVATIONS[self.activation]
         carry, x = _gru_torso(carry, obs, reset, self.hidden_sizes, self.rnn_size, act)
-        pi = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
+        # The heads' hidden layers start at gain 2, as in JaxMARL's IPPO-RNN and
+        # MAPPO-RNN (its published baselines), not the torso's sqrt(2).
+        pi = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(2.0))(x))
         logits = nn.Dense(int(sum(self.action_dims)), kernel_init=orthogonal(0.01))(pi)
-        v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
+        v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(2.0))(x))
         value = nn.Dense(1, kernel_init=orthogonal(1.0))(v)
         return carry, (logits, jnp.squeeze(value, -1))
 
@@ -205,7 +207,7 @@ class CentralGRUCritic(_ZeroCarry, nn.Module):
                  ) -> tuple[jax.Array, jax.Array]:
         act = ACTIVATIONS[self.activation]
         carry, x = _gru_torso(carry, state, reset, self.hidden_sizes, self.rnn_size, act)
-        v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(np.sqrt(2)))(x))
+        v = act(nn.Dense(self.rnn_size, kernel_init=orthogonal(2.0))(x))  # JaxMARL's gain
         return carry, jnp.squeeze(nn.Dense(1, kernel_init=orthogonal(1.0))(v), -1)
 
     def sequence(self, carry: jax.Array, state: jax.Array, reset: jax.Array
