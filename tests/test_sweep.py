@@ -70,12 +70,12 @@ def test_bad_sweeps_are_one_line_errors(words, samples, message):
 
 
 def test_a_sweep_under_several_processes_is_refused_in_one_line(tmp_path, monkeypatch):
-    from jaxwarp.run.resume import sweep_settings
+    from jaxwarp.run.sweep_plan import plan_sweep
 
     _, sw = parse_sweep(["ent_coef=0,0.01"])
     monkeypatch.setattr(jax, "process_count", lambda: 2)  # as under jax.distributed
     with pytest.raises(ConfigError, match="a sweep runs in one process") as e:
-        sweep_settings(tmp_path, tiny_config(), sw, resume=False)
+        plan_sweep(tiny_config(), sw)
     assert "\n" not in str(e.value)
 
 
@@ -395,6 +395,26 @@ def test_bad_env_params_are_refused_in_one_line_before_compiling(words, message)
     with pytest.raises(ConfigError) as e:
         make_sweep(_mpe(), sw)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("words, message", [
+    (["env_params.local_ratio=0.5,1.5"], "env_params.local_ratio: local_ratio=1.5"),
+    (["env_params.radius=1,2"], "env_params.radius: not a parameter of mpe_simple_spread"),
+])
+def test_cli_refuses_bad_env_params_before_making_the_run_folder(tmp_path, capsys, monkeypatch,
+                                                                 words, message):
+    """The env's check of a setting's params runs before the folder is made:
+    one line, exit 2, no folder, and the run folder was never taken."""
+    from jaxwarp.run import loop
+
+    taken = []
+    monkeypatch.setattr(loop, "take_folder", lambda *a: taken.append(a))
+    out = tmp_path / "sw"
+    code = cli_main(["sweep", "--no-progress", "--config", "mpe_simple_spread_ppo", *MPE, *words,
+                     "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("jaxwarp sweep: error: ") and message in err, err
+    assert err.count("\n") == 1 and not out.exists() and not taken
 
 
 def test_env_params_on_the_jax_backend_are_refused_in_one_line():

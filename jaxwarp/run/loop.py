@@ -73,11 +73,12 @@ from jaxwarp.run.metrics import (
 )
 from jaxwarp.run.plot import PLOT_FILE, plot_run
 from jaxwarp.run.progress import Progress
-from jaxwarp.run.resume import absolute_env_module, restore_or_init, run_config, sweep_settings
+from jaxwarp.run.resume import absolute_env_module, restore_or_init, run_config, run_sweep
 from jaxwarp.run.signals import CtrlC
 from jaxwarp.run.state import Run, RunResult
 from jaxwarp.run.stop import INTERRUPTED, save_interrupted, stop_decision, stop_non_finite
 from jaxwarp.run.summary import conclude
+from jaxwarp.run.sweep_plan import SweepPlan, plan_sweep
 from jaxwarp.storage import writing
 from jaxwarp.train.compile import jit
 from jaxwarp.train.config import TrainConfig, derived
@@ -174,51 +175,37 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
            devices: int | None, env: Any, models: Mapping[str, Any] | None,
            progress: bool | str, after_training: Mapping[str, Any] | None = None,
            sweep: Sweep | None = None) -> Run:
-    """Starts ``jax.distributed`` where asked, takes out (folder, lock), resolves
-    the config, builds the trainer, restores or initializes the state,
-    compiles the chunk and writes config.yaml. On failure the lock is released
-    and a folder this call created is removed again (unless config.yaml was
-    written)."""
+    """Starts ``jax.distributed`` where asked, checks a new sweep whole
+    (`sweep_plan`), takes out (folder, lock), resolves the config, builds the
+    trainer, restores or initializes the state, compiles the chunk and writes
+    config.yaml. On failure the lock is released and a folder this call
+    created is removed again (unless config.yaml was written)."""
     # Before anything touches a jax backend (a multi-host run starts here); not
     # `_guarded`: a failed start of jax is no fault of the run's files.
     proc = init_distributed(out, config)
     primary = proc.process_id == 0
     handshake = Handshake(proc.num_processes > 1)
     with _guarded(out):
+        # A new sweep's bad input is refused before its folder exists.
+        plan = _plan_new(config, devices, sweep, env, handshake) if sweep and not resume \
+            else None
         created = primary and not out.exists()  # only process 0 creates / removes the folder
         lock = take_folder(out, primary, handshake)
         started = False  # config.yaml written: the folder holds a run from here on
         try:
             config, seeds = run_config(out, config, seeds, resume, devices, primary)
-            d = derived(config)  # the run's length and minibatch layout, computed once
-            settings = sweep_settings(out, config, sweep, resume)
-            # A sweep splits its runs over the devices (`member_mesh`), not each run's envs
-            # (`devices` changes nothing that `d` holds).
-            trainer = trainer_for(dataclasses.replace(config, devices=1) if settings
-                                  else config, d, env=env, models=models)
+            sweep = run_sweep(out, sweep, resume)
+            if plan is None and sweep is not None:  # a resumed sweep: the saved one
+                plan = plan_sweep(config, sweep, env)
+            run = _built(out, config, seeds, plan, env, models, proc, lock, created)
             if not handshake.all_ready():
                 raise RunError("another process of this run failed to start (see its "
                                "error); this one stops too")
-            run = Run(out=out, config=config, seeds=seeds, trainer=trainer, proc=proc,
-                      lock=lock, t0=time.perf_counter(), settings=settings,
-                      seed_ids=list(range(config.seed, config.seed + seeds))
-                      * max(1, len(settings)),
-                      env_metrics=trainer.env_metrics,
-                      created=created)
-            chunks = check_memory(run)  # a sweep too big for the memory: chunks of its runs
-            run.member_mesh = member_mesh(config.devices, run.members) \
-                if settings and not chunks else None
-            restore_or_init(run, resume, progress)
-            run.compiled = compile_in_memory(run, chunks, _compile, progress)
-            run.compile_s = time.perf_counter() - run.t0
+            _prepare(run, resume, progress)
             if primary:
                 _write_config(out, config, seeds, resume, after_training, sweep)
             started = True
-            with writing(out, "checkpoints/"):
-                run.mngr = checkpointer(out)
-            with writing(out, f"{METRICS_JSONL} and {METRICS_CSV}"):
-                run.writer = MetricWriter(out, keep_until=run.done_updates if resume
-                                          else None) if primary else NoWriter()
+            _open_outputs(run, resume)
         except BaseException as e:
             handshake.fail()
             lock.release()
@@ -226,6 +213,53 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
                 shutil.rmtree(out, ignore_errors=True)
             raise
     return run
+
+
+def _plan_new(config: TrainConfig, devices: int | None, sweep: Sweep, env: Any,
+              handshake: Handshake) -> SweepPlan:
+    """`plan_sweep` of a new sweep (with `devices` when given); a failure tells
+    the other processes first."""
+    try:
+        if devices is not None:
+            config = dataclasses.replace(config, devices=devices)
+        return plan_sweep(config, sweep, env)
+    except BaseException:
+        handshake.fail()
+        raise
+
+
+def _built(out: Path, config: TrainConfig, seeds: int, plan: SweepPlan | None, env: Any,
+           models: Mapping[str, Any] | None, proc: Any, lock: Any, created: bool) -> Run:
+    """The run's record with its trainer built: a sweep's on the env its plan
+    made, without an env mesh (its runs split over the devices, `member_mesh`,
+    not each run's envs; `devices` changes nothing that derived() holds)."""
+    settings = plan.settings if plan else []
+    trainer = trainer_for(dataclasses.replace(config, devices=1) if plan else config,
+                          derived(config), env=plan.env if plan else env, models=models)
+    return Run(out=out, config=config, seeds=seeds, trainer=trainer, proc=proc, lock=lock,
+               t0=time.perf_counter(), settings=settings,
+               seed_ids=list(range(config.seed, config.seed + seeds)) * max(1, len(settings)),
+               env_metrics=trainer.env_metrics, created=created)
+
+
+def _prepare(run: Run, resume: bool, progress: bool | str) -> None:
+    """The memory check (a sweep too big: chunks of its runs), the state
+    (restored or initial) and the first chunk's program compiled."""
+    chunks = check_memory(run)  # a sweep too big for the memory: chunks of its runs
+    run.member_mesh = member_mesh(run.config.devices, run.members) \
+        if run.settings and not chunks else None
+    restore_or_init(run, resume, progress)
+    run.compiled = compile_in_memory(run, chunks, _compile, progress)
+    run.compile_s = time.perf_counter() - run.t0
+
+
+def _open_outputs(run: Run, resume: bool) -> None:
+    """The checkpoint manager and (process 0) the metric files."""
+    with writing(run.out, "checkpoints/"):
+        run.mngr = checkpointer(run.out)
+    with writing(run.out, f"{METRICS_JSONL} and {METRICS_CSV}"):
+        run.writer = MetricWriter(run.out, keep_until=run.done_updates if resume
+                                  else None) if run.primary else NoWriter()
 
 
 @contextlib.contextmanager

@@ -32,7 +32,7 @@ from jaxwarp.run.metrics import METRICS_JSONL
 from jaxwarp.run.state import Run
 from jaxwarp.train.config import TrainConfig, derived, validate
 from jaxwarp.train.seeds import member_keys
-from jaxwarp.train.sweep import Sweep, same_program, setting_config, stacked_hyper
+from jaxwarp.train.sweep import Sweep, setting_config, stacked_hyper
 
 
 def run_config(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
@@ -148,22 +148,14 @@ def restore_or_init(run: Run, resume: bool, progress: bool | str) -> None:
         run.rs = jax.device_put(run.rs.replace(hyper=hyper), where)
 
 
-def sweep_settings(out: Path, config: TrainConfig, sweep: Sweep | None, resume: bool
-                   ) -> list[dict[str, float]]:
-    """The settings a run trains ([] for a plain run): the sweep's, or the saved
-    sweep's on resume (a given one must equal it), each checked as a config
-    and as the same program as `config`."""
-    if resume:
-        saved = read_saved_sweep(out)
-        if sweep is not None and sweep != saved:
-            raise ConfigError(f"--resume {out}: the given sweep differs from the saved one; "
-                              "resume takes its sweep from the run folder")
-        sweep = saved
-    if sweep is None:
-        return []
-    if jax.process_count() > 1:
-        raise ConfigError("a sweep runs in one process (its runs split over that process's "
-                          "devices); it cannot run under jax.distributed")
-    configs = sweep.configs(config)
-    same_program(config, configs)
-    return sweep.settings()
+def run_sweep(out: Path, sweep: Sweep | None, resume: bool) -> Sweep | None:
+    """The sweep a run trains (None for a plain run): `sweep`, or on resume the
+    sweep saved in out (a given one must equal it). Checked by
+    `sweep_plan.plan_sweep`."""
+    if not resume:
+        return sweep
+    saved = read_saved_sweep(out)
+    if sweep is not None and sweep != saved:
+        raise ConfigError(f"--resume {out}: the given sweep differs from the saved one; "
+                          "resume takes its sweep from the run folder")
+    return saved
