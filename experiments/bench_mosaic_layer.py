@@ -168,16 +168,25 @@ def xla_dw(x, dz):
     return jnp.dot(x.T, dz, preferred_element_type=jnp.float32)
 
 
-def reference(part: str, x, w, b, dz, act: str) -> np.ndarray:
-    """The float32 result of `part` ("fwd", "dx", "dw") from the same bf16 inputs."""
+def reference(part: str, x, w, b, dz, act: str) -> jax.Array:
+    """The float32 result of `part` ("fwd", "dx", "dw") from the same bf16 inputs
+    (on the device: the checks stay there too)."""
     hi = lax.Precision.HIGHEST
     f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
     if part == "fwd":
         fn = jax.jit(lambda x, w, b: activation(jnp.dot(f32(x), f32(w), precision=hi) + b, act))
-        return np.asarray(fn(x, w, b))
+        return fn(x, w, b)
     if part == "dx":
-        return np.asarray(jax.jit(lambda d, w: jnp.dot(f32(d), f32(w).T, precision=hi))(dz, w))
-    return np.asarray(jax.jit(lambda x, d: jnp.dot(f32(x).T, f32(d), precision=hi))(x, dz))
+        return jax.jit(lambda d, w: jnp.dot(f32(d), f32(w).T, precision=hi))(dz, w)
+    return jax.jit(lambda x, d: jnp.dot(f32(x).T, f32(d), precision=hi))(x, dz)
+
+
+@jax.jit
+def differences(got: jax.Array, want: jax.Array) -> tuple[jax.Array, ...]:
+    """(largest |got - want|, largest |want|, whether got is finite everywhere)."""
+    got = got.astype(jnp.float32)
+    return (jnp.max(jnp.abs(got - want)), jnp.max(jnp.abs(want)),
+            jnp.all(jnp.isfinite(got)))
 
 
 # --- Pallas on Mosaic GPU ------------------------------------------------------------------
@@ -299,7 +308,7 @@ def fused_dense(x, w, b, *, act: str, tiles: Tiles, transpose_w: bool = False,
         def body(idx, x_smem, w_smem, *rest):
             *b_smem, acc_ref = rest
             i, kk = idx
-            rhs = plgpu.transpose_ref(w_smem, (1, 0)) if transpose_w else w_smem
+            rhs = w_smem.transpose((1, 0)) if transpose_w else w_smem
             plgpu.wgmma(acc_ref, x_smem.at[pl.ds(wg * tm, tm)], rhs)
             plgpu.wgmma_wait(0)
 
@@ -341,19 +350,29 @@ def fused_dense(x, w, b, *, act: str, tiles: Tiles, transpose_w: bool = False,
 
 @dataclasses.dataclass(frozen=True)
 class WgradTiles:
-    """dW = x^T dz: a CTA owns a tile_k x tile_n tile of dW and a slice of the
-    rows; each step loads 2 tile_r rows of x and dz, a compute warpgroup each."""
+    """dW = x^T dz: a CTA owns a tile of dW and a slice of the rows. Its two
+    compute warpgroups each hold a tile_k x tile_n float32 accumulator and
+    split either the rows of each step (``split="rows"``: the same dW tile,
+    two partial sums; a step loads 2 tile_r rows) or dW's rows (``"k"``: a
+    2 tile_k x tile_n tile of dW, each step's tile_r rows shared, fewer
+    re-reads of x and dz from L2)."""
     tile_k: int = 64
     tile_n: int = 128
     tile_r: int = 64
     stages: int = 2
+    split: str = "rows"
     semantics: str = "warpgroup"
 
     def label(self) -> str:
-        return f"{self.tile_k}x{self.tile_n}/r{2 * self.tile_r}/{self.stages}st/{self.semantics[:2]}"
+        cta_k = self.tile_k * (2 if self.split == "k" else 1)
+        rows = self.tile_r * (2 if self.split == "rows" else 1)
+        return f"{cta_k}x{self.tile_n}/r{rows}/{self.stages}st/{self.split}/{self.semantics[:2]}"
 
 
-def wgrad_tiles(k: int, n: int, semantics: str) -> WgradTiles:
+def wgrad_tiles(k: int, n: int, semantics: str, split: str) -> WgradTiles:
+    if split == "k":  # 3 stages of 64 rows x (128 + tile_n) at most 96 KB
+        return WgradTiles(tile_k=64, tile_n=min(n, 128), tile_r=64, stages=3, split="k",
+                          semantics=semantics)
     return WgradTiles(tile_k=64, tile_n=min(n, 128), stages=3 if n <= 64 else 2,
                       semantics=semantics)
 
@@ -364,18 +383,23 @@ def wgrad_splits(m: int, out_tiles: int, rows_per_step: int, sms: int) -> int:
 
 
 def mgpu_wgrad(x, dz, *, tiles: WgradTiles, sms: int | None = None):
-    """x^T @ dz in float32: per-CTA partial tiles (one per row slice and compute
-    warpgroup) written by TMA, then summed by XLA (a fixed order)."""
+    """x^T @ dz in float32: per-CTA partial tiles (one per row slice, and per
+    compute warpgroup with split="rows") written by TMA, then summed by XLA in
+    a fixed order."""
     pl, plgpu = _plgpu()
     m, k = x.shape
     n = dz.shape[1]
+    by_k = tiles.split == "k"
     tk, tn, tr = min(tiles.tile_k, k), min(tiles.tile_n, n), tiles.tile_r
-    if k % tk or n % tn or m % (2 * tr) or tk % 64 or tn % 64:
+    cta_k = 2 * tk if by_k else tk  # dW rows per CTA
+    step_rows = tr if by_k else 2 * tr
+    if k % cta_k or n % tn or m % step_rows or tk % 64 or tn % 64:
         raise Skip(f"tiles {tiles.label()} do not fit m={m} k={k} n={n}")
-    k_tiles, n_tiles = k // tk, n // tn
-    total_steps = m // (2 * tr)
-    splits = wgrad_splits(m, k_tiles * n_tiles, 2 * tr, sms or num_sms())
-    x_tf = _transforms(plgpu, tk, x.dtype)
+    k_tiles, n_tiles = k // cta_k, n // tn
+    total_steps = m // step_rows
+    splits = wgrad_splits(m, k_tiles * n_tiles, step_rows, sms or num_sms())
+    parts_per_split = 1 if by_k else 2
+    x_tf = _transforms(plgpu, cta_k, x.dtype)
     dz_tf = _transforms(plgpu, tn, dz.dtype)
     out_tf = _transforms(plgpu, tn, jnp.float32)
 
@@ -384,6 +408,10 @@ def mgpu_wgrad(x, dz, *, tiles: WgradTiles, sms: int | None = None):
         wg = lax.axis_index("wg")
         # Slice s takes the row steps s, s + splits, ... (a dynamic count).
         my_steps = lax.div(total_steps - 1 - s, splits) + 1
+        if by_k:
+            part, dw_rows = s, pl.ds(kt * cta_k + wg * tk, tk)
+        else:
+            part, dw_rows = 2 * s + wg, pl.ds(kt * cta_k, tk)
 
         def compute_context(run):
             @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((tk, tn), jnp.float32))
@@ -391,29 +419,33 @@ def mgpu_wgrad(x, dz, *, tiles: WgradTiles, sms: int | None = None):
                 run(acc_ref)
                 out_smem[wg] = acc_ref[...]
                 plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(
-                    out_smem.at[wg],
-                    part_gmem.at[2 * s + wg, pl.ds(kt * tk, tk), pl.ds(nt * tn, tn)])
+                plgpu.copy_smem_to_gmem(out_smem.at[wg],
+                                        part_gmem.at[part, dw_rows, pl.ds(nt * tn, tn)])
                 plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
         def body(_, x_smem, dz_smem, acc_ref):
-            rs = pl.ds(wg * tr, tr)
-            plgpu.wgmma(acc_ref, plgpu.transpose_ref(x_smem.at[rs], (1, 0)), dz_smem.at[rs])
+            if by_k:  # this warpgroup's tk columns of x, all the step's rows
+                lhs, rhs = x_smem.at[:, pl.ds(wg * tk, tk)], dz_smem
+            else:  # this warpgroup's tr rows of the step
+                rs = pl.ds(wg * tr, tr)
+                lhs, rhs = x_smem.at[rs], dz_smem.at[rs]
+            plgpu.wgmma(acc_ref, lhs.transpose((1, 0)), rhs)
             plgpu.wgmma_wait(0)
             return acc_ref
 
         pipeline = plgpu.emit_pipeline_warp_specialized(
             body, grid=(my_steps,), memory_registers=40,
-            in_specs=[plgpu.BlockSpec((2 * tr, tk), lambda r: (s + r * splits, kt),
+            in_specs=[plgpu.BlockSpec((step_rows, cta_k), lambda r: (s + r * splits, kt),
                                       transforms=x_tf),
-                      plgpu.BlockSpec((2 * tr, tn), lambda r: (s + r * splits, nt),
+                      plgpu.BlockSpec((step_rows, tn), lambda r: (s + r * splits, nt),
                                       transforms=dz_tf)],
             wg_axis="wg", num_compute_wgs=2, max_concurrent_steps=tiles.stages,
             compute_context=compute_context)
         pipeline(x_gmem, dz_gmem)
 
     parts = plgpu.kernel(
-        kernel, out_type=jax.ShapeDtypeStruct((2 * splits, k, n), jnp.float32),
+        kernel,
+        out_type=jax.ShapeDtypeStruct((parts_per_split * splits, k, n), jnp.float32),
         scratch_types=[plgpu.SMEM((2, tk, tn), jnp.float32, transforms=out_tf)],
         grid=(splits, k_tiles, n_tiles), grid_names=("s", "kt", "nt"), num_threads=3,
         thread_name="wg",
@@ -468,7 +500,8 @@ def make_case(rows: int, k: int, n: int, act: str, inner: int, parts: set[str]) 
     return Case(rows, k, n, act, inner, xs, dzs, w, b)
 
 
-def side_fn(side: str, case: Case, sms: int, semantics: str) -> tuple[Callable, str, str]:
+def side_fn(side: str, case: Case, sms: int, semantics: str,
+            variant: str | None = None) -> tuple[Callable, str, str]:
     """(one layer of `side` as a function of its own inputs, the part it
     computes ("fwd", "dx", "dw"), a label of its tiles)."""
     act = case.act
@@ -488,7 +521,7 @@ def side_fn(side: str, case: Case, sms: int, semantics: str) -> tuple[Callable, 
     if side == "xla_dw":
         return (lambda x, dz: xla_dw(x, dz)), "dw", "XLA dot"
     if side == "mgpu_dw":
-        t = wgrad_tiles(case.k, case.n, semantics)
+        t = wgrad_tiles(case.k, case.n, semantics, variant or "rows")
         return (lambda x, dz: mgpu_wgrad(x, dz, tiles=t, sms=sms)), "dw", t.label()
     raise ValueError(side)
 
@@ -522,7 +555,11 @@ def cupti_seconds(compiled: Callable, args: tuple, repeats: int) -> float | None
     """Median over `repeats` calls of the summed GPU time of the program's
     kernels (CUPTI, through Mosaic GPU's profiler), or None where unavailable."""
     from jax.experimental.mosaic.gpu import profiler
-    _, per_call = profiler.measure(compiled, iterations=repeats)(*args)
+    if hasattr(profiler, "Cupti"):  # attached once for the whole run (attaching is slow)
+        measure = profiler.Cupti(finalize=False).measure
+    else:
+        measure = profiler.measure
+    _, per_call = measure(compiled, iterations=repeats)(*args)
     if per_call is None:
         return None
     per_call = per_call if isinstance(per_call, list) else [per_call]
@@ -536,9 +573,9 @@ def lower_for_cuda(fn: Callable, args: tuple) -> None:
     jax.export.export(jax.jit(fn), platforms=["cuda"])(*shapes)
 
 
-def run_side(side: str, case: Case, ref: dict[str, np.ndarray], args: argparse.Namespace,
-             gpu: bool, sms: int, semantics: str) -> dict[str, Any]:
-    fn, part, tiles = side_fn(side, case, sms, semantics)
+def run_side(side: str, case: Case, ref: dict[str, jax.Array], args: argparse.Namespace,
+             gpu: bool, sms: int, semantics: str, variant: str | None = None) -> dict[str, Any]:
+    fn, part, tiles = side_fn(side, case, sms, semantics, variant)
     out: dict[str, Any] = {"part": part, "tiles": tiles}
     one = operands(part, case, 0)
     layer = jax.jit(fn)  # lowered once: checked, then called `inner` times a program
@@ -549,14 +586,11 @@ def run_side(side: str, case: Case, ref: dict[str, np.ndarray], args: argparse.N
             raise Skip("skipped: no GPU (Mosaic GPU bindings absent; lowering not checked)")
         lower_for_cuda(fn, one)
         raise Skip("skipped: no GPU (lowered for cuda: ok)")
-    got = np.asarray(layer(*one), np.float32)
-    want = ref[part]
-    scale = float(np.max(np.abs(want))) or 1.0
-    err = np.abs(got - want)
-    out.update(max_abs_err=float(err.max()), max_rel_err=float(err.max()) / scale,
-               ref_max_abs=scale)
+    err, scale, finite = (float(v) for v in differences(layer(*one), ref[part]))
+    scale = scale or 1.0
+    out.update(max_abs_err=err, max_rel_err=err / scale, ref_max_abs=scale)
     tol = TOL["f32" if part == "dw" else "bf16"]
-    if not np.all(np.isfinite(got)) or out["max_rel_err"] > tol:
+    if not finite or out["max_rel_err"] > tol:
         raise AssertionError(f"values differ from the float32 reference: max abs err "
                              f"{out['max_abs_err']:.3e}, relative to max |ref| "
                              f"{out['max_rel_err']:.3e} > {tol:.1e}")
@@ -624,7 +658,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--inner-bytes", type=float, default=2e9,
                     help="inputs + outputs of one timed program (sets layers per program, 3-20)")
-    ap.add_argument("--budget-s", type=float, default=165.0,
+    ap.add_argument("--budget-s", type=float, default=150.0,
                     help="no new shape is started after this many seconds")
     ap.add_argument("--no-cupti", action="store_true", help="wall clock only")
     ap.add_argument("--peak", type=float, default=None, help="dense bf16 FLOP/s (default: "
@@ -678,6 +712,7 @@ def main() -> int:
                     entry["status"] = f"skipped: past --budget-s {args.budget_s:.0f}"
                     print(f"{head}: {entry['status']}", flush=True)
                     continue
+                t_setup = time.perf_counter()
                 try:
                     inner = inner_for(rows, k, n, args.inner_bytes) if gpu else 1
                     case = make_case(rows, k, n, act, inner, parts)
@@ -691,27 +726,34 @@ def main() -> int:
                     failures.append(f"{head}: {entry['status']}")
                     print(f"{head}: {entry['status']}", flush=True)
                     continue
+                jax.block_until_ready(ref)
+                entry["setup_s"] = time.perf_counter() - t_setup
                 print(f"{head}, {inner} layers a program:", flush=True)
                 for side in sides:
                     ours = side in ("mgpu_fused", "mgpu_dx", "mgpu_dw")
-                    tries = semantics if ours else semantics[:1]
+                    tries = [(sem, None) for sem in (semantics if ours else semantics[:1])]
+                    if side == "mgpu_dw":  # dW's rows split over the warpgroups where K allows
+                        tries = [(sem, split) for sem in semantics
+                                 for split in (("k", "rows") if k >= 128 else ("rows",))]
                     attempts = []
-                    for sem in tries:
+                    t_side = time.perf_counter()
+                    for sem, variant in tries:
                         try:
-                            r = run_side(side, case, ref, args, gpu, sms, sem)
+                            r = run_side(side, case, ref, args, gpu, sms, sem, variant)
                         except Skip as e:
                             r = {"status": str(e)}
                             break
                         except Exception as e:  # noqa: BLE001  (a side that fails is a finding)
                             msg = first_lines(e)
-                            attempts.append({"semantics": sem, "error": msg,
+                            attempts.append({"semantics": sem, "variant": variant, "error": msg,
                                              "detail": traceback.format_exc()[-3000:]})
                             if args.traceback:
                                 traceback.print_exc()
                             r = {"status": "error: " + msg}
                             if ours:
-                                r["status"] = f"error ({sem} semantics): {msg}"
-                                if sem != tries[-1]:
+                                how = sem + (f", {variant}" if variant else "")
+                                r["status"] = f"error ({how}): {msg}"
+                                if (sem, variant) != tries[-1]:
                                     print(f"  {side:12s} {r['status']}", flush=True)
                             continue
                         if ours:
@@ -721,6 +763,7 @@ def main() -> int:
                         r["failed_attempts"] = attempts
                         if "us" not in r:
                             failures.append(f"{head} {side}: {r['status']}")
+                    r["side_s"] = time.perf_counter() - t_side
                     entry["sides"][side] = r
                     ref_side = REFERENCE_OF.get(side)
                     xla_us = entry["sides"].get(ref_side, {}).get("us") if ref_side else None
