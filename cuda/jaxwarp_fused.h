@@ -367,7 +367,7 @@ __device__ inline void act_block(const Call& c, const Rollout& ro, int t, int32_
   }
 }
 
-template <class E, bool Staged>
+template <class E, bool Staged, bool Shared>
 __device__ inline void rollout_kernel_body(const Call& c, const Layout& l, const Rollout& ro) {
   extern __shared__ __align__(16) int32_t jw_smem[];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * l.epb;
@@ -384,7 +384,7 @@ __device__ inline void rollout_kernel_body(const Call& c, const Layout& l, const
     w.e = first;
     w.active = false;
   }
-  ParamsIn<E> p = params_at<E>(c, w.e);
+  ParamsIn<E, Shared> p = params_for<E, Shared>(c, w.e);
   int32_t* flags = jw_smem + kTeamWords * w.le;
   typename E::State g;
   const typename E::State s = bind_env<E, Staged>(c, l, w, jw_smem, &g);

@@ -329,14 +329,39 @@ JW_HD const typename E::Params& params_at(const Call& c, int64_t e) {
   return *reinterpret_cast<const typename E::Params*>(c.params + m * c.params_stride);
 }
 
-// How a kernel holds its env's Params: a copy where they are small (their
-// members then live in registers, as a by-value kernel argument's did), a
-// reference into the params operand where they hold tables (Tag's accel and
-// turn: a copy would go to local memory).
+// How a kernel holds its env's Params: a reference into the params operand
+// where every member shares its one row (Shared: loads from one address for
+// all threads) or where they hold tables (Tag's accel and turn: a copy would
+// go to local memory); otherwise a copy of its member's row (small: their
+// members live in registers).
 constexpr size_t kParamsCopyBytes = 64 * 4;
-template <class E>
-using ParamsIn = std::conditional_t<(sizeof(typename E::Params) <= kParamsCopyBytes),
+template <class E, bool Shared>
+using ParamsIn = std::conditional_t<(!Shared && sizeof(typename E::Params) <= kParamsCopyBytes),
                                     const typename E::Params, const typename E::Params&>;
+
+// The Params a kernel's thread reads. Shared (the operand holds one row for
+// every member, params_stride == 0: a plain run): the row at c.params, an
+// address the same for every thread, so the compiler keeps what it reads
+// uniform, as it did for a by-value kernel argument. Otherwise env e's
+// member's row. A per-thread row where one is shared spilled: MPE's fused
+// rollout went from none to 294 bytes of spill stores (ptxas -v) and took
+// 1.40 ms an update against 0.99 (H200, docs/decisions.md, "Env params as data").
+template <class E, bool Shared>
+JW_HD const typename E::Params& params_for(const Call& c, int64_t e) {
+  if constexpr (Shared) return *reinterpret_cast<const typename E::Params*>(c.params);
+  else return params_at<E>(c, e);
+}
+
+#if defined(__CUDACC__)
+// Runs body(std::true_type) where every member shares the operand's row, else
+// body(std::false_type): each kernel body is compiled for both (its Shared
+// template argument), and a launch takes one branch in every thread.
+template <class F>
+__device__ inline void by_params_rows(const Call& c, F&& body) {
+  if (c.params_stride == 0) body(std::true_type{});
+  else body(std::false_type{});
+}
+#endif
 
 JW_HD void member_of(const Call& c, int64_t e, uint32_t* k0, uint32_t* k1, uint32_t* env) {
   const int64_t m = c.per_member == c.envs ? 0 : e / c.per_member;
@@ -677,11 +702,11 @@ __device__ inline void finish_env(const typename E::Params& p, const typename E:
   observe_block<E, Staged>(p, s, c, l, w, smem, proto);
 }
 
-template <class E, bool Staged>
+template <class E, bool Staged, bool Shared>
 __device__ inline void reset_kernel_body(const Call& c, const Layout& l) {
   extern __shared__ __align__(16) int32_t jw_smem[];
   const Lane w = lane_of(l, c.envs);
-  ParamsIn<E> p = params_at<E>(c, w.e);
+  ParamsIn<E, Shared> p = params_for<E, Shared>(c, w.e);
   uint32_t k0 = 0, k1 = 0, env = 0;
   if (w.active) member_of(c, w.e, &k0, &k1, &env);
   typename E::State g;
@@ -776,11 +801,11 @@ __device__ inline void write_done(const Call& c, const Lane& w, const StepEnd& r
   }
 }
 
-template <class E, bool Staged>
+template <class E, bool Staged, bool Shared>
 __device__ inline void step_kernel_body(const Call& c, const Layout& l) {
   extern __shared__ __align__(16) int32_t jw_smem[];
   const Lane w = lane_of(l, c.envs);
-  ParamsIn<E> p = params_at<E>(c, w.e);
+  ParamsIn<E, Shared> p = params_for<E, Shared>(c, w.e);
   int32_t* flags = jw_smem + kTeamWords * w.le;
   if (w.lane == 0 && w.le < l.epb) flags[0] = flags[1] = 0;
   uint32_t k0 = 0, k1 = 0, env = 0;
@@ -807,12 +832,12 @@ JW_HD constexpr bool solo_kernel() {
   return E::kFields == E::kStateFields && !detail::has_team_pass<E>::value;
 }
 
-template <class E>
+template <class E, bool Shared>
 __device__ inline void solo_step_kernel_body(const Call& c, const Layout& l) {
   extern __shared__ __align__(16) int32_t jw_smem[];
   const Lane w = lane_of(l, c.envs);  // tpe == 1: thread threadIdx.x is env le
   const int64_t e = w.active ? w.e : 0;
-  ParamsIn<E> p = params_at<E>(c, e);
+  ParamsIn<E, Shared> p = params_for<E, Shared>(c, e);
   int32_t* g[E::kFields];
   E::pointers(state_at<E>(c.base, c.stride, e, e), g);
   int32_t word[E::kFields];

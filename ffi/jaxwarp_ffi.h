@@ -657,6 +657,13 @@ ffi::Error rollout(const void* const* kernels, void* stream JAXWARP_ARGS_rollout
 // Blocks of at most kMaxThreads, and no minimum of blocks per SM: a tighter
 // register cap spills and makes no env faster.
 #define JW_LAUNCH_BOUNDS __launch_bounds__(jaxwarp::kMaxThreads)
+// A kernel body's call with S its Shared argument (cuda/jaxwarp_kernels.h,
+// params_for): true where every member shares the params operand's one row.
+#define JW_BY_ROWS(...)                                 \
+  jaxwarp::by_params_rows(c, [&](auto rows) {           \
+    constexpr bool S = decltype(rows)::value;           \
+    __VA_ARGS__;                                        \
+  })
 // Two kernels per pass: state and scratch in global memory (_kernel) or
 // staged in shared memory (_kernel_staged); the layout picks one. Step has a
 // third, _kernel_solo (solo_kernel<ENV>(): state in registers), which runs
@@ -664,33 +671,34 @@ ffi::Error rollout(const void* const* kernels, void* stream JAXWARP_ARGS_rollout
 #define JAXWARP_DEFINE_ENV(NAME, ENV)                                                        \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
       jaxwarp_##NAME##_reset_kernel(jaxwarp::Call c, jaxwarp::Layout l) {                    \
-    jaxwarp::reset_kernel_body<ENV, false>(c, l);                                            \
+    JW_BY_ROWS(jaxwarp::reset_kernel_body<ENV, false, S>(c, l));                             \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
       jaxwarp_##NAME##_reset_kernel_staged(jaxwarp::Call c, jaxwarp::Layout l) {             \
-    jaxwarp::reset_kernel_body<ENV, true>(c, l);                                             \
+    JW_BY_ROWS(jaxwarp::reset_kernel_body<ENV, true, S>(c, l));                              \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
       jaxwarp_##NAME##_step_kernel(jaxwarp::Call c, jaxwarp::Layout l) {                     \
-    jaxwarp::step_kernel_body<ENV, false>(c, l);                                             \
+    JW_BY_ROWS(jaxwarp::step_kernel_body<ENV, false, S>(c, l));                              \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
       jaxwarp_##NAME##_step_kernel_staged(jaxwarp::Call c, jaxwarp::Layout l) {              \
-    jaxwarp::step_kernel_body<ENV, true>(c, l);                                              \
+    JW_BY_ROWS(jaxwarp::step_kernel_body<ENV, true, S>(c, l));                               \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
       jaxwarp_##NAME##_step_kernel_solo(jaxwarp::Call c, jaxwarp::Layout l) {                \
-    if constexpr (jaxwarp::solo_kernel<ENV>()) jaxwarp::solo_step_kernel_body<ENV>(c, l);    \
+    if constexpr (jaxwarp::solo_kernel<ENV>())                                               \
+      JW_BY_ROWS(jaxwarp::solo_step_kernel_body<ENV, S>(c, l));                              \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
       jaxwarp_##NAME##_rollout_kernel(jaxwarp::Call c, jaxwarp::Layout l,                    \
                                       jaxwarp::fused::Rollout ro) {                          \
-    jaxwarp::fused::rollout_kernel_body<ENV, false>(c, l, ro);                               \
+    JW_BY_ROWS(jaxwarp::fused::rollout_kernel_body<ENV, false, S>(c, l, ro));                \
   }                                                                                          \
   extern "C" __global__ void JW_LAUNCH_BOUNDS                                                \
       jaxwarp_##NAME##_rollout_kernel_staged(jaxwarp::Call c, jaxwarp::Layout l,             \
                                              jaxwarp::fused::Rollout ro) {                   \
-    jaxwarp::fused::rollout_kernel_body<ENV, true>(c, l, ro);                                \
+    JW_BY_ROWS(jaxwarp::fused::rollout_kernel_body<ENV, true, S>(c, l, ro));                 \
   }                                                                                          \
   static const void* const jw_rollout_kernels_##NAME[2] = {                                 \
       reinterpret_cast<const void*>(jaxwarp_##NAME##_rollout_kernel),                        \
