@@ -31,15 +31,16 @@ leaves the others' results, and its error's first lines are printed and kept):
 * backward (``--parts bwd``): ``dx = dz @ w^T`` (``xla_dx``; ``mgpu_dx``: the
   fused kernel with ``w`` read transposed from shared memory, no bias, no
   activation) and ``dW = x^T @ dz`` in float32 (``xla_dw``; ``mgpu_dw``: a
-  split-K kernel, each CTA reduces a slice of the rows for one tile of dW,
-  two compute warpgroups take alternate halves of each step's rows, x read
-  transposed from shared memory; the 2 x splits partial tiles are summed by
-  XLA in a fixed order, so the result is deterministic). ``dz`` is the
+  split-K kernel, each CTA reduces an interleaved slice of the rows into one
+  tile of dW, x read transposed from shared memory; its two compute
+  warpgroups take 64 rows of dW each (a 128 x 128 tile, K >= 128) or, at
+  K = 64, alternate halves of each step's rows; the partial tiles are summed
+  by XLA in a fixed order, so the result is deterministic). ``dz`` is the
   pre-activation gradient (act' applied), as the learner's backward has it.
 
-Every side is checked against a float32 reference on the same inputs (max
-absolute and relative-to-max error, asserted within bf16 tolerance) and
-timed as a jitted program of ``inner`` independent layers (distinct inputs,
+Every side is checked against a float32 reference on the same inputs (NumPy
+on the host; max absolute and relative-to-max error, asserted within bf16
+tolerance) and timed as a jitted program of ``inner`` independent layers (distinct inputs,
 every output returned, so none can be dropped or merged): compile apart,
 warm-up, then the median of ``--repeats`` calls (``jaxwarp.benchmark.median_seconds``,
 wall clock with ``block_until_ready``), and, where CUPTI works, the GPU time
@@ -50,7 +51,7 @@ inputs read once, output written once, over 4.8 TB/s on an H200, 3.35 on an
 H100) and the speed against XLA. Rows are rounded up to a multiple of 256 for
 the kernels' tiles (220,000 -> 220,160), the same rows for every side.
 
-    python experiments/bench_mosaic_layer.py            # full grid, < 3 min on an H200
+    python experiments/bench_mosaic_layer.py            # full grid; no new shape after 150 s
     python experiments/bench_mosaic_layer.py --quick    # 220,160 rows, (K, N) = 256x256, 64x256
     python experiments/bench_mosaic_layer.py --quick --out /tmp/x.json   # no GPU: checks only
 
