@@ -1278,6 +1278,33 @@ def _fused_rows(data: dict) -> list[list[str]]:
 FUSED_HEADER = ["case", "envs × steps", "update env-steps/s (fused vs scan)", "update",
                 "rollout ms (fused vs scan)", "rollout"]
 
+ENV_PARAMS_OPERAND = Source("env_params_operand_h200.json",
+                            "python experiments/bench_fused_rollout.py --cases "
+                            "tag_duel,mpe_gpu,cartpole_gpu at each commit")
+
+
+def _params_operand_rows(data: dict) -> tuple[list[str], list[list[str]]]:
+    """One row per kernel case, one column per commit: env-steps/s (Tag's kernel
+    alone at its two WarpDrive sizes; the fused rollout's update and, in
+    brackets, its rollout ms)."""
+    commits = list(dict.fromkeys(r["meta"]["commit"] for r in data["runs"]))
+    cells: dict[str, dict[str, str]] = {}
+    for run in data["runs"]:
+        for r in run["results"]:
+            if "case" in r:
+                if r["variant"] != "fused":
+                    continue
+                case = f"`{r['case']}` fused rollout"
+                cell = rate(r["env_steps_per_s"], r["num_agents"], kilo_or_mega,
+                            f"rollout {r['rollout_seconds_per_update'] * 1e3:.2f} ms")
+            else:
+                case = f"Tag kernel, {r['num_envs']:,} envs × {r['num_agents']:,} agents"
+                cell = rate(r["env_steps_per_s"], r["num_agents"], kilo_or_mega)
+            cells.setdefault(case, {})[run["meta"]["commit"]] = cell
+    label = {r["meta"]["commit"]: r["label"] for r in data["runs"]}
+    header = ["case"] + [f"`{c}`: {label[c]}" for c in commits]
+    return header, [[case] + [v.get(c, "—") for c in commits] for case, v in cells.items()]
+
 
 def section_fused_rollout(root: Path) -> tuple[list[str], list[Source]]:
     data = _read_json(root, FUSED_ROLLOUT)
@@ -1299,6 +1326,14 @@ def section_fused_rollout(root: Path) -> tuple[list[str], list[Source]]:
         f"fused_sanitize.py`, commit {san['commit']}): memcheck `{san['memcheck']}`, racecheck "
         f"`{san['racecheck']}`.",
         *sources_block(root, [FUSED_ROLLOUT]),
+        "",
+        "What reading the env's Params from a buffer operand (env params as data) costs the "
+        "kernels, each commit built and run in turn on one machine, "
+        f"{on(root, ENV_PARAMS_OPERAND)}; env-steps/s of Tag's kernel alone and of the fused "
+        f"rollout's whole update (with its rollout's ms an update) {AGENT_STEPS}:",
+        "",
+        *table(*_params_operand_rows(_read_json(root, ENV_PARAMS_OPERAND))),
+        *sources_block(root, [ENV_PARAMS_OPERAND]),
         "",
         "The same after the block cap and the row tiles (at most 16 agents a block where envs "
         "are many; each thread a unit of 4 rows), one seed, "
@@ -1344,7 +1379,8 @@ def section_fused_rollout(root: Path) -> tuple[list[str], list[Source]]:
                 "rollout kernel ms"], _peer_profile_rows(root, TAG_PROFILES)),
         *sources_block(root, [s for s, _ in TAG_PROFILES]),
     ]
-    return lines, [FUSED_ROLLOUT, FUSED_ROLLOUT_H100, *(s for s, _ in PEER_PROFILES),
+    return lines, [FUSED_ROLLOUT, ENV_PARAMS_OPERAND, FUSED_ROLLOUT_H100,
+                   *(s for s, _ in PEER_PROFILES),
                    PEER_PHASES, FUSED_ROLLOUT_AGENT_MAJOR, FUSED_GPU_TESTS,
                    *(s for s, _ in TAG_PROFILES)]
 
