@@ -7,11 +7,11 @@ their observation statistics (`obs_stats`), the policy and action sampler a
 config asks for (`setup`), the runner state and its start (`state`), one
 update (`update`), the rollout (`rollout`, `fused`: the whole rollout as one
 custom call), advantages and losses (`losses`), the update of one group
-(`learn`) over its minibatches (`minibatches`). Beside them: the
-hyperparameters a sweep varies (`hyper`), a sweep's settings (`sweep`), the
-seeds (`seeds`) and the compiler options (`compile`). The models live in
-`jaxwarp.models`, the host loop behind ``jaxwarp train`` (progress,
-checkpoints, Ctrl-C) in `jaxwarp.run`.
+(`learn`) over its minibatches (`minibatches`) with its optimiser
+(`optim`). Beside them: the hyperparameters a sweep varies (`hyper`), a
+sweep's settings (`sweep`), the seeds (`seeds`) and the compiler options
+(`compile`). The models live in `jaxwarp.models`, the host loop behind
+``jaxwarp train`` (progress, checkpoints, Ctrl-C) in `jaxwarp.run`.
 """
 
 # The config first: its imports load numpy from Python code, where a Ctrl-C

@@ -23,6 +23,7 @@ from jaxwarp.train.config import Derived, TrainConfig
 from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.minibatches import Minibatches
 from jaxwarp.train.obs_stats import RunningStats
+from jaxwarp.train.optim import Optimiser
 from jaxwarp.train.policy import Policy
 from jaxwarp.train.rollout import Transition
 
@@ -47,6 +48,7 @@ class Learner(NamedTuple):
     policy: Policy
     minibatches: Minibatches
     epochs: int  # PPO's passes over the batch
+    optimisers: dict[str, Optimiser]  # group -> its optimiser at a run's Hyper (optim.py)
 
 
 class Collected(NamedTuple):
@@ -67,28 +69,6 @@ class GroupStep(NamedTuple):
     epochs: int
     normalize_advantages: bool
     global_shuffle: bool  # over several devices: one permutation of all envs
-
-
-def optimiser(c: TrainConfig, d: Derived, group: str, hyper: Hyper
-              ) -> optax.GradientTransformation:
-    """Adam (eps 1e-5) at the group's learning rate ``hyper.lr[group]``,
-    linearly annealed to 0 over the run where ``anneal_lr``, after global-norm
-    clipping at ``hyper.max_grad_norm`` (off where 0). Built inside the
-    program from `hyper`'s arrays (a sweep's settings differ in them); its
-    state's structure does not depend on their values."""
-    lr = hyper.lr[group]
-    steps = d.num_updates * d.optimizer_steps
-    schedule = optax.linear_schedule(lr, 0.0, steps) if c.anneal_lr else lr
-    adam = optax.adam(schedule, eps=1e-5)
-    tx = optax.chain(optax.clip_by_global_norm(hyper.grad_clip()), adam)
-    if c.critic != "centralised":
-        return tx
-    # MAPPO: actor and critic are two networks with an optimiser each (their own
-    # Adam moments and gradient-norm clip), so the critic's larger gradients do
-    # not shrink the actor's step through one shared clip.
-    return optax.multi_transform(
-        {"actor": tx, "critic": tx},
-        lambda params: {k: jax.tree.map(lambda _: k, v) for k, v in params.items()})
 
 
 def learn(learner: Learner, state: LearnerState, data: Collected, key: jax.Array,
@@ -124,7 +104,7 @@ def _update_group(learner: Learner, g: str, state: LearnerState, data: Collected
         first=traj.first if recurrent else None, state=traj.state,
         carry=jax.tree.map(lambda x: x[None], data.carry[g]) if recurrent else None)
     step = GroupStep(_grad_fn(c, policy, g, state.obs_stats.get(g), hyper),
-                     optimiser(c, learner.derived, g, hyper),
+                     learner.optimisers[g](hyper),
                      learner.minibatches, learner.epochs, c.normalize_advantages,
                      c.minibatch_shuffle == "global")
     if c.algorithm == "a2c":

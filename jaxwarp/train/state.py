@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 from jaxwarp.core import key_data_of
 from jaxwarp.train.config import Derived, TrainConfig
 from jaxwarp.train.hyper import Hyper, env_kw
-from jaxwarp.train.learn import Learner, LearnerState, optimiser
+from jaxwarp.train.learn import Learner, LearnerState
 from jaxwarp.train.obs_stats import RunningStats
 from jaxwarp.train.rollout import Acting, EnvCarry
 
@@ -74,7 +74,7 @@ def init_state(run: Pieces, key: jax.Array, hyper: Hyper | None = None) -> Runne
     params = {g: run.init_params(g, k) for g, k in zip(ids, k_models)}
     learner = LearnerState(
         params=params,
-        opt_state={g: optimiser(c, run.derived, g, hyper).init(params[g]) for g in ids},
+        opt_state={g: run.learner.optimisers[g](hyper).init(params[g]) for g in ids},
         obs_stats={g: RunningStats.create(obs_dim) for g in ids}
         if c.normalize_obs else {})
     envs = EnvCarry(env_state, obs, policy.initial_carry(c.num_envs),

@@ -15,8 +15,9 @@ that run the updates in chunks (the CLI: progress, logs, checkpoints). It
 makes each piece once, a module's pieces in one go (`_compose`): the env on
 its mesh (`environment`, `mesh`), the policy and its sampler (`setup`), what
 an episode logs (`rollout`), the models' checked initial parameters
-(`policy`), the rollout path (`fused`); the program over them is the
-runner state and its start (`state`) and one update (`update`).
+(`policy`), the rollout path (`fused`), the groups' optimisers (`optim`);
+the program over them is the runner state and its start (`state`) and one
+update (`update`).
 
 Several devices (``config.devices``; docs/sharding.md): the envs are split
 over a 1-D mesh (axis ``"envs"``) by `jaxwarp.sharding.ShardedEnv`; env
@@ -46,6 +47,7 @@ from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.learn import Learner
 from jaxwarp.train.mesh import pinner
 from jaxwarp.train.minibatches import Minibatches
+from jaxwarp.train.optim import optimisers
 from jaxwarp.train.policy import Groups, Policy, param_init
 from jaxwarp.train.rollout import (Acting, EnvCarry, Transition, env_metric_names,
                                    episode_sums)
@@ -143,8 +145,9 @@ def _compose(c: TrainConfig, d: Derived, env: Any, models: Mapping[str, nn.Modul
     """The run's pieces (`Pieces`), each made once and each module's in one go:
     the env on its mesh, the policy and its sampler, what an episode logs, the
     models' initial parameters (their contract checked), the rollout path and
-    the learner; and what the `Trainer` tells of them (sampler backend,
-    rollout path, models' layers, recurrent learner paths, episode metrics)."""
+    the learner with the groups' optimisers; and what the `Trainer` tells of
+    them (sampler backend, rollout path, models' layers, recurrent learner
+    paths, episode metrics)."""
     env, mesh = env_on_mesh(c, d, env, local)
     pin = pinner(mesh)
     nvec = tuple(int(n) for n in env.action_space.nvec)
@@ -164,8 +167,9 @@ def _compose(c: TrainConfig, d: Derived, env: Any, models: Mapping[str, nn.Modul
     roll, path = fused.rollout_for(policy, env, sums, sampler, mesh is not None, c.num_envs)
     cut = Minibatches(d.minibatches, d.minibatch_envs, 1 if mesh is None else mesh.size,
                       c.num_envs, pin, samples=samples)
-    run = Pieces(c, d, Acting(policy, sample, env, sums, centralised),
-                 Learner(c, d, policy, cut, d.epochs), roll, init_params, pin, mesh, env_metrics)
+    learner = Learner(c, d, policy, cut, d.epochs, optimisers(c, d, groups.ids))
+    run = Pieces(c, d, Acting(policy, sample, env, sums, centralised), learner, roll,
+                 init_params, pin, mesh, env_metrics)
     layers = {g: m.layers(obs_dim) for g, m in policy.nets.items()
               if isinstance(m, MLPActorCritic)}  # which layers run each `mlp` model
     return run, dict(sampler=sampler, rollout_path=path, model_layers=layers,
