@@ -58,7 +58,11 @@ def sweep(args: argparse.Namespace) -> int:
         print(f"jaxwarp sweep: interrupted; continue with: jaxwarp sweep --resume {out}",
               file=sys.stderr)
         return 130
-    return _report(result, args.threshold)
+    status = _report(result, args.threshold)
+    from jaxwarp.run.distributed import finish
+
+    finish()  # several processes: all end together, quietly (one process: returns at once)
+    return status
 
 
 def _new_args(args: argparse.Namespace) -> tuple[str, Any, Any]:
@@ -98,7 +102,8 @@ def _resume_args(args: argparse.Namespace) -> tuple[str, None, None]:
 
 
 def _report(result: Any, threshold: float | None) -> int:
-    """The summary line and, for a finished sweep, the ranked table."""
+    """The summary line and, for a finished sweep, the ranked table (process 0
+    alone writes and prints the report: `summary["sweep"]`)."""
     from jaxwarp.run.sweep_report import BEST_YAML, format_table, ranked_metric, write_report
     from jaxwarp.units import rate_text
 

@@ -22,7 +22,7 @@ from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.seeds import seed_keys
 from jaxwarp.train.sweep import Sweep, make_sweep, parse_sweep
 
-from _tiny_run import TINY, tiny_config
+from _tiny_run import TINY, ckpt_steps, tiny_config
 
 GRID = ["policies.agent.lr=1e-3,3e-2", "clip_eps=0.1,0.3"]
 
@@ -69,14 +69,23 @@ def test_bad_sweeps_are_one_line_errors(words, samples, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_a_sweep_under_several_processes_is_refused_in_one_line(tmp_path, monkeypatch):
-    from jaxwarp.run.sweep_plan import plan_sweep
+def test_a_sweep_splits_its_runs_evenly_over_every_process_or_says_why(monkeypatch):
+    """Under jax.distributed (here 2 processes, as jax.process_count says) a
+    sweep's runs split evenly over the same devices of every process; runs
+    that do not divide are refused in one line naming the numbers."""
+    from jaxwarp.run.sweep_plan import sweep_layout
 
-    _, sw = parse_sweep(["ent_coef=0,0.01"])
-    monkeypatch.setattr(jax, "process_count", lambda: 2)  # as under jax.distributed
-    with pytest.raises(ConfigError, match="a sweep runs in one process") as e:
-        plan_sweep(tiny_config(), sw)
-    assert "\n" not in str(e.value)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    layout = sweep_layout(None, 6)
+    assert (layout.devices, layout.processes, layout.size) == (1, 2, 2)
+    for devices, members, message in (
+            (None, 3, "a sweep over 2 processes splits its 3 runs (settings x seeds) evenly "
+             "over every process's devices; 3 is not a multiple of 2"),
+            (1, 5, "devices=1: a sweep splits its 5 runs (settings x seeds) evenly over 1 x 2 "
+             "processes = 2 devices; expected devices x 2 to divide 5")):
+        with pytest.raises(ConfigError) as e:
+            sweep_layout(devices, members)
+        assert message in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_value_out_of_range_names_the_setting():
@@ -286,13 +295,126 @@ def test_a_sweep_over_two_devices_equals_it_on_one(tmp_path):
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
+# A sweep over two processes (jax.distributed on localhost, 2 CPU devices each):
+# 2 settings x 4 seeds, 2 runs a device. The same script stops it after 4 of
+# its 8 updates (`stop`; its compiled chunk program reported), and trains it
+# whole in one process of 4 devices, then reads the other's final checkpoint
+# onto its own devices (`whole`).
+_PROCESSES = r'''
+import json, sys
+sys.path.insert(0, sys.argv[3])
+import jax, numpy as np
+from _tiny_run import tiny_config
+from jaxwarp.run import loop
+from jaxwarp.run.checkpoint import restore_intact
+from jaxwarp.run.loop import train_run
+from jaxwarp.sharding import collectives_in
+from jaxwarp.train.sweep import parse_sweep
+
+_, sw = parse_sweep(["policies.agent.lr=1e-3,3e-2"])
+mode, out = sys.argv[1], sys.argv[2]
+report = {}  # no jax call before train_run: it starts jax.distributed
+if mode == "stop":
+    compile_chunk, found = loop._compile, []
+    def spy(run, n):
+        compiled = compile_chunk(run, n)
+        found.append(collectives_in(compiled.as_text()))
+        return compiled
+    loop._compile = spy
+    r = train_run(tiny_config(), out, seeds=4, sweep=sw, progress=False, stop_after_updates=4)
+    leaf = jax.tree.leaves(r.state.learner.params)[0]
+    report |= {"collectives": found, "updates": r.summary["updates"],
+               "mine": sorted(str(s.device) for s in leaf.addressable_shards)}
+else:
+    r = train_run(tiny_config(), out + "/one", seeds=4, sweep=sw, progress=False)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                            r.state)
+    step, two = restore_intact(__import__("pathlib").Path(out + "/two"), abstract,
+                               read_only=True)
+    paths = jax.tree_util.tree_leaves_with_path(r.state)
+    report |= {"step": step, "differ": [jax.tree_util.keystr(p) for (p, a), b in zip(
+        paths, jax.tree.leaves(two)) if not np.array_equal(np.asarray(a), np.asarray(b))]}
+print(json.dumps(report | {"process": jax.process_index(), "devices": jax.device_count()}))
+'''
+
+
+def _run_processes(args: list[str], processes: int, devices: int) -> list[tuple[str, str]]:
+    """`args` as `processes` processes of one jax.distributed job on localhost
+    (`devices` CPU devices each); (stdout, stderr) of each, all exited 0."""
+    import os
+    import socket
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    many = {"JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_NUM_PROCESSES": str(processes)}
+    procs = [subprocess.Popen(args, env=env | (many | {"JAX_PROCESS_ID": str(i)}
+                                               if processes > 1 else {}),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(processes)]
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-4000:]
+    return outs
+
+
+def _json_line(stdout: str) -> dict:
+    return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+
+
+def test_a_sweep_over_two_processes_is_the_sweep_in_one(tmp_path):
+    """Two processes x 2 CPU devices: every run on one device of one process,
+    no collective in the program; stopped after 4 updates, resumed by
+    `jaxwarp sweep --resume` under both processes. Process 0 alone wrote the
+    folder: every metric row, the report, best.yaml and the final checkpoint
+    are those of the same sweep in one process of 4 devices, bit for bit (its
+    whole runner state, every leaf)."""
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).parent)
+    two, one = tmp_path / "two", tmp_path / "one"
+    stop = [_json_line(o) for o, _ in _run_processes(
+        [sys.executable, "-c", _PROCESSES, "stop", str(two), tests], 2, 2)]
+    assert [r["process"] for r in stop] == [0, 1] and all(r["devices"] == 4 for r in stop)
+    # Each process holds its own devices' runs: 2 devices, 4 of the 8 runs.
+    assert all(len(r["mine"]) == 2 for r in stop)
+    assert set(stop[0]["mine"]).isdisjoint(stop[1]["mine"])
+    assert all(r["updates"] == 4 and r["collectives"] == [[]] for r in stop), stop
+    outs = _run_processes([sys.executable, "-m", "jaxwarp", "sweep", "--resume", str(two),
+                           "--no-progress"], 2, 2)
+    best = "the best setting: jaxwarp train --config"  # process 0 prints the table
+    assert best in outs[0][0] and best not in outs[1][0]
+    assert all("Traceback" not in err and "CANCELLED" not in err for _, err in outs), outs
+    whole = _json_line(_run_processes([sys.executable, "-c", _PROCESSES, "whole",
+                                       str(tmp_path), tests], 1, 4)[0][0])
+    assert whole["step"] == 8 and whole["differ"] == [], whole
+    timing = ("env_steps_per_s", "wall_s")
+    rows = [[{k: v for k, v in json.loads(line).items() if k not in timing}
+             for line in (f / "metrics.jsonl").read_text().splitlines()] for f in (two, one)]
+    assert len(rows[0]) == 8 * 8 and rows[0] == rows[1]
+    assert json.loads((two / "sweep.json").read_text())["ranked"] == \
+        json.loads((one / "sweep.json").read_text())["ranked"]
+    assert (two / "best.yaml").read_text() == (one / "best.yaml").read_text()
+    assert not (two / ".lock").exists() and ckpt_steps(two) == [6, 8]
+
+
 def test_xla_count_of_the_compiled_program_chunks_a_sweep_again(monkeypatch):
     from types import SimpleNamespace
 
     from jaxwarp.run import memory_guard
 
     run = SimpleNamespace(config=SimpleNamespace(devices=None), settings=[{}] * 5, seeds=1,
-                          members=5, trainer=None)
+                          members=5, local_members=5, trainer=None,
+                          layout=SimpleNamespace(devices=1, processes=1))
     # A program of 5 runs: 5 kB in, 5 kB out over the donated input, 10 kB temporaries.
     compiled = SimpleNamespace(memory_analysis=lambda: SimpleNamespace(
         argument_size_in_bytes=5000, output_size_in_bytes=5000, alias_size_in_bytes=5000,
@@ -311,6 +433,13 @@ def test_xla_count_of_the_compiled_program_chunks_a_sweep_again(monkeypatch):
     monkeypatch.setattr(memory_guard, "device_memory", lambda *_: ("cpu", 2_000))
     with pytest.raises(RunError, match="one run of the sweep per device needs 3 kB"):
         memory_guard.check_program(run, compiled, members=5, devices=1)
+    # Over several processes a sweep that does not fit at once is refused (its runs'
+    # states would wait on one host between chunks).
+    many = SimpleNamespace(**vars(run) | {"layout": SimpleNamespace(devices=1, processes=2)})
+    monkeypatch.setattr(memory_guard, "device_memory", lambda *_: ("cpu", 10_000))
+    with pytest.raises(RunError, match="a sweep over 2 processes: the 5 runs of each .* a sweep "
+                       "in chunks of its runs runs in one process"):
+        memory_guard.check_program(many, compiled, members=5, devices=1)
     # In chunks, every run's state waits in host memory, twice: 2 x 4 kB here.
     monkeypatch.setattr(memory_guard, "device_memory", lambda *_: ("cpu", 10_000))
     monkeypatch.setattr(memory_guard, "run_bytes", lambda r: {"model": 3000, "env": 1000})

@@ -259,9 +259,18 @@ def _try_restore(ckptr: Any, path: Path, abstract: Any) -> Any:
                 json.loads((path / meta).read_text()), dict):
             raise ValueError(f"{meta} is not a JSON object")
     rs = ckptr.restore(path / "default", abstract)
-    if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(rs.learner.params)):
+    if not all(_finite(x) for x in jax.tree.leaves(rs.learner.params)):
         raise ValueError("non-finite parameters")
     return rs
+
+
+def _finite(x: Any) -> bool:
+    """All of `x` finite, as far as this process holds it: a sweep's runs split
+    over several processes are checked by each on its own devices' (the
+    processes then agree on the checkpoint restored: `resume.restore_or_init`)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return all(np.isfinite(np.asarray(s.data)).all() for s in x.addressable_shards)
+    return bool(np.isfinite(np.asarray(x)).all())
 
 
 def _newest_intact(out: Path, steps: list[int], abstract: Any

@@ -10,6 +10,8 @@
 * `is_primary`, `all_ok`, `same_on_all`: what the host loop needs to keep the
   processes in step (process 0 writes files; decisions taken on the host,
   such as stopping early, are taken by process 0 for all).
+* `to_host`, `to_global`: a sweep's arrays split over every process's devices
+  (its runs), gathered to the host on every process and placed from it.
 * `finish()`: the end of a multi-process run, every process together, with
   no gRPC traces from jax's coordination service on the way out.
 
@@ -24,6 +26,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import numpy as np
@@ -150,6 +153,35 @@ def same_on_all(value: int | bool) -> int:
     from jax.experimental import multihost_utils
 
     return int(multihost_utils.broadcast_one_to_all(np.array(int(value), np.int32)))
+
+
+def to_host(tree: Any) -> Any:
+    """Every leaf of `tree` as a host (NumPy) array, whole on every process: an
+    array split over several processes (a sweep's runs, `member_mesh`) is
+    gathered from all of them (a collective: every process calls it at the
+    same point); otherwise (one process, or an array each process holds
+    whole) ``jax.device_get``."""
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    def one(x: Any) -> Any:
+        if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return np.asarray(jax.device_get(x))
+
+    return jax.tree.map(one, tree)
+
+
+def to_global(tree: Any, sharding: Any) -> Any:
+    """Host arrays, the same on every process, as arrays with `sharding` (a
+    `NamedSharding`, possibly over several processes' devices): each process
+    places the slices its own devices hold, from its own copy; nothing is sent
+    between processes."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+    return jax.tree.map(lambda x: jax.make_array_from_callback(
+        np.shape(x), sharding, lambda index, x=x: np.asarray(x)[index]), tree)
 
 
 def finish(timeout_s: float = FINISH_TIMEOUT_S) -> None:

@@ -48,6 +48,7 @@ from jaxwarp.errors import (
     RunLockedError,
     StorageError,
 )
+from jaxwarp.run import distributed
 from jaxwarp.run.checkpoint import (
     CONFIG_FILE,
     checkpointer,
@@ -82,7 +83,7 @@ from jaxwarp.run.sweep_plan import SweepPlan, plan_sweep
 from jaxwarp.storage import writing
 from jaxwarp.train.compile import jit
 from jaxwarp.train.config import TrainConfig, derived
-from jaxwarp.train.mesh import MEMBERS, member_mesh
+from jaxwarp.train.mesh import MEMBERS
 from jaxwarp.train.sweep import Sweep
 from jaxwarp.train.trainer import trainer_for
 from jaxwarp.units import device_name
@@ -187,8 +188,8 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
     handshake = Handshake(proc.num_processes > 1)
     with _guarded(out):
         # A new sweep's bad input is refused before its folder exists.
-        plan = _plan_new(config, devices, sweep, env, handshake) if sweep and not resume \
-            else None
+        plan = _plan_new(config, seeds, devices, sweep, env, handshake) \
+            if sweep and not resume else None
         created = primary and not out.exists()  # only process 0 creates / removes the folder
         lock = take_folder(out, primary, handshake)
         started = False  # config.yaml written: the folder holds a run from here on
@@ -196,7 +197,7 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
             config, seeds = run_config(out, config, seeds, resume, devices, primary)
             sweep = run_sweep(out, sweep, resume)
             if plan is None and sweep is not None:  # a resumed sweep: the saved one
-                plan = plan_sweep(config, sweep, env)
+                plan = plan_sweep(config, sweep, seeds, env)
             run = _built(out, config, seeds, plan, env, models, proc, lock, created)
             if not handshake.all_ready():
                 raise RunError("another process of this run failed to start (see its "
@@ -215,14 +216,14 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
     return run
 
 
-def _plan_new(config: TrainConfig, devices: int | None, sweep: Sweep, env: Any,
+def _plan_new(config: TrainConfig, seeds: int, devices: int | None, sweep: Sweep, env: Any,
               handshake: Handshake) -> SweepPlan:
     """`plan_sweep` of a new sweep (with `devices` when given); a failure tells
     the other processes first."""
     try:
         if devices is not None:
             config = dataclasses.replace(config, devices=devices)
-        return plan_sweep(config, sweep, env)
+        return plan_sweep(config, sweep, seeds, env)
     except BaseException:
         handshake.fail()
         raise
@@ -231,23 +232,25 @@ def _plan_new(config: TrainConfig, devices: int | None, sweep: Sweep, env: Any,
 def _built(out: Path, config: TrainConfig, seeds: int, plan: SweepPlan | None, env: Any,
            models: Mapping[str, Any] | None, proc: Any, lock: Any, created: bool) -> Run:
     """The run's record with its trainer built: a sweep's on the env its plan
-    made, without an env mesh (its runs split over the devices, `member_mesh`,
-    not each run's envs; `devices` changes nothing that derived() holds)."""
+    made, on this process's device alone (`local`: its runs split over the
+    devices of its layout, not each run's envs; `devices` changes nothing that
+    derived() holds)."""
     settings = plan.settings if plan else []
     trainer = trainer_for(dataclasses.replace(config, devices=1) if plan else config,
-                          derived(config), env=plan.env if plan else env, models=models)
+                          derived(config), env=plan.env if plan else env, models=models,
+                          local=plan is not None)
     return Run(out=out, config=config, seeds=seeds, trainer=trainer, proc=proc, lock=lock,
                t0=time.perf_counter(), settings=settings,
                seed_ids=list(range(config.seed, config.seed + seeds)) * max(1, len(settings)),
-               env_metrics=trainer.env_metrics, created=created)
+               env_metrics=trainer.env_metrics, created=created,
+               layout=plan.layout if plan else None)
 
 
 def _prepare(run: Run, resume: bool, progress: bool | str) -> None:
     """The memory check (a sweep too big: chunks of its runs), the state
     (restored or initial) and the first chunk's program compiled."""
     chunks = check_memory(run)  # a sweep too big for the memory: chunks of its runs
-    run.member_mesh = member_mesh(run.config.devices, run.members) \
-        if run.settings and not chunks else None
+    run.member_mesh = run.layout.mesh if run.layout and not chunks else None
     restore_or_init(run, resume, progress)
     run.compiled = compile_in_memory(run, chunks, _compile, progress)
     run.compile_s = time.perf_counter() - run.t0
@@ -362,7 +365,7 @@ def _train_chunk(run: Run, bar: Progress) -> bool:
     t = time.perf_counter()
     run.settled = False
     run.rs, metrics = run.compiled(run.rs)
-    metrics = jax.device_get(metrics)
+    metrics = distributed.to_host(metrics)  # a sweep's over several processes: gathered
     finite = np.asarray(metrics.pop("finite")) > 0  # [seeds, n]: one check per chunk
     dt = time.perf_counter() - t
     run.run_s += dt

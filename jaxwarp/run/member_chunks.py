@@ -32,7 +32,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxwarp.run.memory_guard import Chunks, check_program
 from jaxwarp.run.state import Run
-from jaxwarp.train.mesh import MEMBERS, member_mesh
+from jaxwarp.train.mesh import MEMBERS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,10 +109,10 @@ def compile_in_memory(run: Run, chunks: Chunks | None, compile: Callable[[Run, i
     compiled = compile(run, run.chunk)
     if not run.settings:
         return compiled
-    on = run.member_chunks
-    mesh = run.member_mesh if on is None else on.mesh
-    again = check_program(run, compiled, run.members if on is None else on.size,
-                          1 if mesh is None else mesh.size)
+    on, layout = run.member_chunks, run.layout
+    # This process's share: its devices train as many runs of the program.
+    again = check_program(run, compiled, (run.members if on is None else on.size)
+                          // layout.processes, layout.devices)
     if again is None:
         return compiled
     _use(run, again, progress)
@@ -122,7 +122,6 @@ def compile_in_memory(run: Run, chunks: Chunks | None, compile: Callable[[Run, i
 def _use(run: Run, chunks: Chunks | None, progress: bool | str) -> None:
     if chunks is None:
         return
-    run.member_chunks = MemberChunks(run.members, chunks.size,
-                                     member_mesh(run.config.devices, chunks.size))
+    run.member_chunks = MemberChunks(run.members, chunks.size, run.layout.mesh)
     if progress and run.primary:
         print(chunks.why, file=sys.stderr)

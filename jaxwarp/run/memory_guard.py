@@ -23,8 +23,9 @@ from jaxwarp.train.trainer import Trainer
 
 
 def run_bytes(run: Run) -> dict[str, int] | None:
-    """`arrays_bytes` of the run's members (seeds, or settings x seeds)."""
-    return arrays_bytes(run.config, run.trainer, run.members)
+    """`arrays_bytes` of the run's members this process trains (seeds, or its
+    share of a sweep's settings x seeds)."""
+    return arrays_bytes(run.config, run.trainer, run.local_members)
 
 
 def arrays_bytes(config: TrainConfig, trainer: Trainer, members: int) -> dict[str, int] | None:
@@ -91,11 +92,11 @@ def check_memory(run: Run) -> Chunks | None:
     runs in chunks (`Chunks`). RunError naming the config keys when a plain
     run, or one run per device of a sweep, does not fit."""
     parts = run_bytes(run)
-    platform, limit = device_memory(run.trainer, run.config.devices if run.settings else None)
+    platform, limit = device_memory(run.trainer, run.layout.devices if run.layout else None)
     need = sum(parts.values()) if parts else 0
     if parts is None or limit is None or need <= limit:
         return None
-    chunks = _chunks(run, need / run.members, (platform, limit),
+    chunks = _chunks(run, need / run.local_members, (platform, limit),
                      f"need at least {_size(need)} (their arrays)")
     if chunks is not None:
         return chunks
@@ -132,17 +133,18 @@ PROGRAM_SHARE = 0.9
 
 def check_program(run: Run, compiled: Any, members: int, devices: int) -> Chunks | None:
     """After compiling a sweep's program of `members` runs on `devices`
-    devices: None when XLA's count of its memory (`program_bytes`, more than
-    `check_memory`'s lower bound: the update's temporaries) fits
-    `PROGRAM_SHARE` of the devices' memory (or is unknown); else the chunks
-    that fit by that count; RunError when not one run per device does."""
+    devices (this process's share of both): None when XLA's count of its
+    memory (`program_bytes`, more than `check_memory`'s lower bound: the
+    update's temporaries) fits `PROGRAM_SHARE` of the devices' memory (or is
+    unknown); else the chunks that fit by that count; RunError when not one
+    run per device does."""
     each = program_bytes(compiled)
     platform, limit = device_memory(run.trainer, devices)
     need = None if each is None else each * devices
     if need is None or limit is None or need <= limit * PROGRAM_SHARE:
         return None
     chunks = _chunks(run, need / members, (platform, int(limit * PROGRAM_SHARE)),
-                     f"need {_size(need * run.members / members)} (XLA's count of the "
+                     f"need {_size(need * run.local_members / members)} (XLA's count of the "
                      f"program compiled for {members}; a program may take "
                      f"{PROGRAM_SHARE:.0%} of the memory)")
     if chunks is None:
@@ -156,10 +158,13 @@ def _chunks(run: Run, per_run: float, memory: tuple[str, int], need: str) -> Chu
     """A sweep's runs in the fewest chunks of those that fit (`per_run` bytes
     each), all of one size, a multiple of the device count, as few runs
     repeated as can be; None for a plain run or when not one per device fits."""
-    devices = resolve_devices(run.config.devices)
-    fit = members_that_fit(per_run, memory[1], devices)
-    if not run.settings or fit < devices:
+    if run.layout is None:
         return None
+    devices = run.layout.devices
+    fit = members_that_fit(per_run, memory[1], devices)
+    if fit < devices:
+        return None
+    _one_process(run, need, memory)
     _check_host(run)
     count = _ceil(run.members, fit)
     size = _ceil(_ceil(run.members, count), devices) * devices
@@ -167,6 +172,17 @@ def _chunks(run: Run, per_run: float, memory: tuple[str, int], need: str) -> Chu
                   f"than {_where(run, memory[0])} ({_size(memory[1])}), which holds {fit}: "
                   f"{count} chunks of {size} runs, one after the other in one compiled "
                   f"program ({count * size - run.members} repeated to fill the last)")
+
+
+def _one_process(run: Run, need: str, memory: tuple[str, int]) -> None:
+    """RunError for a sweep over several processes that does not fit at once:
+    chunks of runs (`member_chunks`) keep every run's state on one host."""
+    procs = run.layout.processes
+    if procs > 1:
+        raise RunError(f"a sweep over {procs} processes: the {run.local_members} runs of each "
+                       f"({_members(run)} in all) {need}, more than {_where(run, memory[0])} "
+                       f"({_size(memory[1])}); a sweep in chunks of its runs runs in one "
+                       "process: sweep fewer settings or seeds, or use more processes")
 
 
 def _check_host(run: Run) -> None:
@@ -185,7 +201,7 @@ def _where(run: Run, platform: str) -> str:
         return "the host's memory"
     if not run.settings:
         return f"the {platform} devices' memory"
-    return f"the memory of {resolve_devices(run.config.devices)} {platform} device(s)"
+    return f"the memory of {run.layout.devices} {platform} device(s)"
 
 
 def _size(n: float) -> str:

@@ -16,9 +16,13 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxwarp.errors import CheckpointError, CheckpointWarning, ConfigError
 from jaxwarp.run import distributed
@@ -31,6 +35,8 @@ from jaxwarp.run.checkpoint import (
 from jaxwarp.run.metrics import METRICS_JSONL
 from jaxwarp.run.state import Run
 from jaxwarp.train.config import TrainConfig, derived, validate
+from jaxwarp.train.hyper import Hyper
+from jaxwarp.train.mesh import MEMBERS
 from jaxwarp.train.seeds import member_keys
 from jaxwarp.train.sweep import Sweep, setting_config, stacked_hyper
 
@@ -141,11 +147,24 @@ def restore_or_init(run: Run, resume: bool, progress: bool | str) -> None:
         warnings.warn(f"--resume {out}: no checkpoint was written before the run "
                       f"stopped; it starts from update 1 of {run.num_updates}",
                       CheckpointWarning, stacklevel=4)  # train_run's caller
-    run.rs = init(keys)
-    if hyper is not None:
-        # Where the restore would put the state (a sweep's trainer has no env mesh).
+    run.rs = init(keys) if hyper is None else _init_members(run, keys, hyper, abstract)
+
+
+def _init_members(run: Run, keys: np.ndarray, hyper: Hyper, abstract: Any) -> Any:
+    """A sweep's initial state (keys u32[members, 2], `hyper` its stacked
+    hyperparameters, leading axis the members) where the restore would put it
+    (`abstract`'s shardings): on its member mesh each device starts its own
+    runs (shard_map; over several processes each process its devices'), else
+    on one device."""
+    mesh = run.member_mesh
+    init = jax.vmap(run.trainer.init)
+    if mesh is None:
         where = jax.tree.map(lambda a: a.sharding, abstract)
-        run.rs = jax.device_put(run.rs.replace(hyper=hyper), where)
+        return jax.device_put(jax.jit(init)(keys, hyper), where)
+    # check_vma off: the env's reset custom call carries no varying-axis rule.
+    init = jax.shard_map(init, mesh=mesh, in_specs=P(MEMBERS), out_specs=P(MEMBERS),
+                         check_vma=False)
+    return jax.jit(init)(*distributed.to_global((keys, hyper), NamedSharding(mesh, P(MEMBERS))))
 
 
 def run_sweep(out: Path, sweep: Sweep | None, resume: bool) -> Sweep | None:

@@ -50,7 +50,10 @@ class Run:
     saved_at: int | None = None
     settled: bool = True
     compiled: Any = None  # run_chunk compiled for `chunk` updates
-    member_mesh: Any = None  # a sweep's runs split over devices (train.mesh.member_mesh)
+    # A sweep's layout on the devices of every process (run.sweep_plan.SweepLayout),
+    # decided before its trainer is built; None for a plain run.
+    layout: Any = None
+    member_mesh: Any = None  # the layout's mesh while the sweep trains whole (not in chunks)
     member_chunks: Any = None  # a sweep trained in chunks of its runs (run.member_chunks)
     compile_s: float = 0.0
     run_s: float = 0.0
@@ -69,6 +72,12 @@ class Run:
     def members(self) -> int:
         """Runs trained together in the program: seeds, times settings in a sweep."""
         return self.seeds * max(1, len(self.settings))
+
+    @property
+    def local_members(self) -> int:
+        """Runs this process's devices train: a sweep's share of its runs over
+        its processes (`layout`), else every member."""
+        return self.members // self.layout.processes if self.layout else self.members
 
     @property
     def setting_ids(self) -> list[int] | None:

@@ -6,7 +6,7 @@ one device in one process (no mesh: the unsharded program of a single-device
 run), `check_divisible` that the envs and minibatches split evenly over it,
 and `pinner` its sharding constraints. See docs/sharding.md ("Training on
 several devices"). `member_mesh`: the mesh a sweep splits its runs over
-instead (docs/sweeps.md).
+instead, over the same devices of every process (docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -46,13 +46,24 @@ def data_mesh(devices: int | None) -> Mesh | None:
     n = resolve_devices(devices)
     if n == 1 and jax.process_count() == 1:
         return None
+    return _mesh(process_devices(n), AXIS)
+
+
+def process_devices(n: int) -> list[Any]:
+    """The first `n` local devices of every process, by id, process-major: the
+    devices a mesh of ``devices=n`` spans (the same list on every process)."""
     chosen = []
     for p in range(jax.process_count()):
         local = sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
         chosen.extend(local[:n])
+    return chosen
+
+
+def _mesh(devices: list[Any], axis: str) -> Mesh:
+    """A 1-D mesh over `devices` along `axis` (Auto axis type where jax has them)."""
     axis_type = getattr(jax.sharding, "AxisType", None)
     kwargs = {"axis_types": (axis_type.Auto,)} if axis_type is not None else {}
-    return Mesh(np.array(chosen), (AXIS,), **kwargs)
+    return Mesh(np.array(devices), (axis,), **kwargs)
 
 
 def check_divisible(c: TrainConfig, d: Derived, shards: int) -> None:
@@ -87,20 +98,12 @@ def pinner(mesh: Mesh | None) -> Callable[[Any, P], Any]:
 MEMBERS = "members"
 
 
-def member_mesh(devices: int | None, members: int) -> Mesh | None:
-    """A sweep's mesh (axis ``"members"``): its runs (settings x seeds) split
-    over this process's devices, each device training whole runs, no
-    collective between them. `devices` None: the most local devices that
-    divide `members`; a given count must divide it (ConfigError naming
-    ``devices``). None for one device."""
-    available = resolve_devices(devices)
-    n = available if devices is not None else max(
-        k for k in range(1, available + 1) if members % k == 0)
-    if members % n:
-        raise ConfigError(f"devices={devices}: a sweep splits its {members} runs (settings x "
-                          f"seeds) over the devices; expected a divisor of {members}")
-    if n == 1:
+def member_mesh(devices: int) -> Mesh | None:
+    """A sweep's mesh (axis ``"members"``) over the first `devices` local devices
+    of every process (`process_devices`): its runs (settings x seeds) split
+    along it, each device training whole runs, no collective between them.
+    None for one device in one process. How many devices a sweep takes is
+    decided once, before its trainer is built (`jaxwarp.run.sweep_plan`)."""
+    if devices == 1 and jax.process_count() == 1:
         return None
-    axis_type = getattr(jax.sharding, "AxisType", None)
-    kwargs = {"axis_types": (axis_type.Auto,)} if axis_type is not None else {}
-    return Mesh(np.array(jax.local_devices()[:n]), (MEMBERS,), **kwargs)
+    return _mesh(process_devices(devices), MEMBERS)
