@@ -198,7 +198,13 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
             sweep = run_sweep(out, sweep, resume)
             if plan is None and sweep is not None:  # a resumed sweep: the saved one
                 plan = plan_sweep(config, sweep, seeds, env)
-            run = _built(out, config, seeds, plan, env, models, proc, lock, created)
+            # A sweep's trainer on the env its plan made, on this process's devices
+            # alone (`local`: its runs split over its layout's devices, not each
+            # run's envs; `devices` changes nothing that derived() holds).
+            trainer = trainer_for(dataclasses.replace(config, devices=1) if plan else config,
+                                  derived(config), env=plan.env if plan else env,
+                                  models=models, local=plan is not None)
+            run = _record(out, config, seeds, plan, trainer, proc, lock, created)
             if not handshake.all_ready():
                 raise RunError("another process of this run failed to start (see its "
                                "error); this one stops too")
@@ -229,16 +235,10 @@ def _plan_new(config: TrainConfig, seeds: int, devices: int | None, sweep: Sweep
         raise
 
 
-def _built(out: Path, config: TrainConfig, seeds: int, plan: SweepPlan | None, env: Any,
-           models: Mapping[str, Any] | None, proc: Any, lock: Any, created: bool) -> Run:
-    """The run's record with its trainer built: a sweep's on the env its plan
-    made, on this process's device alone (`local`: its runs split over the
-    devices of its layout, not each run's envs; `devices` changes nothing that
-    derived() holds)."""
+def _record(out: Path, config: TrainConfig, seeds: int, plan: SweepPlan | None, trainer: Any,
+            proc: Any, lock: Any, created: bool) -> Run:
+    """The run's record around its built trainer."""
     settings = plan.settings if plan else []
-    trainer = trainer_for(dataclasses.replace(config, devices=1) if plan else config,
-                          derived(config), env=plan.env if plan else env, models=models,
-                          local=plan is not None)
     return Run(out=out, config=config, seeds=seeds, trainer=trainer, proc=proc, lock=lock,
                t0=time.perf_counter(), settings=settings,
                seed_ids=list(range(config.seed, config.seed + seeds)) * max(1, len(settings)),

@@ -22,8 +22,8 @@ import jax
 from jax.sharding import Mesh
 
 from jaxwarp.errors import ConfigError
-from jaxwarp.train.config import TrainConfig, derived
-from jaxwarp.train.environment import env_on_mesh
+from jaxwarp.train.config import TrainConfig
+from jaxwarp.train.environment import checked_env
 from jaxwarp.train.mesh import member_mesh, resolve_devices
 from jaxwarp.train.sweep import Sweep, same_program, setting_params
 
@@ -88,7 +88,7 @@ def plan_sweep(config: TrainConfig, sweep: Sweep, seeds: int, env: Any = None) -
     naming the key or the numbers at fault (one line)."""
     same_program(config, sweep.configs(config))
     # The sweep's trainer has no env mesh (its runs, not their envs, split over devices).
-    env, _ = env_on_mesh(config, derived(config), env, local=True)
+    env = checked_env(config, env)
     settings = sweep.settings()
     for s in settings:
         setting_params(env, s)

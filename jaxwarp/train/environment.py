@@ -24,20 +24,27 @@ from jaxwarp.train.mesh import check_divisible, data_mesh
 
 def env_on_mesh(c: TrainConfig, d: Derived, env: Any, local: bool = False
                  ) -> tuple[Any, Mesh | None]:
-    """The config's env (or `env`), checked, and wrapped in a `ShardedEnv` over
-    the data-parallel mesh when the config spreads the envs over devices
-    (never where `local`)."""
-    if c.env_module:
-        import_env_module(c.env_module)
-    if env is None:
-        env = _make_env(c)
-    _check_env_params(env, c.env)
+    """The config's env (or `env`), checked (`checked_env`), and wrapped in a
+    `ShardedEnv` over the data-parallel mesh when the config spreads the envs
+    over devices (never where `local`)."""
+    env = checked_env(c, env)
     mesh = None if local else data_mesh(c.devices)
     if mesh is not None:
         check_divisible(c, d, mesh.size)
         if not isinstance(env, sharding.ShardedEnv):
             env = sharding.ShardedEnv(env, mesh, "envs")
     return env, mesh
+
+
+def checked_env(c: TrainConfig, env: Any = None) -> Any:
+    """The config's env (made, its `env_module` imported first) or `env`, with
+    the config's env params checked against it."""
+    if c.env_module:
+        import_env_module(c.env_module)
+    if env is None:
+        env = _make_env(c)
+    _check_env_params(env, c.env)
+    return env
 
 
 def _make_env(c: TrainConfig) -> Any:
