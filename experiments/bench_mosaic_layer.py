@@ -68,12 +68,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
-import json
-import os
-import platform
-import shlex
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -90,37 +85,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere: jaxwarp from this checkout
     sys.path.insert(0, str(ROOT))
 
-try:
-    from jaxwarp.benchmark import median_seconds, run_meta, write_result
-except Exception:  # noqa: BLE001  (a machine with jax alone: the same helpers, inline)
-    def median_seconds(fn: Callable[..., Any], args: Any, repeats: int) -> float:
-        jax.block_until_ready(fn(*args))
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
-
-    def run_meta(argv: Any = None, **extra: Any) -> dict[str, Any]:
-        commit = os.environ.get("JAXWARP_COMMIT")
-        if not commit:
-            try:
-                commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
-                                        capture_output=True, timeout=10, check=False).stdout.strip()
-            except (OSError, subprocess.SubprocessError):
-                commit = ""
-        argv = list(sys.argv if argv is None else argv)
-        return {"commit": commit or "unknown", "command": shlex.join(["python", *argv]),
-                "device": jax.devices()[0].device_kind, "jax": jax.__version__,
-                "python": platform.python_version(),
-                "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), **extra}
-
-    def write_result(path: Any, data: dict[str, Any], indent: int = 2, end: str = "") -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=indent) + end)
-        print(f"wrote {path}")
+from jaxwarp.benchmark import median_seconds, run_meta, write_result
 
 # Dense bf16 tensor-core peak and HBM bandwidth by device kind (datasheets:
 # H100 SXM 989 TFLOP/s, 3.35 TB/s; H200 989 TFLOP/s, 4.8 TB/s).

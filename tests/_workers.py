@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -37,6 +38,34 @@ def run_workers(script: str, devices: int, parts: int, what: str, timeout: int =
         report["envs"].update(part.pop("envs", {}))
         report.update(part)
     return report
+
+
+def distributed_job(args: list[str], processes: int, devices: int | None = None,
+                    timeout: int = 300) -> tuple[list[subprocess.Popen], list[tuple[str, str]]]:
+    """Runs `args` as `processes` processes of one jax.distributed job on
+    localhost (a fresh coordinator port; one process: no job at all), each on
+    `devices` forced CPU devices (None: one, XLA_FLAGS dropped), and waits for
+    all: (processes, their (stdout, stderr)); any still running after `timeout`
+    seconds is killed."""
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    if devices is not None:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    job = {"JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_NUM_PROCESSES": str(processes)}
+    procs = [subprocess.Popen(args, env=env | (job | {"JAX_PROCESS_ID": str(i)}
+                                               if processes > 1 else {}),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(processes)]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return procs, outs
 
 
 def leaves_differ(a, b) -> list[str]:

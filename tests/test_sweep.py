@@ -13,6 +13,8 @@ import jax
 import numpy as np
 import pytest
 import yaml
+from _tiny_run import TINY, ckpt_steps, tiny_config
+from _workers import distributed_job
 
 from jaxwarp.cli import main as cli_main
 from jaxwarp.errors import ConfigError, RunError
@@ -21,8 +23,6 @@ from jaxwarp.train import load_config, make_train
 from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.seeds import seed_keys
 from jaxwarp.train.sweep import Sweep, make_sweep, parse_sweep
-
-from _tiny_run import TINY, ckpt_steps, tiny_config
 
 GRID = ["policies.agent.lr=1e-3,3e-2", "clip_eps=0.1,0.3"]
 
@@ -341,26 +341,7 @@ print(json.dumps(report | {"process": jax.process_index(), "devices": jax.device
 def _run_processes(args: list[str], processes: int, devices: int) -> list[tuple[str, str]]:
     """`args` as `processes` processes of one jax.distributed job on localhost
     (`devices` CPU devices each); (stdout, stderr) of each, all exited 0."""
-    import os
-    import socket
-    import subprocess
-
-    with socket.socket() as sock:
-        sock.bind(("localhost", 0))
-        port = sock.getsockname()[1]
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-    many = {"JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_NUM_PROCESSES": str(processes)}
-    procs = [subprocess.Popen(args, env=env | (many | {"JAX_PROCESS_ID": str(i)}
-                                               if processes > 1 else {}),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(processes)]
-    try:
-        outs = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    procs, outs = distributed_job(args, processes, devices)
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-4000:]
     return outs

@@ -31,13 +31,13 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from _workers import distributed_job
 
 from jaxwarp.train import ConfigError, config_from_dict
 
@@ -395,31 +395,10 @@ print(json.dumps({"process": jax.process_index(), "processes": jax.process_count
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def _two_processes(args: list[str]) -> tuple[list[subprocess.Popen], list[tuple[str, str]]]:
     """Runs `args` as processes 0 and 1 of one jax.distributed job (one CPU
-    device each, a fresh coordinator port) and waits for both: (processes,
-    their (stdout, stderr))."""
-    port = _free_port()
-    procs = []
-    for i in range(2):
-        env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
-                   JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i))
-        env.pop("XLA_FLAGS", None)  # one CPU device per process
-        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    try:
-        outs = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return procs, outs
+    device each) and waits for both: (processes, their (stdout, stderr))."""
+    return distributed_job(args, 2)
 
 
 def test_two_processes_train_to_the_end(report, tmp_path):
