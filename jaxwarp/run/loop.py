@@ -195,6 +195,7 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
         started = False  # config.yaml written: the folder holds a run from here on
         try:
             config, seeds = run_config(out, config, seeds, resume, devices, primary)
+            d = derived(config)  # the run's length and minibatch layout, computed once
             sweep = run_sweep(out, sweep, resume)
             if plan is None and sweep is not None:  # a resumed sweep: the saved one
                 plan = plan_sweep(config, sweep, seeds, env)
@@ -202,7 +203,7 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
             # alone (`local`: its runs split over its layout's devices, not each
             # run's envs; `devices` changes nothing that derived() holds).
             trainer = trainer_for(dataclasses.replace(config, devices=1) if plan else config,
-                                  derived(config), env=plan.env if plan else env,
+                                  d, env=plan.env if plan else env,
                                   models=models, local=plan is not None)
             run = _record(out, config, seeds, plan, trainer, proc, lock, created)
             if not handshake.all_ready():

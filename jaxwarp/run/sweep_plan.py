@@ -86,10 +86,11 @@ def plan_sweep(config: TrainConfig, sweep: Sweep, seeds: int, env: Any = None) -
     and each setting's env params checked by it; the layout of its runs over
     ``config.devices`` devices of every process (`sweep_layout`). ConfigError
     naming the key or the numbers at fault (one line)."""
+    settings = sweep.settings()
+    layout = sweep_layout(config.devices, len(settings) * seeds)
     same_program(config, sweep.configs(config))
     # The sweep's trainer has no env mesh (its runs, not their envs, split over devices).
     env = checked_env(config, env)
-    settings = sweep.settings()
     for s in settings:
         setting_params(env, s)
-    return SweepPlan(settings, env, sweep_layout(config.devices, len(settings) * seeds))
+    return SweepPlan(settings, env, layout)
