@@ -72,7 +72,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -613,30 +613,58 @@ def inner_for(rows: int, k: int, n: int, budget_bytes: float) -> int:
     return int(min(20, max(3, budget_bytes // per_layer)))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="one row count (220,000) and two (K, N): 256x256, 64x256")
+def shape_grid(acts: str, rows_list: tuple[int, ...], shapes: tuple[tuple[int, int], ...]
+               ) -> Iterator[tuple[str, int, int, tuple[int, int]]]:
+    """(activation, rows asked, rows run: rounded up to ROW_ALIGN, shape) of
+    every case, the rows in the order given (the decisive size first)."""
+    for act in acts.split(","):
+        for rows_asked in rows_list:
+            for shape in shapes:
+                yield act, rows_asked, -(-rows_asked // ROW_ALIGN) * ROW_ALIGN, shape
+
+
+def past_budget(entry: dict[str, Any], head: str, start: float, budget_s: float) -> bool:
+    """Whether the run is past its time budget; if so, `entry` says so (printed)."""
+    if time.perf_counter() - start <= budget_s:
+        return False
+    entry["status"] = f"skipped: past --budget-s {budget_s:.0f}"
+    print(f"{head}: {entry['status']}", flush=True)
+    return True
+
+
+def run_parser(doc: str, quick: str, what: str, budget_s: float) -> argparse.ArgumentParser:
+    """The options every Mosaic GPU bench shares: --quick (`quick` says what it
+    runs), the rows, lowering semantics, repeats, the timed program's size
+    (`what` it chains), the time budget, CUPTI, tracebacks."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help=quick)
     ap.add_argument("--rows", default=None, help="comma-separated row counts (default: all)")
-    ap.add_argument("--pairs", default=None, help="K x N pairs, e.g. 64x64,128x128 (default: all)")
-    ap.add_argument("--acts", default="relu", help="of relu, tanh, none")
-    ap.add_argument("--parts", default="fwd,bwd", help="fwd and/or bwd")
-    ap.add_argument("--sides", default=",".join(FWD + BWD), help="a subset of: " + ", ".join(
-        FWD + BWD))
     ap.add_argument("--semantics", default="warpgroup,lane",
                     help="Mosaic GPU lowering semantics to try for our kernels, in order "
                          "(the next is tried where one fails)")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--inner-bytes", type=float, default=2e9,
-                    help="inputs + outputs of one timed program (sets layers per program, 3-20)")
-    ap.add_argument("--budget-s", type=float, default=150.0,
+                    help=f"inputs + outputs of one timed program (sets {what} per program, "
+                         "3-20)")
+    ap.add_argument("--budget-s", type=float, default=budget_s,
                     help="no new shape is started after this many seconds")
     ap.add_argument("--no-cupti", action="store_true", help="wall clock only")
+    ap.add_argument("--traceback", action="store_true", help="print whole tracebacks")
+    return ap
+
+
+def main() -> int:
+    ap = run_parser(__doc__, "one row count (220,000) and two (K, N): 256x256, 64x256",
+                    "layers", 150.0)
+    ap.add_argument("--pairs", default=None, help="K x N pairs, e.g. 64x64,128x128 (default: all)")
+    ap.add_argument("--acts", default="relu", help="of relu, tanh, none")
+    ap.add_argument("--parts", default="fwd,bwd", help="fwd and/or bwd")
+    ap.add_argument("--sides", default=",".join(FWD + BWD), help="a subset of: " + ", ".join(
+        FWD + BWD))
     ap.add_argument("--peak", type=float, default=None, help="dense bf16 FLOP/s (default: "
                     "989e12 on H100/H200)")
     ap.add_argument("--bandwidth", type=float, default=None, help="HBM bytes/s (default: "
                     "4.8e12 on H200, 3.35e12 on H100)")
-    ap.add_argument("--traceback", action="store_true", help="print whole tracebacks")
     ap.add_argument("--out", default="experiments/results/bench_mosaic_layer_h200.json")
     args = ap.parse_args()
     start = time.perf_counter()
@@ -671,82 +699,84 @@ def main() -> int:
                                      "repeats": args.repeats, "row_align": ROW_ALIGN,
                                      "tolerance": TOL},
             "results": results, "failures": failures}
-    for act in args.acts.split(","):
-        for rows_asked in rows_list:
-            rows = -(-rows_asked // ROW_ALIGN) * ROW_ALIGN
-            for k, n in pairs:
-                head = f"{act} rows {rows_asked} (run as {rows}) K={k} N={n}"
-                entry: dict[str, Any] = {"act": act, "rows_asked": rows_asked, "rows": rows,
-                                         "k": k, "n": n, "sides": {}}
-                results.append(entry)
-                if time.perf_counter() - start > args.budget_s:
-                    entry["status"] = f"skipped: past --budget-s {args.budget_s:.0f}"
-                    print(f"{head}: {entry['status']}", flush=True)
-                    continue
-                t_setup = time.perf_counter()
+    for act, rows_asked, rows, (k, n) in shape_grid(args.acts, rows_list, pairs):
+        head = f"{act} rows {rows_asked} (run as {rows}) K={k} N={n}"
+        entry: dict[str, Any] = {"act": act, "rows_asked": rows_asked, "rows": rows,
+                                 "k": k, "n": n, "sides": {}}
+        results.append(entry)
+        if past_budget(entry, head, start, args.budget_s):
+            continue
+        t_setup = time.perf_counter()
+        try:
+            inner = inner_for(rows, k, n, args.inner_bytes) if gpu else 1
+            case = make_case(rows, k, n, act, inner, parts)
+            entry["inner"] = inner
+            ref = {p: reference(p, case.xs[0], case.w, case.b,
+                                case.dzs[0] if case.dzs else None, act)
+                   for p in (["fwd"] if "fwd" in parts else []) + (
+                       ["dx", "dw"] if "bwd" in parts else [])}
+        except Exception as e:  # noqa: BLE001  (e.g. out of memory: the next shape)
+            entry["status"] = "error: " + first_lines(e)
+            failures.append(f"{head}: {entry['status']}")
+            print(f"{head}: {entry['status']}", flush=True)
+            continue
+        jax.block_until_ready(ref)
+        entry["setup_s"] = time.perf_counter() - t_setup
+        print(f"{head}, {inner} layers a program:", flush=True)
+        for side in sides:
+            ours = side in ("mgpu_fused", "mgpu_dx", "mgpu_dw")
+            tries = [(sem, None) for sem in (semantics if ours else semantics[:1])]
+            if side == "mgpu_dw":  # dW's rows split over the warpgroups where K allows
+                tries = [(sem, split) for sem in semantics
+                         for split in (("k", "rows") if k >= 128 else ("rows",))]
+            attempts = []
+            t_side = time.perf_counter()
+            for sem, variant in tries:
                 try:
-                    inner = inner_for(rows, k, n, args.inner_bytes) if gpu else 1
-                    case = make_case(rows, k, n, act, inner, parts)
-                    entry["inner"] = inner
-                    ref = {p: reference(p, case.xs[0], case.w, case.b,
-                                        case.dzs[0] if case.dzs else None, act)
-                           for p in (["fwd"] if "fwd" in parts else []) + (
-                               ["dx", "dw"] if "bwd" in parts else [])}
-                except Exception as e:  # noqa: BLE001  (e.g. out of memory: the next shape)
-                    entry["status"] = "error: " + first_lines(e)
-                    failures.append(f"{head}: {entry['status']}")
-                    print(f"{head}: {entry['status']}", flush=True)
+                    r = run_side(side, case, ref, args, gpu, sms, sem, variant)
+                except Skip as e:
+                    r = {"status": str(e)}
+                    break
+                except Exception as e:  # noqa: BLE001  (a side that fails is a finding)
+                    msg = first_lines(e)
+                    attempts.append({"semantics": sem, "variant": variant, "error": msg,
+                                     "detail": traceback.format_exc()[-3000:]})
+                    if args.traceback:
+                        traceback.print_exc()
+                    r = {"status": "error: " + msg}
+                    if ours:
+                        how = sem + (f", {variant}" if variant else "")
+                        r["status"] = f"error ({how}): {msg}"
+                        if (sem, variant) != tries[-1]:
+                            print(f"  {side:12s} {r['status']}", flush=True)
                     continue
-                jax.block_until_ready(ref)
-                entry["setup_s"] = time.perf_counter() - t_setup
-                print(f"{head}, {inner} layers a program:", flush=True)
-                for side in sides:
-                    ours = side in ("mgpu_fused", "mgpu_dx", "mgpu_dw")
-                    tries = [(sem, None) for sem in (semantics if ours else semantics[:1])]
-                    if side == "mgpu_dw":  # dW's rows split over the warpgroups where K allows
-                        tries = [(sem, split) for sem in semantics
-                                 for split in (("k", "rows") if k >= 128 else ("rows",))]
-                    attempts = []
-                    t_side = time.perf_counter()
-                    for sem, variant in tries:
-                        try:
-                            r = run_side(side, case, ref, args, gpu, sms, sem, variant)
-                        except Skip as e:
-                            r = {"status": str(e)}
-                            break
-                        except Exception as e:  # noqa: BLE001  (a side that fails is a finding)
-                            msg = first_lines(e)
-                            attempts.append({"semantics": sem, "variant": variant, "error": msg,
-                                             "detail": traceback.format_exc()[-3000:]})
-                            if args.traceback:
-                                traceback.print_exc()
-                            r = {"status": "error: " + msg}
-                            if ours:
-                                how = sem + (f", {variant}" if variant else "")
-                                r["status"] = f"error ({how}): {msg}"
-                                if (sem, variant) != tries[-1]:
-                                    print(f"  {side:12s} {r['status']}", flush=True)
-                            continue
-                        if ours:
-                            r["semantics"] = sem
-                        break
-                    if attempts:
-                        r["failed_attempts"] = attempts
-                        if "us" not in r:
-                            failures.append(f"{head} {side}: {r['status']}")
-                    r["side_s"] = time.perf_counter() - t_side
-                    entry["sides"][side] = r
-                    ref_side = REFERENCE_OF.get(side)
-                    xla_us = entry["sides"].get(ref_side, {}).get("us") if ref_side else None
-                    if xla_us and "us" in r:
-                        r["speed_vs_xla"] = xla_us / r["us"]
-                    print(describe(side, r, xla_us), flush=True)
-                del case
-                # Written after every shape: a cut-off run keeps what it measured.
-                data["elapsed_s"] = time.perf_counter() - start
-                write_result(args.out, data)
+                if ours:
+                    r["semantics"] = sem
+                break
+            if attempts:
+                r["failed_attempts"] = attempts
+                if "us" not in r:
+                    failures.append(f"{head} {side}: {r['status']}")
+            r["side_s"] = time.perf_counter() - t_side
+            entry["sides"][side] = r
+            ref_side = REFERENCE_OF.get(side)
+            xla_us = entry["sides"].get(ref_side, {}).get("us") if ref_side else None
+            if xla_us and "us" in r:
+                r["speed_vs_xla"] = xla_us / r["us"]
+            print(describe(side, r, xla_us), flush=True)
+        del case
+        # Written after every shape: a cut-off run keeps what it measured.
+        data["elapsed_s"] = time.perf_counter() - start
+        write_result(args.out, data)
+    return finish(args.out, data, start)
+
+
+def finish(out: str, data: dict[str, Any], start: float) -> int:
+    """Writes the result a last time and says how it went: exit status 1
+    where a shape or side failed."""
     data["elapsed_s"] = time.perf_counter() - start
-    write_result(args.out, data)
+    write_result(out, data)
+    failures = data["failures"]
     print(f"done in {data['elapsed_s']:.0f} s; {len(failures)} failure(s)")
     for f in failures:
         print("  " + f.splitlines()[0])

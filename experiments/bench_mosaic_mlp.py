@@ -103,10 +103,14 @@ from bench_mosaic_layer import (
     cupti_seconds,
     describe,
     differences,
+    finish,
     first_lines,
     inner_for,
     lower_for_cuda,
     num_sms,
+    past_budget,
+    run_parser,
+    shape_grid,
     xla_layer,
 )
 
@@ -383,26 +387,13 @@ def run_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gpu: b
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="220,000 rows, (D, H) = (64, 128) and (64, 256)")
-    ap.add_argument("--rows", default=None, help="comma-separated row counts (default: all)")
+    ap = run_parser(__doc__, "220,000 rows, (D, H) = (64, 128) and (64, 256)", "MLPs", 200.0)
     ap.add_argument("--shapes", default=None, help="D x H pairs, e.g. 64x64,128x256")
     ap.add_argument("--actions", type=int, default=5, help="policy logits A (heads: A + 1)")
     ap.add_argument("--acts", default="tanh", help="of tanh (the mlp's default), relu")
     ap.add_argument("--sides", default=",".join(SIDES), help="a subset of " + ", ".join(SIDES))
-    ap.add_argument("--semantics", default="warpgroup,lane",
-                    help="Mosaic GPU lowering semantics to try, in order (the next where one "
-                         "fails)")
     ap.add_argument("--tile-m", type=int, default=None,
                     help="rows per compute warpgroup, 64 or 128 (default: 128 at H = 64, else 64)")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--inner-bytes", type=float, default=2e9,
-                    help="inputs + outputs of one timed program (sets MLPs per program, 3-20)")
-    ap.add_argument("--budget-s", type=float, default=200.0,
-                    help="no new shape is started after this many seconds")
-    ap.add_argument("--no-cupti", action="store_true", help="wall clock only")
-    ap.add_argument("--traceback", action="store_true", help="print whole tracebacks")
     ap.add_argument("--out", default="experiments/results/bench_mosaic_mlp_h200.json")
     args = ap.parse_args()
     start = time.perf_counter()
@@ -431,49 +422,39 @@ def main() -> int:
         "sides": sides, "semantics": semantics, "tile_m": args.tile_m, "repeats": args.repeats,
         "row_align": ROW_ALIGN, "tolerance": TOL["bf16"], "output": "float32 logits and value",
         "smem_limit": SMEM_LIMIT}, "results": results, "failures": failures}
-    for act in args.acts.split(","):
-        for rows_asked in rows_list:
-            rows = -(-rows_asked // ROW_ALIGN) * ROW_ALIGN
-            for d, h in shapes:
-                head = f"{act} rows {rows_asked} (run as {rows}) D={d} H={h} A={args.actions}"
-                entry: dict[str, Any] = {"act": act, "rows_asked": rows_asked, "rows": rows,
-                                         "d": d, "h": h, "actions": args.actions, "sides": {}}
-                results.append(entry)
-                if time.perf_counter() - start > args.budget_s:
-                    entry["status"] = f"skipped: past --budget-s {args.budget_s:.0f}"
-                    print(f"{head}: {entry['status']}", flush=True)
-                    continue
-                try:
-                    inner = inner_for(rows, d, head_width(args.actions), args.inner_bytes) if (
-                        gpu) else 1
-                    case = make_case(rows, d, h, args.actions, act, inner)
-                    ref = jax.block_until_ready(reference(case, case.xs[0]))
-                except Exception as e:  # noqa: BLE001  (e.g. out of memory: the next shape)
-                    entry["status"] = "error: " + first_lines(e)
-                    failures.append(f"{head}: {entry['status']}")
-                    print(f"{head}: {entry['status']}", flush=True)
-                    continue
-                entry["inner"] = inner
-                print(f"{head}, {inner} MLPs a program:", flush=True)
-                for side in sides:
-                    r = measure_side(side, case, ref, args, gpu, sms,
-                                     semantics if side != "xla" else semantics[:1])
-                    xla_us = entry["sides"].get("xla", {}).get("us")
-                    if xla_us and "us" in r and side != "xla":
-                        r["speed_vs_xla"] = xla_us / r["us"]
-                    if "us" not in r and not r["status"].startswith("skipped"):
-                        failures.append(f"{head} {side}: {r['status']}")
-                    entry["sides"][side] = r
-                    print(describe(side, r, xla_us), flush=True)
-                del case
-                data["elapsed_s"] = time.perf_counter() - start
-                write_result(args.out, data)  # after every shape: a cut-off run keeps it
-    data["elapsed_s"] = time.perf_counter() - start
-    write_result(args.out, data)
-    print(f"done in {data['elapsed_s']:.0f} s; {len(failures)} failure(s)")
-    for f in failures:
-        print("  " + f.splitlines()[0])
-    return 1 if failures else 0
+    for act, rows_asked, rows, (d, h) in shape_grid(args.acts, rows_list, shapes):
+        head = f"{act} rows {rows_asked} (run as {rows}) D={d} H={h} A={args.actions}"
+        entry: dict[str, Any] = {"act": act, "rows_asked": rows_asked, "rows": rows,
+                                 "d": d, "h": h, "actions": args.actions, "sides": {}}
+        results.append(entry)
+        if past_budget(entry, head, start, args.budget_s):
+            continue
+        try:
+            inner = inner_for(rows, d, head_width(args.actions), args.inner_bytes) if (
+                gpu) else 1
+            case = make_case(rows, d, h, args.actions, act, inner)
+            ref = jax.block_until_ready(reference(case, case.xs[0]))
+        except Exception as e:  # noqa: BLE001  (e.g. out of memory: the next shape)
+            entry["status"] = "error: " + first_lines(e)
+            failures.append(f"{head}: {entry['status']}")
+            print(f"{head}: {entry['status']}", flush=True)
+            continue
+        entry["inner"] = inner
+        print(f"{head}, {inner} MLPs a program:", flush=True)
+        for side in sides:
+            r = measure_side(side, case, ref, args, gpu, sms,
+                             semantics if side != "xla" else semantics[:1])
+            xla_us = entry["sides"].get("xla", {}).get("us")
+            if xla_us and "us" in r and side != "xla":
+                r["speed_vs_xla"] = xla_us / r["us"]
+            if "us" not in r and not r["status"].startswith("skipped"):
+                failures.append(f"{head} {side}: {r['status']}")
+            entry["sides"][side] = r
+            print(describe(side, r, xla_us), flush=True)
+        del case
+        data["elapsed_s"] = time.perf_counter() - start
+        write_result(args.out, data)  # after every shape: a cut-off run keeps it
+    return finish(args.out, data, start)
 
 
 def measure_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gpu: bool,
