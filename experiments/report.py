@@ -1492,7 +1492,7 @@ def section_memory(root: Path) -> tuple[list[str], list[Source]]:
     return lines, [MEMORY]
 
 
-SANITIZE = [Source("sanitize_kernels_h100.json", "bash experiments/tools/gpu_tests.sh sanitize")]
+SANITIZE = [Source("sanitize_kernels_h200.json", "bash experiments/tools/gpu_tests.sh sanitize")]
 
 
 def section_sanitizers(root: Path) -> tuple[list[str], list[Source]]:
@@ -1523,7 +1523,7 @@ def section_sanitizers(root: Path) -> tuple[list[str], list[Source]]:
 
 
 PYTEST_LOG = "pytest_gpu_h200.log"
-PYTEST_MAKES = 'GPUS="1 2 3" bash experiments/tools/gpu_tests.sh tests'
+PYTEST_MAKES = "bash experiments/tools/gpu_tests.sh tests"
 H200 = "NVIDIA H200"
 # The GPU test log's parts: what each group of tests covers.
 PYTEST = [(Source(PYTEST_LOG, PYTEST_MAKES, device=H200, part=f"group{i}"), what)
@@ -1534,6 +1534,7 @@ PYTEST = [(Source(PYTEST_LOG, PYTEST_MAKES, device=H200, part=f"group{i}"), what
               "Tag, gridworld and fused-rollout GPU tests",
               "sampler, trainer and adapter GPU tests",
               "the fused MLP kernels against XLA's layers",
+              "every other file's GPU tests: env params and a throwaway env on `cuda` (the two-GPU tests skip)",
           ], start=1)]
 # The earlier run of the same groups on an H100, which docs/adapters.md and
 # docs/decisions.md cite.
@@ -1555,9 +1556,9 @@ def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:
     rerun = re.search(r"^# rerun alone at commit (\w+)", h100, re.M)
     log = Source(PYTEST_LOG, PYTEST_MAKES, device=H200)
     return ["## GPU test runs", "",
-            "Every `gpu`-marked test and `tests/test_mlp_kernel.py`, in six pytest processes "
-            f"at once dealt over three GPUs of a machine of four ({devices(root, log)}; the "
-            "log's first line names the commit):", "",
+            "Every `gpu`-marked test and `tests/test_mlp_kernel.py`, in seven pytest processes "
+            f"at once on one GPU ({devices(root, log)}; the log's first lines name the commit "
+            "and how it ran):", "",
             *table(["tests", "result", "file"], rows), "",
             f"The same groups on an {devices(root, PYTEST_H100)}, the processes sharing one "
             f"GPU, at commit {h100_commit}"
@@ -1923,8 +1924,9 @@ def section_kernel_trials(root: Path) -> tuple[list[str], list[Source]]:
         *sources_block(root, [GRU_SCAN]),
         *_gru_mma_lines(root),
         *_mosaic_layer_lines(root),
+        *_mosaic_mlp_lines(root),
     ]
-    return lines, [LAYER, GRU_SCAN, GRU_SCAN_MMA, MOSAIC_LAYER]
+    return lines, [LAYER, GRU_SCAN, GRU_SCAN_MMA, MOSAIC_LAYER, MOSAIC_MLP]
 
 
 MOSAIC_LAYER = Source("bench_mosaic_layer_h200.json", "python experiments/bench_mosaic_layer.py")
@@ -1965,6 +1967,47 @@ def _mosaic_layer_lines(root: Path) -> list[str]:
         *table(["rows", "K × N", "fwd: XLA", "jax's matmul + XLA epilogue", "fwd: ours",
                 "dx: XLA", "dx: ours", "dW: XLA", "dW: ours"], rows),
         *sources_block(root, [MOSAIC_LAYER]),
+    ]
+
+
+MOSAIC_MLP = Source("bench_mosaic_mlp_h200.json", "python experiments/bench_mosaic_mlp.py")
+
+
+def _mosaic_mlp_lines(root: Path) -> list[str]:
+    """The mlp policy's whole forward as one kernel (GPU kernel time) against XLA's chain."""
+    data = _read_json(root, MOSAIC_MLP)
+    rows = []
+    for r in data["results"]:
+        s = r["sides"]
+        if "xla" not in s or s["xla"].get("check") != "ok":
+            continue
+
+        def cell(name: str) -> str:
+            if s.get(name, {}).get("check") != "ok":
+                why = s.get(name, {}).get("status", "not run").removeprefix("skipped: ")
+                return f"— ({why.split(' (')[0]})"
+            v = s[name]
+            return (f"{v['us']:.1f} ({ratio(s['xla']['us'] / v['us'])}, "
+                    f"{100 * v['peak_fraction']:.0f}% of peak)")
+        rows.append([f"{r['rows']:,}", f"{r['d']} × {r['h']}",
+                     f"{s['xla']['us']:.1f} ({100 * s['xla']['peak_fraction']:.0f}% of peak)",
+                     cell("mgpu_mlp"), cell("mgpu_mlp_slab")])
+    cfg = data["config"]
+    return [
+        "",
+        "The shipped `mlp` policy's whole forward (shared torso: D inputs, two hidden layers of "
+        f"H, {cfg['acts']}, {cfg['actions']} logits and a value) as ONE Pallas Mosaic GPU "
+        "kernel (`experiments/bench_mosaic_mlp.py`: weights resident in shared memory, the "
+        "hidden activations kept in registers as the next wgmma's operand, a persistent "
+        "warp-specialised pipeline over row blocks) against the same MLP as XLA's dot chain; "
+        "GPU kernel time of one call in µs (median of 7), speed against XLA's and the fraction "
+        "of the dense bf16 peak in brackets; `ours` includes the slices that cut the logits and "
+        "the value out of the kernel's float32 [rows, 16] slab, `ours, slab` is the kernel "
+        f"alone; values within {cfg['tolerance']} (relative) of a float32 reference with the "
+        f"same bf16 casts, {on(root, MOSAIC_MLP)}:",
+        "",
+        *table(["rows", "D × H", "XLA", "ours", "ours, slab"], rows),
+        *sources_block(root, [MOSAIC_MLP]),
     ]
 
 

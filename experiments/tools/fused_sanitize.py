@@ -10,7 +10,7 @@ fused rollout is forced where the trainer would pick the scan (past
 `fused.MAX_FUSED_WORK`), as in tests/test_fused_rollout.py. Arguments: the
 indices of the cases to run (default: all).
 
-    compute-sanitizer --tool racecheck --kernel-name regex:rollout \\
+    compute-sanitizer --tool racecheck --kernel-name kns=rollout \\
         python experiments/tools/fused_sanitize.py 5 6 7
 """
 
