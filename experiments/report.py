@@ -1534,7 +1534,8 @@ PYTEST = [(Source(PYTEST_LOG, PYTEST_MAKES, device=H200, part=f"group{i}"), what
               "Tag, gridworld and fused-rollout GPU tests",
               "sampler, trainer and adapter GPU tests",
               "the fused MLP kernels against XLA's layers",
-              "every other file's GPU tests: env params and a throwaway env on `cuda` (the two-GPU tests skip)",
+              "every other file's GPU tests: env params and a throwaway env on `cuda` "
+              "(the two-GPU tests skip)",
           ], start=1)]
 # The earlier run of the same groups on an H100, which docs/adapters.md and
 # docs/decisions.md cite.
