@@ -19,16 +19,20 @@ in shared memory (loaded once per CTA):
 * h1, h2, dz1 and dz2 (bf16) to shared memory, then the weight gradients
   ``dW1 += x^T dz1``, ``dW2 += h1^T dz2``, ``dWh += h2^T dy`` as wgmmas with
   the A operand read transposed, into float32 accumulators that stay in the
-  warpgroup's registers across all its blocks; the bias gradients are the
-  column sums of dz1, dz2 and dy, kept in registers the same way.
+  warpgroup's registers across all its blocks; the bias gradients, the
+  column sums of dz1, dz2 and dy, as three more wgmmas into one [64, H]
+  accumulator (A: a constant with ones in row k, so row k gains the k-th
+  sum). Column sums by ``jnp.sum(axis=0)`` of the registers lowered but gave
+  wrong db1 on an H200 (commit 1691341; dW1 matched), hence the wgmmas.
 
 At the end each warpgroup writes its partial gradients once (float32, by
 TMA), and XLA sums the ``2 x CTAs`` partials in a fixed order: the same bits
 every run. No activation or gradient of a row is ever written to HBM.
-Registers bound the shapes: the accumulators are ``(D H + H H + H NH) / 128``
-float32 a thread, 72 at D = H = 64 (fits), 208 at H = 128 (does not):
-H = 64 and D = 64 (the shipped CartPole, MPE and Tag-duel models; smaller
-observations are zero-padded to 64 columns) are the kernel's shapes here.
+Registers bound the shapes: the accumulators are ``(D H + H H + H NH + 64 H)
+/ 128`` float32 a thread, 128 at D = H = 64 with the backward's NH = 64 (see
+``BWD_HEADS``), 320 at H = 128 (does not fit): D = H = 64 (the shipped
+CartPole, MPE and Tag-duel models; smaller observations are zero-padded to 64
+columns) is the kernel's shape here.
 
 Sides, each checked against a float32 NumPy reference with the same bf16
 roundings (every gradient: largest |error| over its largest |value|, within
@@ -103,7 +107,7 @@ SIDES = ("xla_step", "mgpu_step", "mgpu_bwd")
 GRADS = ("w1", "b1", "w2", "b2", "wh", "bh")
 SMEM_LIMIT = 227 * 1024
 SMEM_SLACK = 2048
-MAX_ACC_REGS = 96  # float32 accumulator registers a thread may keep (of 255; the rest: the chain)
+MAX_ACC_REGS = 128  # float32 accumulator registers a thread may keep (of 255; the rest: the chain)
 # Columns of dy and of the heads in the backward: dWh = h2^T dy is a wgmma whose A (h2) is read
 # transposed from shared memory, and Mosaic GPU's layout inference (jax 0.10.2) finds no layout
 # for it with a B (dy) narrower than 64 bf16 columns (16 and 32 fail, 64 lowers).
@@ -127,20 +131,21 @@ def _kb(b: int) -> int:
 
 def bwd_smem_bytes(d: int, h: int, nh: int, tile_m: int, stages: int) -> int:
     """Shared memory of the backward kernel: the weights and biases, the
-    pipeline's x and dy blocks, per warpgroup h1, h2, dz1, dz2 (bf16), and one
-    [h, h] float32 tile and one vector a warpgroup through which the partial
-    gradients leave in turn."""
+    pipeline's x and dy blocks, per warpgroup h1, h2, dz1, dz2 (bf16), the
+    three row selectors of the bias sums, and one [h, h] float32 tile a
+    warpgroup through which the partial gradients leave in turn."""
     weights = _kb(2 * d * h) + _kb(2 * h * h) + _kb(2 * h * nh) + 2 * _kb(4 * h) + _kb(4 * nh)
     blocks = stages * (_kb(2 * tile_m * d * 2) + _kb(2 * tile_m * nh * 2))
     chain = 4 * _kb(2 * tile_m * h * 2)
-    return weights + blocks + chain + _kb(8 * h * h) + _kb(8 * h)
+    selectors = 3 * _kb(2 * 64 * tile_m)
+    return weights + blocks + chain + selectors + _kb(8 * h * h)
 
 
 def bwd_tiles(d: int, h: int, nh: int, semantics: str) -> BwdTiles:
     """The kernel's tiles at D x H with nh heads' columns; Skip where the
     accumulators do not fit in registers or the shapes differ (the partials
     leave through one [h, h] tile: D = H = nh)."""
-    acc_regs = (d * h + h * h + h * nh) // 128
+    acc_regs = (d * h + h * h + h * nh + 64 * h) // 128
     if not d == h == nh or acc_regs > MAX_ACC_REGS:
         raise Skip(f"skipped: the gradients' accumulators need {acc_regs} float32 registers a "
                    f"thread (at most {MAX_ACC_REGS}) and D = H = {nh} (D={d}, H={h})")
@@ -182,16 +187,16 @@ def fused_mlp_bwd(x, dy, w1, b1, w2, b2, wh, bh, *, act: str, tiles: BwdTiles,
     x_tf, dy_tf = _transforms(plgpu, d, bf16), _transforms(plgpu, nh, bf16)
     h_tf = _transforms(plgpu, h, bf16)
     shapes = {"w1": (d, h), "w2": (h, h), "wh": (h, nh)}  # all [h, h] (bwd_tiles)
-    vec = plgpu.Layout.WGMMA.reduce(0)
+    vec = plgpu.Layout.WGMMA.reduce(0)  # the biases, broadcast over the rows
 
     def kernel(x_gmem, dy_gmem, *refs):
-        params_gmem, parts_gmem = refs[:6], refs[6:12]
-        w1_s, b1_s, w2_s, b2_s, wh_s, bh_s, chain_s, tile_s, vec_s, loaded = refs[12:]
+        consts_gmem, parts_gmem = refs[:7], refs[7:11]
+        w1_s, b1_s, w2_s, b2_s, wh_s, bh_s, sel_s, chain_s, tile_s, loaded = refs[11:]
         cta, wg = lax.axis_index("sm"), lax.axis_index("wg")
 
-        @pl.when(wg == 0)  # every weight and bias, once per CTA
+        @pl.when(wg == 0)  # every weight and bias and the row selectors, once per CTA
         def _load_weights():
-            for src, dst in zip(params_gmem, (w1_s, b1_s, w2_s, b2_s, wh_s, bh_s)):
+            for src, dst in zip(consts_gmem, (w1_s, b1_s, w2_s, b2_s, wh_s, bh_s, sel_s)):
                 plgpu.copy_gmem_to_smem(src, dst, loaded)
 
         def matmul(a, b_s, n):
@@ -205,16 +210,14 @@ def fused_mlp_bwd(x, dy, w1, b1, w2, b2, wh, bh, *, act: str, tiles: BwdTiles,
             return lax.broadcast_in_dim(_load_vector(plgpu, b_s, vec), (tm, n), (1,))
 
         def body(idx, x_smem, dy_smem, carry):
-            acc_w1, acc_w2, acc_wh, db1, db2, dbh = carry
+            acc_w1, acc_w2, acc_wh, acc_b = carry
             rows = pl.ds(wg * tm, tm)
             xs, dys = x_smem.at[rows], dy_smem.at[rows]
             h1 = activation(matmul(xs, w1_s, h) + bias(b1_s, h), act)  # float32
             h1b = h1.astype(bf16)
             h2 = activation(matmul(h1b, w2_s, h) + bias(b2_s, h), act)
-            dz2f = _derivative(act, h2, matmul(dys, wh_s.transpose((1, 0)), h))
-            dz2 = dz2f.astype(bf16)
-            dz1f = _derivative(act, h1, matmul(dz2, w2_s.transpose((1, 0)), h))
-            dz1 = dz1f.astype(bf16)
+            dz2 = _derivative(act, h2, matmul(dys, wh_s.transpose((1, 0)), h)).astype(bf16)
+            dz1 = _derivative(act, h1, matmul(dz2, w2_s.transpose((1, 0)), h)).astype(bf16)
             h1_s, h2_s, dz1_s, dz2_s = (chain_s.at[wg, i] for i in range(4))
             h1_s[...] = h1b
             h2_s[...] = h2.astype(bf16)
@@ -224,11 +227,12 @@ def fused_mlp_bwd(x, dy, w1, b1, w2, b2, wh, bh, *, act: str, tiles: BwdTiles,
             plgpu.wgmma(acc_w1, xs.transpose((1, 0)), dz1_s)
             plgpu.wgmma(acc_w2, h1_s.transpose((1, 0)), dz2_s)
             plgpu.wgmma(acc_wh, h2_s.transpose((1, 0)), dys)
-            db1 = db1 + jnp.sum(dz1f, axis=0)  # float32, as XLA sums them
-            db2 = db2 + jnp.sum(dz2f, axis=0)
-            dbh = dbh + jnp.sum(dys[...].astype(f32), axis=0)
+            # The bias gradients, column sums: row k of acc_b gains the sums of the k-th
+            # of dz1, dz2, dy (sel_s[k]: ones in row k, zeros elsewhere).
+            for k, grad_s in enumerate((dz1_s, dz2_s, dys)):
+                plgpu.wgmma(acc_b, sel_s.at[k], grad_s)
             plgpu.wgmma_wait(0)  # chain_s is rewritten by the next block
-            return acc_w1, acc_w2, acc_wh, db1, db2, dbh
+            return acc_w1, acc_w2, acc_wh, acc_b
 
         def write(stage, value, part_gmem):
             stage[wg] = value
@@ -239,14 +243,12 @@ def fused_mlp_bwd(x, dy, w1, b1, w2, b2, wh, bh, *, act: str, tiles: BwdTiles,
         def compute_context(run):
             plgpu.barrier_wait(loaded)
 
-            def scoped(acc_w1, acc_w2, acc_wh):
-                zeros = (jnp.zeros((h,), f32), jnp.zeros((h,), f32), jnp.zeros((nh,), f32))
-                _, _, _, db1, db2, dbh = run((acc_w1, acc_w2, acc_wh, *zeros))
-                values = (acc_w1[...], db1, acc_w2[...], db2, acc_wh[...], dbh)
-                for value, part_gmem in zip(values, parts_gmem):  # in turn through one buffer
-                    write(tile_s if value.ndim == 2 else vec_s, value, part_gmem)
+            def scoped(*accs):
+                run(accs)
+                for acc, part_gmem in zip(accs, parts_gmem):  # in turn through one buffer
+                    write(tile_s, acc[...], part_gmem)
             pl.run_scoped(scoped, plgpu.ACC((d, h), f32), plgpu.ACC((h, h), f32),
-                          plgpu.ACC((h, nh), f32))
+                          plgpu.ACC((h, nh), f32), plgpu.ACC((64, h), f32))
 
         pipeline = plgpu.emit_pipeline_warp_specialized(
             body, grid=(lax.div(blocks - 1 - cta, ctas) + 1,), memory_registers=40,
@@ -259,24 +261,26 @@ def fused_mlp_bwd(x, dy, w1, b1, w2, b2, wh, bh, *, act: str, tiles: BwdTiles,
         pipeline(x_gmem, dy_gmem)
 
     p = 2 * ctas
-    out_type = [jax.ShapeDtypeStruct((p, *shapes["w1"]), f32), jax.ShapeDtypeStruct((p, h), f32),
-                jax.ShapeDtypeStruct((p, *shapes["w2"]), f32), jax.ShapeDtypeStruct((p, h), f32),
-                jax.ShapeDtypeStruct((p, *shapes["wh"]), f32), jax.ShapeDtypeStruct((p, nh), f32)]
+    out_type = [jax.ShapeDtypeStruct((p, *shapes[k]), f32) for k in ("w1", "w2", "wh")] + [
+        jax.ShapeDtypeStruct((p, 64, h), f32)]  # the bias gradients in rows 0, 1, 2
+    # sel[k]: a [64, tm] wgmma A operand whose row k is ones (the column sums' selector)
+    sel = jnp.zeros((3, 64, tm), bf16).at[jnp.arange(3), jnp.arange(3), :].set(1)
     scratch = [plgpu.SMEM((d, h), bf16, transforms=x_tf), plgpu.SMEM((h,), f32),
                plgpu.SMEM((h, h), bf16, transforms=h_tf), plgpu.SMEM((h,), f32),
                plgpu.SMEM((h, nh), bf16, transforms=dy_tf), plgpu.SMEM((nh,), f32),
+               plgpu.SMEM((3, 64, tm), bf16, transforms=_transforms(plgpu, tm, bf16)),
                plgpu.SMEM((2, 4, tm, h), bf16, transforms=h_tf),
                # each warpgroup's partial gradients on their way out, one after the other
                plgpu.SMEM((2, h, h), f32, transforms=_transforms(plgpu, h, f32)),
-               plgpu.SMEM((2, h), f32),
-               plgpu.Barrier(num_arrivals=6)]
+               plgpu.Barrier(num_arrivals=7)]
     parts = plgpu.kernel(
         kernel, out_type=out_type, scratch_types=scratch, grid=(ctas,), grid_names=("sm",),
         num_threads=3, thread_name="wg",
         compiler_params=plgpu.CompilerParams(
             approx_math=True, lowering_semantics=_semantics(plgpu, tiles.semantics)))(
-        x, dy, w1, b1, w2, b2, wh, bh)
-    return tuple(jnp.sum(q, axis=0) for q in parts)  # a fixed order: the same bits every run
+        x, dy, w1, b1, w2, b2, wh, bh, sel)
+    dw1, dw2, dwh, db = (jnp.sum(q, axis=0) for q in parts)  # a fixed order: the same bits
+    return dw1, db[0], dw2, db[1], dwh, db[2]
 
 
 # --- the XLA side, the reference, the case ---------------------------------------------------
@@ -384,21 +388,21 @@ def cost(side: str, case: Case) -> tuple[float, float]:
     return (bwd if side == "mgpu_bwd" else fwd + bwd), moved
 
 
-def check_grads(side: str, got: tuple, ref: tuple, actions: int) -> tuple[float, dict]:
-    """The largest relative error of the six gradients against the reference
-    (the heads' first A + 1 columns); AssertionError past bf16 tolerance."""
-    worst, errors = 0.0, {}
+def check_grads(got: tuple, ref: tuple, actions: int) -> tuple[float, dict, str]:
+    """(the largest relative error of the six gradients against the reference
+    (the heads' first A + 1 columns), each one's, "ok" or which are past bf16
+    tolerance or not finite)."""
+    errors, bad = {}, []
     for name, g, want in zip(GRADS, got, ref):
         if name in ("wh", "bh"):
             g, want = g[..., :actions + 1], want[..., :actions + 1]
         err, scale, finite = (float(v) for v in differences(g, jnp.asarray(want)))
-        rel = err / (scale or 1.0)
-        errors[name] = rel
-        if not finite or rel > TOL["bf16"]:
-            raise AssertionError(f"{side}: d{name} differs from the float32 reference: max abs "
-                                 f"err {err:.3e}, relative {rel:.3e} > {TOL['bf16']:.1e}")
-        worst = max(worst, rel)
-    return worst, errors
+        errors[name] = err / (scale or 1.0) if finite else float("inf")
+        if not errors[name] <= TOL["bf16"]:
+            bad.append(f"d{name} {errors[name]:.2e}")
+    check = "ok" if not bad else f"failed: past {TOL['bf16']:.1e} of the reference: " + (
+        ", ".join(bad))
+    return max(errors.values()), errors, check
 
 
 def run_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gpu: bool,
@@ -421,8 +425,9 @@ def run_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gpu: b
     out["compile_s"] = time.perf_counter() - t
     first = compiled(case.xs, case.dys, case.weights)[0]
     grads = first if side == "mgpu_bwd" else first[1]
-    out["max_rel_err"], out["grad_errors"] = check_grads(side, grads, ref, case.actions)
-    out["check"] = "ok"
+    # Every gradient's error is kept, and a side whose values are off is still timed
+    # (main lists it among the failures).
+    out["max_rel_err"], out["grad_errors"], out["check"] = check_grads(grads, ref, case.actions)
     ops = (case.xs, case.dys, case.weights)
     inner = len(case.xs)
     out["wall_us"] = 1e6 * median_seconds(compiled, ops, args.repeats) / inner
@@ -457,7 +462,8 @@ def measure_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gp
             r = {"status": str(e), "semantics": sem}
             break
         except Exception as e:  # noqa: BLE001  (a side that fails is a finding)
-            r = {"status": f"error ({sem}): {first_lines(e)}"}
+            r = {"status": f"error ({sem}): {first_lines(e)}",
+                 "failed_attempts": r.get("failed_attempts", []) + [first_lines(e)]}
             if args.traceback:
                 import traceback
                 traceback.print_exc()
@@ -467,6 +473,9 @@ def measure_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gp
 
 def main() -> int:
     ap = run_parser(__doc__, "220,000 rows", "steps", 150.0)
+    # Lane semantics cannot lower this kernel (jax 0.10.2-0.11.2: 64-byte bias copies, the
+    # loop carry's layouts), so warpgroup alone unless asked.
+    ap.set_defaults(semantics="warpgroup")
     ap.add_argument("--actions", type=int, default=5, help="policy logits A (heads: A + 1)")
     ap.add_argument("--acts", default="tanh,relu", help="of tanh, relu")
     ap.add_argument("--sides", default=",".join(SIDES), help="a subset of " + ", ".join(SIDES))
@@ -513,6 +522,8 @@ def main() -> int:
                 r["speed_vs_xla"] = xla_us / r["us"]
             if "us" not in r and not r["status"].startswith("skipped"):
                 failures.append(f"{head} {side}: {r['status']}")
+            elif r.get("check", "ok") != "ok":
+                failures.append(f"{head} {side}: {r['check']}")
             entry["sides"][side] = r
             print(describe(side, r, xla_us if side == "mgpu_step" else None), flush=True)
         del case
