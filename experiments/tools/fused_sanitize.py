@@ -8,7 +8,7 @@ and enough envs that blocks are capped at 16 agents (`kMaxBlockRows`: CartPole
 Tag duel 2,000 envs with 3 taggers, rows of two groups in one tile). The
 fused rollout is forced where the trainer would pick the scan (past
 `fused.MAX_FUSED_WORK`), as in tests/test_fused_rollout.py. Arguments: the
-indices of the cases to run (default: all).
+indices of the cases to run (default: all); `--count` prints how many there are.
 
     compute-sanitizer --tool racecheck --kernel-name kns=rollout \\
         python experiments/tools/fused_sanitize.py 5 6 7
@@ -30,6 +30,9 @@ CASES = [("mpe_simple_spread_ppo", ["num_envs=5", "num_steps=30", "num_minibatch
          ("mpe_simple_spread_ppo", ["num_envs=2000", "num_steps=3"]),
          ("tag_duel_cpu", ["num_envs=2000", "num_steps=3", "env_params.num_taggers=3",
                            "env_params.num_runners=4"])]
+if sys.argv[1:] == ["--count"]:
+    print(len(CASES))
+    sys.exit(0)
 # The fused rollout wherever it can run, whatever its size (the cases are its layouts).
 fused.plan = lambda policy, env, sums, *a: fused.build(policy, env, sums)
 

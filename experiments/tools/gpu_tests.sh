@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Every GPU test (`pytest -m gpu`) in seven processes at once (no preallocation,
 # so they share a GPU's memory; GPUS="1 2 3" deals them over those GPUs, one
-# GPU by default), then compute-sanitizer over every kernel when called with
-# `sanitize`. Run from a checkout holding .snap/src.tar
-# (`git archive HEAD`, with .snap_commit inside); logs under $OUT.
-#   bash experiments/tools/gpu_tests.sh tests
-#   bash experiments/tools/gpu_tests.sh sanitize
+# GPU by default), compute-sanitizer over every env kernel (`sanitize`) and over
+# the fused rollout's cases (`fused`), or all three after one build (`all`:
+# about 8 minutes on one H200, inside one 10-minute call). Run from a checkout
+# holding .snap/src.tar (`git archive HEAD`, with .snap_commit inside); logs
+# under $OUT. Nothing here runs beside anything else on the GPU: a process
+# that preallocates leaves the others out of memory.
+#   bash experiments/tools/gpu_tests.sh all
+#   bash experiments/tools/gpu_tests.sh tests | sanitize | fused
 set -o pipefail
 export PYTHONUNBUFFERED=1
 W=/tmp/w; mkdir -p $W && tar -xf .snap/src.tar -C $W && cd $W || exit 1
@@ -13,6 +16,12 @@ export JAXWARP_COMMIT=$(cat .snap_commit 2>/dev/null || echo unknown)
 SUF=_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]\+' | tr 'H' 'h')
 # JAXWARP_INSTALLED=1: /tmp/w is already built and installed (by the caller)
 [ -n "${JAXWARP_INSTALLED:-}" ] || python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | tail -2
+if [ "$1" = all ]; then
+  for part in sanitize fused tests; do
+    ( cd "$OLDPWD" && JAXWARP_INSTALLED=1 bash experiments/tools/gpu_tests.sh $part )
+  done
+  exit
+fi
 case "$1" in
 tests)
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -51,4 +60,28 @@ tests)
 sanitize)
   JAXWARP_NVCC_FLAGS=-lineinfo timeout 560 python3 experiments/sanitize_kernels.py --jobs 12 \
     --out $OUT/sanitize_kernels$SUF.json 2>&1 | tail -25 ;;
+fused)
+  # One process per case and tool, four at a time, no preallocation. A line per run:
+  # clean, reports, or the sanitizer's own crash (on the H200 at 3e2c39c about half
+  # of these processes died by SIGSEGV before or while running their case, at random:
+  # a case that crashed under one tool ran clean under the other).
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  N=$(python3 experiments/tools/fused_sanitize.py --count)
+  LOG=$OUT/fused_sanitize$SUF.log
+  echo "# commit $JAXWARP_COMMIT; compute-sanitizer --kernel-name kns=rollout, one process per case" > $LOG
+  run_one() {
+    local out; out=$(timeout 150 compute-sanitizer --tool $1 --kernel-name kns=rollout \
+      python3 experiments/tools/fused_sanitize.py $2 2>&1); local rc=$?
+    local verdict="sanitizer crashed or timed out (rc $rc)"
+    if echo "$out" | grep -q "ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards"; then
+      verdict="clean"
+    elif echo "$out" | grep -q "ERROR SUMMARY\|RACECHECK SUMMARY"; then
+      verdict="REPORTS: $(echo "$out" | grep "SUMMARY" | tail -1)"
+    fi
+    echo "$1 case $2 ($(echo "$out" | grep " ok " | head -1)): $verdict"
+  }
+  export -f run_one
+  for tool in memcheck racecheck; do for c in $(seq 0 $((N - 1))); do echo "$tool $c"; done; done |
+    xargs -P 4 -L 1 bash -c 'run_one $0 $1' | sort >> $LOG
+  cat $LOG ;;
 esac
