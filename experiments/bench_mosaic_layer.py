@@ -544,18 +544,62 @@ def lower_for_cuda(fn: Callable, args: tuple) -> None:
     jax.export.export(jax.jit(fn), platforms=["cuda"])(*shapes)
 
 
+def lowered_only(fn: Callable, operands: tuple, label: str = "") -> None:
+    """Without a GPU: lowers `fn` for CUDA where Mosaic GPU's bindings are
+    installed (a jax-cuda plugin), then Skip saying what was checked."""
+    try:
+        importlib.import_module("jax._src.lib.mosaic_gpu")
+    except Exception:  # noqa: BLE001
+        raise Skip("skipped: no GPU (Mosaic GPU bindings absent; lowering not checked)")
+    lower_for_cuda(fn, operands)
+    raise Skip("skipped: no GPU (lowered for cuda: ok)" + (f" [{label}]" if label else ""))
+
+
+def timed(compiled: Callable, ops: tuple, inner: int, args: argparse.Namespace,
+          gpu: bool) -> dict[str, Any]:
+    """A compiled program of `inner` calls timed: wall clock (median of
+    --repeats) and, on a GPU, CUPTI's kernel time (None where refused, with
+    why); `us` per call from the kernel time where there is one."""
+    out: dict[str, Any] = {"wall_us": 1e6 * median_seconds(compiled, ops, args.repeats) / inner,
+                           "kernel_us": None}
+    if gpu and not args.no_cupti:
+        try:
+            sec = cupti_seconds(compiled, ops, args.repeats)
+            out["kernel_us"] = None if sec is None else 1e6 * sec / inner
+        except Exception as e:  # noqa: BLE001  (CUPTI refused: wall clock only)
+            out["cupti_error"] = first_lines(e, 2)
+    out["us"] = out["kernel_us"] or out["wall_us"]
+    out["us_from"] = "kernel" if out["kernel_us"] else "wall"
+    return out
+
+
+def start_run(args: argparse.Namespace, sides: list[str], note: str = ""
+              ) -> tuple[bool, int, dict[str, Any]]:
+    """(whether jax runs on a GPU, its SMs, the result's meta), the run's
+    first line printed; --peak and --bandwidth from PEAKS where not given; one
+    repeat on the CPU (its times say nothing here)."""
+    gpu = jax.default_backend() == "gpu"
+    kind = jax.devices()[0].device_kind
+    peak, bandwidth = next((v for key, v in PEAKS.items() if key in kind), (None, None))
+    args.peak = getattr(args, "peak", None) or peak
+    args.bandwidth = getattr(args, "bandwidth", None) or bandwidth
+    if not gpu:
+        args.repeats = 1
+    sms = num_sms()
+    meta = run_meta(device_count=len(jax.devices()), sms=sms, gpu=gpu,
+                    peak_flops=args.peak, bandwidth_bytes_s=args.bandwidth)
+    print(f"{meta['device']} ({sms} SMs), jax {jax.__version__}, commit {meta['commit']}; "
+          f"sides {','.join(sides)}{note}", flush=True)
+    return gpu, sms, meta
+
+
 def run_side(side: str, case: Case, ref: dict[str, jax.Array], args: argparse.Namespace,
              gpu: bool, sms: int, semantics: str, variant: str | None = None) -> dict[str, Any]:
     fn, part, tiles = side_fn(side, case, sms, semantics, variant)
     out: dict[str, Any] = {"part": part, "tiles": tiles}
     layer = jax.jit(fn)  # lowered once, called `inner` times a program
     if side.startswith("mgpu") and not gpu:
-        try:  # the bindings come with a jax-cuda plugin
-            importlib.import_module("jax._src.lib.mosaic_gpu")
-        except Exception:  # noqa: BLE001
-            raise Skip("skipped: no GPU (Mosaic GPU bindings absent; lowering not checked)")
-        lower_for_cuda(fn, operands(part, case, 0))
-        raise Skip("skipped: no GPU (lowered for cuda: ok)")
+        lowered_only(fn, operands(part, case, 0))
 
     def program(*ops):  # `inner` layers, each on its own inputs, every output kept
         per = len(ops) // case.inner
@@ -575,16 +619,8 @@ def run_side(side: str, case: Case, ref: dict[str, jax.Array], args: argparse.Na
                              f"{out['max_abs_err']:.3e}, relative to max |ref| "
                              f"{out['max_rel_err']:.3e} > {tol:.1e}")
     out["check"] = "ok"
-    out["wall_us"] = 1e6 * median_seconds(compiled, ops, args.repeats) / case.inner
-    if gpu and not args.no_cupti:
-        try:
-            sec = cupti_seconds(compiled, ops, args.repeats)
-            out["kernel_us"] = None if sec is None else 1e6 * sec / case.inner
-        except Exception as e:  # noqa: BLE001  (CUPTI refused: wall clock only)
-            out["kernel_us"] = None
-            out["cupti_error"] = first_lines(e, 2)
-    us = out.get("kernel_us") or out["wall_us"]
-    out["us"], out["us_from"] = us, ("kernel" if out.get("kernel_us") else "wall")
+    out.update(timed(compiled, ops, case.inner, args, gpu))
+    us = out["us"]
     flops, bytes_ = cost(part, case)
     peak, bandwidth = args.peak, args.bandwidth
     out["tflops"] = flops / us / 1e6
@@ -669,14 +705,6 @@ def main() -> int:
     args = ap.parse_args()
     start = time.perf_counter()
 
-    gpu = jax.default_backend() == "gpu"
-    kind = jax.devices()[0].device_kind
-    peak, bandwidth = next((v for key, v in PEAKS.items() if key in kind), (None, None))
-    args.peak = args.peak or peak
-    args.bandwidth = args.bandwidth or bandwidth
-    sms = num_sms()
-    if not gpu:
-        args.repeats = 1  # the CPU checks values; its times say nothing here
     rows_list = (QUICK_ROWS if args.quick else ROWS) if args.rows is None else tuple(
         int(r) for r in args.rows.split(","))
     pairs = (QUICK_PAIRS if args.quick else PAIRS) if args.pairs is None else tuple(
@@ -685,10 +713,7 @@ def main() -> int:
     sides = [s for s in args.sides.split(",")
              if (s in FWD and "fwd" in parts) or (s in BWD and "bwd" in parts)]
     semantics = args.semantics.split(",")
-    meta = run_meta(device_count=len(jax.devices()), sms=sms, gpu=gpu,
-                    peak_flops=args.peak, bandwidth_bytes_s=args.bandwidth)
-    print(f"{meta['device']} ({sms} SMs), jax {jax.__version__}, commit {meta['commit']}; "
-          f"sides {','.join(sides)}", flush=True)
+    gpu, sms, meta = start_run(args, sides)
     if not gpu:
         print("no GPU: the XLA sides are checked on the CPU, the Mosaic GPU sides skipped "
               "(lowered for cuda where the bindings are installed)", flush=True)

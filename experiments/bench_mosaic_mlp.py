@@ -72,7 +72,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import importlib
 import sys
 import time
 import traceback
@@ -91,7 +90,6 @@ if HERE not in sys.path:  # bench_mosaic_layer beside this file (it puts the che
     sys.path.insert(0, HERE)
 
 from bench_mosaic_layer import (
-    PEAKS,
     ROW_ALIGN,
     TOL,
     Skip,
@@ -100,21 +98,22 @@ from bench_mosaic_layer import (
     _semantics,
     _transforms,
     activation,
-    cupti_seconds,
     describe,
     differences,
     finish,
     first_lines,
     inner_for,
-    lower_for_cuda,
+    lowered_only,
     num_sms,
     past_budget,
     run_parser,
     shape_grid,
+    start_run,
+    timed,
     xla_layer,
 )
 
-from jaxwarp.benchmark import median_seconds, run_meta, write_result
+from jaxwarp.benchmark import write_result
 
 ROWS = (220_000, 32_768)  # the decisive size first: a cut-off run keeps it
 SHAPES = ((64, 64), (64, 128), (64, 256), (128, 64), (128, 128), (128, 256))  # (D, H)
@@ -294,17 +293,22 @@ class Case:
         return jnp.pad(self.wh, ((0, 0), (0, pad))), jnp.pad(self.bh, (0, pad))
 
 
+def weight(key: jax.Array, fan_in: int, n: int) -> jax.Array:
+    """bf16 [fan_in, n] with unit-variance outputs, as the layer bench's weights."""
+    return (jax.random.normal(key, (fan_in, n), jnp.float32) / np.sqrt(fan_in)).astype(
+        jnp.bfloat16)
+
+
+def bias(key: jax.Array, n: int) -> jax.Array:
+    return 0.1 * jax.random.normal(key, (n,), jnp.float32)
+
+
+normal = jax.jit(lambda key, shape: jax.random.normal(key, shape, jnp.float32)
+                 .astype(jnp.bfloat16), static_argnums=1)
+
+
 def make_case(rows: int, d: int, h: int, actions: int, act: str, inner: int) -> Case:
     keys = jax.random.split(jax.random.PRNGKey(rows * 7 + d * 3 + h), 6 + inner)
-    normal = jax.jit(lambda key, shape: jax.random.normal(key, shape, jnp.float32)
-                     .astype(jnp.bfloat16), static_argnums=1)
-
-    def weight(key, fan_in, n):  # unit-variance outputs, as the layer bench's weights
-        return (jax.random.normal(key, (fan_in, n), jnp.float32) / np.sqrt(fan_in)).astype(
-            jnp.bfloat16)
-
-    def bias(key, n):
-        return 0.1 * jax.random.normal(key, (n,), jnp.float32)
     return Case(rows, d, h, actions, act, [normal(k, (rows, d)) for k in keys[6:]],
                 weight(keys[0], d, h), bias(keys[1], h), weight(keys[2], h, h), bias(keys[3], h),
                 weight(keys[4], h, actions + 1), bias(keys[5], actions + 1))
@@ -340,12 +344,7 @@ def run_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gpu: b
     fn, weights, label = side_fn(side, case, sms, semantics, args.tile_m)
     out: dict[str, Any] = {"tiles": label}
     if side.startswith("mgpu") and not gpu:
-        try:  # the bindings come with a jax-cuda plugin
-            importlib.import_module("jax._src.lib.mosaic_gpu")
-        except Exception:  # noqa: BLE001
-            raise Skip("skipped: no GPU (Mosaic GPU bindings absent; lowering not checked)")
-        lower_for_cuda(fn, (case.xs[0], *weights))
-        raise Skip(f"skipped: no GPU (lowered for cuda: ok) [{label}]")
+        lowered_only(fn, (case.xs[0], *weights), label)
     mlp = jax.jit(fn)
     # `inner` MLPs on distinct inputs, one set of weights, every output kept.
     program = jax.jit(lambda xs, ws: tuple(mlp(x, *ws) for x in xs))
@@ -364,19 +363,10 @@ def run_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gpu: b
                                  f"{err:.3e}, relative to max |ref| {rel:.3e} > {TOL['bf16']:.1e}")
         worst = max(worst, rel)
     out.update(check="ok", max_rel_err=worst)
-    operands = (case.xs, weights)
-    inner = len(case.xs)
-    out["wall_us"] = 1e6 * median_seconds(compiled, operands, args.repeats) / inner
-    out["kernel_us"] = None
-    if gpu and not args.no_cupti:
-        try:
-            sec = cupti_seconds(compiled, operands, args.repeats)
-            out["kernel_us"] = None if sec is None else 1e6 * sec / inner
-        except Exception as e:  # noqa: BLE001  (CUPTI refused: wall clock only)
-            out["cupti_error"] = first_lines(e, 2)
-    us = out["kernel_us"] or out["wall_us"]
+    out.update(timed(compiled, (case.xs, weights), len(case.xs), args, gpu))
+    us = out["us"]
     flops, moved = cost(case)
-    out.update(us=us, us_from="kernel" if out["kernel_us"] else "wall", tflops=flops / us / 1e6,
+    out.update(tflops=flops / us / 1e6,
                peak_fraction=flops / (us * 1e-6) / args.peak if args.peak else None)
     if args.bandwidth:
         out["memory_roofline_us"] = 1e6 * moved / args.bandwidth
@@ -398,22 +388,13 @@ def main() -> int:
     args = ap.parse_args()
     start = time.perf_counter()
 
-    gpu = jax.default_backend() == "gpu"
-    kind = jax.devices()[0].device_kind
-    args.peak, args.bandwidth = next((v for k, v in PEAKS.items() if k in kind), (None, None))
-    sms = num_sms()
-    if not gpu:
-        args.repeats = 1  # the CPU checks values; its times say nothing here
     rows_list = tuple(int(r) for r in args.rows.split(",")) if args.rows else (
         QUICK_ROWS if args.quick else ROWS)
     shapes = tuple(tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")) if (
         args.shapes) else (QUICK_SHAPES if args.quick else SHAPES)
     sides = [s for s in args.sides.split(",") if s in SIDES]
     semantics = args.semantics.split(",")
-    meta = run_meta(device_count=len(jax.devices()), sms=sms, gpu=gpu, peak_flops=args.peak,
-                    bandwidth_bytes_s=args.bandwidth)
-    print(f"{meta['device']} ({sms} SMs), jax {jax.__version__}, commit {meta['commit']}; "
-          f"sides {','.join(sides)}, A = {args.actions}", flush=True)
+    gpu, sms, meta = start_run(args, sides, f", A = {args.actions}")
     results: list[dict[str, Any]] = []
     failures: list[str] = []
     data = {"meta": meta, "config": {

@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import importlib
 import sys
 import time
 from collections.abc import Callable
@@ -75,30 +74,11 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:  # the two benches beside this file (they put the checkout on the path)
     sys.path.insert(0, HERE)
 
-from bench_mosaic_layer import (
-    PEAKS,
-    TOL,
-    Skip,
-    _load_vector,
-    _plgpu,
-    _semantics,
-    _transforms,
-    activation,
-    cupti_seconds,
-    describe,
-    differences,
-    finish,
-    first_lines,
-    inner_for,
-    lower_for_cuda,
-    num_sms,
-    past_budget,
-    run_parser,
-    shape_grid,
-)
-from bench_mosaic_mlp import fused_mlp, head_width, mlp_tiles, xla_mlp
+import bench_mosaic_layer as layer_bench
+from bench_mosaic_layer import TOL, Skip, _plgpu, _semantics, _transforms
+from bench_mosaic_mlp import bias, fused_mlp, head_width, mlp_tiles, normal, weight, xla_mlp
 
-from jaxwarp.benchmark import median_seconds, run_meta, write_result
+from jaxwarp.benchmark import write_result
 
 ROWS = (220_000, 32_768)
 SHAPES = ((64, 64),)  # (D, H): what the registers hold (module docstring)
@@ -182,7 +162,7 @@ def fused_mlp_bwd(x, dy, w1, b1, w2, b2, wh, bh, *, act: str, tiles: BwdTiles,
     if m % cta_m or dy.shape != (m, nh) or w2.shape != (h, h) or wh.shape[0] != h:
         raise Skip(f"tiles {tiles.label()} do not fit m={m} d={d} h={h} nh={nh}")
     blocks = m // cta_m
-    ctas = min(sms or num_sms(), blocks)
+    ctas = min(sms or layer_bench.num_sms(), blocks)
     bf16, f32 = jnp.bfloat16, jnp.float32
     x_tf, dy_tf = _transforms(plgpu, d, bf16), _transforms(plgpu, nh, bf16)
     h_tf = _transforms(plgpu, h, bf16)
@@ -206,16 +186,17 @@ def fused_mlp_bwd(x, dy, w1, b1, w2, b2, wh, bh, *, act: str, tiles: BwdTiles,
                 return acc_ref[...]
             return pl.run_scoped(product, plgpu.ACC((tm, n), f32))
 
-        def bias(b_s, n):
-            return lax.broadcast_in_dim(_load_vector(plgpu, b_s, vec), (tm, n), (1,))
+        def bias_rows(b_s, n):
+            b = layer_bench._load_vector(plgpu, b_s, vec)
+            return lax.broadcast_in_dim(b, (tm, n), (1,))
 
         def body(idx, x_smem, dy_smem, carry):
             acc_w1, acc_w2, acc_wh, acc_b = carry
             rows = pl.ds(wg * tm, tm)
             xs, dys = x_smem.at[rows], dy_smem.at[rows]
-            h1 = activation(matmul(xs, w1_s, h) + bias(b1_s, h), act)  # float32
+            h1 = layer_bench.activation(matmul(xs, w1_s, h) + bias_rows(b1_s, h), act)  # float32
             h1b = h1.astype(bf16)
-            h2 = activation(matmul(h1b, w2_s, h) + bias(b2_s, h), act)
+            h2 = layer_bench.activation(matmul(h1b, w2_s, h) + bias_rows(b2_s, h), act)
             dz2 = _derivative(act, h2, matmul(dys, wh_s.transpose((1, 0)), h)).astype(bf16)
             dz1 = _derivative(act, h1, matmul(dz2, w2_s.transpose((1, 0)), h)).astype(bf16)
             h1_s, h2_s, dz1_s, dz2_s = (chain_s.at[wg, i] for i in range(4))
@@ -303,18 +284,9 @@ def make_case(rows: int, d: int, h: int, actions: int, act: str, inner: int) -> 
     normal, dy standard normal in the A + 1 heads' columns."""
     keys = jax.random.split(jax.random.PRNGKey(rows * 5 + d + h), 6 + 2 * inner)
     nh = head_width(actions)
-
-    def weight(key, fan_in, n):
-        return (jax.random.normal(key, (fan_in, n), jnp.float32) / np.sqrt(fan_in)).astype(
-            jnp.bfloat16)
-
-    def bias(key, n):
-        return 0.1 * jax.random.normal(key, (n,), jnp.float32)
     pad = nh - (actions + 1)
     wh = jnp.pad(weight(keys[4], h, actions + 1), ((0, 0), (0, pad)))
     bh = jnp.pad(bias(keys[5], actions + 1), (0, pad))
-    normal = jax.jit(lambda key, shape: jax.random.normal(key, shape, jnp.float32)
-                     .astype(jnp.bfloat16), static_argnums=1)
     xs = [normal(k, (rows, d)) for k in keys[6:6 + inner]]
     dys = [jnp.pad(normal(k, (rows, actions + 1)), ((0, 0), (0, BWD_HEADS - actions - 1)))
            for k in keys[6 + inner:]]
@@ -396,7 +368,7 @@ def check_grads(got: tuple, ref: tuple, actions: int) -> tuple[float, dict, str]
     for name, g, want in zip(GRADS, got, ref):
         if name in ("wh", "bh"):
             g, want = g[..., :actions + 1], want[..., :actions + 1]
-        err, scale, finite = (float(v) for v in differences(g, jnp.asarray(want)))
+        err, scale, finite = (float(v) for v in layer_bench.differences(g, jnp.asarray(want)))
         errors[name] = err / (scale or 1.0) if finite else float("inf")
         if not errors[name] <= TOL["bf16"]:
             bad.append(f"d{name} {errors[name]:.2e}")
@@ -411,12 +383,7 @@ def run_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gpu: b
     out: dict[str, Any] = {"tiles": label}
     operands = (case.xs[0], case.dys[0], *case.weights)
     if side.startswith("mgpu") and not gpu:
-        try:  # the bindings come with a jax-cuda plugin
-            importlib.import_module("jax._src.lib.mosaic_gpu")
-        except Exception:  # noqa: BLE001
-            raise Skip("skipped: no GPU (Mosaic GPU bindings absent; lowering not checked)")
-        lower_for_cuda(fn, operands)
-        raise Skip(f"skipped: no GPU (lowered for cuda: ok) [{label}]")
+        layer_bench.lowered_only(fn, operands, label)
     step = jax.jit(fn)
     # `inner` steps on distinct x and dy, one set of weights, every output kept.
     program = jax.jit(lambda xs, dys, ws: tuple(step(x, dy, *ws) for x, dy in zip(xs, dys)))
@@ -428,19 +395,11 @@ def run_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gpu: b
     # Every gradient's error is kept, and a side whose values are off is still timed
     # (main lists it among the failures).
     out["max_rel_err"], out["grad_errors"], out["check"] = check_grads(grads, ref, case.actions)
-    ops = (case.xs, case.dys, case.weights)
-    inner = len(case.xs)
-    out["wall_us"] = 1e6 * median_seconds(compiled, ops, args.repeats) / inner
-    out["kernel_us"] = None
-    if gpu and not args.no_cupti:
-        try:
-            sec = cupti_seconds(compiled, ops, args.repeats)
-            out["kernel_us"] = None if sec is None else 1e6 * sec / inner
-        except Exception as e:  # noqa: BLE001  (CUPTI refused: wall clock only)
-            out["cupti_error"] = first_lines(e, 2)
-    us = out["kernel_us"] or out["wall_us"]
+    out.update(layer_bench.timed(compiled, (case.xs, case.dys, case.weights), len(case.xs),
+                                 args, gpu))
+    us = out["us"]
     flops, moved = cost(side, case)
-    out.update(us=us, us_from="kernel" if out["kernel_us"] else "wall", tflops=flops / us / 1e6,
+    out.update(tflops=flops / us / 1e6,
                peak_fraction=flops / (us * 1e-6) / args.peak if args.peak else None,
                memory_fraction=1e6 * moved / args.bandwidth / us if args.bandwidth else None)
     return out
@@ -462,8 +421,8 @@ def measure_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gp
             r = {"status": str(e), "semantics": sem}
             break
         except Exception as e:  # noqa: BLE001  (a side that fails is a finding)
-            r = {"status": f"error ({sem}): {first_lines(e)}",
-                 "failed_attempts": r.get("failed_attempts", []) + [first_lines(e)]}
+            r = {"status": f"error ({sem}): {layer_bench.first_lines(e)}",
+                 "failed_attempts": r.get("failed_attempts", []) + [layer_bench.first_lines(e)]}
             if args.traceback:
                 import traceback
                 traceback.print_exc()
@@ -472,7 +431,7 @@ def measure_side(side: str, case: Case, ref: tuple, args: argparse.Namespace, gp
 
 
 def main() -> int:
-    ap = run_parser(__doc__, "220,000 rows", "steps", 150.0)
+    ap = layer_bench.run_parser(__doc__, "220,000 rows", "steps", 150.0)
     # Lane semantics cannot lower this kernel (jax 0.10.2-0.11.2: 64-byte bias copies, the
     # loop carry's layouts), so warpgroup alone unless asked.
     ap.set_defaults(semantics="warpgroup")
@@ -482,19 +441,10 @@ def main() -> int:
     ap.add_argument("--out", default="experiments/results/bench_mosaic_mlp_bwd_h200.json")
     args = ap.parse_args()
     start = time.perf_counter()
-    gpu = jax.default_backend() == "gpu"
-    kind = jax.devices()[0].device_kind
-    args.peak, args.bandwidth = next((v for k, v in PEAKS.items() if k in kind), (None, None))
-    sms = num_sms()
-    if not gpu:
-        args.repeats = 1  # the CPU checks values; its times say nothing here
     rows_list = tuple(int(r) for r in args.rows.split(",")) if args.rows else (
         QUICK_ROWS if args.quick else ROWS)
     sides = [s for s in args.sides.split(",") if s in SIDES]
-    meta = run_meta(device_count=len(jax.devices()), sms=sms, gpu=gpu, peak_flops=args.peak,
-                    bandwidth_bytes_s=args.bandwidth)
-    print(f"{meta['device']} ({sms} SMs), jax {jax.__version__}, commit {meta['commit']}; "
-          f"sides {','.join(sides)}, A = {args.actions}", flush=True)
+    gpu, sms, meta = layer_bench.start_run(args, sides, f", A = {args.actions}")
     results: list[dict[str, Any]] = []
     failures: list[str] = []
     data = {"meta": meta, "config": {
@@ -503,14 +453,15 @@ def main() -> int:
         "sides": sides, "semantics": args.semantics, "repeats": args.repeats,
         "tolerance": TOL["bf16"], "grads": list(GRADS)}, "results": results,
         "failures": failures}
-    for act, rows_asked, rows, (d, h) in shape_grid(args.acts, rows_list, SHAPES):
+    for act, rows_asked, rows, (d, h) in layer_bench.shape_grid(args.acts, rows_list, SHAPES):
         head = f"{act} rows {rows_asked} (run as {rows}) D={d} H={h} A={args.actions}"
         entry: dict[str, Any] = {"act": act, "rows_asked": rows_asked, "rows": rows, "d": d,
                                  "h": h, "actions": args.actions, "sides": {}}
         results.append(entry)
-        if past_budget(entry, head, start, args.budget_s):
+        if layer_bench.past_budget(entry, head, start, args.budget_s):
             continue
-        inner = inner_for(rows, d, head_width(args.actions), args.inner_bytes) if gpu else 1
+        nh = head_width(args.actions)
+        inner = layer_bench.inner_for(rows, d, nh, args.inner_bytes) if gpu else 1
         case = make_case(rows, d, h, args.actions, act, inner)
         ref = reference(case)
         entry["inner"] = inner
@@ -525,11 +476,12 @@ def main() -> int:
             elif r.get("check", "ok") != "ok":
                 failures.append(f"{head} {side}: {r['check']}")
             entry["sides"][side] = r
-            print(describe(side, r, xla_us if side == "mgpu_step" else None), flush=True)
+            shown = xla_us if side == "mgpu_step" else None
+            print(layer_bench.describe(side, r, shown), flush=True)
         del case
         data["elapsed_s"] = time.perf_counter() - start
         write_result(args.out, data)  # after every shape: a cut-off run keeps it
-    return finish(args.out, data, start)
+    return layer_bench.finish(args.out, data, start)
 
 
 if __name__ == "__main__":
