@@ -4,9 +4,10 @@
 # GPU by default), compute-sanitizer over every env kernel (`sanitize`) and over
 # the fused rollout's cases (`fused`), or all three after one build (`all`: about
 # 9 minutes on one H200 by its parts, not yet run whole: build 36 s, sanitize 54 s,
-# the tests 345 s, the fused cases about 2 minutes). Run from a checkout holding .snap/src.tar (`git archive HEAD`, with .snap_commit inside); logs
-# under $OUT. Nothing here runs beside anything else on the GPU: a process
-# that preallocates leaves the others out of memory.
+# the tests 345 s, the fused cases about 2 minutes). Run from a checkout holding
+# .snap/src.tar (`git archive HEAD`, with .snap_commit inside); logs under $OUT.
+# Nothing here runs beside anything else on the GPU: a process that preallocates
+# leaves the others out of memory.
 #   bash experiments/tools/gpu_tests.sh all
 #   bash experiments/tools/gpu_tests.sh tests | sanitize | fused
 set -o pipefail
