@@ -144,11 +144,13 @@ class MlpTiles:
         return f"{2 * self.tile_m}r/{self.stages}st/{self.semantics[:2]}"
 
 
+def kb(b: int) -> int:
+    """`b` bytes rounded up to 1 KB, a swizzled shared-memory tile's alignment."""
+    return -(-b // 1024) * 1024
+
+
 def smem_bytes(d: int, h: int, nh: int, tile_m: int, stages: int) -> int:
-    """Shared memory of the kernel (each buffer rounded up to 1 KB, the
-    swizzled tiles' alignment)."""
-    def kb(b: int) -> int:
-        return -(-b // 1024) * 1024
+    """Shared memory of the kernel (each buffer rounded up to 1 KB, `kb`)."""
     weights = kb(2 * d * h) + kb(2 * h * h) + kb(2 * h * nh)
     biases = kb(4 * h) * 2 + kb(4 * nh)
     return weights + biases + stages * kb(2 * tile_m * d * 2) + kb(2 * tile_m * nh * 4)

@@ -76,7 +76,18 @@ if HERE not in sys.path:  # the two benches beside this file (they put the check
 
 import bench_mosaic_layer as layer_bench
 from bench_mosaic_layer import TOL, Skip, _plgpu, _semantics, _transforms
-from bench_mosaic_mlp import bias, fused_mlp, head_width, mlp_tiles, normal, weight, xla_mlp
+from bench_mosaic_mlp import (
+    SMEM_LIMIT,
+    SMEM_SLACK,
+    bias,
+    fused_mlp,
+    head_width,
+    kb,
+    mlp_tiles,
+    normal,
+    weight,
+    xla_mlp,
+)
 
 from jaxwarp.benchmark import write_result
 
@@ -85,8 +96,6 @@ SHAPES = ((64, 64),)  # (D, H): what the registers hold (module docstring)
 QUICK_ROWS = (220_000,)
 SIDES = ("xla_step", "mgpu_step", "mgpu_bwd")
 GRADS = ("w1", "b1", "w2", "b2", "wh", "bh")
-SMEM_LIMIT = 227 * 1024
-SMEM_SLACK = 2048
 MAX_ACC_REGS = 128  # float32 accumulator registers a thread may keep (of 255; the rest: the chain)
 # Columns of dy and of the heads in the backward: dWh = h2^T dy is a wgmma whose A (h2) is read
 # transposed from shared memory, and Mosaic GPU's layout inference (jax 0.10.2) finds no layout
@@ -105,20 +114,16 @@ class BwdTiles:
         return f"{2 * self.tile_m}r/{self.stages}st/{self.semantics[:2]}"
 
 
-def _kb(b: int) -> int:
-    return -(-b // 1024) * 1024
-
-
 def bwd_smem_bytes(d: int, h: int, nh: int, tile_m: int, stages: int) -> int:
     """Shared memory of the backward kernel: the weights and biases, the
     pipeline's x and dy blocks, per warpgroup h1, h2, dz1, dz2 (bf16), the
     three row selectors of the bias sums, and one [h, h] float32 tile a
     warpgroup through which the partial gradients leave in turn."""
-    weights = _kb(2 * d * h) + _kb(2 * h * h) + _kb(2 * h * nh) + 2 * _kb(4 * h) + _kb(4 * nh)
-    blocks = stages * (_kb(2 * tile_m * d * 2) + _kb(2 * tile_m * nh * 2))
-    chain = 4 * _kb(2 * tile_m * h * 2)
-    selectors = 3 * _kb(2 * 64 * tile_m)
-    return weights + blocks + chain + selectors + _kb(8 * h * h)
+    weights = kb(2 * d * h) + kb(2 * h * h) + kb(2 * h * nh) + 2 * kb(4 * h) + kb(4 * nh)
+    blocks = stages * (kb(2 * tile_m * d * 2) + kb(2 * tile_m * nh * 2))
+    chain = 4 * kb(2 * tile_m * h * 2)
+    selectors = 3 * kb(2 * 64 * tile_m)
+    return weights + blocks + chain + selectors + kb(8 * h * h)
 
 
 def bwd_tiles(d: int, h: int, nh: int, semantics: str) -> BwdTiles:
