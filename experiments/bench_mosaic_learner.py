@@ -75,6 +75,7 @@ if HERE not in sys.path:  # the kernel benches beside this file (they put the ch
 import bench_mosaic_layer as layer_bench
 from bench_mosaic_mlp import fused_mlp, head_width, mlp_tiles
 from bench_mosaic_mlp_bwd import BWD_HEADS, _derivative, bwd_tiles, fused_mlp_bwd
+from bench_train import rollout_seconds, timed_calls
 
 from jaxwarp.benchmark import run_meta, write_result
 from jaxwarp.models import MLPActorCritic
@@ -372,38 +373,6 @@ def overrides(args: argparse.Namespace, act: str, backend: str) -> list[str]:
             f"{p}.shared_torso=true", f"{p}.dtype=bfloat16", f"{p}.lr=0.00025"]
 
 
-def timed_calls(compiled, state, repeats: int) -> tuple[Any, dict, list[float]]:
-    """The first call from `state` (its metrics: the first updates'), then
-    `repeats` timed calls (wall clock, block_until_ready)."""
-    state, first = compiled(state)
-    jax.block_until_ready((state, first))
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        state, m = compiled(state)
-        jax.block_until_ready((state, m))
-        times.append(time.perf_counter() - t)
-    return state, jax.device_get(first), times
-
-
-def rollout_seconds(trainer, state, updates: int, repeats: int) -> float:
-    """Seconds per update of the rollouts alone (bench_train's split), median."""
-    def rollouts(s):
-        def body(s, k):
-            envs, _, traj = trainer.rollout(s, k)
-            return s.replace(envs=s.envs.replace(env_state=envs.env_state, obs=envs.obs)), \
-                traj.reward.mean()
-        return jax.lax.scan(body, s, jax.random.split(s.key, updates))
-    roll = jit(rollouts, trainer.config.deterministic).lower(state).compile()
-    jax.block_until_ready(roll(state))
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(roll(state))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) / updates
-
-
 def env_shapes(config: Any) -> tuple[tuple[int, ...], int, int]:
     """(nvec, observation features, agents) of `config`'s env (its pure-JAX
     twin: only the spaces are read)."""
@@ -433,7 +402,7 @@ def train_side(side: str, act: str, args: argparse.Namespace, backend: str
             roll_s = rollout_seconds(trainer, state, args.updates, args.repeats)
         except Exception as e:  # noqa: BLE001
             roll_error = layer_bench.first_lines(e, 3)
-    state, first, times = timed_calls(compiled, state, args.repeats)
+    state, first, _, times = timed_calls(compiled, state, args.repeats)
     sec = statistics.median(times) / args.updates
     return {"model": type(trainer.models[GROUP]).__name__,
             "model_layers": dict(trainer.model_layers or {}), "rollout": trainer.rollout_path,

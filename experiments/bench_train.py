@@ -117,6 +117,42 @@ SMALL_CASES = [
 ]
 
 
+def timed_calls(compiled: Any, state: Any, repeats: int
+                ) -> tuple[Any, dict, dict, list[float]]:
+    """The first call of `compiled` from `state` (its metrics: the first
+    updates'), then `repeats` timed calls (wall seconds, block_until_ready);
+    returns (the last state, the first and the last call's metrics, the times)."""
+    state, first = compiled(state)
+    jax.block_until_ready((state, first))
+    times, m = [], first
+    for _ in range(repeats):
+        t = time.perf_counter()
+        state, m = compiled(state)
+        jax.block_until_ready((state, m))
+        times.append(time.perf_counter() - t)
+    return state, first, m, times
+
+
+def rollout_seconds(trainer: Any, state: Any, updates: int, repeats: int) -> float:
+    """Where the time goes: seconds per update of `updates` rollouts alone
+    (no update between them), the median of `repeats` calls after a warm-up."""
+    def rollouts(s):
+        def body(s, k):
+            envs, _, traj = trainer.rollout(s, k)
+            return s.replace(envs=s.envs.replace(env_state=envs.env_state, obs=envs.obs)), \
+                traj.reward.mean()
+        return jax.lax.scan(body, s, jax.random.split(s.key, updates))
+
+    roll = jit(rollouts, trainer.config.deterministic).lower(state).compile()
+    jax.block_until_ready(roll(state))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(roll(state))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) / updates
+
+
 def bench_case(config_name: str, overrides: list[str], backend: str, updates: int,
                repeats: int, deterministic: bool = True) -> dict:
     config = load_config(config_name, [*overrides, f"backend={backend}",
@@ -128,14 +164,7 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
     t = time.perf_counter()
     compiled = run.lower(state).compile()
     compile_s = time.perf_counter() - t
-    state, m = compiled(state)  # warm-up
-    jax.block_until_ready((state, m))
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        state, m = compiled(state)
-        jax.block_until_ready((state, m))
-        times.append(time.perf_counter() - t)
+    state, _, m, times = timed_calls(compiled, state, repeats)  # the first call: a warm-up
     sec = statistics.median(times)
     env = trainer.env
     # Model FLOPs: the policy/value matmuls of one update (rollout forward
@@ -144,21 +173,7 @@ def bench_case(config_name: str, overrides: list[str], backend: str, updates: in
     kind = jax.devices()[0].device_kind
     mfu = model_flops_utilization(flops, sec / updates, kind)
 
-    # Where the time goes: the same number of rollouts without the updates.
-    def rollouts(s):
-        def body(s, k):
-            envs, _, traj = trainer.rollout(s, k)
-            return s.replace(envs=s.envs.replace(env_state=envs.env_state, obs=envs.obs)), \
-                traj.reward.mean()
-        return jax.lax.scan(body, s, jax.random.split(s.key, updates))
-
-    roll = jit(rollouts, config.deterministic, donate_argnums=0).lower(state).compile()
-    state, r = roll(state)
-    jax.block_until_ready((state, r))
-    t = time.perf_counter()
-    state, r = roll(state)
-    jax.block_until_ready((state, r))
-    rollout_s = (time.perf_counter() - t) / updates
+    rollout_s = rollout_seconds(trainer, state, updates, 1)
     return {
         "config": config_name, "overrides": overrides, "backend": env.backend,
         "sampler": config.sampler, "algorithm": config.algorithm,
