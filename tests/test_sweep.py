@@ -73,7 +73,7 @@ def test_a_sweep_splits_its_runs_evenly_over_every_process_or_says_why(monkeypat
     """Under jax.distributed (here 2 processes, as jax.process_count says) a
     sweep's runs split evenly over the same devices of every process; runs
     that do not divide are refused in one line naming the numbers."""
-    from jaxwarp.run.sweep_plan import sweep_layout
+    from jaxwarp.train.mesh import sweep_layout
 
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     layout = sweep_layout(None, 6)

@@ -65,7 +65,7 @@ def _restore(run_dir: str | Path):
     from jaxwarp.run.checkpoint import read_saved_config, read_saved_sweep, restore_intact
     from jaxwarp.run.distributed import is_primary
     from jaxwarp.run.sweep_report import best_setting
-    from jaxwarp.train.sweep import setting_config
+    from jaxwarp.train.config import setting_config
     from jaxwarp.train.trainer import build_trainer
 
     out = Path(run_dir)

@@ -79,10 +79,10 @@ from jaxwarp.run.signals import CtrlC
 from jaxwarp.run.state import Run, RunResult
 from jaxwarp.run.stop import INTERRUPTED, save_interrupted, stop_decision, stop_non_finite
 from jaxwarp.run.summary import conclude
-from jaxwarp.run.sweep_plan import SweepPlan, plan_sweep
+from jaxwarp.run.sweep_plan import Placement, SweepPlan, place_run
 from jaxwarp.storage import writing
 from jaxwarp.train.compile import jit
-from jaxwarp.train.config import TrainConfig, derived
+from jaxwarp.train.config import TrainConfig, derived, setting_configs
 from jaxwarp.train.mesh import MEMBERS
 from jaxwarp.train.sweep import Sweep
 from jaxwarp.train.trainer import trainer_for
@@ -176,9 +176,10 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
            devices: int | None, env: Any, models: Mapping[str, Any] | None,
            progress: bool | str, after_training: Mapping[str, Any] | None = None,
            sweep: Sweep | None = None) -> Run:
-    """Starts ``jax.distributed`` where asked, checks a new sweep whole
-    (`sweep_plan`), takes out (folder, lock), resolves the config, builds the
-    trainer, restores or initializes the state, compiles the chunk and writes
+    """Starts ``jax.distributed`` where asked, places a new sweep and checks it
+    whole (`sweep_plan.place_run`), takes out (folder, lock), resolves the
+    config, places the run (the env on its devices), builds the trainer,
+    restores or initializes the state, compiles the chunk and writes
     config.yaml. On failure the lock is released and a folder this call
     created is removed again (unless config.yaml was written)."""
     # Before anything touches a jax backend (a multi-host run starts here); not
@@ -188,7 +189,7 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
     handshake = Handshake(proc.num_processes > 1)
     with _guarded(out):
         # A new sweep's bad input is refused before its folder exists.
-        plan = _plan_new(config, seeds, devices, sweep, env, handshake) \
+        placed = _place_new(config, seeds, devices, sweep, env, handshake) \
             if sweep and not resume else None
         created = primary and not out.exists()  # only process 0 creates / removes the folder
         lock = take_folder(out, primary, handshake)
@@ -196,16 +197,14 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
         try:
             config, seeds = run_config(out, config, seeds, resume, devices, primary)
             d = derived(config)  # the run's length and minibatch layout, computed once
-            sweep = run_sweep(out, sweep, resume)
-            if plan is None and sweep is not None:  # a resumed sweep: the saved one
-                plan = plan_sweep(config, sweep, seeds, env)
-            # A sweep's trainer on the env its plan made, on this process's devices
-            # alone (`local`: its runs split over its layout's devices, not each
-            # run's envs; `devices` changes nothing that derived() holds).
-            trainer = trainer_for(dataclasses.replace(config, devices=1) if plan else config,
-                                  d, env=plan.env if plan else env,
-                                  models=models, local=plan is not None)
-            run = _record(out, config, seeds, plan, trainer, proc, lock, created)
+            sweep = run_sweep(out, sweep, resume)  # a resumed sweep: the saved one
+            members = setting_configs(config, sweep.settings() if sweep else [])
+            placed = placed or place_run(config, d, env, seeds, sweep, members)
+            # A sweep's trainer has no env mesh: its runs split over its layout's
+            # devices, not each run's envs (`devices` changes nothing derived() holds).
+            trainer = trainer_for(dataclasses.replace(config, devices=1) if sweep else config,
+                                  d, placed.env, placed.mesh, models)
+            run = _record(out, config, seeds, placed.plan, trainer, proc, lock, created)
             if not handshake.all_ready():
                 raise RunError("another process of this run failed to start (see its "
                                "error); this one stops too")
@@ -223,14 +222,15 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
     return run
 
 
-def _plan_new(config: TrainConfig, seeds: int, devices: int | None, sweep: Sweep, env: Any,
-              handshake: Handshake) -> SweepPlan:
-    """`plan_sweep` of a new sweep (with `devices` when given); a failure tells
+def _place_new(config: TrainConfig, seeds: int, devices: int | None, sweep: Sweep, env: Any,
+               handshake: Handshake) -> Placement:
+    """`place_run` of a new sweep (with `devices` when given); a failure tells
     the other processes first."""
     try:
         if devices is not None:
             config = dataclasses.replace(config, devices=devices)
-        return plan_sweep(config, sweep, seeds, env)
+        members = setting_configs(config, sweep.settings())
+        return place_run(config, derived(config), env, seeds, sweep, members)
     except BaseException:
         handshake.fail()
         raise

@@ -34,11 +34,11 @@ from jaxwarp.run.checkpoint import (
 )
 from jaxwarp.run.metrics import METRICS_JSONL
 from jaxwarp.run.state import Run
-from jaxwarp.train.config import TrainConfig, derived, validate
+from jaxwarp.train.config import TrainConfig, derived, setting_config, validate
 from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.mesh import MEMBERS
 from jaxwarp.train.seeds import member_keys
-from jaxwarp.train.sweep import Sweep, setting_config, stacked_hyper
+from jaxwarp.train.sweep import Sweep, stacked_hyper
 
 
 def run_config(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
@@ -170,7 +170,7 @@ def _init_members(run: Run, keys: np.ndarray, hyper: Hyper, abstract: Any) -> An
 def run_sweep(out: Path, sweep: Sweep | None, resume: bool) -> Sweep | None:
     """The sweep a run trains (None for a plain run): `sweep`, or on resume the
     sweep saved in out (a given one must equal it). Checked by
-    `sweep_plan.plan_sweep`."""
+    `sweep_plan.place_run`."""
     if not resume:
         return sweep
     saved = read_saved_sweep(out)

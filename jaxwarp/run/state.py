@@ -50,7 +50,7 @@ class Run:
     saved_at: int | None = None
     settled: bool = True
     compiled: Any = None  # run_chunk compiled for `chunk` updates
-    # A sweep's layout on the devices of every process (run.sweep_plan.SweepLayout),
+    # A sweep's layout on the devices of every process (train.mesh.SweepLayout),
     # decided before its trainer is built; None for a plain run.
     layout: Any = None
     member_mesh: Any = None  # the layout's mesh while the sweep trains whole (not in chunks)

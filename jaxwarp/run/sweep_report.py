@@ -24,8 +24,7 @@ import yaml
 
 from jaxwarp.run.metrics import json_value, read_metrics
 from jaxwarp.run.plot import seed_band
-from jaxwarp.train.config import TrainConfig
-from jaxwarp.train.sweep import setting_config
+from jaxwarp.train.config import TrainConfig, setting_config
 
 SWEEP_JSON, SWEEP_CSV, SWEEP_PLOT, BEST_YAML = "sweep.json", "sweep.csv", "sweep.png", "best.yaml"
 

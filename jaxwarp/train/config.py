@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,8 @@ UPDATE_EPOCHS_LIMIT = 1000
 # run is better split; the bound also keeps a mistyped --seeds 1000000 from
 # looking hung.
 MAX_SEEDS = 10_000
+# Swept env params are config keys env_params.<name> (`setting_config`, `train.sweep`).
+ENV_PREFIX = "env_params."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,6 +424,31 @@ def merge(a: dict[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
+
+
+def setting_config(base: TrainConfig, setting: Mapping[str, float]) -> TrainConfig:
+    """`base` with a sweep setting's values (dotted keys -> value), checked as
+    a config is (a ConfigError naming the setting and the key)."""
+    d = base.to_dict()
+    for k, v in setting.items():
+        if k.startswith(ENV_PREFIX) and float(v).is_integer():
+            v = int(v)  # an int field's value (a float field takes it as a float)
+        *path, last = k.split(".")
+        node: dict[str, Any] = {last: v}
+        for part in reversed(path):
+            node = {part: node}
+        d = merge(d, node)
+    try:
+        return config_from_dict(d)
+    except ConfigError as e:
+        shown = ", ".join(f"{k}={v:g}" for k, v in setting.items())
+        raise ConfigError(f"sweep setting {shown}: {e}") from None
+
+
+def setting_configs(base: TrainConfig, settings: Sequence[Mapping[str, float]]
+                    ) -> list[TrainConfig]:
+    """Each of a sweep's `settings` as a config (`setting_config`); [] for none."""
+    return [setting_config(base, s) for s in settings]
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()

@@ -3,7 +3,7 @@
 `env_on_mesh`: the env ``jaxwarp.make`` gives for the config (or the caller's),
 a user env's module imported first (``env_module``), its params checked for
 types and finiteness, and wrapped in a `ShardedEnv` over the data-parallel
-mesh (`mesh.data_mesh`) when the config spreads the envs over devices. Every
+mesh (`mesh.env_mesh`) when the config spreads the envs over devices. Every
 bad choice is a `ConfigError` naming the config key.
 """
 
@@ -18,22 +18,16 @@ from jaxwarp import sharding
 from jaxwarp.core import resolve_backend
 from jaxwarp.params_check import check_params
 from jaxwarp.registry import make as make_env
-from jaxwarp.train.config import ConfigError, Derived, TrainConfig
-from jaxwarp.train.mesh import check_divisible, data_mesh
+from jaxwarp.train.config import ConfigError, TrainConfig
 
 
-def env_on_mesh(c: TrainConfig, d: Derived, env: Any, local: bool = False
-                 ) -> tuple[Any, Mesh | None]:
+def env_on_mesh(c: TrainConfig, env: Any, mesh: Mesh | None) -> Any:
     """The config's env (or `env`), checked (`checked_env`), and wrapped in a
-    `ShardedEnv` over the data-parallel mesh when the config spreads the envs
-    over devices (never where `local`)."""
+    `ShardedEnv` over `mesh` (the config's `mesh.env_mesh`; None: one device)."""
     env = checked_env(c, env)
-    mesh = None if local else data_mesh(c.devices)
-    if mesh is not None:
-        check_divisible(c, d, mesh.size)
-        if not isinstance(env, sharding.ShardedEnv):
-            env = sharding.ShardedEnv(env, mesh, "envs")
-    return env, mesh
+    if mesh is not None and not isinstance(env, sharding.ShardedEnv):
+        env = sharding.ShardedEnv(env, mesh, "envs")
+    return env
 
 
 def checked_env(c: TrainConfig, env: Any = None) -> Any:

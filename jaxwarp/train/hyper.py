@@ -29,10 +29,9 @@ from jaxwarp.train.config import TrainConfig
 SWEEPABLE = ("gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
 # PolicyConfig's fields a sweep may vary, per group (policies.<group>.<field>).
 GROUP_SWEEPABLE = ("lr",)
-# Swept env params are config keys env_params.<name>: any field of the env's
-# params dataclass that changes nothing compiled into the env's program
-# (`jaxwarp.authoring.ContractEnv.param_words` checks each setting).
-ENV_PREFIX = "env_params."
+# Swept env params are config keys ENV_PREFIX + <name> (config.ENV_PREFIX): any
+# field of the env's params dataclass that changes nothing compiled into the env's
+# program (`jaxwarp.authoring.ContractEnv.param_words` checks each setting).
 
 
 @struct.dataclass
@@ -81,12 +80,6 @@ def env_words(env: Any, params: Any = None) -> jax.Array | None:
     if env is None or not takes_params(env):
         return None
     return jnp.asarray(env.param_words(params))
-
-
-def env_kw(words: jax.Array | None) -> dict[str, Any]:
-    """``params=words`` for an env's reset or step where there are words
-    (an env without params as data never sees the keyword)."""
-    return {} if words is None else {"params": words}
 
 
 def sweepable_keys(groups: Iterable[str]) -> tuple[str, ...]:

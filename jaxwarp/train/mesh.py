@@ -4,20 +4,20 @@
 ``devices`` local devices of every process (None: all of them), or None for
 one device in one process (no mesh: the unsharded program of a single-device
 run), `check_divisible` that the envs and minibatches split evenly over it,
-and `pinner` its sharding constraints. See docs/sharding.md ("Training on
-several devices"). `member_mesh`: the mesh a sweep splits its runs over
-instead, over the same devices of every process (docs/sweeps.md).
+(`env_mesh`: both for a config; `minibatches.pinner` its sharding constraints). See
+docs/sharding.md ("Training on several devices"). `sweep_layout`: how many
+devices of every process a sweep splits its runs over instead, and its
+`member_mesh` over them (docs/sweeps.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
 from jaxwarp.errors import ConfigError
 from jaxwarp.train.config import Derived, TrainConfig
@@ -82,17 +82,13 @@ def check_divisible(c: TrainConfig, d: Derived, shards: int) -> None:
             f"choose num_envs as a multiple of num_minibatches x {shards}")
 
 
-def pinner(mesh: Mesh | None) -> Callable[[Any, P], Any]:
-    """(tree, spec) -> the tree with sharding constraint `spec` on every leaf
-    (identity on one device). Under vmap over seeds jax adds the seed axis to
-    the spec itself."""
-    def pin(tree: Any, spec: P) -> Any:
-        if mesh is None:
-            return tree
-        target = NamedSharding(mesh, spec)
-        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, target), tree)
-
-    return pin
+def env_mesh(c: TrainConfig, d: Derived) -> Mesh | None:
+    """The run's data mesh (`data_mesh` of ``c.devices``), its envs and
+    minibatches checked to split evenly over it (`check_divisible`)."""
+    mesh = data_mesh(c.devices)
+    if mesh is not None:
+        check_divisible(c, d, mesh.size)
+    return mesh
 
 
 MEMBERS = "members"
@@ -103,7 +99,47 @@ def member_mesh(devices: int) -> Mesh | None:
     of every process (`process_devices`): its runs (settings x seeds) split
     along it, each device training whole runs, no collective between them.
     None for one device in one process. How many devices a sweep takes is
-    decided once, before its trainer is built (`jaxwarp.run.sweep_plan`)."""
+    decided once, before its trainer is built (`sweep_layout`)."""
     if devices == 1 and jax.process_count() == 1:
         return None
     return _mesh(process_devices(devices), MEMBERS)
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepLayout:
+    """A sweep's `members` runs (settings x seeds) split evenly over `devices`
+    devices of each of `processes` processes (``jax.distributed``), each
+    device training whole runs with no collective between them: member m on
+    device ``m // (members / size)`` of `mesh` (process-major), None for one
+    device in one process. A sweep in chunks of its runs splits each chunk
+    over the same mesh."""
+
+    members: int
+    devices: int  # per process
+    processes: int
+    mesh: Mesh | None
+
+    @property
+    def size(self) -> int:
+        """Devices of every process together."""
+        return self.devices * self.processes
+
+
+def sweep_layout(devices: int | None, members: int) -> SweepLayout:
+    """The layout of `members` runs: `devices` local devices of every process
+    (None: the most that split the runs evenly over every process's devices).
+    ConfigError in one line naming the numbers when they do not divide."""
+    procs, available = jax.process_count(), resolve_devices(devices)
+    fits = [k for k in range(1, available + 1) if members % (k * procs) == 0]
+    n = devices if devices is not None else max(fits, default=0)
+    if devices is not None and members % (n * procs):
+        across = f"{n} x {procs} processes = {n * procs}" if procs > 1 else f"{n}"
+        raise ConfigError(f"devices={devices}: a sweep splits its {members} runs (settings x "
+                          f"seeds) evenly over {across} devices; expected "
+                          + (f"a divisor of {members}" if procs == 1 else
+                             f"devices x {procs} to divide {members}"))
+    if n == 0:
+        raise ConfigError(f"a sweep over {procs} processes splits its {members} runs (settings "
+                          f"x seeds) evenly over every process's devices; {members} is not a "
+                          f"multiple of {procs}: sweep a multiple of {procs} runs")
+    return SweepLayout(members, n, procs, member_mesh(n))

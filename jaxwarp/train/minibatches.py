@@ -5,7 +5,8 @@ feed-forward models) or of whole env sequences (all T steps of its envs), so
 that a recurrent model can replay each env from its first step; A2C's
 gradient chunks are always env sequences. Over several devices each minibatch
 takes an equal share of every device's envs, so that no minibatch moves
-between devices (docs/sharding.md).
+between devices (docs/sharding.md); `pinner` is the sharding constraint that
+every cut (and the update's batch) applies on the run's mesh.
 """
 
 from __future__ import annotations
@@ -15,10 +16,24 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 # (tree, PartitionSpec) -> tree with that sharding constraint (identity on one device)
 Pin = Callable[[Any, P], Any]
+
+
+def pinner(mesh: Mesh | None) -> Pin:
+    """(tree, spec) -> the tree with sharding constraint `spec` on every leaf
+    (identity on one device). Under vmap over seeds jax adds the seed axis to
+    the spec itself."""
+    def pin(tree: Any, spec: P) -> Any:
+        if mesh is None:
+            return tree
+        target = NamedSharding(mesh, spec)
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, target), tree)
+
+    return pin
 
 
 class Minibatches(NamedTuple):

@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxwarp.train.hyper import env_kw
 from jaxwarp.train.policy import Policy, RunningStats
 
 # (key, logits f32[envs, agents, sum(nvec)]) -> (actions i32[envs, agents, heads],
@@ -105,8 +104,8 @@ def act_and_step(acting: Acting, params: Mapping[str, Any],
     state = env.global_state(obs, envs.env_state) if acting.centralised else None
     carry, logits, value = acting.policy.step(params, stats, obs, envs.carry, envs.first, state)
     actions, logp = acting.sample(k_act, logits)
-    next_obs, env_state, reward, done, info = env.step(k_env, envs.env_state, actions,
-                                                       **env_kw(env_params))
+    words = {} if env_params is None else {"params": env_params}  # an env with params as data
+    next_obs, env_state, reward, done, info = env.step(k_env, envs.env_state, actions, **words)
     w = done.astype(jnp.float32)
     new = {**acting.sums(info["episode_return"], w), "episodes": w}
     ep = {k: ep[k] + v for k, v in new.items()}

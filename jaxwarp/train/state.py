@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxwarp.core import key_data_of
 from jaxwarp.train.config import Derived, TrainConfig
-from jaxwarp.train.hyper import Hyper, env_kw
+from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.learn import Learner, LearnerState
 from jaxwarp.train.obs_stats import RunningStats
 from jaxwarp.train.rollout import Acting, EnvCarry
@@ -70,7 +70,8 @@ def init_state(run: Pieces, key: jax.Array, hyper: Hyper | None = None) -> Runne
     hyper = Hyper.of(c, ids, env) if hyper is None else hyper
     key = key_data_of(key)
     key, k_env, *k_models = jax.random.split(key, 2 + len(ids))
-    obs, env_state = env.reset(k_env, c.num_envs, **env_kw(hyper.env))
+    words = {} if hyper.env is None else {"params": hyper.env}  # an env with params as data
+    obs, env_state = env.reset(k_env, c.num_envs, **words)
     params = {g: run.init_params(g, k) for g, k in zip(ids, k_models)}
     learner = LearnerState(
         params=params,

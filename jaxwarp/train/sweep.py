@@ -30,8 +30,8 @@ import numpy as np
 
 from jaxwarp.errors import ConfigError
 from jaxwarp.params_check import check_params, check_values, quoted
-from jaxwarp.train.config import PolicyConfig, TrainConfig, config_from_dict, merge
-from jaxwarp.train.hyper import ENV_PREFIX, GROUP_SWEEPABLE, SWEEPABLE, Hyper, takes_params
+from jaxwarp.train.config import ENV_PREFIX, PolicyConfig, TrainConfig, setting_config
+from jaxwarp.train.hyper import GROUP_SWEEPABLE, SWEEPABLE, Hyper, takes_params
 from jaxwarp.train.trainer import build_trainer
 
 # Settings in one sweep at most (each trains `seeds` members; MAX_SEEDS bounds the product).
@@ -92,24 +92,6 @@ def _draw(rng: np.random.Generator, dist: str, lo: float, hi: float) -> float:
     if dist == "loguniform":
         return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
     return float(rng.uniform(lo, hi))
-
-
-def setting_config(base: TrainConfig, setting: Mapping[str, float]) -> TrainConfig:
-    """`base` with `setting`'s values (dotted keys), checked as a config is."""
-    d = base.to_dict()
-    for k, v in setting.items():
-        if k.startswith(ENV_PREFIX) and float(v).is_integer():
-            v = int(v)  # an int field's value (a float field takes it as a float)
-        *path, last = k.split(".")
-        node: dict[str, Any] = {last: v}
-        for part in reversed(path):
-            node = {part: node}
-        d = merge(d, node)
-    try:
-        return config_from_dict(d)
-    except ConfigError as e:
-        shown = ", ".join(f"{k}={v:g}" for k, v in setting.items())
-        raise ConfigError(f"sweep setting {shown}: {e}") from None
 
 
 def parse_sweep(words: Sequence[str], samples: int | None = None, seed: int = 0

@@ -45,8 +45,8 @@ from jaxwarp.train.config import Derived, TrainConfig, derived
 from jaxwarp.train.environment import env_on_mesh, import_env_module  # noqa: F401
 from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.learn import Learner
-from jaxwarp.train.mesh import pinner
-from jaxwarp.train.minibatches import Minibatches
+from jaxwarp.train.mesh import env_mesh
+from jaxwarp.train.minibatches import Minibatches, pinner
 from jaxwarp.train.optim import optimisers
 from jaxwarp.train.policy import Groups, Policy, param_init
 from jaxwarp.train.rollout import (Acting, EnvCarry, Transition, env_metric_names,
@@ -105,16 +105,17 @@ def build_trainer(config: TrainConfig, env: Any = None,
     local: this process's default device alone, whatever ``devices`` and the
     process count (evaluation after a run over several processes).
     """
-    return trainer_for(config, derived(config), env, models, local)
+    d = derived(config)
+    mesh = None if local else env_mesh(config, d)
+    return trainer_for(config, d, env_on_mesh(config, env, mesh), mesh, models)
 
 
-def trainer_for(config: TrainConfig, d: Derived, env: Any = None,
-                models: Mapping[str, nn.Module] | None = None, local: bool = False
-                ) -> Trainer:
-    """`build_trainer` for a caller that holds the config's derived quantities
-    already (`d`: ``derived(config)``; the run shell's, from the config it
-    resolved), so that they are computed once."""
-    run, about = _compose(config, d, env, models, local)
+def trainer_for(config: TrainConfig, d: Derived, env: Any, mesh: Mesh | None,
+                models: Mapping[str, nn.Module] | None = None) -> Trainer:
+    """`build_trainer` for a caller that placed the run already: `d` is
+    ``derived(config)``, `env` the checked env on `mesh` (`env_on_mesh`; the
+    run shell's, from the config it resolved), so that each is made once."""
+    run, about = _compose(config, d, env, mesh, models)
     policy, env = run.acting.policy, run.acting.env
 
     def rollout(rs: RunnerState, key: jax.Array) -> tuple[EnvCarry, dict, Transition]:
@@ -140,15 +141,14 @@ def trainer_for(config: TrainConfig, d: Derived, env: Any = None,
                    policy=policy, mesh=run.mesh, **about)
 
 
-def _compose(c: TrainConfig, d: Derived, env: Any, models: Mapping[str, nn.Module] | None,
-             local: bool) -> tuple[Pieces, dict[str, Any]]:
-    """The run's pieces (`Pieces`), each made once and each module's in one go:
-    the env on its mesh, the policy and its sampler, what an episode logs, the
+def _compose(c: TrainConfig, d: Derived, env: Any, mesh: Mesh | None,
+             models: Mapping[str, nn.Module] | None) -> tuple[Pieces, dict[str, Any]]:
+    """The run's pieces (`Pieces`), each made once and each module's in one go
+    (`env` placed on `mesh` by the caller): the policy and its sampler, what an episode logs, the
     models' initial parameters (their contract checked), the rollout path and
     the learner with the groups' optimisers; and what the `Trainer` tells of
     them (sampler backend, rollout path, models' layers, recurrent learner
     paths, episode metrics)."""
-    env, mesh = env_on_mesh(c, d, env, local)
     pin = pinner(mesh)
     nvec = tuple(int(n) for n in env.action_space.nvec)
     obs_dim = int(env.observation_space.shape[-1])
