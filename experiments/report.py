@@ -659,6 +659,7 @@ LEARNER_HISTORY = ("The variants are trainers of earlier commits, so this table 
                    "experiments/patches/head_pad8.patch` finds the script and the patch.")
 PROFILE = Source("profile_phases_h200.json", "python experiments/profile_phases.py")
 PROFILE_GRU = Source("profile_phases_gru_h200.json", "python experiments/profile_phases.py")
+PROFILE_MPE = Source("profile_phases_mpe_bf16_h200.json", "python experiments/profile_phases.py")
 RECURRENT = Source("bench_recurrent_h200.json",
                    "cd experiments && python bench_recurrent.py --sizes jaxmarl,gpu")
 
@@ -1930,7 +1931,7 @@ def section_kernel_trials(root: Path) -> tuple[list[str], list[Source]]:
         *_mosaic_learner_lines(root),
     ]
     return lines, [LAYER, GRU_SCAN, GRU_SCAN_MMA, MOSAIC_LAYER, MOSAIC_MLP, MOSAIC_MLP_BWD,
-                   MOSAIC_LEARNER, PROFILE_MPE_BF16]
+                   MOSAIC_LEARNER, PROFILE_MPE]
 
 
 MOSAIC_LAYER = Source("bench_mosaic_layer_h200.json", "python experiments/bench_mosaic_layer.py")
@@ -2062,28 +2063,26 @@ def _mosaic_mlp_bwd_lines(root: Path) -> list[str]:
 
 MOSAIC_LEARNER = Source("bench_mosaic_learner_h200.json",
                         "python experiments/bench_mosaic_learner.py")
-PROFILE_MPE_BF16 = Source("profile_phases_mpe_bf16_h200.json",
-                          "python experiments/profile_phases.py")
-_LEARNER_SIDES = {"mlp": "shipped `mlp` (XLA's layers)", "mosaic": "the kernel pair",
-                  "emulated": "the same `custom_vjp` on XLA ops"}
 
 
 def _mosaic_learner_lines(root: Path) -> list[str]:
     """The kernel pair inside whole PPO updates, and where that update's time goes."""
     data = _read_json(root, MOSAIC_LEARNER)
+    sides = {"mlp": "shipped `mlp` (XLA's layers)", "mosaic": "the kernel pair",
+             "emulated": "the same `custom_vjp` on XLA ops"}
     rows = []
     for r in data["results"]:
         base = r["sides"]["mlp"]
         for name, v in r["sides"].items():
             if "seconds_per_update" not in v:
                 continue
-            rows.append([r["act"], _LEARNER_SIDES[name], rate(v["env_steps_per_s"], r["agents"]),
+            rows.append([r["act"], sides[name], rate(v["env_steps_per_s"], r["agents"]),
                          f"{1e3 * v['seconds_per_update']:.2f}",
                          f"{1e3 * v['rollout_seconds_per_update']:.2f}",
                          f"{1e3 * v['learner_seconds_per_update']:.2f}",
                          ratio(base["seconds_per_update"] / v["seconds_per_update"]),
                          f"{v.get('first_update_rel_diff', {}).get('loss', 0.0):.1e}"])
-    prof = _read_json(root, PROFILE_MPE_BF16)
+    prof = _read_json(root, PROFILE_MPE)
     gpu = prof["gpus"][0]
     phases = "; ".join(f"{ph['phase']} {ph['ms']:.2f} ms ("
                        + ", ".join(f"{k[:32]} {t:.2f}" for k, t in ph["top_kernels"][:2]) + ")"
@@ -2104,14 +2103,14 @@ def _mosaic_learner_lines(root: Path) -> list[str]:
         *sources_block(root, [MOSAIC_LEARNER]),
         "",
         f"Why it does not pay here: the shipped `mlp` update at the same size by phase "
-        f"(command buffers off, {on(root, PROFILE_MPE_BF16)}) runs {gpu['kernels']:,} kernels "
+        f"(command buffers off, {on(root, PROFILE_MPE)}) runs {gpu['kernels']:,} kernels "
         f"for {gpu['kernel_ms']:.1f} ms of kernel time, about "
         f"{1e3 * gpu['kernel_ms'] / gpu['kernels']:.1f} µs each; by phase: {phases}. The "
         "matmuls are a small share of forward and backward (the log-softmax, entropy and "
         "ratio reductions are larger), so replacing them saves at most a few tenths of a "
         "millisecond, about what padding the rows and packing the heads costs (the "
         "`custom_vjp` on XLA ops, above).",
-        *sources_block(root, [PROFILE_MPE_BF16]),
+        *sources_block(root, [PROFILE_MPE]),
     ]
 
 
