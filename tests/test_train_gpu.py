@@ -49,6 +49,28 @@ def test_step_by_step_rollout_runs_the_env_and_sampler_kernels_once(monkeypatch)
     assert text.count('custom_call_target="jaxwarp_sample_categorical_cuda"') == 1
 
 
+@pytest.mark.parametrize("config", ["mpe_simple_spread_ppo", "mpe_simple_tag_ppo",
+                                    "cartpole_ppo"])
+def test_the_env_steps_once_per_rollout_step(monkeypatch, config):
+    """The step-by-step rollout of the shipped configs (bf16 models: the fused
+    rollout takes float32 alone) at a GPU size: XLA:GPU's dynamic-slice fusion
+    cloned MPE simple_spread's step call to write the stacked rewards in place,
+    so the env stepped twice per step and its state was copied first, until the
+    step's outputs went through an optimization barrier (measured: 2 step calls
+    and 11 copies in the rollout's loop). Compiled only, not run."""
+    from jaxwarp.train import fused, load_config
+
+    monkeypatch.setattr(fused, "plan", lambda *a, **k: None)
+    d = load_config(config, ["num_envs=1024", "num_steps=32", "backend=cuda"]).to_dict()
+    for group in d["policies"].values():
+        group["dtype"] = "bfloat16"
+    trainer = build_trainer(config_from_dict(d))
+    rs = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))
+    text = jax.jit(lambda r: trainer.run(r, 1)).lower(rs).compile().as_text()
+    assert len(re.findall(r'custom_call_target="\w+_step_cuda"', text)) == 1
+    assert text.count('custom_call_target="jaxwarp_sample_categorical_cuda"') == 1
+
+
 def test_sampler_runs_once_per_step_at_scale(monkeypatch):
     """WarpDrive's training config at 2000 envs: XLA:GPU's dynamic-slice
     fusion cloned the sampler call (to write the stacked log_prob in place),
