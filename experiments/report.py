@@ -1931,7 +1931,7 @@ def section_kernel_trials(root: Path) -> tuple[list[str], list[Source]]:
         *_mosaic_learner_lines(root),
     ]
     return lines, [LAYER, GRU_SCAN, GRU_SCAN_MMA, MOSAIC_LAYER, MOSAIC_MLP, MOSAIC_MLP_BWD,
-                   MOSAIC_LEARNER, PROFILE_MPE]
+                   MOSAIC_LEARNER, MOSAIC_LEARNER_TAG, PROFILE_MPE]
 
 
 MOSAIC_LAYER = Source("bench_mosaic_layer_h200.json", "python experiments/bench_mosaic_layer.py")
@@ -2063,13 +2063,13 @@ def _mosaic_mlp_bwd_lines(root: Path) -> list[str]:
 
 MOSAIC_LEARNER = Source("bench_mosaic_learner_h200.json",
                         "python experiments/bench_mosaic_learner.py")
+MOSAIC_LEARNER_TAG = Source("bench_mosaic_learner_tag_h200.json",
+                            "python experiments/bench_mosaic_learner.py --case tag_a2c")
 
 
-def _mosaic_learner_lines(root: Path) -> list[str]:
-    """The kernel pair inside whole PPO updates, and where that update's time goes."""
-    data = _read_json(root, MOSAIC_LEARNER)
-    sides = {"mlp": "shipped `mlp` (XLA's layers)", "mosaic": "the kernel pair",
-             "emulated": "the same `custom_vjp` on XLA ops"}
+def _learner_rows(data: dict, sides: dict[str, str]) -> list[list[str]]:
+    """A `bench_mosaic_learner.py` file's rows: activation, side, rate, ms an
+    update (all, rollout, learner), speed against the shipped `mlp`."""
     rows = []
     for r in data["results"]:
         base = r["sides"]["mlp"]
@@ -2080,8 +2080,19 @@ def _mosaic_learner_lines(root: Path) -> list[str]:
                          f"{1e3 * v['seconds_per_update']:.2f}",
                          f"{1e3 * v['rollout_seconds_per_update']:.2f}",
                          f"{1e3 * v['learner_seconds_per_update']:.2f}",
-                         ratio(base["seconds_per_update"] / v["seconds_per_update"]),
-                         f"{v.get('first_update_rel_diff', {}).get('loss', 0.0):.1e}"])
+                         ratio(base["seconds_per_update"] / v["seconds_per_update"])])
+    return rows
+
+
+def _mosaic_learner_lines(root: Path) -> list[str]:
+    """The kernel pair inside whole PPO updates, and where that update's time goes."""
+    data = _read_json(root, MOSAIC_LEARNER)
+    rows = _learner_rows(data, {"mlp": "shipped `mlp` (XLA's layers)",
+                                "mosaic": "the kernel pair",
+                                "emulated": "the same `custom_vjp` on XLA ops"})
+    diffs = [v.get("first_update_rel_diff", {}).get("loss", 0.0) for r in data["results"]
+             for v in r["sides"].values() if "seconds_per_update" in v]  # _learner_rows' order
+    rows = [row + [f"{d:.1e}"] for row, d in zip(rows, diffs)]
     prof = _read_json(root, PROFILE_MPE)
     gpu = prof["gpus"][0]
     phases = "; ".join(f"{ph['phase']} {ph['ms']:.2f} ms ("
@@ -2111,6 +2122,30 @@ def _mosaic_learner_lines(root: Path) -> list[str]:
         "millisecond, about what padding the rows and packing the heads costs (the "
         "`custom_vjp` on XLA ops, above).",
         *sources_block(root, [PROFILE_MPE]),
+        *_tag_learner_lines(root),
+    ]
+
+
+def _tag_learner_lines(root: Path) -> list[str]:
+    """The forward kernel alone inside whole A2C updates at Tag's scale."""
+    data = _read_json(root, MOSAIC_LEARNER_TAG)
+    r = data["results"][0]
+    rows = _learner_rows(data, {"mlp": "shipped `mlp` (its Pallas kernels)",
+                                "mosaic_fwd": "the forward kernel, XLA's backward",
+                                "emulated": "the same `custom_vjp` on XLA ops"})
+    return [
+        "",
+        "The forward kernel at Tag's scale (`bench_mosaic_learner.py --case tag_a2c`: "
+        f"{_case(data['config']['env_config'], data['config']['overrides'][:5])}, A2C, "
+        f"both groups bf16 256-256 relu, {r['obs_dim']} observation features, "
+        f"{on(root, MOSAIC_LEARNER_TAG)}). There is no backward kernel at H = 256, so the "
+        "model's backward is the VJP of XLA's forward (recomputed), and the forward does not "
+        f"fit in shared memory as one call: {r['forward_kernel']}. Env-steps/s, ms per update "
+        "(rollouts alone, learner), speed against the shipped model:",
+        "",
+        *table(["activation", "model", "M env-steps/s", "ms / update", "rollout ms",
+                "learner ms", "speed"], rows),
+        *sources_block(root, [MOSAIC_LEARNER_TAG]),
     ]
 
 
