@@ -111,6 +111,7 @@ from jaxwarp.models.layers import orthogonal
 from jaxwarp.models.mlp import DenseParams
 from jaxwarp.train import build_trainer, jit, load_config
 from jaxwarp.train.policy import Groups
+from jaxwarp.units import rate_text
 
 WIDTH = 64  # D (padded) = H: the backward kernel's one shape; D's least padding for both
 ROW_PAD = 256  # the forward's row block (2 warpgroups x 128); the backward's (128) divides it
@@ -632,8 +633,8 @@ def describe(side: str, r: dict[str, Any]) -> str:
     loss = ", ".join(f"{k} {r['first_update'][k]:.5f}" + (
         f" (diff to mlp {r['first_update_diff'][k]:+.2e})" if "first_update_diff" in r else "")
         for k in keys)
-    return (f"  {side:10s} {r['env_steps_per_s'] / 1e6:7.3f}M env-steps/s "
-            f"({r['agent_steps_per_s'] / 1e6:.1f}M agent-steps/s), "
+    agents = round(r["agent_steps_per_s"] / r["env_steps_per_s"])
+    return (f"  {side:10s} {rate_text(r['env_steps_per_s'], agents)}, "
             f"{1e3 * r['seconds_per_update']:.2f} ms/update{split}{speed}; compile "
             f"{r['compile_s']:.0f} s; first update {loss}")
 

@@ -2109,7 +2109,8 @@ def _mosaic_learner_lines(root: Path) -> list[str]:
         "rollouts alone and the rest, the learner), speed against the shipped `mlp`, and the "
         "first update's loss against the shipped model's (relative):",
         "",
-        *table(["activation", "model", "M env-steps/s", "ms / update", "rollout ms",
+        *table(["activation", "model", "M env-steps/s (agent-steps/s)", "ms / update",
+                "rollout ms",
                 "learner ms", "speed", "first loss diff"], rows),
         *sources_block(root, [MOSAIC_LEARNER]),
         "",
@@ -2143,7 +2144,8 @@ def _tag_learner_lines(root: Path) -> list[str]:
         f"fit in shared memory as one call: {r['forward_kernel']}. Env-steps/s, ms per update "
         "(rollouts alone, learner), speed against the shipped model:",
         "",
-        *table(["activation", "model", "M env-steps/s", "ms / update", "rollout ms",
+        *table(["activation", "model", "M env-steps/s (agent-steps/s)", "ms / update",
+                "rollout ms",
                 "learner ms", "speed"], rows),
         *sources_block(root, [MOSAIC_LEARNER_TAG]),
     ]
