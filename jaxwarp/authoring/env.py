@@ -410,12 +410,7 @@ class ContractEnv:
                 functools.partial(self._step_call, bool(autoreset), bool(in_place)),
                 (keys, self._words_of(params), actions, *fields),
                 (False, False) + (True,) * (k + 1), num_envs, f"{self._prefix}_step")
-            # In a scan that stacks an output (a rollout's rewards), XLA:GPU's
-            # dynamic-slice fusion would otherwise clone the call to write that
-            # output straight into the stacked buffer: the env stepped twice per
-            # step, its state copied first for the second call (MPE simple_spread:
-            # docs/decisions.md "Copies in an update"). Nothing fuses into a custom
-            # call anyway, so the barrier costs nothing; the sampler's has one too.
+            # Else XLA:GPU clones the call in a rollout (docs/decisions.md "Copies in an update").
             outs = jax.lax.optimization_barrier(tuple(outs))
             state = self.spec.state_type(*outs[:k])
             obs, reward, done, term, trunc = outs[k:]
