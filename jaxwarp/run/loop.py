@@ -198,8 +198,9 @@ def _start(out: Path, config: TrainConfig | None, seeds: int, resume: bool,
             config, seeds = run_config(out, config, seeds, resume, devices, primary)
             d = derived(config)  # the run's length and minibatch layout, computed once
             sweep = run_sweep(out, sweep, resume)  # a resumed sweep: the saved one
-            members = setting_configs(config, sweep.settings() if sweep else [])
-            placed = placed or place_run(config, d, env, seeds, sweep, members)
+            if placed is None:  # else a new sweep's, placed before its folder existed
+                members = setting_configs(config, sweep.settings() if sweep else [])
+                placed = place_run(config, d, env, seeds, sweep, members)
             # A sweep's trainer has no env mesh: its runs split over its layout's
             # devices, not each run's envs (`devices` changes nothing derived() holds).
             trainer = trainer_for(dataclasses.replace(config, devices=1) if sweep else config,

@@ -40,7 +40,9 @@ UPDATE_EPOCHS_LIMIT = 1000
 # run is better split; the bound also keeps a mistyped --seeds 1000000 from
 # looking hung.
 MAX_SEEDS = 10_000
-# Swept env params are config keys env_params.<name> (`setting_config`, `train.sweep`).
+# Swept env params are config keys env_params.<name> (`setting_config`, `train.sweep`):
+# any field of the env's params dataclass that changes nothing compiled into the env's
+# program (`jaxwarp.authoring.ContractEnv.param_words` checks each setting).
 ENV_PREFIX = "env_params."
 
 

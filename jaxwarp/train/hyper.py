@@ -29,9 +29,6 @@ from jaxwarp.train.config import TrainConfig
 SWEEPABLE = ("gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
 # PolicyConfig's fields a sweep may vary, per group (policies.<group>.<field>).
 GROUP_SWEEPABLE = ("lr",)
-# Swept env params are config keys ENV_PREFIX + <name> (config.ENV_PREFIX): any
-# field of the env's params dataclass that changes nothing compiled into the env's
-# program (`jaxwarp.authoring.ContractEnv.param_words` checks each setting).
 
 
 @struct.dataclass

@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxwarp.errors import ConfigError
 from jaxwarp.params_check import check_params, check_values, quoted
-from jaxwarp.train.config import ENV_PREFIX, PolicyConfig, TrainConfig, setting_config
+from jaxwarp.train.config import ENV_PREFIX, PolicyConfig, TrainConfig, setting_configs
 from jaxwarp.train.hyper import GROUP_SWEEPABLE, SWEEPABLE, Hyper, takes_params
 from jaxwarp.train.trainer import build_trainer
 
@@ -85,7 +85,7 @@ class Sweep:
     def configs(self, base: TrainConfig) -> list[TrainConfig]:
         """Each setting's config: `base` with the setting's values, range-checked
         (a ConfigError naming the key and value)."""
-        return [setting_config(base, s) for s in self.settings()]
+        return setting_configs(base, self.settings())
 
 
 def _draw(rng: np.random.Generator, dist: str, lo: float, hi: float) -> float:
