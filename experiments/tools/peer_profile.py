@@ -45,6 +45,39 @@ def _jaxwarp_train(case: str, hp: dict, overrides: list[str], backend: str):
                    "model_layers": dict(trainer.model_layers or {})}
 
 
+def _flat_optimisers(c, d, groups):
+    """`optim.optimisers` with every group's transformation over its raveled
+    parameters (independent critics only: MAPPO's two optimisers split a tree)."""
+    import optax
+
+    from jaxwarp.train import optim
+
+    base = optim.optimisers(c, d, groups)
+    if c.critic == "centralised":
+        raise SystemExit("peer_profile.py: error: @flat_adam needs critic != centralised")
+    return {g: (lambda hyper, f=f: optax.flatten(f(hyper))) for g, f in base.items()}
+
+
+def _patches(extra: list[str] | None) -> list[tuple[object, str, object]]:
+    """(module, attribute, replacement) for the variant's ``@`` markers."""
+    from jaxwarp.train import fused, minibatches, trainer
+
+    marks = {e for e in extra or [] if e.startswith("@")}
+    known = {"@step_by_step", "@flat_adam", "@no_shuffle"}
+    if marks - known:
+        raise SystemExit(f"peer_profile.py: error: unknown variant markers {sorted(marks - known)}"
+                         f"; expected some of {sorted(known)}")
+    out = []
+    if "@step_by_step" in marks:
+        out.append((fused, "why_not", lambda *a, **kw: "step by step (peer_profile.py's variant)"))
+    if "@flat_adam" in marks:
+        out.append((trainer, "optimisers", _flat_optimisers))
+    if "@no_shuffle" in marks:
+        out.append((minibatches.jax.random, "permutation",
+                    lambda key, n, *a, **kw: jax.numpy.arange(n)))
+    return out
+
+
 def measure(fn, keys, updates: int, phases: bool) -> dict:
     """Seconds per update (second run) and the traced device kernels of a third."""
     compiled = jax.jit(jax.vmap(fn)).lower(keys).compile()
@@ -79,7 +112,7 @@ def measure(fn, keys, updates: int, phases: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--case", default="cartpole", choices=("cartpole", "mpe", "tag"))
+    ap.add_argument("--case", default="cartpole", choices=sorted(ttr.CASES))
     ap.add_argument("--scale", default="gpu", choices=("paper", "gpu"))
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--updates", type=int, default=10)
@@ -97,11 +130,10 @@ def main() -> None:
     runs = [] if args.no_peer else [("peer", None)]
     runs += [(name, extra) for name, *extra in (args.variant or [["default"]])]
     for name, extra in runs:
-        from jaxwarp.train import fused
-
-        why_not = fused.why_not
-        if extra is not None and "@step_by_step" in extra:
-            fused.why_not = lambda *a, **kw: "step by step (peer_profile.py's variant)"
+        patches = _patches(extra)
+        saved = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in patches]
+        for mod, attr, value in patches:
+            setattr(mod, attr, value)
         try:
             own = ttr.CASES[args.case]["peer"] == "jaxwarp_jax"  # Tag: the `jax` backend
             if extra is None and own:
@@ -115,7 +147,8 @@ def main() -> None:
             r = {**info, "overrides": extra,
                  **measure(fn, keys, args.updates, extra is not None or own)}
         finally:
-            fused.why_not = why_not
+            for mod, attr, value in saved:
+                setattr(mod, attr, value)
         res["runs"][name] = r
         print(f"{name}: {1e3 * r['s_per_update']:.2f} ms per update (wall), device "
               f"{r['device_ms_per_update']:.2f} ms in {r['kernels_per_update']:.0f} kernels "
