@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 import sys
 import tempfile
@@ -60,10 +61,13 @@ def _flat_optimisers(c, d, groups):
 
 def _patches(extra: list[str] | None) -> list[tuple[object, str, object]]:
     """(module, attribute, replacement) for the variant's ``@`` markers."""
+    import gru_scan_variants
+
+    from jaxwarp.models import recurrent
     from jaxwarp.train import fused, minibatches, trainer
 
     marks = {e for e in extra or [] if e.startswith("@")}
-    known = {"@step_by_step", "@flat_adam", "@no_shuffle"}
+    known = {"@step_by_step", "@flat_adam", "@no_shuffle", *gru_scan_variants.VARIANTS}
     if marks - known:
         raise SystemExit(f"peer_profile.py: error: unknown variant markers {sorted(marks - known)}"
                          f"; expected some of {sorted(known)}")
@@ -75,39 +79,54 @@ def _patches(extra: list[str] | None) -> list[tuple[object, str, object]]:
     if "@no_shuffle" in marks:
         out.append((minibatches.jax.random, "permutation",
                     lambda key, n, *a, **kw: jax.numpy.arange(n)))
+    for mark in marks & set(gru_scan_variants.VARIANTS):
+        out.append((recurrent, "gru_scan", gru_scan_variants.VARIANTS[mark]))
     return out
 
 
-def measure(fn, keys, updates: int, phases: bool) -> dict:
+def measure(fn, keys, updates: int, phases: bool, hlo: Path | None = None) -> dict:
     """Seconds per update (second run) and the traced device kernels of a third."""
     compiled = jax.jit(jax.vmap(fn)).lower(keys).compile()
     jax.block_until_ready(compiled(keys))
     t0 = time.perf_counter()
     jax.block_until_ready(compiled(keys))
     wall = (time.perf_counter() - t0) / updates
-    instr = pp.hlo_instructions(compiled.as_text()) if phases else {}
+    text = compiled.as_text()
+    if hlo is not None:
+        hlo.parent.mkdir(parents=True, exist_ok=True)
+        hlo.write_bytes(gzip.compress(text.encode()))
+    instr = pp.hlo_instructions(text)
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp, create_perfetto_trace=True):
             jax.block_until_ready(compiled(keys))
         events = pp.device_events(Path(tmp))
     by_name = collections.defaultdict(lambda: [0.0, 0])
     by_phase = collections.defaultdict(lambda: [0.0, 0])
+    by_op = collections.defaultdict(lambda: [0.0, 0, ""])
     for e in events:
         ms = e.get("dur", 0) / 1e3 / updates
         row = by_name[e.get("name", "?")[:70]]
         row[0] += ms
         row[1] += 1 / updates
+        op = pp._hlo_op(e, instr)
+        info = instr.get(op)
+        op_row = by_op[op or e.get("name", "?")[:70]]
+        op_row[0] += ms
+        op_row[1] += 1 / updates
+        op_row[2] = e.get("name", "?")[:50]
         if phases:
-            info = instr.get(pp._hlo_op(e, instr))
             ph = by_phase[pp.phase_of(info["op_name"]) if info else "unattributed"]
             ph[0] += ms
             ph[1] += 1 / updates
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:15]
+    top_ops = sorted(by_op.items(), key=lambda kv: -kv[1][0])[:40]
     return {"s_per_update": wall,
             "device_ms_per_update": sum(v[0] for v in by_name.values()),
             "kernels_per_update": sum(v[1] for v in by_name.values()),
             "top_kernels": [[k, round(v[0], 4), round(v[1], 1)] for k, v in top],
-            "phases": {k: [round(v[0], 4), round(v[1], 1)] for k, v in by_phase.items()}}
+            "phases": {k: [round(v[0], 4), round(v[1], 1)] for k, v in by_phase.items()},
+            "top_ops": [[k, v[2], round(v[0], 4), round(v[1], 1),
+                         (instr.get(k) or {}).get("op_name", "")[-160:]] for k, v in top_ops]}
 
 
 def main() -> None:
@@ -120,6 +139,7 @@ def main() -> None:
                     help="a jaxwarp variant: a name and its overrides (repeatable)")
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--hlo", default=None, help="write each run's optimised HLO here (gzip)")
     args = ap.parse_args()
     hp = ttr.hyperparameters(args.case, args.scale, None)
     hp["total_env_steps"] = (args.updates * ttr._size(args.case, hp, "num_envs")
@@ -145,7 +165,8 @@ def main() -> None:
                                           [e for e in extra if not e.startswith("@")],
                                           "cuda" if jax.default_backend() == "gpu" else "cpu")
             r = {**info, "overrides": extra,
-                 **measure(fn, keys, args.updates, extra is not None or own)}
+                 **measure(fn, keys, args.updates, extra is not None or own,
+                            Path(args.hlo) / f"{name}.hlo.gz" if args.hlo else None)}
         finally:
             for mod, attr, value in saved:
                 setattr(mod, attr, value)
