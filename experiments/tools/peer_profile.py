@@ -38,6 +38,7 @@ import bench_time_to_return as ttr  # noqa: E402
 import profile_phases as pp  # noqa: E402
 
 from jaxwarp.benchmark import run_meta  # noqa: E402
+from jaxwarp.train.compile import compiler_options  # noqa: E402
 
 
 def _jaxwarp_train(case: str, hp: dict, overrides: list[str], backend: str):
@@ -67,7 +68,8 @@ def _patches(extra: list[str] | None) -> list[tuple[object, str, object]]:
     from jaxwarp.train import fused, minibatches, trainer
 
     marks = {e for e in extra or [] if e.startswith("@")}
-    known = {"@step_by_step", "@flat_adam", "@no_shuffle", *gru_scan_variants.VARIANTS}
+    known = {"@step_by_step", "@flat_adam", "@no_shuffle", "@product_jit",
+             *gru_scan_variants.VARIANTS}
     if marks - known:
         raise SystemExit(f"peer_profile.py: error: unknown variant markers {sorted(marks - known)}"
                          f"; expected some of {sorted(known)}")
@@ -84,9 +86,10 @@ def _patches(extra: list[str] | None) -> list[tuple[object, str, object]]:
     return out
 
 
-def measure(fn, keys, updates: int, phases: bool, hlo: Path | None = None) -> dict:
+def measure(fn, keys, updates: int, phases: bool, hlo: Path | None = None,
+            options: dict | None = None) -> dict:
     """Seconds per update (second run) and the traced device kernels of a third."""
-    compiled = jax.jit(jax.vmap(fn)).lower(keys).compile()
+    compiled = jax.jit(jax.vmap(fn), compiler_options=options).lower(keys).compile()
     jax.block_until_ready(compiled(keys))
     t0 = time.perf_counter()
     jax.block_until_ready(compiled(keys))
@@ -166,7 +169,8 @@ def main() -> None:
                                           "cuda" if jax.default_backend() == "gpu" else "cpu")
             r = {**info, "overrides": extra,
                  **measure(fn, keys, args.updates, extra is not None or own,
-                            Path(args.hlo) / f"{name}.hlo.gz" if args.hlo else None)}
+                            Path(args.hlo) / f"{name}.hlo.gz" if args.hlo else None,
+                            compiler_options() if "@product_jit" in (extra or []) else None)}
         finally:
             for mod, attr, value in saved:
                 setattr(mod, attr, value)
