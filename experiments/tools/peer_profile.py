@@ -38,7 +38,8 @@ import bench_time_to_return as ttr  # noqa: E402
 import profile_phases as pp  # noqa: E402
 
 from jaxwarp.benchmark import run_meta  # noqa: E402
-from jaxwarp.train.compile import compiler_options  # noqa: E402
+from jaxwarp.train.compile import (  # noqa: E402
+    COMPILER_OPTIONS, DETERMINISTIC_OPTIONS, compiler_options)
 
 
 def _jaxwarp_train(case: str, hp: dict, overrides: list[str], backend: str):
@@ -60,6 +61,16 @@ def _flat_optimisers(c, d, groups):
     return {g: (lambda hyper, f=f: optax.flatten(f(hyper))) for g, f in base.items()}
 
 
+_OPTIONS = {"@product_jit": compiler_options(True), "@cublas": COMPILER_OPTIONS,
+            "@deterministic": DETERMINISTIC_OPTIONS}
+
+
+def _options(extra: list[str] | None) -> dict | None:
+    """The XLA options of the variant's compile markers (None: plain jax.jit)."""
+    marks = [m for m in extra or [] if m in _OPTIONS]
+    return {k: v for m in marks for k, v in _OPTIONS[m].items()} or None
+
+
 def _patches(extra: list[str] | None) -> list[tuple[object, str, object]]:
     """(module, attribute, replacement) for the variant's ``@`` markers."""
     import gru_scan_variants
@@ -68,7 +79,7 @@ def _patches(extra: list[str] | None) -> list[tuple[object, str, object]]:
     from jaxwarp.train import fused, minibatches, trainer
 
     marks = {e for e in extra or [] if e.startswith("@")}
-    known = {"@step_by_step", "@flat_adam", "@no_shuffle", "@product_jit",
+    known = {"@step_by_step", "@flat_adam", "@no_shuffle", *_OPTIONS,
              *gru_scan_variants.VARIANTS}
     if marks - known:
         raise SystemExit(f"peer_profile.py: error: unknown variant markers {sorted(marks - known)}"
@@ -170,7 +181,7 @@ def main() -> None:
             r = {**info, "overrides": extra,
                  **measure(fn, keys, args.updates, extra is not None or own,
                             Path(args.hlo) / f"{name}.hlo.gz" if args.hlo else None,
-                            compiler_options() if "@product_jit" in (extra or []) else None)}
+                            _options(extra))}
         finally:
             for mod, attr, value in saved:
                 setattr(mod, attr, value)
