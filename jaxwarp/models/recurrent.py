@@ -75,49 +75,69 @@ def gru_scan(xs: jax.Array, w_rec: jax.Array, b_hn: jax.Array, h0: jax.Array,
     Its gradient is written by hand: the backward scan holds one matmul a step
     (the carry's gradient) and the recurrent kernels' gradient is one matmul
     over all T x B rows after it, where autodiff of the scan would accumulate
-    it step by step (3.9x the step-by-step replay's update rate against 3.0x;
-    docs/decisions.md, "Recurrent models")."""
+    it step by step. Each step stacks two outputs (h; the gates r, z, n and
+    hn + b side by side), and zeroes the next step's carry (or, back, its
+    gradient) in its own elementwise pass: fewer, wider kernels a step
+    (docs/decisions.md, "Recurrent models")."""
     return _gru_scan_fwd(xs, w_rec, b_hn, h0, reset)[0]
 
 
-def _gru_scan_fwd(xs, w_rec, b_hn, h0, reset):
-    def step(h, inp):
-        x_t, r_t = inp
-        h_in = jnp.where(r_t[..., None], jnp.zeros_like(h), h)
-        xr, xz, xn = jnp.split(x_t, 3, axis=-1)
-        hr, hz, hn = jnp.split(_dense({"kernel": w_rec}, h_in), 3, axis=-1)
-        r, z, hnb = nn.sigmoid(xr + hr), nn.sigmoid(xz + hz), hn + b_hn
-        n = jnp.tanh(xn + r * hnb)
-        h = (1.0 - z) * n + z * h_in
-        return h, (h, (h_in, r, z, n, hnb))
+def _gru_step(x_t, h_in, reset_next, w_rec, b_hn):
+    """One GRUCell step from a carry already reset: (the next step's carry,
+    reset where reset_next; h; gates f32[..., 4H] = r, z, n, hn + b)."""
+    xr, xz, xn = jnp.split(x_t, 3, axis=-1)
+    hr, hz, hn = jnp.split(_dense({"kernel": w_rec}, h_in), 3, axis=-1)
+    r, z, hnb = nn.sigmoid(xr + hr), nn.sigmoid(xz + hz), hn + b_hn
+    n = jnp.tanh(xn + r * hnb)
+    h = (1.0 - z) * n + z * h_in
+    return _zero_where(reset_next, h), h, jnp.concatenate([r, z, n, hnb], axis=-1)
 
-    h_t, (ys, saved) = jax.lax.scan(step, h0, (xs, reset))
-    return (h_t, ys), (saved, w_rec, reset)
+
+def _zero_where(reset: jax.Array, x: jax.Array) -> jax.Array:
+    return jnp.where(reset[..., None], jnp.zeros_like(x), x)
+
+
+def _next_resets(reset: jax.Array) -> jax.Array:
+    """Step t's entry is reset[t + 1] (False for the last step)."""
+    return jnp.concatenate([reset[1:], jnp.zeros_like(reset[:1])], axis=0)
+
+
+def _gru_scan_fwd(xs, w_rec, b_hn, h0, reset):
+    def step(h_in, inp):
+        h_in, h, gates = _gru_step(inp[0], h_in, inp[1], w_rec, b_hn)
+        return h_in, (h, gates)
+
+    h_t, (ys, gates) = jax.lax.scan(step, _zero_where(reset[0], h0),
+                                    (xs, _next_resets(reset)))
+    return (h_t, ys), (ys, gates, h0, w_rec, reset)
 
 
 def _gru_scan_bwd(res, cts):
-    (h_in, r, z, n, hnb), w_rec, reset = res
+    ys, gates, h0, w_rec, reset = res
     d_ht, d_ys = cts
+    size = h0.shape[-1]
+    # each step's carry after its reset, rebuilt from the outputs in one pass
+    h_in = _zero_where(reset, jnp.concatenate([h0[None], ys[:-1]], axis=0))
 
-    def step(dh, inp):
-        d_y, h_in_t, r_t, z_t, n_t, hnb_t, reset_t = inp
-        dh = dh + d_y
+    def step(c, inp):
+        # c: the gradient of the next step's carry before its reset, as its two
+        # terms (through z, through the matmul), summed in this step's pass
+        d_y, h_in_t, g_t, reset_next = inp
+        r_t, z_t, n_t, hnb_t = jnp.split(g_t, 4, axis=-1)
+        dh = _zero_where(reset_next, c[0] + c[1]) + d_y
         dn = dh * (1.0 - z_t) * (1.0 - n_t * n_t)  # through tanh
         dz = dh * (h_in_t - n_t) * z_t * (1.0 - z_t)  # through the sigmoid
         dr = dn * hnb_t * r_t * (1.0 - r_t)
         d_rec = jnp.concatenate([dr, dz, dn * r_t], axis=-1)  # of h_in @ w_rec
-        dh_in = dh * z_t + jax.lax.dot_general(d_rec, w_rec,
-                                               (((d_rec.ndim - 1,), (1,)), ((), ())))
-        dh_prev = jnp.where(reset_t[..., None], jnp.zeros_like(dh_in), dh_in)
-        return dh_prev, (jnp.concatenate([dr, dz, dn], axis=-1), d_rec)
+        d_mm = jax.lax.dot_general(d_rec, w_rec, (((d_rec.ndim - 1,), (1,)), ((), ())))
+        return (dh * z_t, d_mm), jnp.concatenate([dr, dz, dn], axis=-1)
 
-    dh0, (dxs, d_rec) = jax.lax.scan(step, d_ht, (d_ys, h_in, r, z, n, hnb, reset),
-                                     reverse=True)
-    size = h_in.shape[-1]
-    rows = h_in.reshape(-1, size)
-    d_w = rows.T @ d_rec.reshape(-1, 3 * size)  # one matmul over all T x B rows
-    d_b = d_rec[..., 2 * size:].reshape(-1, size).sum(0)
-    return dxs, d_w, d_b, dh0, None
+    (a, b), dxs = jax.lax.scan(step, (d_ht, jnp.zeros_like(d_ht)),
+                               (d_ys, h_in, gates, _next_resets(reset)), reverse=True)
+    d_hn = dxs[..., 2 * size:] * gates[..., :size]  # dn * r: the gradient of hn + b
+    d_rec = jnp.concatenate([dxs[..., :2 * size], d_hn], axis=-1)
+    d_w = h_in.reshape(-1, size).T @ d_rec.reshape(-1, 3 * size)  # one matmul, all T x B rows
+    return dxs, d_w, d_hn.reshape(-1, size).sum(0), _zero_where(reset[0], a + b), None
 
 
 gru_scan.defvjp(_gru_scan_fwd, _gru_scan_bwd)
