@@ -32,7 +32,9 @@ Each case runs at two scales (``--scale``): ``paper``, the peer's own
 hyperparameters, and ``gpu``, the same algorithm at a GPU-sized batch (see
 `CASES`). Each run is one program, ``jax.jit(jax.vmap(train))`` over
 ``--seeds`` keys, compiled first (``lower().compile()``, timed apart) and then
-run once to ``block_until_ready``.
+run once to ``block_until_ready``. jaxwarp's is compiled as ``jaxwarp train
+deterministic=false --seeds N`` compiles it (`compiler_options`; the peers run
+XLA's non-deterministic ops too), the peer's with jax's defaults.
 
 Return: the mean undiscounted episode return *per agent* (each agent's summed
 reward, averaged over the env's agents; Tag: over the taggers), averaged over
@@ -112,10 +114,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ippo_reference
 import rnn_reference
 
+from jaxwarp.train.compile import compiler_options
+
 # Hyperparameters shared by both sides of a case (the PPO algorithm's settings).
-COMMON = {"update_epochs": 4, "num_minibatches": 4, "anneal_lr": True, "gamma": 0.99, "gae_lambda": 0.95,
-              "clip_eps": 0.2, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
-              "hidden_sizes": (64, 64), "activation": "tanh"}
+COMMON = {"update_epochs": 4, "num_minibatches": 4, "anneal_lr": True, "gamma": 0.99,
+              "gae_lambda": 0.95, "clip_eps": 0.2, "ent_coef": 0.01, "vf_coef": 0.5,
+              "max_grad_norm": 0.5, "hidden_sizes": (64, 64), "activation": "tanh"}
 
 def _sizes(num_envs: int, num_steps: int, total_env_steps: int, lr: float) -> dict[str, Any]:
     """One scale of a case: its batch, its env-steps per seed and its learning rate."""
@@ -260,9 +264,10 @@ def start_level(returns: np.ndarray, episodes: np.ndarray, num_envs: int) -> flo
 
 
 # --------------------------------------------------------------------------- runs
-def _timed(fn, keys) -> tuple[float, float, Any]:
-    """(compile_s, run_s, outputs) of jax.jit(jax.vmap(fn)) over keys."""
-    jitted = jax.jit(jax.vmap(fn))
+def _timed(fn, keys, options: dict | None = None) -> tuple[float, float, Any]:
+    """(compile_s, run_s, outputs) of jax.jit(jax.vmap(fn)) over keys, compiled
+    with the XLA `options` (None: jax's defaults)."""
+    jitted = jax.jit(jax.vmap(fn), compiler_options=options)
     t0 = time.perf_counter()
     compiled = jitted.lower(keys).compile()
     compile_s = time.perf_counter() - t0
@@ -336,7 +341,10 @@ def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: i
     train, trainer, overrides = jaxwarp_train(case, hp, backend, seed)
     config, d = trainer.config, trainer.derived
     keys = jax.numpy.stack([jax.random.PRNGKey(seed + i) for i in range(seeds)])
-    compile_s, run_s, (_, metrics) = _timed(train, keys)
+    # compiled as `jaxwarp train deterministic=false --seeds N` compiles (the peers
+    # are not deterministic either): jaxwarp.train.compile.compiler_options
+    options = compiler_options(False, members=seeds)
+    compile_s, run_s, (_, metrics) = _timed(train, keys, options)
     groups = sorted(k.split("/")[0] for k in metrics if k.endswith("/episode_return"))
     returns = {g: np.asarray(metrics[f"{g}/episode_return"], np.float64) for g in groups}
     return {"impl": "jaxwarp", "label": f"jaxwarp trainer, `{backend}` backend",
@@ -348,6 +356,7 @@ def run_jaxwarp(case: str, hp: dict[str, Any], backend: str, seeds: int, seed: i
                 # the rollout the seeds ran (vmapped: their envs count together)
                 "rollout": fused.seeds_path(trainer.rollout_path, trainer.policy, trainer.env,
                                             trainer.sampler, config.num_envs, seeds),
+                "compiler_options": options,
                 "compile_s": compile_s, "run_s": run_s, "returns": returns,
                 "episodes": np.asarray(metrics["episodes"], np.float64)}
 
@@ -387,8 +396,8 @@ def run_peer(case: str, hp: dict[str, Any], seeds: int, seed: int) -> dict[str, 
                 "backend": "jax", "num_updates": config.num_updates,
                 "batch_env_steps": config.num_envs * config.num_steps,
                 "num_agents": venv.num_agents, "compile_s": compile_s, "run_s": run_s,
-                "num_envs": config.num_envs, "returns": {group: np.asarray(metrics["episode_return"],
-                                                                   np.float64)},
+                "num_envs": config.num_envs,
+                "returns": {group: np.asarray(metrics["episode_return"], np.float64)},
                 "episodes": np.asarray(metrics["episodes"], np.float64)}
 
 

@@ -38,6 +38,22 @@ def test_deterministic_by_default():
     assert DET not in COMPILER_OPTIONS  # the faster path is a real choice
 
 
+def test_several_runs_on_a_device_keep_tritons_gemms_unless_deterministic():
+    """Vmapped runs batch every matmul over their parameters: XLA's Triton
+    GEMMs there, cuBLAS for one run and with deterministic ops."""
+    assert compiler_options(False, members=10) == {}
+    assert compiler_options(False, members=1) == COMPILER_OPTIONS
+    assert compiler_options(True, members=10) == {**COMPILER_OPTIONS, DET: True}
+    opts = _options_of(jit(lambda x: x + 1, False, members=4).lower(jnp.ones(2)))
+    assert "xla_gpu_enable_triton_gemm" not in opts and DET not in opts
+
+
+@pytest.mark.parametrize("members", [0, -1, 2.0, True, "2"])
+def test_bad_member_counts_are_refused_with_the_argument(members):
+    with pytest.raises(TypeError, match="members must be an int >= 1"):
+        compiler_options(False, members)
+
+
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_the_option_reaches_the_compilation(deterministic):
     lowered = jit(lambda x: (x * 2).sum(), deterministic).lower(jnp.ones(8))
@@ -75,11 +91,12 @@ def test_false_is_accepted_from_yaml_overrides_and_round_trips(tmp_path):
 
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_the_runner_compiles_with_the_configs_choice(tmp_path, monkeypatch, deterministic):
-    """`jaxwarp train` (train_run) compiles every chunk with the config's choice."""
+    """`jaxwarp train` (train_run) compiles every chunk with the config's choice
+    and its number of runs."""
     seen = []
 
     def spy(fun, det=True, **kw):
-        seen.append(det)
+        seen.append((det, kw["members"]))
         return compile_mod.jit(fun, det, **kw)
 
     monkeypatch.setattr(loop, "jit", spy)
@@ -88,7 +105,8 @@ def test_the_runner_compiles_with_the_configs_choice(tmp_path, monkeypatch, dete
         "total_env_steps": 4 * 8 * 3, "num_minibatches": 2, "update_epochs": 1,
         "chunk_updates": 2, "checkpoint_every": 2, "deterministic": deterministic,
         "policies": {"agent": {"hidden_sizes": [8]}}})
-    result = loop.train_run(c, tmp_path / "run", progress=False)
+    result = loop.train_run(c, tmp_path / "run", seeds=2, progress=False)
     assert result.summary["finished"]
-    assert seen == [deterministic, deterministic]  # the chunk of 2, then the last one of 1
+    # the chunk of 2 updates, then the last one of 1; both over the 2 seeds
+    assert seen == [(deterministic, 2), (deterministic, 2)]
     assert np.isfinite([r["agent/loss"] for r in result.metrics]).all()

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwarp.train import build_trainer, config_from_dict, make_train
+from jaxwarp.train import build_trainer, config_from_dict, jit, load_config, make_train
 
+import test_recurrent
 from _checks import assert_seeds_vmap_as_separate_runs
 
 pytestmark = pytest.mark.gpu
@@ -218,3 +219,32 @@ def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
         assert a[k] == b[k], (k, {n: (a[k][n], b[k][n]) for n in a[k] if a[k][n] != b[k][n]})
     _same_params(full.state.learner.params, resumed.state.learner.params)
     _same_params(load_run(tmp_path / "full").params, load_run(tmp_path / "part").params)
+
+
+@pytest.mark.parametrize("net, width", [
+    (test_recurrent.GRUActorCritic((3, 2), (16, 12), 8, "relu"), 10),
+    (test_recurrent.CentralGRUCritic((16,), 8, "tanh"), 6)])
+def test_the_gru_sequence_form_is_its_step_form_on_the_gpu(net, width):
+    """The learner's sequence form (`gru_scan`'s hand-written backward) against
+    the rollout's step form, values and gradients, at full float32 precision
+    (XLA:GPU's default float32 dot rounds its inputs to TF32 in both, but the
+    two forms group the gates' matmuls differently)."""
+    with jax.default_matmul_precision("highest"):
+        test_recurrent.test_the_sequence_form_is_the_step_form_over_time(net, width)
+
+
+@pytest.mark.parametrize("critic", ["independent", "centralised"])
+def test_gru_training_on_the_gpu_gives_the_same_bits_twice(critic):
+    """IPPO-RNN and MAPPO-RNN (a GRU critic over the global state) on MPE with
+    the env and sampler kernels, compiled as `jaxwarp train` compiles them."""
+    c = load_config("mpe_simple_spread_ppo", [
+        "backend=cuda", "policies.agent.model=gru", "policies.agent.hidden_sizes=[32]",
+        "policies.agent.rnn_size=16", "num_envs=64", "num_steps=16", "update_epochs=2",
+        "num_minibatches=2", f"total_env_steps={64 * 16 * 3}", f"critic={critic}"])
+    train = jit(make_train(c), c.deterministic)
+    _, m1 = train(jax.random.PRNGKey(0))
+    _, m2 = train(jax.random.PRNGKey(0))
+    for k in m1:
+        np.testing.assert_array_equal(m1[k], m2[k], err_msg=k)
+    assert np.isfinite(np.asarray(m1["agent/loss"])).all()
+    assert np.asarray(m1["agent/loss"]).shape == (3,)

@@ -297,21 +297,24 @@ def _compile(run: Run, n: int) -> Any:
     sweep in chunks of its runs, over one chunk and run on each in turn."""
     chunks = run.member_chunks
     if chunks is None:
-        return _chunk_fn(run, n, run.member_mesh).lower(run.rs).compile()
-    return chunks.over(_chunk_fn(run, n, chunks.mesh).lower(chunks.shapes(run.rs)).compile())
+        return _chunk_fn(run, n, run.member_mesh, run.rs).lower(run.rs).compile()
+    shapes = chunks.shapes(run.rs)
+    return chunks.over(_chunk_fn(run, n, chunks.mesh, shapes).lower(shapes).compile())
 
 
-def _chunk_fn(run: Run, n: int, mesh: Any) -> Any:
-    """The jitted program of `n` updates of every seed (and setting), the state
-    donated (the config's `deterministic`, see `compile.jit`); a sweep over
-    several devices runs whole runs on each device (`shard_map` over its
+def _chunk_fn(run: Run, n: int, mesh: Any, rs: Any) -> Any:
+    """The jitted program of `n` updates of every seed (and setting) of the
+    state `rs` (or its shapes), the state donated (the config's
+    `deterministic` and the runs on each device, see `compile.jit`); a sweep
+    over several devices runs whole runs on each device (`shard_map` over its
     member `mesh`: no collective between them)."""
+    members = jax.tree.leaves(rs)[0].shape[0] // (1 if mesh is None else mesh.size)
     step = jax.vmap(lambda rs: run.trainer.run(rs, n))
     if mesh is not None:
         # check_vma off: the env and sampler custom calls carry no varying-axis rule.
         step = jax.shard_map(step, mesh=mesh, in_specs=P(MEMBERS),
                              out_specs=P(MEMBERS), check_vma=False)
-    return jit(step, run.config.deterministic, donate_argnums=0)
+    return jit(step, run.config.deterministic, members=max(members, 1), donate_argnums=0)
 
 
 def _train(run: Run, progress: bool | str, stop_after_updates: int | None,
