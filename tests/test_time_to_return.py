@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxwarp.train import compiler_options
+
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 
 
@@ -134,6 +136,8 @@ def test_tiny_mpe_run_writes_the_documented_json(bench, tmp_path):
         assert run["compile_s"] > 0 and run["run_s"] > 0
     assert sd["runs"]["jaxwarp"]["env"] == "mpe_simple_spread"
     assert sd["runs"]["jaxwarp"]["backend"] == "cpu"
+    # jaxwarp compiled as `jaxwarp train deterministic=false --seeds 2` compiles it
+    assert sd["runs"]["jaxwarp"]["compiler_options"] == compiler_options(False, members=2) == {}
     assert sd["runs"]["peer"]["env"] == "MPE_simple_spread_v3"
     assert sd["runs"]["peer"]["num_agents"] == 3
 
