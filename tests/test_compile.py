@@ -5,6 +5,8 @@ tests/test_train_gpu.py."""
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -109,4 +111,8 @@ def test_the_runner_compiles_with_the_configs_choice(tmp_path, monkeypatch, dete
     assert result.summary["finished"]
     # the chunk of 2 updates, then the last one of 1; both over the 2 seeds
     assert seen == [(deterministic, 2), (deterministic, 2)]
+    # summary.json says which options the program got
+    assert result.summary["compiler_options"] == compiler_options(deterministic, 2)
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk["compiler_options"] == compiler_options(deterministic, 2)
     assert np.isfinite([r["agent/loss"] for r in result.metrics]).all()

@@ -81,7 +81,7 @@ from jaxwarp.run.stop import INTERRUPTED, save_interrupted, stop_decision, stop_
 from jaxwarp.run.summary import conclude
 from jaxwarp.run.sweep_plan import Placement, SweepPlan, place_run
 from jaxwarp.storage import writing
-from jaxwarp.train.compile import jit
+from jaxwarp.train.compile import compiler_options, jit
 from jaxwarp.train.config import TrainConfig, derived, setting_configs
 from jaxwarp.train.mesh import MEMBERS
 from jaxwarp.train.sweep import Sweep
@@ -294,27 +294,31 @@ def _write_config(out: Path, config: TrainConfig, seeds: int, resume: bool,
 
 def _compile(run: Run, n: int) -> Any:
     """The program of `n` updates compiled: over every run at once, or, for a
-    sweep in chunks of its runs, over one chunk and run on each in turn."""
+    sweep in chunks of its runs, over one chunk and run on each in turn. The
+    XLA options it got (`compile.compiler_options`: the config's
+    `deterministic` and the runs each device holds) go to `run`, for
+    summary.json."""
     chunks = run.member_chunks
-    if chunks is None:
-        return _chunk_fn(run, n, run.member_mesh, run.rs).lower(run.rs).compile()
-    shapes = chunks.shapes(run.rs)
-    return chunks.over(_chunk_fn(run, n, chunks.mesh, shapes).lower(shapes).compile())
+    mesh, rs = ((run.member_mesh, run.rs) if chunks is None
+                else (chunks.mesh, chunks.shapes(run.rs)))
+    members = max(jax.tree.leaves(rs)[0].shape[0] // (1 if mesh is None else mesh.size), 1)
+    run.compiler_options = compiler_options(run.config.deterministic, members)
+    compiled = _chunk_fn(run, n, mesh, members).lower(rs).compile()
+    return compiled if chunks is None else chunks.over(compiled)
 
 
-def _chunk_fn(run: Run, n: int, mesh: Any, rs: Any) -> Any:
-    """The jitted program of `n` updates of every seed (and setting) of the
-    state `rs` (or its shapes), the state donated (the config's
-    `deterministic` and the runs on each device, see `compile.jit`); a sweep
-    over several devices runs whole runs on each device (`shard_map` over its
-    member `mesh`: no collective between them)."""
-    members = jax.tree.leaves(rs)[0].shape[0] // (1 if mesh is None else mesh.size)
+def _chunk_fn(run: Run, n: int, mesh: Any, members: int) -> Any:
+    """The jitted program of `n` updates of every seed (and setting), the state
+    donated (the config's `deterministic` and the `members` runs on each
+    device, see `compile.jit`); a sweep over several devices runs whole runs
+    on each device (`shard_map` over its member `mesh`: no collective between
+    them)."""
     step = jax.vmap(lambda rs: run.trainer.run(rs, n))
     if mesh is not None:
         # check_vma off: the env and sampler custom calls carry no varying-axis rule.
         step = jax.shard_map(step, mesh=mesh, in_specs=P(MEMBERS),
                              out_specs=P(MEMBERS), check_vma=False)
-    return jit(step, run.config.deterministic, members=max(members, 1), donate_argnums=0)
+    return jit(step, run.config.deterministic, members=members, donate_argnums=0)
 
 
 def _train(run: Run, progress: bool | str, stop_after_updates: int | None,

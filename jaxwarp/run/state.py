@@ -56,6 +56,7 @@ class Run:
     member_mesh: Any = None  # the layout's mesh while the sweep trains whole (not in chunks)
     member_chunks: Any = None  # a sweep trained in chunks of its runs (run.member_chunks)
     compile_s: float = 0.0
+    compiler_options: Any = None  # the XLA options its program got (loop._compile)
     run_s: float = 0.0
     mngr: Any = None  # Orbax CheckpointManager
     writer: Any = None  # MetricWriter, or NoWriter on processes other than 0

@@ -64,6 +64,8 @@ def summarize(run: Run) -> dict[str, Any]:
                                     run.members),
         "model_layers": dict(run.trainer.model_layers or {}),
         "recurrent_learner": dict(run.trainer.recurrent_learner or {}),
+        # the XLA options the program got (jaxwarp.train.compile.compiler_options)
+        "compiler_options": dict(run.compiler_options or {}),
         "finished": run.done_updates == run.num_updates, "stopped_early": run.stopped_early,
         "final": final_means(all_rows, run.env_metrics),
     } | ({"error": str(run.failure)} if run.failure is not None else {})
