@@ -47,7 +47,7 @@ def run_case(name: str, seeds: int, steps: int, backend: str) -> dict:
     c = load_config("cartpole_ppo", [*overrides, f"total_env_steps={steps}",
                                      f"backend={backend}",
                                      f"env_params.hide_velocities={str(hidden).lower()}"])
-    train = jit(jax.vmap(make_train(c)))
+    train = jit(jax.vmap(make_train(c)), c.deterministic, members=seeds)  # as `--seeds` runs it
     keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(seeds)])
     t = time.perf_counter()
     compiled = train.lower(keys).compile()
