@@ -776,31 +776,21 @@ def _gru_profile_lines(root: Path) -> list[str]:
     ]
 
 
-PP_RNN = "peer_profile_rnn_h200.json"
-PP_PARTS = {  # part -> its short name in the table
-    "gru_scan_variants_nocb_h200.json": "scan variants, command buffers off",
-    "gru_scan_folded_h200.json": "`folded` (now `gru_scan`)",
-    "compile_options_rnn_1seed_h200.json": "compile options, one seed",
-    "compile_options_rnn_10seed_h200.json": "compile options, ten seeds",
-    "compile_options_mpe_h200.json": "MPE feed-forward, compile options",
-    "peer_profile_mpe_rnn_h200.json": "IPPO-RNN and its peer, command buffers off",
-    "peer_profile_mpe_h200.json": "MPE feed-forward and its peer, command buffers off",
-}
-PP_SOURCES = [Source(PP_RNN, "python experiments/tools/peer_profile.py", part=k) for k in PP_PARTS]
+PEER_PROFILE = Source("peer_profile_h200.json", "python experiments/tools/peer_profile.py")
 
 
 def _gru_scan_lines(root: Path) -> list[str]:
-    """The GRU's scan variants and the compile options, ten seeds vmapped."""
+    """The GRU's scan variants and the compile options, seeds vmapped."""
+    results = _read_json(root, PEER_PROFILE)["results"]
     rows = []
-    for src in PP_SOURCES:
-        data = _read_json(root, src)
+    for data in results:
         hp, runs = data["hyperparameters"], data["runs"]
         steps = hp["num_envs"] * hp["num_steps"] * data["seeds"]
         agents = 3  # MPE simple_spread, both cases
         first = next(r for k, r in runs.items() if k != "peer")["s_per_update"]
         for name, r in runs.items():
             marks = " ".join(f"`{m}`" for m in (r.get("overrides") or []) if m.startswith("@"))
-            rows.append([PP_PARTS[src.part], str(data["seeds"]),
+            rows.append([data["what"], str(data["seeds"]),
                          f"`{name}`" + (f" {marks}" if marks else ""),
                          f"{1e3 * r['s_per_update']:.1f}",
                          rate(steps / r["s_per_update"], agents, kilo_or_mega),
@@ -813,18 +803,19 @@ def _gru_scan_lines(root: Path) -> list[str]:
         "`experiments/tools/peer_profile.py` on the time-to-return runs of "
         "`bench_time_to_return.py` (`jax.jit(jax.vmap(train))` over the seeds, shortened to a few "
         "updates; IPPO-RNN at 1,024 × 32, and MPE's feed-forward IPPO at the same size), "
-        f"{on(root, PP_SOURCES[0])}. Markers: the scan variants of "
-        "`experiments/gru_scan_variants.py`; `@cublas`, `@deterministic`, `@product_jit` "
+        f"{on(root, PEER_PROFILE)}. Markers: the scan variants of "
+        "`experiments/gru_scan_variants.py` (`@folded_scan` is the shipped `gru_scan`); "
+        "`@cublas`, `@deterministic`, `@product_jit` "
         "compile with one or both of `jaxwarp train`'s options (`jaxwarp.train.compile`), the "
         "others with jax's defaults; `@flat_adam` runs Adam over the raveled parameters "
         "(`optax.flatten`); `@no_shuffle` replaces the minibatch permutation by the identity "
         "(a bound, not a learner). Per run: ms per update (wall), env-steps/s (agent-steps/s in "
         "brackets), device ms and kernels per update from a trace, and the speed against the "
-        "first jaxwarp run of its part:",
+        "first jaxwarp run of its group:",
         "",
-        *table(["part", "seeds", "run", "ms / update", "env-steps/s", "device ms", "kernels",
-                "vs the part's first"], rows),
-        *sources_block(root, PP_SOURCES),
+        *table(["group", "seeds", "run", "ms / update", "env-steps/s", "device ms", "kernels",
+                "vs the group's first"], rows),
+        *row_sources(root, PEER_PROFILE, results, lambda r: r["what"], what="for"),
     ]
 
 
@@ -893,7 +884,7 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
         "",
         *_peer_check_lines(root),
     ]
-    return lines, [LEARNER, PROFILE, RECURRENT, PROFILE_GRU, PEER_CHECK, *PP_SOURCES]
+    return lines, [LEARNER, PROFILE, RECURRENT, PROFILE_GRU, PEER_CHECK, PEER_PROFILE]
 
 
 DUEL_LOG = Source("duel_h100/train.log",

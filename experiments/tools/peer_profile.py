@@ -65,9 +65,6 @@ _OPTIONS = {"@product_jit": compiler_options(True), "@cublas": COMPILER_OPTIONS,
             "@deterministic": DETERMINISTIC_OPTIONS}
 
 
-_UNROLLS = {"@unroll2": 2, "@unroll4": 4, "@unroll8": 8}  # gru_scan's steps per iteration
-
-
 def _options(extra: list[str] | None) -> dict | None:
     """The XLA options of the variant's compile markers (None: plain jax.jit)."""
     marks = [m for m in extra or [] if m in _OPTIONS]
@@ -82,7 +79,7 @@ def _patches(extra: list[str] | None) -> list[tuple[object, str, object]]:
     from jaxwarp.train import fused, minibatches, trainer
 
     marks = {e for e in extra or [] if e.startswith("@")}
-    known = {"@step_by_step", "@flat_adam", "@no_shuffle", *_OPTIONS, *_UNROLLS,
+    known = {"@step_by_step", "@flat_adam", "@no_shuffle", *_OPTIONS,
              *gru_scan_variants.VARIANTS}
     if marks - known:
         raise SystemExit(f"peer_profile.py: error: unknown variant markers {sorted(marks - known)}"
@@ -97,8 +94,6 @@ def _patches(extra: list[str] | None) -> list[tuple[object, str, object]]:
                     lambda key, n, *a, **kw: jax.numpy.arange(n)))
     for mark in marks & set(gru_scan_variants.VARIANTS):
         out.append((recurrent, "gru_scan", gru_scan_variants.VARIANTS[mark]))
-    for mark in marks & set(_UNROLLS):
-        out.append((recurrent, "SCAN_UNROLL", _UNROLLS[mark]))
     return out
 
 

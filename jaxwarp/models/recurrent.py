@@ -82,12 +82,6 @@ def gru_scan(xs: jax.Array, w_rec: jax.Array, b_hn: jax.Array, h0: jax.Array,
     return _gru_scan_fwd(xs, w_rec, b_hn, h0, reset)[0]
 
 
-# Steps of `gru_scan` per loop iteration, forward and back (lax.scan's unroll):
-# one, until a measurement says otherwise (experiments/tools/peer_profile.py's
-# @unroll markers patch it).
-SCAN_UNROLL = 1
-
-
 def _gru_step(x_t, h_in, reset_next, w_rec, b_hn):
     """One GRUCell step from a carry already reset: (the next step's carry,
     reset where reset_next; h; gates f32[..., 4H] = r, z, n, hn + b)."""
@@ -114,7 +108,7 @@ def _gru_scan_fwd(xs, w_rec, b_hn, h0, reset):
         return h_in, (h, gates)
 
     h_t, (ys, gates) = jax.lax.scan(step, _zero_where(reset[0], h0),
-                                    (xs, _next_resets(reset)), unroll=SCAN_UNROLL)
+                                    (xs, _next_resets(reset)))
     return (h_t, ys), (ys, gates, h0, w_rec, reset)
 
 
@@ -139,8 +133,7 @@ def _gru_scan_bwd(res, cts):
         return (dh * z_t, d_mm), jnp.concatenate([dr, dz, dn], axis=-1)
 
     (a, b), dxs = jax.lax.scan(step, (d_ht, jnp.zeros_like(d_ht)),
-                               (d_ys, h_in, gates, _next_resets(reset)), reverse=True,
-                               unroll=SCAN_UNROLL)
+                               (d_ys, h_in, gates, _next_resets(reset)), reverse=True)
     d_hn = dxs[..., 2 * size:] * gates[..., :size]  # dn * r: the gradient of hn + b
     d_rec = jnp.concatenate([dxs[..., :2 * size], d_hn], axis=-1)
     d_w = h_in.reshape(-1, size).T @ d_rec.reshape(-1, 3 * size)  # one matmul, all T x B rows
