@@ -18,24 +18,24 @@ h0 f32[..., H], reset bool[T, ...] -> (h_T, h_1..T)), patched in by
 * `folded`: `lean` with each step's reset of the carry (a select) done in the
   step before's elementwise pass, forward and back: one kernel a step fewer in
   each direction. Measured best and shipped as `gru_scan` (its code is there);
-  ``@folded_scan`` now patches in the shipped function itself.
-* `unrolled(k)`: the shipped scan with both of its `lax.scan`s unrolled k steps
+  ``@folded_scan`` is the shipped function with its loops plain `lax.scan`s.
+* `unrolled(k)`: the shipped scan with both loops `lax.scan`s unrolled k steps
   (issue item: "try unroll on the cell's scan"). XLA sees k steps in one loop
   body and may fuse one step's elementwise tail with the next step's matmul
   epilogue; the price is a k-times larger body to compile.
-* `seed_major`: the shipped scan with its `lax.scan`s replaced by `scan_seed_major`,
-  a scan whose vmap rule keeps the vmapped (seeds) axis in front: a `fori_loop`
-  over time that reads step t as ``xs[:, t]`` and writes ``ys[:, t]`` in place,
-  the step itself vmapped. Under `vmap`, `lax.scan` instead moves the seed axis
-  of every scanned input and output behind time (transposes of each
+* ``@seed_major``: `folded` with its loops `recurrent.scan_batch_first`, a scan
+  whose vmap rule keeps the vmapped (seeds) axis in front: a `fori_loop` over
+  time that reads step t as ``xs[:, t]`` and writes ``ys[:, t]`` in place, the
+  step itself vmapped. Under `vmap`, `lax.scan` instead moves the seed axis of
+  every scanned input and output behind time (transposes of each
   [seeds, T, B, ...] array, ~1.5 of each 12.6 ms minibatch pass at 1,024 x 32 x
   10 seeds); `indexed` avoided them but vmap turned its writes into scatters.
+  Measured best and shipped: the marker names the shipped `gru_scan`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +43,7 @@ from flax import linen as nn
 
 from jaxwarp.models import recurrent
 
-_LAX_SCAN = jax.lax.scan
+_SHIPPED_LOOP = recurrent.scan_batch_first
 
 
 def _cell(x_t, h, reset_t, w_rec, b_hn):
@@ -162,56 +162,16 @@ def _indexed_bwd(res, cts):
 indexed.defvjp(_indexed_fwd, _indexed_bwd)
 
 
-def scan_seed_major(f, init, xs, reverse: bool = False):
-    """`lax.scan(f, init, xs, reverse=reverse)`; under `jax.vmap` a loop over
-    time that indexes axis 1 of the batched arrays where they lie (see above)."""
-    x0 = jax.tree.map(lambda x: x[0], xs)
-    f_conv, consts = jax.closure_convert(f, init, x0)
-
-    @jax.custom_batching.custom_vmap
-    def run(consts, init, xs):
-        # the original scan (the patch of `_with_scan` is live while this is traced)
-        return _LAX_SCAN(lambda c, x: f_conv(c, x, *consts), init, xs, reverse=reverse)
-
-    @run.def_vmap
-    def rule(axis_size, in_batched, consts, init, xs):
-        c_b, i_b, x_b = in_batched
-        grow = lambda x, b: x if b else jnp.broadcast_to(x, (axis_size, *x.shape))  # noqa: E731
-        init = jax.tree.map(grow, init, i_b)
-        xs = jax.tree.map(grow, xs, x_b)
-        step = jax.vmap(lambda c, x, k: f_conv(c, x, *k),
-                        in_axes=(0, 0, [0 if b else None for b in c_b]))
-        t_len = jax.tree.leaves(xs)[0].shape[1]
-        at = lambda t: jax.tree.map(  # noqa: E731
-            lambda x: jax.lax.dynamic_index_in_dim(x, t, 1, keepdims=False), xs)
-        _, y0 = jax.eval_shape(step, init, at(0), consts)
-        bufs = jax.tree.map(lambda y: jnp.zeros((y.shape[0], t_len, *y.shape[1:]), y.dtype), y0)
-
-        def body(i, c):
-            carry, bufs = c
-            t = t_len - 1 - i if reverse else i
-            carry, y = step(carry, at(t), consts)
-            bufs = jax.tree.map(lambda b, v: jax.lax.dynamic_update_index_in_dim(b, v, t, 1),
-                                bufs, y)
-            return carry, bufs
-
-        out = jax.lax.fori_loop(0, t_len, body, (init, bufs))
-        return out, jax.tree.map(lambda _: True, out)
-
-    return run(consts, init, xs)
-
-
 def _with_scan(scan_fn, name: str):
     """The shipped `gru_scan` (its forward and backward as written there) with
-    every `lax.scan` traced inside them replaced by scan_fn."""
+    its loops (`recurrent.scan_batch_first`) replaced by scan_fn."""
     @contextlib.contextmanager
     def patched():
-        scan = jax.lax.scan
-        jax.lax.scan = scan_fn(scan)
+        recurrent.scan_batch_first = scan_fn
         try:
             yield
         finally:
-            jax.lax.scan = scan
+            recurrent.scan_batch_first = _SHIPPED_LOOP
 
     def fwd(*args):
         with patched():
@@ -230,14 +190,23 @@ def _with_scan(scan_fn, name: str):
     return scan
 
 
+def _lax_scan(unroll: int = 1):
+    """`scan_batch_first`'s signature over a plain `lax.scan`."""
+    def scan(f, init, xs, consts=(), reverse=False):
+        return jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse,
+                            unroll=unroll)
+    return scan
+
+
 def unrolled(k: int):
-    """The shipped `gru_scan` with its scans unrolled k steps."""
-    return _with_scan(lambda scan: functools.partial(scan, unroll=k), f"unrolled{k}")
+    """The shipped `gru_scan` with its loops `lax.scan`s unrolled k steps."""
+    return _with_scan(_lax_scan(k), f"unrolled{k}")
 
 
-seed_major = _with_scan(lambda scan: scan_seed_major, "seed_major")
+# the scan as shipped before its loops kept vmap's axis in front
+folded = _with_scan(_lax_scan(), "folded")
 
 
-# `folded` was measured here and became the shipped scan: its marker now names it
-VARIANTS = {"@lean_scan": lean, "@indexed_scan": indexed, "@folded_scan": recurrent.gru_scan,
-            **{f"@unroll{k}": unrolled(k) for k in (2, 4, 8, 32)}, "@seed_major": seed_major}
+VARIANTS = {"@lean_scan": lean, "@indexed_scan": indexed, "@folded_scan": folded,
+            **{f"@unroll{k}": unrolled(k) for k in (2, 4, 8, 32)},
+            "@seed_major": recurrent.gru_scan}

@@ -13,6 +13,7 @@ import pytest
 from jaxwarp.run.evaluate import evaluate, load_run
 from jaxwarp.run.loop import train_run
 from jaxwarp.models import CentralGRUCritic, GRUActorCritic
+from jaxwarp.models.recurrent import gru_scan, scan_batch_first
 from jaxwarp.train import ConfigError, build_trainer, load_config, losses, make_train
 
 GRU = ["backend=jax", "sampler=jax", "policies.agent.model=gru",
@@ -285,6 +286,57 @@ def test_the_sequence_form_is_the_step_form_over_time(net, width):
     g_got = jax.grad(lambda p: total(seq(p)))(params)
     for a, b_ in zip(jax.tree.leaves(g_want), jax.tree.leaves(g_got)):
         np.testing.assert_allclose(a, b_, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("weights_batched", [True, False])
+def test_scan_batch_first_is_lax_scan_alone_and_under_vmap(reverse, weights_batched):
+    """The loop the GRU runs in: the same bits as `lax.scan` alone, vmapped (with
+    the closed-over weights batched or shared) and under two vmaps."""
+    runs, t, b = 3, 6, 4
+    k = jax.random.split(jax.random.PRNGKey(0), 3)
+    w = jax.random.normal(k[0], (runs, 5, 5) if weights_batched else (5, 5))
+    xs = (jax.random.normal(k[1], (runs, t, b, 5)), jax.random.bernoulli(k[2], 0.3, (runs, t, b)))
+
+    def step(c, x, w):
+        h = jnp.where(x[1][:, None], 0.0, jnp.tanh(c @ w + x[0]))
+        return h, (h, x[1].astype(jnp.int32))
+
+    def want(w, xs):
+        return jax.lax.scan(lambda c, x: step(c, x, w), jnp.ones((b, 5)), xs, reverse=reverse)
+
+    def got(w, xs):
+        return scan_batch_first(step, jnp.ones((b, 5)), xs, (w,), reverse)
+
+    axes = (0 if weights_batched else None, 0)
+    pairs = [(jax.vmap(want, axes)(w, xs), jax.jit(jax.vmap(got, axes))(w, xs)),
+             (want(w[0] if weights_batched else w, jax.tree.map(lambda x: x[0], xs)),
+              got(w[0] if weights_batched else w, jax.tree.map(lambda x: x[0], xs)))]
+    nest = jax.tree.map(lambda x: jnp.stack([x, x[::-1]]), xs)
+    pairs.append((jax.vmap(jax.vmap(want, axes), (None, 0))(w, nest),
+                  jax.vmap(jax.vmap(got, axes), (None, 0))(w, nest)))
+    for a, c in pairs:
+        assert jax.tree.structure(a) == jax.tree.structure(c)
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(c)):
+            assert x.shape == y.shape and x.dtype == y.dtype
+            np.testing.assert_array_equal(x, y)
+
+
+def test_the_gru_vmapped_over_runs_moves_no_axis_behind_time():
+    """Why `scan_batch_first` exists: vmapped over runs (seeds), the GRU's scan
+    and its gradient lower with no transpose of the [runs, T, ...] arrays and no
+    scatter (`lax.scan` transposes them; indexed writes under vmap scatter)."""
+    runs, t, b, h = 2, 5, 3, 4
+    k = jax.random.split(jax.random.PRNGKey(0), 4)
+    args = (jax.random.normal(k[0], (runs, t, b, 3 * h)), jax.random.normal(k[1], (runs, h, 3 * h)),
+            jax.random.normal(k[2], (runs, h)), jax.random.normal(k[3], (runs, b, h)),
+            jnp.zeros((runs, t, b), bool))
+
+    def loss(*a):
+        return gru_scan(*a)[1].sum()
+
+    text = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2, 3)))).lower(*args).as_text()
+    assert "while" in text and "transpose" not in text and "scatter" not in text
 
 
 class _StepOnlyGRU(nn.Module):

@@ -77,7 +77,8 @@ def gru_scan(xs: jax.Array, w_rec: jax.Array, b_hn: jax.Array, h0: jax.Array,
     over all T x B rows after it, where autodiff of the scan would accumulate
     it step by step. Each step stacks two outputs (h; the gates r, z, n and
     hn + b side by side), and zeroes the next step's carry (or, back, its
-    gradient) in its own elementwise pass: fewer, wider kernels a step
+    gradient) in its own elementwise pass: fewer, wider kernels a step. Both
+    loops are `scan_batch_first`: vmapped over runs they index time in place
     (docs/decisions.md, "Recurrent models")."""
     return _gru_scan_fwd(xs, w_rec, b_hn, h0, reset)[0]
 
@@ -103,12 +104,12 @@ def _next_resets(reset: jax.Array) -> jax.Array:
 
 
 def _gru_scan_fwd(xs, w_rec, b_hn, h0, reset):
-    def step(h_in, inp):
+    def step(h_in, inp, w_rec, b_hn):
         h_in, h, gates = _gru_step(inp[0], h_in, inp[1], w_rec, b_hn)
         return h_in, (h, gates)
 
-    h_t, (ys, gates) = jax.lax.scan(step, _zero_where(reset[0], h0),
-                                    (xs, _next_resets(reset)))
+    h_t, (ys, gates) = scan_batch_first(step, _zero_where(reset[0], h0),
+                                        (xs, _next_resets(reset)), (w_rec, b_hn))
     return (h_t, ys), (ys, gates, h0, w_rec, reset)
 
 
@@ -119,7 +120,7 @@ def _gru_scan_bwd(res, cts):
     # each step's carry after its reset, rebuilt from the outputs in one pass
     h_in = _zero_where(reset, jnp.concatenate([h0[None], ys[:-1]], axis=0))
 
-    def step(c, inp):
+    def step(c, inp, w_rec):
         # c: the gradient of the next step's carry before its reset, as its two
         # terms (through z, through the matmul), summed in this step's pass
         d_y, h_in_t, g_t, reset_next = inp
@@ -132,15 +133,68 @@ def _gru_scan_bwd(res, cts):
         d_mm = jax.lax.dot_general(d_rec, w_rec, (((d_rec.ndim - 1,), (1,)), ((), ())))
         return (dh * z_t, d_mm), jnp.concatenate([dr, dz, dn], axis=-1)
 
-    (a, b), dxs = jax.lax.scan(step, (d_ht, jnp.zeros_like(d_ht)),
-                               (d_ys, h_in, gates, _next_resets(reset)), reverse=True)
+    (a, b), dxs = scan_batch_first(step, (d_ht, jnp.zeros_like(d_ht)),
+                                   (d_ys, h_in, gates, _next_resets(reset)), (w_rec,), True)
     d_hn = dxs[..., 2 * size:] * gates[..., :size]  # dn * r: the gradient of hn + b
     d_rec = jnp.concatenate([dxs[..., :2 * size], d_hn], axis=-1)
-    d_w = h_in.reshape(-1, size).T @ d_rec.reshape(-1, 3 * size)  # one matmul, all T x B rows
+    # one matmul over all T x B rows, contracting the rows (no transpose)
+    d_w = jax.lax.dot_general(h_in.reshape(-1, size), d_rec.reshape(-1, 3 * size),
+                              (((0,), (0,)), ((), ())))
     return dxs, d_w, d_hn.reshape(-1, size).sum(0), _zero_where(reset[0], a + b), None
 
 
 gru_scan.defvjp(_gru_scan_fwd, _gru_scan_bwd)
+
+
+def scan_batch_first(f: Callable, init, xs, consts: tuple = (), reverse: bool = False):
+    """`jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse)`
+    (xs: arrays [T, ...]), whose rule under `jax.vmap` keeps the vmapped axis in
+    front. f must close over no traced value: pass those as consts.
+
+    Under `vmap` (the trainer's seeds, a sweep's members) `lax.scan` moves the
+    vmapped axis of every scanned input and output behind time: a transpose of
+    each [runs, T, ...] array before the loop and after it. The rule here runs
+    the step vmapped in a loop that reads step t as ``xs[:, t]`` and writes
+    ``ys[:, t]`` in place: no transposes (one H200, IPPO-RNN at 1,024 x 32 with
+    ten seeds: 1.08x an update; docs/decisions.md, "Recurrent models")."""
+    @jax.custom_batching.custom_vmap
+    def run(consts, init, xs):
+        return jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse)
+
+    @run.def_vmap
+    def rule(axis_size, in_batched, consts, init, xs):
+        out = _loop_batch_first(f, axis_size, in_batched, consts, init, xs, reverse)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return run(tuple(consts), init, xs)
+
+
+def _loop_batch_first(step, size, in_batched, consts, init, xs, reverse):
+    """`scan_batch_first`'s vmap rule: arrays [size, ...] where batched (init and
+    xs broadcast to it where not; xs [size, T, ...]); returns (carry, ys)."""
+    c_b, i_b, x_b = in_batched
+
+    def grow(x, batched):
+        return x if batched else jnp.broadcast_to(x, (size, *x.shape))
+
+    init, xs = jax.tree.map(grow, init, i_b), jax.tree.map(grow, xs, x_b)
+    k_axes = tuple(0 if b else None for b in c_b)
+    one = jax.vmap(lambda c, x, k: step(c, x, *k), in_axes=(0, 0, k_axes))
+    t_len = jax.tree.leaves(xs)[0].shape[1]
+
+    def at(t):
+        return jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, t, 1, keepdims=False), xs)
+
+    ys = jax.tree.map(lambda y: jnp.zeros((size, t_len, *y.shape[1:]), y.dtype),
+                      jax.eval_shape(one, init, at(0), consts)[1])
+
+    def body(i, c):
+        t = t_len - 1 - i if reverse else i
+        carry, y = one(c[0], at(t), consts)
+        return carry, jax.tree.map(
+            lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v, t, 1), c[1], y)
+
+    return jax.lax.fori_loop(0, t_len, body, (init, ys))
 
 
 def _gru_torso(carry: jax.Array, x: jax.Array, reset: jax.Array, hidden_sizes: Sequence[int],
