@@ -662,6 +662,8 @@ PROFILE_GRU = Source("profile_phases_gru_h200.json", "python experiments/profile
 PROFILE_MPE = Source("profile_phases_mpe_bf16_h200.json", "python experiments/profile_phases.py")
 RECURRENT = Source("bench_recurrent_h200.json",
                    "cd experiments && python bench_recurrent.py --sizes jaxmarl,gpu")
+RECURRENT_NOW = Source("bench_recurrent_scan_h200.json",
+                       "python experiments/bench_recurrent.py --models gru,mlp")
 
 
 PEER_CHECK = Source("peer_check_rnn_h200.json",
@@ -742,7 +744,30 @@ def _recurrent_lines(root: Path) -> list[str]:
         *table(["envs × steps", "model", "learner", "env-steps/s", "ms / update",
                 "vs `gru_steps`", "`mlp` ÷ row"], rows),
         *sources_block(root, [RECURRENT]),
+        *_recurrent_now_lines(root),
         *_gru_profile_lines(root),
+    ]
+
+
+def _recurrent_now_lines(root: Path) -> list[str]:
+    """The shipped GRU against the MLP, measured again after the scan's changes."""
+    results = _read_json(root, RECURRENT_NOW)["results"]
+    mlp = {r["size"]: r for r in results if r["model"] == "mlp"}
+    rows = [[f"{r['num_envs']:,} × {r['num_steps']}",
+             f"`{r['model']}`" + (" + command buffers" if r["command_buffers"] else ""),
+             rate(r["env_steps_per_s"], r["num_agents"], kilo_or_mega),
+             f"{r['ms_per_update']:.1f}",
+             ratio(mlp[r["size"]]["env_steps_per_s"] / r["env_steps_per_s"])]
+            for r in results]
+    return [
+        "",
+        "The same benchmark for the shipped `gru` (its scan stacking two outputs a step and "
+        "its loops indexing time in place, docs/decisions.md) and the `mlp` "
+        f"({on(root, RECURRENT_NOW)}); env-steps/s (agent-steps/s in brackets), ms per update, "
+        "and the MLP's rate over the row's:",
+        "",
+        *table(["envs × steps", "model", "env-steps/s", "ms / update", "`mlp` ÷ row"], rows),
+        *sources_block(root, [RECURRENT_NOW]),
     ]
 
 
@@ -789,7 +814,7 @@ def _gru_scan_lines(root: Path) -> list[str]:
         agents = 3  # MPE simple_spread, both cases
         first = next(r for k, r in runs.items() if k != "peer")["s_per_update"]
         for name, r in runs.items():
-            marks = " ".join(f"`{m}`" for m in (r.get("overrides") or []) if m.startswith("@"))
+            marks = " ".join(f"`{m}`" for m in (r.get("overrides") or []))
             rows.append([data["what"], str(data["seeds"]),
                          f"`{name}`" + (f" {marks}" if marks else ""),
                          f"{1e3 * r['s_per_update']:.1f}",
@@ -804,7 +829,10 @@ def _gru_scan_lines(root: Path) -> list[str]:
         "`bench_time_to_return.py` (`jax.jit(jax.vmap(train))` over the seeds, shortened to a few "
         "updates; IPPO-RNN at 1,024 × 32, and MPE's feed-forward IPPO at the same size), "
         f"{on(root, PEER_PROFILE)}. Markers: the scan variants of "
-        "`experiments/gru_scan_variants.py` (`@folded_scan` is the shipped `gru_scan`); "
+        "`experiments/gru_scan_variants.py` (`@folded_scan`: `gru_scan` over plain `lax.scan`s, "
+        "shipped until commit 843acd6, the group's `default` before it; `@seed_major`: the "
+        "shipped `gru_scan`, its loops `scan_batch_first`; `@unrollK`: `@folded_scan` "
+        "unrolled K steps); "
         "`@cublas`, `@deterministic`, `@product_jit` "
         "compile with one or both of `jaxwarp train`'s options (`jaxwarp.train.compile`), the "
         "others with jax's defaults; `@flat_adam` runs Adam over the raveled parameters "
@@ -884,7 +912,8 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
         "",
         *_peer_check_lines(root),
     ]
-    return lines, [LEARNER, PROFILE, RECURRENT, PROFILE_GRU, PEER_CHECK, PEER_PROFILE]
+    return lines, [LEARNER, PROFILE, RECURRENT, RECURRENT_NOW, PROFILE_GRU, PEER_CHECK,
+                   PEER_PROFILE]
 
 
 DUEL_LOG = Source("duel_h100/train.log",
