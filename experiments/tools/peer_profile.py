@@ -62,7 +62,9 @@ def _flat_optimisers(c, d, groups):
 
 
 _OPTIONS = {"@product_jit": compiler_options(True), "@cublas": COMPILER_OPTIONS,
-            "@deterministic": DETERMINISTIC_OPTIONS}
+            "@deterministic": DETERMINISTIC_OPTIONS,
+            # cuBLAS's legacy API for the dots (no cuBLASLt split-K reductions)
+            "@no_cublaslt": {"xla_gpu_enable_cublaslt": False}}
 
 
 def _options(extra: list[str] | None) -> dict | None:
