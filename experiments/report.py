@@ -659,6 +659,8 @@ LEARNER_HISTORY = ("The variants are trainers of earlier commits, so this table 
                    "experiments/patches/head_pad8.patch` finds the script and the patch.")
 PROFILE = Source("profile_phases_h200.json", "python experiments/profile_phases.py")
 PROFILE_GRU = Source("profile_phases_gru_h200.json", "python experiments/profile_phases.py")
+PROFILE_GRU_PAPER = Source("profile_phases_gru_paper_h200.json",
+                           "python experiments/profile_phases.py")
 PROFILE_MPE = Source("profile_phases_mpe_bf16_h200.json", "python experiments/profile_phases.py")
 RECURRENT = Source("bench_recurrent_h200.json",
                    "cd experiments && python bench_recurrent.py --sizes jaxmarl,gpu")
@@ -773,32 +775,34 @@ def _recurrent_now_lines(root: Path) -> list[str]:
 
 def _gru_profile_lines(root: Path) -> list[str]:
     """What bounds the GRU update: its kernels' time against the span they fill."""
-    prof = _read_json(root, PROFILE_GRU)
-    gpu = prof["gpus"][0]
-    untraced = next(r["ms_per_update"] for r in _read_json(root, RECURRENT)["results"]
-                    if r["size"] == "gpu" and r["model"] == "gru" and not r["command_buffers"])
-    rows = [[ph["phase"], f"{ph['ms']:.2f}", f"{ph['share']:.1%}",
-             ", ".join(f"{k[:40]} {v:.2f}" for k, v in ph["top_kernels"][:2])]
-            for ph in prof["phases"]]
-    return [
-        "",
-        f"The `gru` update at the GPU size, by phase ({_case(prof['config'], prof['overrides'])},"
-        f" one seed, command buffers off, {on(root, PROFILE_GRU)}): {gpu['kernels']:,} "
-        f"kernels an update for {gpu['kernel_ms']:.1f} ms of kernel time, about "
-        f"{1e3 * gpu['kernel_ms'] / gpu['kernels']:.0f} µs each (the scans' steps: a few "
-        "small kernels each, forward and backward, every epoch and minibatch, and the "
-        f"rollout's steps). Untraced, the update takes {untraced:.1f} ms (`bench_recurrent.py` "
-        "above; "
-        f"the trace's span, {gpu['span_ms']:.1f} ms, holds the profiler's own cost), so the "
-        "kernels fill most of it: the update is bound by how many small kernels it runs, "
-        "each a few microseconds whatever its work, not by the GPU's arithmetic or memory. "
-        "ms per update, "
-        "share of kernel time, and the largest kernels (ms):",
-        "",
-        *table(["phase", "ms", "share", "largest kernels"], rows),
-        *sources_block(root, [PROFILE_GRU]),
-        *_gru_scan_lines(root),
-    ]
+    lines = []
+    for src, size, name in ((PROFILE_GRU, "gpu", "the GPU size"),
+                            (PROFILE_GRU_PAPER, "jaxmarl", "JaxMARL's size")):
+        prof = _read_json(root, src)
+        gpu = prof["gpus"][0]
+        untraced = next(r["ms_per_update"] for r in _read_json(root, RECURRENT_NOW)["results"]
+                        if r["size"] == size and r["model"] == "gru" and not r["command_buffers"])
+        rows = [[ph["phase"], f"{ph['ms']:.2f}", f"{ph['share']:.1%}",
+                 ", ".join(f"{k[:40]} {v:.2f}" for k, v in ph["top_kernels"][:2])]
+                for ph in prof["phases"]]
+        lines += [
+            "",
+            f"The `gru` update at {name}, by phase ({_case(prof['config'], prof['overrides'])},"
+            f" one seed, command buffers off, {on(root, src)}): {gpu['kernels']:,} "
+            f"kernels an update for {gpu['kernel_ms']:.1f} ms of kernel time, about "
+            f"{1e3 * gpu['kernel_ms'] / gpu['kernels']:.1f} µs each (the scans' steps: a few "
+            "small kernels each, forward and backward, every epoch and minibatch, and the "
+            f"rollout's steps). Untraced, the update takes {untraced:.1f} ms "
+            "(`bench_recurrent.py` above, command buffers on; "
+            f"the trace's span, {gpu['span_ms']:.1f} ms, holds the profiler's own cost): the "
+            "update is bound by how many small kernels it runs, each a few microseconds "
+            "whatever its work, not by the GPU's arithmetic or memory. ms per update, "
+            "share of kernel time, and the largest kernels (ms):",
+            "",
+            *table(["phase", "ms", "share", "largest kernels"], rows),
+            *sources_block(root, [src]),
+        ]
+    return [*lines, *_gru_scan_lines(root)]
 
 
 PEER_PROFILE = Source("peer_profile_h200.json", "python experiments/tools/peer_profile.py")
@@ -912,8 +916,8 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
         "",
         *_peer_check_lines(root),
     ]
-    return lines, [LEARNER, PROFILE, RECURRENT, RECURRENT_NOW, PROFILE_GRU, PEER_CHECK,
-                   PEER_PROFILE]
+    return lines, [LEARNER, PROFILE, RECURRENT, RECURRENT_NOW, PROFILE_GRU, PROFILE_GRU_PAPER,
+                   PEER_CHECK, PEER_PROFILE]
 
 
 DUEL_LOG = Source("duel_h100/train.log",
