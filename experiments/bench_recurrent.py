@@ -55,8 +55,13 @@ COMMAND_BUFFERS = {"xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUST
 
 def autodiff_scan(xs: jax.Array, w_rec: jax.Array, b_hn: jax.Array, h0: jax.Array,
                   reset: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """`jaxwarp.models.recurrent.gru_scan`'s forward, differentiated by jax."""
-    return gru_scan.fun(xs, w_rec, b_hn, h0, reset)
+    """`jaxwarp.models.recurrent.gru_scan`'s forward, differentiated by jax (its
+    loop a plain `lax.scan`: `scan_batch_first` is forward only)."""
+    def scan(f, init, xs, consts=(), reverse=False):
+        return jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse)
+
+    with mock.patch.object(recurrent, "scan_batch_first", scan):
+        return gru_scan.fun(xs, w_rec, b_hn, h0, reset)
 
 
 class AutodiffGRU(GRUActorCritic):

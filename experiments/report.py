@@ -793,7 +793,7 @@ def _gru_profile_lines(root: Path) -> list[str]:
             f"{1e3 * gpu['kernel_ms'] / gpu['kernels']:.1f} µs each (the scans' steps: a few "
             "small kernels each, forward and backward, every epoch and minibatch, and the "
             f"rollout's steps). Untraced, the update takes {untraced:.1f} ms "
-            "(`bench_recurrent.py` above, command buffers on; "
+            "(`bench_recurrent.py` above, XLA's default command buffers; "
             f"the trace's span, {gpu['span_ms']:.1f} ms, holds the profiler's own cost): the "
             "update is bound by how many small kernels it runs, each a few microseconds "
             "whatever its work, not by the GPU's arithmetic or memory. ms per update, "
@@ -853,6 +853,10 @@ def _gru_scan_lines(root: Path) -> list[str]:
 
 def _case(config: str, overrides: list[str]) -> str:
     return " ".join(f"`{o}`" for o in [config, *overrides])
+
+
+_RECURRENT_SOURCES = [RECURRENT, RECURRENT_NOW, PROFILE_GRU, PROFILE_GRU_PAPER, PEER_CHECK,
+                      PEER_PROFILE]
 
 
 def section_learner(root: Path) -> tuple[list[str], list[Source]]:
@@ -916,8 +920,7 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
         "",
         *_peer_check_lines(root),
     ]
-    return lines, [LEARNER, PROFILE, RECURRENT, RECURRENT_NOW, PROFILE_GRU, PROFILE_GRU_PAPER,
-                   PEER_CHECK, PEER_PROFILE]
+    return lines, [LEARNER, PROFILE, *_RECURRENT_SOURCES]
 
 
 DUEL_LOG = Source("duel_h100/train.log",

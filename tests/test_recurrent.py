@@ -13,6 +13,7 @@ import pytest
 from jaxwarp.run.evaluate import evaluate, load_run
 from jaxwarp.run.loop import train_run
 from jaxwarp.models import CentralGRUCritic, GRUActorCritic
+from jaxwarp.models import recurrent
 from jaxwarp.models.recurrent import gru_scan, scan_batch_first
 from jaxwarp.train import ConfigError, build_trainer, load_config, losses, make_train
 
@@ -290,16 +291,18 @@ def test_the_sequence_form_is_the_step_form_over_time(net, width):
 
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("weights_batched", [True, False])
-def test_scan_batch_first_is_lax_scan_alone_and_under_vmap(reverse, weights_batched):
-    """The loop the GRU runs in: the same bits as `lax.scan` alone, vmapped (with
-    the closed-over weights batched or shared) and under two vmaps."""
-    runs, t, b = 3, 6, 4
+@pytest.mark.parametrize("t", [6, 0])
+def test_scan_batch_first_is_lax_scan_alone_and_under_vmap(reverse, weights_batched, t):
+    """The loop the GRU runs in: the same bits as `lax.scan` alone, vmapped (the
+    weights, passed as consts, batched or shared; one scanned input shared by
+    all runs) and under two vmaps; also over no steps."""
+    runs, b = 3, 4
     k = jax.random.split(jax.random.PRNGKey(0), 3)
-    w = jax.random.normal(k[0], (runs, 5, 5) if weights_batched else (5, 5))
-    xs = (jax.random.normal(k[1], (runs, t, b, 5)), jax.random.bernoulli(k[2], 0.3, (runs, t, b)))
+    w = {"w": jax.random.normal(k[0], (runs, 5, 5) if weights_batched else (5, 5)), "b": 0.5}
+    xs = (jax.random.normal(k[1], (runs, t, b, 5)), jax.random.bernoulli(k[2], 0.3, (t, b)))
 
     def step(c, x, w):
-        h = jnp.where(x[1][:, None], 0.0, jnp.tanh(c @ w + x[0]))
+        h = jnp.where(x[1][:, None], 0.0, jnp.tanh(c @ w["w"] + x[0] + w["b"]))
         return h, (h, x[1].astype(jnp.int32))
 
     def want(w, xs):
@@ -308,13 +311,13 @@ def test_scan_batch_first_is_lax_scan_alone_and_under_vmap(reverse, weights_batc
     def got(w, xs):
         return scan_batch_first(step, jnp.ones((b, 5)), xs, (w,), reverse)
 
-    axes = (0 if weights_batched else None, 0)
+    axes = ({"w": 0 if weights_batched else None, "b": None}, (0, None))
+    one = ({**w, "w": w["w"][0]} if weights_batched else w, (xs[0][0], xs[1]))
     pairs = [(jax.vmap(want, axes)(w, xs), jax.jit(jax.vmap(got, axes))(w, xs)),
-             (want(w[0] if weights_batched else w, jax.tree.map(lambda x: x[0], xs)),
-              got(w[0] if weights_batched else w, jax.tree.map(lambda x: x[0], xs)))]
-    nest = jax.tree.map(lambda x: jnp.stack([x, x[::-1]]), xs)
-    pairs.append((jax.vmap(jax.vmap(want, axes), (None, 0))(w, nest),
-                  jax.vmap(jax.vmap(got, axes), (None, 0))(w, nest)))
+             (want(*one), got(*one))]
+    nest = (jnp.stack([xs[0], xs[0][::-1]]), xs[1])
+    pairs.append((jax.vmap(jax.vmap(want, axes), (None, (0, None)))(w, nest),
+                  jax.vmap(jax.vmap(got, axes), (None, (0, None)))(w, nest)))
     for a, c in pairs:
         assert jax.tree.structure(a) == jax.tree.structure(c)
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(c)):
@@ -322,21 +325,33 @@ def test_scan_batch_first_is_lax_scan_alone_and_under_vmap(reverse, weights_batc
             np.testing.assert_array_equal(x, y)
 
 
-def test_the_gru_vmapped_over_runs_moves_no_axis_behind_time():
+def _plain_scan(f, init, xs, consts=(), reverse=False):
+    return jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse)
+
+
+def test_the_gru_vmapped_over_runs_moves_no_axis_behind_time(monkeypatch):
     """Why `scan_batch_first` exists: vmapped over runs (seeds), the GRU's scan
     and its gradient lower with no transpose of the [runs, T, ...] arrays and no
-    scatter (`lax.scan` transposes them; indexed writes under vmap scatter)."""
+    scatter, where the same scan over `lax.scan` transposes them; the gradients
+    equal each run's own."""
     runs, t, b, h = 2, 5, 3, 4
-    k = jax.random.split(jax.random.PRNGKey(0), 4)
+    k = jax.random.split(jax.random.PRNGKey(0), 5)
     args = (jax.random.normal(k[0], (runs, t, b, 3 * h)), jax.random.normal(k[1], (runs, h, 3 * h)),
             jax.random.normal(k[2], (runs, h)), jax.random.normal(k[3], (runs, b, h)),
-            jnp.zeros((runs, t, b), bool))
+            jax.random.bernoulli(k[4], 0.3, (runs, t, b)))
 
-    def loss(*a):
-        return gru_scan(*a)[1].sum()
+    def grads(*a):
+        return jax.grad(lambda *a: jnp.sin(gru_scan(*a)[1]).sum(), argnums=(0, 1, 2, 3))(*a)
 
-    text = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2, 3)))).lower(*args).as_text()
-    assert "while" in text and "transpose" not in text and "scatter" not in text
+    vmapped = jax.jit(jax.vmap(grads))
+    text = vmapped.lower(*args).as_text()
+    assert "transpose" not in text and "scatter" not in text
+    for run in range(runs):
+        for x, y in zip(jax.tree.leaves(vmapped(*args)),
+                        jax.tree.leaves(grads(*jax.tree.map(lambda a: a[run], args)))):
+            np.testing.assert_allclose(x[run], y, rtol=1e-6, atol=1e-6)
+    monkeypatch.setattr(recurrent, "scan_batch_first", _plain_scan)
+    assert "transpose" in jax.jit(jax.vmap(grads)).lower(*args).as_text()
 
 
 class _StepOnlyGRU(nn.Module):

@@ -148,15 +148,20 @@ gru_scan.defvjp(_gru_scan_fwd, _gru_scan_bwd)
 
 def scan_batch_first(f: Callable, init, xs, consts: tuple = (), reverse: bool = False):
     """`jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse)`
-    (xs: arrays [T, ...]), whose rule under `jax.vmap` keeps the vmapped axis in
-    front. f must close over no traced value: pass those as consts.
+    whose rule under `jax.vmap` keeps the vmapped axis in front: init a pytree of
+    carries, xs a pytree of arrays [T, ...], consts a tuple of pytrees; returns
+    (carry, ys [T, ...]) as `lax.scan` does. f must close over no traced value
+    (pass those as consts: a `custom_vmap` function may not close over a batched
+    one). Forward only: it is not reverse-differentiable (`custom_vmap` has no
+    transpose), so it runs inside a `custom_vjp`'s forward and backward.
 
     Under `vmap` (the trainer's seeds, a sweep's members) `lax.scan` moves the
     vmapped axis of every scanned input and output behind time: a transpose of
     each [runs, T, ...] array before the loop and after it. The rule here runs
     the step vmapped in a loop that reads step t as ``xs[:, t]`` and writes
     ``ys[:, t]`` in place: no transposes (one H200, IPPO-RNN at 1,024 x 32 with
-    ten seeds: 1.08x an update; docs/decisions.md, "Recurrent models")."""
+    ten seeds, command buffers off: 1.08x an update on the wall clock, 1.05x in
+    device time; docs/decisions.md, "Recurrent models")."""
     @jax.custom_batching.custom_vmap
     def run(consts, init, xs):
         return jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse)
@@ -170,23 +175,28 @@ def scan_batch_first(f: Callable, init, xs, consts: tuple = (), reverse: bool = 
 
 
 def _loop_batch_first(step, size, in_batched, consts, init, xs, reverse):
-    """`scan_batch_first`'s vmap rule: arrays [size, ...] where batched (init and
-    xs broadcast to it where not; xs [size, T, ...]); returns (carry, ys)."""
+    """`scan_batch_first`'s vmap rule. Batched leaves are [size, ...] (xs':
+    [size, T, ...]); the carry is broadcast to [size, ...] where it is not
+    batched, unbatched xs and consts are read as they are. Returns (carry, ys
+    [size, T, ...])."""
     c_b, i_b, x_b = in_batched
 
-    def grow(x, batched):
-        return x if batched else jnp.broadcast_to(x, (size, *x.shape))
+    def axes(flags):
+        return jax.tree.map(lambda b: 0 if b else None, flags)
 
-    init, xs = jax.tree.map(grow, init, i_b), jax.tree.map(grow, xs, x_b)
-    k_axes = tuple(0 if b else None for b in c_b)
-    one = jax.vmap(lambda c, x, k: step(c, x, *k), in_axes=(0, 0, k_axes))
-    t_len = jax.tree.leaves(xs)[0].shape[1]
+    init = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (size, *jnp.shape(x))),
+                        init, i_b)
+    one = jax.vmap(lambda c, x, k: step(c, x, *k), in_axes=(0, axes(x_b), axes(c_b)))
+    t_len = jax.tree.leaves(xs)[0].shape[1 if jax.tree.leaves(x_b)[0] else 0]
 
-    def at(t):
-        return jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, t, 1, keepdims=False), xs)
+    def at(t):  # step t of each scanned input: time is axis 1 where batched
+        return jax.tree.map(lambda x, b: jax.lax.dynamic_index_in_dim(
+            x, t, 1 if b else 0, keepdims=False), xs, x_b)
 
+    x_t = jax.tree.map(lambda x, b: jax.ShapeDtypeStruct(
+        x.shape[:1] + x.shape[2:] if b else x.shape[1:], x.dtype), xs, x_b)
     ys = jax.tree.map(lambda y: jnp.zeros((size, t_len, *y.shape[1:]), y.dtype),
-                      jax.eval_shape(one, init, at(0), consts)[1])
+                      jax.eval_shape(one, init, x_t, consts)[1])
 
     def body(i, c):
         t = t_len - 1 - i if reverse else i
@@ -194,6 +204,8 @@ def _loop_batch_first(step, size, in_batched, consts, init, xs, reverse):
         return carry, jax.tree.map(
             lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v, t, 1), c[1], y)
 
+    if t_len == 0:  # no step to trace (dynamic_index_in_dim needs a step there)
+        return init, ys
     return jax.lax.fori_loop(0, t_len, body, (init, ys))
 
 
