@@ -57,10 +57,7 @@ def autodiff_scan(xs: jax.Array, w_rec: jax.Array, b_hn: jax.Array, h0: jax.Arra
                   reset: jax.Array) -> tuple[jax.Array, jax.Array]:
     """`jaxwarp.models.recurrent.gru_scan`'s forward, differentiated by jax (its
     loop a plain `lax.scan`: `scan_batch_first` is forward only)."""
-    def scan(f, init, xs, consts=(), reverse=False):
-        return jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse)
-
-    with mock.patch.object(recurrent, "scan_batch_first", scan):
+    with mock.patch.object(recurrent, "scan_batch_first", recurrent.scan_with_consts):
         return gru_scan.fun(xs, w_rec, b_hn, h0, reset)
 
 

@@ -36,6 +36,7 @@ h0 f32[..., H], reset bool[T, ...] -> (h_T, h_1..T)), patched in by
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -190,21 +191,13 @@ def _with_scan(scan_fn, name: str):
     return scan
 
 
-def _lax_scan(unroll: int = 1):
-    """`scan_batch_first`'s signature over a plain `lax.scan`."""
-    def scan(f, init, xs, consts=(), reverse=False):
-        return jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse,
-                            unroll=unroll)
-    return scan
-
-
 def unrolled(k: int):
     """The shipped `gru_scan` with its loops `lax.scan`s unrolled k steps."""
-    return _with_scan(_lax_scan(k), f"unrolled{k}")
+    return _with_scan(functools.partial(recurrent.scan_with_consts, unroll=k), f"unrolled{k}")
 
 
 # the scan as shipped before its loops kept vmap's axis in front
-folded = _with_scan(_lax_scan(), "folded")
+folded = _with_scan(recurrent.scan_with_consts, "folded")
 
 
 VARIANTS = {"@lean_scan": lean, "@indexed_scan": indexed, "@folded_scan": folded,

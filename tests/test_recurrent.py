@@ -325,10 +325,6 @@ def test_scan_batch_first_is_lax_scan_alone_and_under_vmap(reverse, weights_batc
             np.testing.assert_array_equal(x, y)
 
 
-def _plain_scan(f, init, xs, consts=(), reverse=False):
-    return jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse)
-
-
 def test_the_gru_vmapped_over_runs_moves_no_axis_behind_time(monkeypatch):
     """Why `scan_batch_first` exists: vmapped over runs (seeds), the GRU's scan
     and its gradient lower with no transpose of the [runs, T, ...] arrays and no
@@ -350,7 +346,7 @@ def test_the_gru_vmapped_over_runs_moves_no_axis_behind_time(monkeypatch):
         for x, y in zip(jax.tree.leaves(vmapped(*args)),
                         jax.tree.leaves(grads(*jax.tree.map(lambda a: a[run], args)))):
             np.testing.assert_allclose(x[run], y, rtol=1e-6, atol=1e-6)
-    monkeypatch.setattr(recurrent, "scan_batch_first", _plain_scan)
+    monkeypatch.setattr(recurrent, "scan_batch_first", recurrent.scan_with_consts)
     assert "transpose" in jax.jit(jax.vmap(grads)).lower(*args).as_text()
 
 

@@ -164,7 +164,7 @@ def scan_batch_first(f: Callable, init, xs, consts: tuple = (), reverse: bool = 
     device time; docs/decisions.md, "Recurrent models")."""
     @jax.custom_batching.custom_vmap
     def run(consts, init, xs):
-        return jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse)
+        return scan_with_consts(f, init, xs, consts, reverse)
 
     @run.def_vmap
     def rule(axis_size, in_batched, consts, init, xs):
@@ -172,6 +172,13 @@ def scan_batch_first(f: Callable, init, xs, consts: tuple = (), reverse: bool = 
         return out, jax.tree.map(lambda _: True, out)
 
     return run(tuple(consts), init, xs)
+
+
+def scan_with_consts(f: Callable, init, xs, consts: tuple = (), reverse: bool = False,
+                     unroll: int = 1):
+    """`jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, ...)`: `scan_batch_first`
+    alone, with its signature (and differentiable, where it is not)."""
+    return jax.lax.scan(lambda c, x: f(c, x, *consts), init, xs, reverse=reverse, unroll=unroll)
 
 
 def _loop_batch_first(step, size, in_batched, consts, init, xs, reverse):
