@@ -216,6 +216,8 @@ def main() -> None:
                     help="copy bandwidth in bytes/s (measured on the device; H100 ~3.0e12)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--hlo", default=None, help="also write the optimised HLO (gzip) here")
+    ap.add_argument("--top", type=int, default=15,
+                    help="kernels per phase listed with their bytes and floor")
     args = ap.parse_intermixed_args()
     trainer = build_trainer(load_config(args.config, args.overrides))
     state = jax.jit(trainer.init)(jax.random.PRNGKey(0))
@@ -237,6 +239,7 @@ def main() -> None:
     ms = collections.defaultdict(float)
     nbytes = collections.defaultdict(float)
     kernels = collections.defaultdict(lambda: collections.defaultdict(float))
+    kbytes = collections.defaultdict(lambda: collections.defaultdict(float))
     unmatched = 0
     for e in events:
         op = _hlo_op(e, instr)
@@ -249,7 +252,9 @@ def main() -> None:
         # per GPU: the mean over the GPUs the program ran on
         ms[phase] += e.get("dur", 0) / 1e3 / args.updates / gpus
         nbytes[phase] += (info["bytes"] if info else 0) / args.updates / gpus
-        kernels[phase][e.get("name", "?")[:60]] += e.get("dur", 0) / 1e3 / args.updates / gpus
+        kname = e.get("name", "?")[:60]
+        kernels[phase][kname] += e.get("dur", 0) / 1e3 / args.updates / gpus
+        kbytes[phase][kname] += (info["bytes"] if info else 0) / args.updates / gpus
     if events and unmatched > len(events) // 2:  # show what the trace carries
         print("unmatched events, e.g.:", [(e.get("name"), e.get("args")) for e in events[:3]])
     kind = jax.devices()[0].device_kind
@@ -263,9 +268,13 @@ def main() -> None:
         f, b, t = flops.get(p, 0.0), nbytes.get(p, 0.0), ms.get(p, 0.0)
         floor_ms = 1e3 * max(f / peak if peak else 0.0, b / args.bandwidth)
         top = sorted(kernels[p].items(), key=lambda kv: -kv[1])[:6]
+        listed = sorted(kernels[p].items(), key=lambda kv: -kv[1])[:args.top]
         rows.append({"phase": p, "ms": t, "share": t / total_ms if total_ms else 0.0,
                      "matmul_tflop": f / 1e12, "gbytes": b / 1e9, "floor_ms": floor_ms,
-                     "top_kernels": [[k, v] for k, v in top]})
+                     "top_kernels": [[k, v] for k, v in top],
+                     # [name, ms, GB moved (HLO shapes), ms at the copy bandwidth]
+                     "kernels": [[k, v, kbytes[p][k] / 1e9,
+                                  1e3 * kbytes[p][k] / args.bandwidth] for k, v in listed]})
     d = trainer.derived
     print(f"{kind}: {trainer.config.env} {trainer.config.algorithm}, {d.batch_env_steps} "
           f"env-steps per update; device time {total_ms:.1f} ms per update per GPU; "
