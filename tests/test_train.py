@@ -96,6 +96,54 @@ def test_multi_head_log_prob_and_entropy():
     np.testing.assert_allclose(losses.entropy(logits, (3, 2)), [h], rtol=1e-6)
 
 
+def _autodiff_head_stats(logits, actions, nvec):
+    """log-prob and entropy by jax.nn.log_softmax per head, differentiated by jax."""
+    lp, ent, col = 0.0, 0.0, 0
+    for h, n in enumerate(nvec):
+        ls = jax.nn.log_softmax(logits[..., col:col + n], axis=-1)
+        lp = lp + jnp.take_along_axis(ls, actions[..., h:h + 1], axis=-1)[..., 0]
+        ent = ent - jnp.sum(jnp.exp(ls) * ls, axis=-1)
+        col += n
+    return lp, ent
+
+
+@pytest.mark.parametrize("nvec", [(5,), (2,), (21, 21, 1), (3, 3, 4, 4, 4)])
+def test_head_stats_gradient_is_autodiffs(nvec):
+    k = jax.random.split(jax.random.PRNGKey(3), 4)
+    logits = 3.0 * jax.random.normal(k[0], (7, 3, sum(nvec)))
+    actions = jnp.stack([jax.random.randint(kk, (7, 3), 0, n)
+                         for kk, n in zip(jax.random.split(k[1], len(nvec)), nvec)], -1)
+    w_lp, w_ent = jax.random.normal(k[2], (7, 3)), jax.random.normal(k[3], (7, 3))
+
+    def objective(fn, lg):
+        lp, ent = fn(lg, actions, nvec)
+        return jnp.sum(w_lp * lp) + jnp.sum(w_ent * ent)
+
+    ours = losses.head_stats(logits, actions, nvec)
+    ref = _autodiff_head_stats(logits, actions, nvec)
+    for a, b in zip(ours, ref):
+        assert a.shape == (7, 3) and a.dtype == jnp.float32
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    g = jax.grad(lambda lg: objective(losses.head_stats, lg))(logits)
+    g_ref = jax.grad(lambda lg: objective(_autodiff_head_stats, lg))(logits)
+    assert g.shape == logits.shape and g.dtype == jnp.float32
+    np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-6)
+    # vmapped (seeds, sweep members): the same as each slice's own
+    gv = jax.vmap(jax.grad(lambda lg: objective(losses.head_stats, lg)))(logits[None])[0]
+    np.testing.assert_allclose(gv, g, rtol=1e-6, atol=1e-7)
+
+
+def test_head_stats_gradient_in_bfloat16_logits():
+    nvec = (4, 4)
+    logits = jax.random.normal(jax.random.PRNGKey(0), (16, 8)).astype(jnp.bfloat16)
+    actions = jnp.zeros((16, 2), jnp.int32)
+    g = jax.grad(lambda lg: jnp.sum(losses.head_stats(lg, actions, nvec)[0]))(logits)
+    g_ref = jax.grad(lambda lg: jnp.sum(_autodiff_head_stats(
+        lg.astype(jnp.float32), actions, nvec)[0]))(logits)
+    assert g.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.float32(g), np.float32(g_ref), rtol=1e-2, atol=1e-2)
+
+
 class _DenseMLP(nn.Module):
     """The actor-critic MLP written plainly with nn.Dense (PureJaxRL style):
     the reference that MLPActorCritic's fused matmuls and gradient must match."""
@@ -156,6 +204,8 @@ def test_weight_gradient_row_blocks():
     assert _row_blocks(1_000_000) == 125  # 8,000 rows per block
     assert _row_blocks(2_500_000) == 125
     assert _row_blocks(1024 * 96) == 96
+    # blocks of a multiple of 8 rows: 50 of 2,000, not 80 of 1,250 (cuBLAS pads those)
+    assert _row_blocks(100_000) == 50
     assert _row_blocks(1031) == 1  # a prime: one block
     assert _row_blocks(4096) == 1  # blocks would be smaller than 1024 rows
 

@@ -55,9 +55,12 @@ MAX_OUT = 256  # logits of every head + the value
 def row_blocks(rows: int) -> int:
     """How many row blocks a weight gradient over `rows` rows is summed
     over: the largest divisor of `rows` in [8, 128] that leaves blocks of at
-    least 1024 rows (1 when there is none)."""
+    least 1024 rows, a multiple of 8 (1 when there is none). cuBLAS wants the
+    contracted dimension aligned: with blocks of 1,250 rows (Tag's taggers,
+    100,000 rows in 80 blocks) XLA padded every block of both operands to
+    1,256 rows, a copy of each (docs/decisions.md, "The learner's tail")."""
     for s in range(128, 7, -1):
-        if rows % s == 0 and rows // s >= 1024:
+        if rows % s == 0 and rows // s >= 1024 and (rows // s) % 8 == 0:
             return s
     return 1
 
@@ -397,27 +400,33 @@ def fused_mlp(lay: Layout, x: jax.Array, weights: tuple[jax.Array, ...], blocks:
 def _fwd(lay, x, weights, blocks, interpret):
     # Under differentiation the forward also writes every hidden layer's
     # activation: the backward reads them rather than recomputing the layers
-    # (and the weight gradients need them in memory either way).
+    # (and the weight gradients need them in memory either way). The input is
+    # cast to the compute dtype (as the kernel casts it) and padded to a
+    # multiple of 8 features once, by one fusion that both the kernel and the
+    # first layer's weight gradient read: cuBLAS wants that operand aligned, and
+    # XLA otherwise made a padded copy of it from the batch (71 Tag features).
     lead = x.shape[:-1]
-    out, *hs = forward(lay, x.reshape(-1, x.shape[-1]), weights, True, interpret)
-    return out.reshape(*lead, lay.out_pad), (x, weights, hs)
+    d = x.shape[-1]
+    xp = jnp.pad(x.reshape(-1, d).astype(jnp.dtype(lay.dtype)), ((0, 0), (0, -d % 8)))
+    out, *hs = forward(lay, xp, weights, True, interpret)
+    return out.reshape(*lead, lay.out_pad), (x, xp, weights, hs)
 
 
 def _bwd(lay, blocks, interpret, res, g):
-    x, weights, hs = res
+    x, xp, weights, hs = res
     dt, n = jnp.dtype(lay.dtype), len(lay.widths)
-    x2 = x.reshape(-1, x.shape[-1])
     g2 = g.reshape(-1, lay.out_pad)
     outs = _backward(lay, g2, hs, weights, interpret)
     grads: list[jax.Array] = []
     head_grads = []
-    dx = jnp.zeros(x2.shape, jnp.float32)
+    dx = jnp.zeros((g2.shape[0], x.shape[-1]), jnp.float32)
     for t in range(lay.towers):
         dzs = outs[2 * n * t:2 * n * t + n]
         sums = outs[2 * n * t + n:2 * n * (t + 1)]
-        prev = x2.astype(dt)
+        prev = xp
         for i in range(n):
-            grads.append(weight_grad(prev, dzs[i], blocks))
+            gw = weight_grad(prev, dzs[i], blocks)
+            grads.append(gw[:x.shape[-1]] if i == 0 else gw)  # xp's padding cut off
             grads.append(jnp.sum(sums[i], axis=0))
             prev = hs[t * n + i]
         head_grads.append(weight_grad(prev, g2.astype(dt), blocks))

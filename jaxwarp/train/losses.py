@@ -35,22 +35,81 @@ def gae(rewards: jax.Array, values: jax.Array, dones: jax.Array, last_value: jax
     return adv, adv + values
 
 
-def _head_log_probs(logits: jax.Array, nvec: Sequence[int]) -> list[tuple[int, jax.Array]]:
-    """(first head, log_softmax f32[..., k, n]) per run of k consecutive heads
-    of equal size n: Tag's two 21-way heads are one [..., 2, 21] array (one
-    fusion over the batch, not one per 21-wide slice)."""
-    groups: list[tuple[int, int]] = []  # (size, count)
+def _head_groups(nvec: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(first head, count k, size n) per run of k consecutive heads of equal
+    size n: Tag's two 21-way heads are one [..., 2, 21] block (one fusion over
+    the batch, not one per 21-wide slice)."""
+    out: list[tuple[int, int, int]] = []
+    head = 0
     for n in (int(v) for v in nvec):
-        if groups and groups[-1][0] == n:
-            groups[-1] = (n, groups[-1][1] + 1)
+        if out and out[-1][2] == n:
+            out[-1] = (out[-1][0], out[-1][1] + 1, n)
         else:
-            groups.append((n, 1))
-    out, col, head = [], 0, 0
-    for n, k in groups:
-        block = logits[..., col:col + n * k].reshape(logits.shape[:-1] + (k, n))
-        out.append((head, jax.nn.log_softmax(block, axis=-1)))
-        col, head = col + n * k, head + k
+            out.append((head, 1, n))
+        head += 1
     return out
+
+
+def _stats_forward(x: jax.Array, a: jax.Array
+                   ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
+    """x f32[..., k, n] (k heads of n logits), a i32[..., k] ->
+    ((log-prob f32[...], entropy f32[...]) summed over the k heads,
+    (log-sum-exp f32[..., k, 1], each head's entropy f32[..., k]))."""
+    m = jnp.max(x, axis=-1, keepdims=True)
+    lse = m + jnp.log(jnp.sum(jnp.exp(x - m), axis=-1, keepdims=True))
+    logp = x - lse
+    # A select against the actions' one-hot mask, not take_along_axis: the same
+    # value (one term, the rest exact zeros) without a gather.
+    hit = jnp.arange(x.shape[-1], dtype=a.dtype) == a[..., None]
+    lp = jnp.sum(jnp.where(hit, logp, 0.0), axis=-1)
+    ent = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    return (jnp.sum(lp, axis=-1), jnp.sum(ent, axis=-1)), (lse, ent)
+
+
+@jax.custom_vjp
+def _head_stats(x: jax.Array, a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sum of log pi(a_h), sum of entropies) over k heads of n: x f32[..., k, n]."""
+    return _stats_forward(x, a)[0]
+
+
+def _head_stats_fwd(x, a):
+    out, (lse, ent) = _stats_forward(x, a)
+    return out, (x, a, lse, ent)
+
+
+def _head_stats_bwd(res, g):
+    # One elementwise pass over the logits: d log pi(a)/dx = onehot(a) - p and
+    # d H/dx = -p (log p + H). Autodiff of the forward instead writes the
+    # log-softmax and its cotangent to memory and reduces them again (on the
+    # GPU several passes over every [rows, k, n] logit of a minibatch).
+    x, a, lse, ent = res
+    g_lp, g_ent = (v[..., None, None] for v in g)
+    logp = x - lse
+    p = jnp.exp(logp)
+    hit = jnp.arange(x.shape[-1], dtype=a.dtype) == a[..., None]
+    dx = g_lp * (hit.astype(x.dtype) - p) - g_ent * p * (logp + ent[..., None])
+    return dx, None
+
+
+_head_stats.defvjp(_head_stats_fwd, _head_stats_bwd)
+
+
+def head_stats(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]
+               ) -> tuple[jax.Array, jax.Array]:
+    """(log_prob f32[...], entropy f32[...]): sums over heads of
+    log softmax(logits_h)[actions[..., h]] and of the categorical entropy.
+
+    logits: float[..., sum(nvec)]; actions: int[..., len(nvec)]. Differentiable
+    in the logits by a hand-written backward (one pass over them).
+    """
+    x = logits.astype(jnp.float32)
+    lp, ent = 0.0, 0.0
+    col = 0
+    for head, k, n in _head_groups(nvec):
+        block = x[..., col:col + n * k].reshape(x.shape[:-1] + (k, n))
+        g_lp, g_ent = _head_stats(block, actions[..., head:head + k])
+        lp, ent, col = lp + g_lp, ent + g_ent, col + n * k
+    return lp, ent
 
 
 def log_prob(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]) -> jax.Array:
@@ -58,24 +117,13 @@ def log_prob(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]) -> jax.
 
     logits: f32[..., sum(nvec)]; actions: i32[..., len(nvec)].
     """
-    total = 0.0
-    for head, lp in _head_log_probs(logits, nvec):
-        # A select against the actions' one-hot mask, not take_along_axis:
-        # the same value (one term, the rest exact zeros), but its gradient is
-        # a select too, where take_along_axis's is a scatter-add (on the GPU
-        # a slow fusion over every [T, envs, agents, n] logit of the batch).
-        a = actions[..., head:head + lp.shape[-2], None]
-        hit = jnp.arange(lp.shape[-1], dtype=actions.dtype) == a
-        total = total + jnp.sum(jnp.where(hit, lp, 0.0), axis=(-2, -1))
-    return total
+    return head_stats(logits, actions, nvec)[0]
 
 
 def entropy(logits: jax.Array, nvec: Sequence[int]) -> jax.Array:
     """f32[...]: sum over heads of the categorical entropy."""
-    total = 0.0
-    for _, lp in _head_log_probs(logits, nvec):
-        total = total - jnp.sum(jnp.exp(lp) * lp, axis=(-2, -1))
-    return total
+    actions = jnp.zeros(logits.shape[:-1] + (len(nvec),), jnp.int32)
+    return head_stats(logits, actions, nvec)[1]
 
 
 @struct.dataclass
@@ -110,8 +158,8 @@ def policy_loss(logits: jax.Array, value: jax.Array, batch: Batch, nvec: Sequenc
     adv = batch.advantage
     if normalize_advantages:
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    lp = log_prob(logits, batch.actions, nvec)
-    ent = entropy(logits, nvec).mean()
+    lp, ent = head_stats(logits, batch.actions, nvec)
+    ent = ent.mean()
     log_ratio = lp - batch.log_prob
     ratio = jnp.exp(log_ratio)
     if algorithm == "ppo":
