@@ -13,6 +13,14 @@ when it is made. A run killed inside the block leaves the patch applied;
 | obs_parts_only.patch | no observation rows staged in shared memory (kObsBudget = 0): parts straight to the output wherever an env has observe_part() |
 | tag_ablate_features.patch | Tag writes every observation as zeros (time breakdown only: wrong observations) |
 | tag_ablate_search.patch | as above, and Tag's team pass (the neighbour search with its compaction or grid build) is skipped |
+
+Learner variants (Python: `git apply` one, time it in its own process, `git apply -R`; the
+numbers are in docs/decisions.md, "The learner's tail"):
+
+| patch | what it changes |
+|---|---|
+| heads_autodiff.patch | the heads' log-probability and entropy differentiated by jax (the code before `losses.head_stats`) |
+| heads_recompute.patch | `head_stats`'s backward recomputes the log-softmax from the logits instead of saving it |
 """
 
 from __future__ import annotations

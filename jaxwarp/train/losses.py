@@ -54,16 +54,14 @@ def _stats_forward(x: jax.Array, a: jax.Array
                    ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
     """x f32[..., k, n] (k heads of n logits), a i32[..., k] ->
     ((log-prob f32[...], entropy f32[...]) summed over the k heads,
-    (log-sum-exp f32[..., k, 1], each head's entropy f32[..., k]))."""
-    m = jnp.max(x, axis=-1, keepdims=True)
-    lse = m + jnp.log(jnp.sum(jnp.exp(x - m), axis=-1, keepdims=True))
-    logp = x - lse
+    (log-softmax f32[..., k, n], each head's entropy f32[..., k]))."""
+    logp = jax.nn.log_softmax(x, axis=-1)
     # A select against the actions' one-hot mask, not take_along_axis: the same
     # value (one term, the rest exact zeros) without a gather.
     hit = jnp.arange(x.shape[-1], dtype=a.dtype) == a[..., None]
     lp = jnp.sum(jnp.where(hit, logp, 0.0), axis=-1)
     ent = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
-    return (jnp.sum(lp, axis=-1), jnp.sum(ent, axis=-1)), (lse, ent)
+    return (jnp.sum(lp, axis=-1), jnp.sum(ent, axis=-1)), (logp, ent)
 
 
 @jax.custom_vjp
@@ -73,21 +71,21 @@ def _head_stats(x: jax.Array, a: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def _head_stats_fwd(x, a):
-    out, (lse, ent) = _stats_forward(x, a)
-    return out, (x, a, lse, ent)
+    out, (logp, ent) = _stats_forward(x, a)
+    return out, (logp, a, ent)
 
 
 def _head_stats_bwd(res, g):
-    # One elementwise pass over the logits: d log pi(a)/dx = onehot(a) - p and
-    # d H/dx = -p (log p + H). Autodiff of the forward instead writes the
-    # log-softmax and its cotangent to memory and reduces them again (on the
-    # GPU several passes over every [rows, k, n] logit of a minibatch).
-    x, a, lse, ent = res
+    # One elementwise pass over the saved log-softmax: d log pi(a)/dx = onehot(a)
+    # - p and d H/dx = -p (log p + H). jax's own gradient of the forward reduces
+    # the log-softmax's cotangent again (one more pass over every [rows, k, n]
+    # logit of a minibatch); recomputing the log-softmax from the logits here
+    # instead was slower on the GPU (docs/decisions.md, "The learner's tail").
+    logp, a, ent = res
     g_lp, g_ent = (v[..., None, None] for v in g)
-    logp = x - lse
     p = jnp.exp(logp)
-    hit = jnp.arange(x.shape[-1], dtype=a.dtype) == a[..., None]
-    dx = g_lp * (hit.astype(x.dtype) - p) - g_ent * p * (logp + ent[..., None])
+    hit = jnp.arange(logp.shape[-1], dtype=a.dtype) == a[..., None]
+    dx = g_lp * (hit.astype(logp.dtype) - p) - g_ent * p * (logp + ent[..., None])
     return dx, None
 
 
