@@ -144,28 +144,6 @@ def test_head_stats_gradient_in_bfloat16_logits():
     np.testing.assert_allclose(np.float32(g), np.float32(g_ref), rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("fold", [True, False])
-def test_linear_relu_is_relu_of_linear(fold):
-    from jaxwarp.models import mlp
-    k = jax.random.split(jax.random.PRNGKey(5), 4)
-    x = jax.random.normal(k[0], (3, 40, 6 if fold else 8))
-    w = jax.random.normal(k[1], (x.shape[-1], 8))
-    b = jax.random.normal(k[2], (8,)).at[0].set(-1e9)  # a unit at 0 exactly after the ReLU
-    dh = jax.random.normal(k[3], (3, 40, 8))
-
-    def fused(x, w, b):
-        return jnp.sum(dh * mlp._linear_relu(x, w, b, fold, True))
-
-    def plain(x, w, b):
-        return jnp.sum(dh * jax.nn.relu(mlp._linear(x, w, b, fold, True)))
-
-    np.testing.assert_array_equal(mlp._linear_relu(x, w, b, fold, True),
-                                  jax.nn.relu(mlp._linear(x, w, b, fold, True)))
-    for g, r in zip(jax.grad(fused, (0, 1, 2))(x, w, b), jax.grad(plain, (0, 1, 2))(x, w, b)):
-        assert g.dtype == r.dtype and g.shape == r.shape
-        np.testing.assert_array_equal(g, r)
-
-
 class _DenseMLP(nn.Module):
     """The actor-critic MLP written plainly with nn.Dense (PureJaxRL style):
     the reference that MLPActorCritic's fused matmuls and gradient must match."""

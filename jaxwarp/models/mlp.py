@@ -62,31 +62,6 @@ def _linear_bwd(fold, blocks, res, dy):
 _linear.defvjp(_linear_fwd, _linear_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _linear_relu(x: jax.Array, kernel: jax.Array, bias: jax.Array, fold: bool,
-                 blocks: bool) -> jax.Array:
-    """relu(x @ kernel + bias) in x's dtype. The backward reads the ReLU's
-    output for its mask, not the pre-activation (jax's relu keeps that): with
-    nothing else reading the pre-activation, XLA:GPU applies the ReLU in the
-    matmul's cuBLAS epilogue instead of a pass of its own over [rows, width]
-    (docs/decisions.md, "The learner's tail"). Same values and gradients."""
-    return _linear_relu_fwd(x, kernel, bias, fold, blocks)[0]
-
-
-def _linear_relu_fwd(x, kernel, bias, fold, blocks):
-    y, res = _linear_fwd(x, kernel, bias, fold, blocks)
-    h = jnp.maximum(y, 0)
-    return h, (*res, h)
-
-
-def _linear_relu_bwd(fold, blocks, res, dh):
-    *res, h = res
-    return _linear_bwd(fold, blocks, tuple(res), jnp.where(h > 0, dh, jnp.zeros_like(dh)))
-
-
-_linear_relu.defvjp(_linear_relu_fwd, _linear_relu_bwd)
-
-
 class DenseParams(nn.Module):
     """The parameters of one ``nn.Dense`` layer (same names, shapes, float32,
     initialisers), returned instead of applied, so that layers reading the
@@ -103,7 +78,7 @@ class DenseParams(nn.Module):
 
 
 def fused_linear(x: jax.Array, layers: Sequence[tuple[jax.Array, jax.Array]],
-                 dtype: Any, row_blocks: bool = True, relu: bool = False) -> list[jax.Array]:
+                 dtype: Any, row_blocks: bool = True) -> list[jax.Array]:
     """``[x @ kernel + bias for kernel, bias in layers]`` as one matmul of x
     (f32 or bf16 [..., D]) with the layers' kernels side by side, in `dtype`.
 
@@ -113,13 +88,11 @@ def fused_linear(x: jax.Array, layers: Sequence[tuple[jax.Array, jax.Array]],
     operands); row_blocks=False turns that off (for a batch split over
     devices along a non-leading axis, as the trainer's). Where the input is
     narrower than the output the bias is folded into the matmul (no
-    separate bias pass over the output). relu: relu(x @ kernel + bias) by
-    `_linear_relu`.
+    separate bias pass over the output).
     """
     kernel = jnp.concatenate([k for k, _ in layers], axis=1)
     bias = jnp.concatenate([b for _, b in layers])
-    y = (_linear_relu if relu else _linear)(x.astype(dtype), kernel, bias,
-                                            x.shape[-1] < kernel.shape[1], row_blocks)
+    y = _linear(x.astype(dtype), kernel, bias, x.shape[-1] < kernel.shape[1], row_blocks)
     if len(layers) == 1:
         return [y]
     bounds = np.cumsum([0] + [b.shape[0] for _, b in layers])
@@ -197,11 +170,9 @@ class MLPActorCritic(nn.Module):
         # of both halves (measured: more than the matmul saves); the heads of
         # one torso share theirs (the value head alone is a 1-column matmul).
         xs = [obs] * towers
-        relu = self.activation == "relu"
         for i in range(len(widths)):
-            xs = [fused_linear(x, [t[i]], self.dtype, self.row_blocks, relu)[0] for x, t in
-                  zip(xs, torsos)]
-            xs = xs if relu else [act(x) for x in xs]
+            xs = [act(fused_linear(x, [t[i]], self.dtype, self.row_blocks)[0])
+                  for x, t in zip(xs, torsos)]
         if towers == 1:
             logits, v = fused_linear(xs[0], [policy, value], self.dtype, self.row_blocks)
         else:
