@@ -923,6 +923,98 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
     return lines, [LEARNER, PROFILE, *_RECURRENT_SOURCES]
 
 
+_PROFILE_CMD = "python experiments/profile_phases.py"
+TAIL_PROFILES = [  # (label, file): the learner's tail, before and after (H200)
+    ("A2C bf16, before", Source("profile_phases_a2c_bf16_h200.json", _PROFILE_CMD)),
+    ("A2C bf16, now", Source("profile_phases_a2c_bf16_tail_h200.json", _PROFILE_CMD)),
+    ("A2C f32", Source("profile_phases_a2c_f32_h200.json", _PROFILE_CMD)),
+]
+_TRAIN_CMD = "python experiments/bench_train.py --backends cuda"
+TAIL_VARIANTS = [  # each file one variant of the trainer, run one after another in one call
+    Source("bench_train_tail_before_h200.json", _TRAIN_CMD),
+    Source("bench_train_heads_autodiff_h200.json", _TRAIN_CMD),
+    Source("bench_train_heads_recompute_h200.json", _TRAIN_CMD),
+    Source("bench_train_heads_h200.json", _TRAIN_CMD),
+    Source("bench_train_relu_before_h200.json", _TRAIN_CMD),
+    Source("bench_train_relu_h200.json", _TRAIN_CMD),
+]
+TAIL_TRAIN = Source("bench_train_tail_h200.json", "python experiments/bench_train.py --cases "
+                    "2,3,6,7")
+TAIL_TTR = Source("time_to_return_tail_h200.json", "python experiments/bench_time_to_return.py "
+                  "--cases mpe,cartpole --scale gpu")
+
+
+def _tail_variant_rows(root: Path) -> list[list[str]]:
+    rows = []
+    for src in TAIL_VARIANTS:
+        data = _read_json(root, src)
+        for r in data["results"]:
+            rows.append([f"`{src.path}`", data["meta"].get("note", ""),
+                         _case(r["config"], r["overrides"]), _dtype(r),
+                         rate(r["env_steps_per_s"], r["num_agents"], kilo_or_mega),
+                         f"{r['seconds_per_update'] * 1e3:.1f}", f"{r['compile_s']:.1f}"])
+    return rows
+
+
+def _tail_profile_rows(root: Path) -> list[list[str]]:
+    profs = [_read_json(root, src) for _, src in TAIL_PROFILES]
+    rows = []
+    for phase in [ph["phase"] for ph in profs[0]["phases"]]:
+        row = [phase]
+        for prof in profs:
+            ph = next((x for x in prof["phases"] if x["phase"] == phase), None)
+            row += ["—", "—"] if ph is None else [f"{ph['ms']:.2f}", f"{ph['floor_ms']:.2f}"]
+        rows.append(row)
+    rows.append(["whole update", *(v for prof in profs
+                                   for v in (f"{prof['ms_per_update']:.2f}", ""))])
+    return rows
+
+
+def section_learner_tail(root: Path) -> tuple[list[str], list[Source]]:
+    now = _read_json(root, TAIL_PROFILES[1][1])
+    kernels = sorted(((k, ph["phase"]) for ph in now["phases"] if ph["phase"] in (
+        "forward", "backward") for k in ph["kernels"]), key=lambda kp: -kp[0][1])[:12]
+    head = ["config", "overrides", "algorithm", "envs × agents", "env-steps per update",
+            "matmuls", "`cuda` env-steps/s", "`jax` env-steps/s", "cuda / jax", "MFU",
+            "compile s"]
+    lines = [
+        "### The learner's tail",
+        "",
+        f"Trainer variants at Tag's scale {on(root, *TAIL_VARIANTS)}, each file one variant, "
+        "each in its own process, one after another (what the variant is: the file's note). "
+        "env-steps/s (agent-steps/s in brackets), ms per update, compile in seconds:",
+        "",
+        *table(["file", "variant", "case", "matmuls", "env-steps/s", "ms / update",
+                "compile s"], _tail_variant_rows(root)),
+        *sources_block(root, TAIL_VARIANTS),
+        f"The shipped trainer, both env backends in one process, {on(root, TAIL_TRAIN)}:",
+        "",
+        *table(head, _train_rows(_read_json(root, TAIL_TRAIN)["results"], ("cuda", "jax"))),
+        *sources_block(root, [TAIL_TRAIN]),
+        "`experiments/profile_phases.py` (command buffers off): ms per update by phase and the "
+        "phase's floor (matmul FLOPs at peak or the bytes its kernels move at the copy "
+        "bandwidth, whichever is larger; Pallas kernels' FLOPs are not counted, and the "
+        "rollout's bytes count the env kernel's whole state buffers, which it updates in "
+        "place, so its floor is overstated), "
+        f"{on(root, *(s for _, s in TAIL_PROFILES))}:",
+        "",
+        *table(["phase", *(f"{h} ({label})" for label, _ in TAIL_PROFILES
+                           for h in ("ms", "floor ms"))], _tail_profile_rows(root)),
+        "",
+        f"The largest learner kernels now ({TAIL_PROFILES[1][0]}): kernel, phase, ms per update, "
+        "GB its HLO instruction moves, ms at the copy bandwidth:",
+        "",
+        *table(["kernel", "phase", "ms", "GB", "floor ms"],
+               [[f"`{k[0]}`", p, f"{k[1]:.2f}", f"{k[2]:.2f}", f"{k[3]:.2f}"]
+                for k, p in kernels]),
+        *sources_block(root, [s for _, s in TAIL_PROFILES]),
+        f"Time to a return at GPU sizes with the tail trimmed, {on(root, TAIL_TTR)}:",
+        "",
+        *_time_to_return_table(root, TAIL_TTR),
+    ]
+    return lines, [*TAIL_VARIANTS, TAIL_TRAIN, *(s for _, s in TAIL_PROFILES), TAIL_TTR]
+
+
 DUEL_LOG = Source("duel_h100/train.log",
                   "time jaxwarp train --config tag_duel_cpu --out runs/duel", device=H100)
 DUEL_EVAL = Source("duel_h100/eval.json", "jaxwarp eval --run runs/duel", device=H100)
@@ -2257,7 +2349,8 @@ def _gru_mma_lines(root: Path) -> list[str]:
 
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
-                           section_learner, section_time_to_policy, section_tag_runs,
+                           section_learner, section_learner_tail, section_time_to_policy,
+                           section_tag_runs,
                            section_time_to_return, section_fused_rollout,
                            section_time_to_return_rnn,
                            section_memory, section_sample_efficiency, section_pip_cuda,
