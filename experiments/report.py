@@ -927,6 +927,7 @@ _PROFILE_CMD = "python experiments/profile_phases.py"
 TAIL_PROFILES = [  # (label, file): the learner's tail, before and after (H200)
     ("A2C bf16, before", Source("profile_phases_a2c_bf16_h200.json", _PROFILE_CMD)),
     ("A2C bf16, now", Source("profile_phases_a2c_bf16_tail_h200.json", _PROFILE_CMD)),
+    ("A2C bf16, 177dae9", Source("profile_phases_a2c_bf16_recompute_h200.json", _PROFILE_CMD)),
     ("A2C f32", Source("profile_phases_a2c_f32_h200.json", _PROFILE_CMD)),
 ]
 _TRAIN_CMD = "python experiments/bench_train.py --backends cuda"
@@ -987,7 +988,8 @@ def section_learner_tail(root: Path) -> tuple[list[str], list[Source]]:
         *table(["file", "variant", "case", "matmuls", "env-steps/s", "ms / update",
                 "compile s"], _tail_variant_rows(root)),
         *sources_block(root, TAIL_VARIANTS),
-        f"The shipped trainer, both env backends in one process, {on(root, TAIL_TRAIN)}:",
+        f"The shipped trainer, both env backends in one process, {on(root, TAIL_TRAIN)}; "
+        f"env-steps/s {AGENT_STEPS}:",
         "",
         *table(head, _train_rows(_read_json(root, TAIL_TRAIN)["results"], ("cuda", "jax"))),
         *sources_block(root, [TAIL_TRAIN]),
@@ -996,7 +998,8 @@ def section_learner_tail(root: Path) -> tuple[list[str], list[Source]]:
         "bandwidth, whichever is larger; Pallas kernels' FLOPs are not counted, and the "
         "rollout's bytes count the env kernel's whole state buffers, which it updates in "
         "place, so its floor is overstated), "
-        f"{on(root, *(s for _, s in TAIL_PROFILES))}:",
+        f"{on(root, *(s for _, s in TAIL_PROFILES))} (177dae9: the heads' backward "
+        "recomputing the log-softmax, measured and replaced):",
         "",
         *table(["phase", *(f"{h} ({label})" for label, _ in TAIL_PROFILES
                            for h in ("ms", "floor ms"))], _tail_profile_rows(root)),
@@ -1008,7 +1011,8 @@ def section_learner_tail(root: Path) -> tuple[list[str], list[Source]]:
                [[f"`{k[0]}`", p, f"{k[1]:.2f}", f"{k[2]:.2f}", f"{k[3]:.2f}"]
                 for k, p in kernels]),
         *sources_block(root, [s for _, s in TAIL_PROFILES]),
-        f"Time to a return at GPU sizes with the tail trimmed, {on(root, TAIL_TTR)}:",
+        f"Time to a return at GPU sizes with the tail trimmed, {on(root, TAIL_TTR)}; "
+        f"env-steps/s {AGENT_STEPS}:",
         "",
         *_time_to_return_table(root, TAIL_TTR),
     ]

@@ -19,6 +19,7 @@ CASES = [
     (71, (256, 256), 43, True, "relu", "bfloat16", 130),   # Tag's model; a partial last tile
     (13, (128,), 5, False, "tanh", "bfloat16", 64),
     (30, (128, 256, 128), 7, False, "relu", "bfloat16", 200),
+    (32, (128,), 4, True, "relu", "bfloat16", 96),  # features a multiple of 8: no padding
 ]
 
 

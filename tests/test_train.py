@@ -133,6 +133,23 @@ def test_head_stats_gradient_is_autodiffs(nvec):
     np.testing.assert_allclose(gv, g, rtol=1e-6, atol=1e-7)
 
 
+def test_head_stats_with_a_masked_choice():
+    # A logit of -inf (a choice masked out) has probability 0: no entropy, no gradient,
+    # and the other choices' gradients are those of the unmasked ones.
+    nvec = (3, 3)
+    logits = jnp.array([[0.0, 1.0, -jnp.inf, 2.0, 0.0, 1.0]])
+    actions = jnp.array([[1, 0]])
+    lp, ent = losses.head_stats(logits, actions, nvec)
+    lp_ref, ent_ref = _autodiff_head_stats(logits[:, [0, 1, 3, 4, 5]], actions, (2, 3))
+    np.testing.assert_allclose(lp, lp_ref, rtol=1e-6)
+    np.testing.assert_allclose(ent, ent_ref, rtol=1e-6)
+    g = jax.grad(lambda lg: jnp.sum(sum(losses.head_stats(lg, actions, nvec))))(logits)
+    g_ref = jax.grad(lambda lg: jnp.sum(sum(_autodiff_head_stats(lg, actions, (2, 3)))))(
+        logits[:, [0, 1, 3, 4, 5]])
+    assert np.all(np.isfinite(g)) and g[0, 2] == 0.0
+    np.testing.assert_allclose(g[:, [0, 1, 3, 4, 5]], g_ref, rtol=1e-5, atol=1e-6)
+
+
 def test_head_stats_gradient_in_bfloat16_logits():
     nvec = (4, 4)
     logits = jax.random.normal(jax.random.PRNGKey(0), (16, 8)).astype(jnp.bfloat16)

@@ -60,7 +60,8 @@ def _stats_forward(x: jax.Array, a: jax.Array
     # value (one term, the rest exact zeros) without a gather.
     hit = jnp.arange(x.shape[-1], dtype=a.dtype) == a[..., None]
     lp = jnp.sum(jnp.where(hit, logp, 0.0), axis=-1)
-    ent = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    # p log p is 0 where p is: a logit of -inf (a masked choice) adds nothing.
+    ent = -jnp.sum(jnp.where(logp > -jnp.inf, jnp.exp(logp) * logp, 0.0), axis=-1)
     return (jnp.sum(lp, axis=-1), jnp.sum(ent, axis=-1)), (logp, ent)
 
 
@@ -85,7 +86,8 @@ def _head_stats_bwd(res, g):
     g_lp, g_ent = (v[..., None, None] for v in g)
     p = jnp.exp(logp)
     hit = jnp.arange(logp.shape[-1], dtype=a.dtype) == a[..., None]
-    dx = g_lp * (hit.astype(logp.dtype) - p) - g_ent * p * (logp + ent[..., None])
+    d_ent = jnp.where(logp > -jnp.inf, p * (logp + ent[..., None]), 0.0)  # 0 where p is
+    dx = g_lp * (hit.astype(logp.dtype) - p) - g_ent * d_ent
     return dx, None
 
 
@@ -98,7 +100,9 @@ def head_stats(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]
     log softmax(logits_h)[actions[..., h]] and of the categorical entropy.
 
     logits: float[..., sum(nvec)]; actions: int[..., len(nvec)]. Differentiable
-    in the logits by a hand-written backward (one pass over them).
+    in the logits in reverse mode (`jax.grad`, `jax.vjp`) by a hand-written
+    backward (one pass over them); forward mode (`jax.jvp`) is not defined. A
+    logit of -inf masks its choice (its probability 0, its gradient 0).
     """
     x = logits.astype(jnp.float32)
     lp, ent = 0.0, 0.0
