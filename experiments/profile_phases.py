@@ -267,8 +267,8 @@ def main() -> None:
             continue
         f, b, t = flops.get(p, 0.0), nbytes.get(p, 0.0), ms.get(p, 0.0)
         floor_ms = 1e3 * max(f / peak if peak else 0.0, b / args.bandwidth)
-        top = sorted(kernels[p].items(), key=lambda kv: -kv[1])[:6]
-        listed = sorted(kernels[p].items(), key=lambda kv: -kv[1])[:args.top]
+        listed = sorted(kernels[p].items(), key=lambda kv: -kv[1])
+        top, listed = listed[:6], listed[:args.top]
         rows.append({"phase": p, "ms": t, "share": t / total_ms if total_ms else 0.0,
                      "matmul_tflop": f / 1e12, "gbytes": b / 1e9, "floor_ms": floor_ms,
                      "top_kernels": [[k, v] for k, v in top],

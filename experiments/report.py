@@ -487,6 +487,11 @@ def _dtype(r: dict) -> str:
     return "/".join(sorted(r["matmul_flops_per_update"]))
 
 
+# The leading columns of every `_train_rows` table.
+TRAIN_HEAD = ["config", "overrides", "algorithm", "envs × agents", "env-steps per update",
+              "matmuls"]
+
+
 def _train_rows(results: list[dict], backends: tuple[str, ...]) -> list[list[str]]:
     rows = []
     for k in (r for r in results if r["backend"] == backends[0]):
@@ -509,8 +514,7 @@ def _train_rows(results: list[dict], backends: tuple[str, ...]) -> list[list[str
 
 
 def section_training(root: Path) -> tuple[list[str], list[Source]]:
-    head = ["config", "overrides", "algorithm", "envs × agents", "env-steps per update",
-            "matmuls"]
+    head = TRAIN_HEAD
     lines = [
         "## Training throughput",
         "",
@@ -975,8 +979,7 @@ def section_learner_tail(root: Path) -> tuple[list[str], list[Source]]:
     now = _read_json(root, TAIL_PROFILES[1][1])
     kernels = sorted(((k, ph["phase"]) for ph in now["phases"] if ph["phase"] in (
         "forward", "backward") for k in ph["kernels"]), key=lambda kp: -kp[0][1])[:12]
-    head = ["config", "overrides", "algorithm", "envs × agents", "env-steps per update",
-            "matmuls", "`cuda` env-steps/s", "`jax` env-steps/s", "cuda / jax", "MFU",
+    head = [*TRAIN_HEAD, "`cuda` env-steps/s", "`jax` env-steps/s", "cuda / jax", "MFU",
             "compile s"]
     lines = [
         "### The learner's tail",

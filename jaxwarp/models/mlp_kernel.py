@@ -409,6 +409,7 @@ def _fwd(lay, x, weights, blocks, interpret):
     d = x.shape[-1]
     xp = jnp.pad(x.reshape(-1, d).astype(jnp.dtype(lay.dtype)), ((0, 0), (0, -d % 8)))
     out, *hs = forward(lay, xp, weights, True, interpret)
+    # x stays a residual for its shape and dtype only (dx's); the backward reads xp.
     return out.reshape(*lead, lay.out_pad), (x, xp, weights, hs)
 
 

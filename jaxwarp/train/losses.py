@@ -50,16 +50,20 @@ def _head_groups(nvec: Sequence[int]) -> list[tuple[int, int, int]]:
     return out
 
 
+def _one_hot(a: jax.Array, n: int) -> jax.Array:
+    """bool[..., k, n]: the actions a int[..., k] as masks over n choices. A select
+    against it, not take_along_axis: the same value (one term, the rest exact
+    zeros) without a gather."""
+    return jnp.arange(n, dtype=a.dtype) == a[..., None]
+
+
 def _stats_forward(x: jax.Array, a: jax.Array
                    ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
     """x f32[..., k, n] (k heads of n logits), a i32[..., k] ->
     ((log-prob f32[...], entropy f32[...]) summed over the k heads,
     (log-softmax f32[..., k, n], each head's entropy f32[..., k]))."""
     logp = jax.nn.log_softmax(x, axis=-1)
-    # A select against the actions' one-hot mask, not take_along_axis: the same
-    # value (one term, the rest exact zeros) without a gather.
-    hit = jnp.arange(x.shape[-1], dtype=a.dtype) == a[..., None]
-    lp = jnp.sum(jnp.where(hit, logp, 0.0), axis=-1)
+    lp = jnp.sum(jnp.where(_one_hot(a, x.shape[-1]), logp, 0.0), axis=-1)
     # p log p is 0 where p is: a logit of -inf (a masked choice) adds nothing.
     ent = -jnp.sum(jnp.where(logp > -jnp.inf, jnp.exp(logp) * logp, 0.0), axis=-1)
     return (jnp.sum(lp, axis=-1), jnp.sum(ent, axis=-1)), (logp, ent)
@@ -85,7 +89,7 @@ def _head_stats_bwd(res, g):
     logp, a, ent = res
     g_lp, g_ent = (v[..., None, None] for v in g)
     p = jnp.exp(logp)
-    hit = jnp.arange(logp.shape[-1], dtype=a.dtype) == a[..., None]
+    hit = _one_hot(a, logp.shape[-1])
     d_ent = jnp.where(logp > -jnp.inf, p * (logp + ent[..., None]), 0.0)  # 0 where p is
     dx = g_lp * (hit.astype(logp.dtype) - p) - g_ent * d_ent
     return dx, None
