@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from jaxwarp.models import MLPActorCritic, mlp_kernel
+from jaxwarp.train import losses
 
 CASES = [
     # (obs features, hidden, logits, shared torso, activation, dtype, rows)
@@ -41,9 +42,11 @@ def kernels(monkeypatch):
     """The `mlp` model on the kernels, in Pallas's interpreter on the CPU."""
     if not mlp_kernel.on_cuda():
         monkeypatch.setattr(mlp_kernel, "on_cuda", lambda: True)
-        fused = mlp_kernel.fused_mlp
+        fused, stats = mlp_kernel.fused_mlp, mlp_kernel.fused_head_stats
         monkeypatch.setattr(mlp_kernel, "fused_mlp",
                             lambda lay, x, w, blocks: fused(lay, x, w, blocks, True))
+        monkeypatch.setattr(mlp_kernel, "fused_head_stats",
+                            lambda lay, x, w, a, blocks: stats(lay, x, w, a, blocks, True))
 
 
 def _xla(fn, *args):
@@ -125,6 +128,95 @@ def test_fused_mlp_float32_equals_the_layers(towers, activation):
     for a, b in zip(jax.tree.leaves(jax.grad(loss, (1, 2))(kernel, x, ws)),
                     jax.tree.leaves(jax.grad(loss, (1, 2))(ref, x, ws))):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("towers,activation,heads", [(1, "relu", (21, 22)),
+                                                     (2, "tanh", (3, 3, 30, 1, 6))])
+def test_fused_head_stats_float32_equals_the_layers_and_head_stats(towers, activation, heads):
+    """The heads' log-probability, entropy and value taken in the forward
+    kernel are `losses.head_stats` of the plain layers' logits, with the same
+    gradients (parameters and input), in float32 on the interpreter."""
+    if mlp_kernel.on_cuda():
+        pytest.skip("the interpreter's exactness; the GPU runs tf32 (the model test below)")
+    lay = mlp_kernel.Layout(30, (256, 128), 44, towers, activation, "float32", heads)
+    assert lay.out_pad == 64  # 44 columns + 1 + one entropy per head fit
+    ks = iter(jax.random.split(jax.random.PRNGKey(3), 24))
+    torsos = [[(jax.random.normal(next(ks), (d, w)) / np.sqrt(d), 0.1 * jax.random.normal(
+        next(ks), (w,))) for d, w in ((30, 256), (256, 128))] for _ in range(towers)]
+    policy = (jax.random.normal(next(ks), (128, 43)) / 3, 0.1 * jax.random.normal(next(ks), (43,)))
+    value = (jax.random.normal(next(ks), (128, 1)) / 12, jnp.ones(1))
+    ws = mlp_kernel.pack(lay, torsos, policy, value)
+    x = jax.random.normal(next(ks), (150, 30))
+    a = jnp.stack([jax.random.randint(next(ks), (150,), 0, n) for n in heads], -1)
+    cot = jax.random.normal(next(ks), (3, 150))
+
+    def ref(x, ws):
+        out = _reference(lay, x, ws)
+        return (*losses.head_stats(out[:, :43], a, heads), out[:, 43])
+
+    def kernel(x, ws):
+        return mlp_kernel.fused_head_stats(lay, x, ws, a, True, True)
+
+    def loss(f, x, ws):
+        return sum(jnp.sum(c * o) for c, o in zip(cot, f(x, ws)))
+
+    got, want = kernel(x, ws), ref(x, ws)
+    assert [(o.shape, o.dtype) for o in got] == [((150,), jnp.float32)] * 3
+    for o, r in zip(got, want):
+        np.testing.assert_allclose(o, r, rtol=1e-5, atol=2e-5)
+    for g, r in zip(jax.tree.leaves(jax.grad(loss, (1, 2))(kernel, x, ws)),
+                    jax.tree.leaves(jax.grad(loss, (1, 2))(ref, x, ws))):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", CASES[:2], ids=lambda c: f"{c[1]}-{c[4]}")
+def test_the_model_takes_the_actions_on_the_kernels(kernels, case):
+    """`MLPActorCritic.apply(params, obs, actions)` (the learner's form on the
+    kernels) gives head_stats of XLA's layers' logits, and its gradients, to
+    bfloat16 rounding; the value is the plain call's."""
+    d, hidden, a, shared, act, dtype, rows = case
+    nvec = (a // 2, a - a // 2)
+    net = MLPActorCritic(nvec, hidden, act, shared, jnp.dtype(dtype))
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(5), 3)
+    obs = jax.random.normal(k1, (rows, d), jnp.float32)
+    params = net.init(k2, obs[:4])
+    actions = jnp.stack([jax.random.randint(k, (rows,), 0, n)
+                         for k, n in zip(jax.random.split(k3, 2), nvec)], -1)
+    assert net.fuses_head_stats(d)
+
+    def stats(p, o):
+        return net.apply(p, o, actions)
+
+    def via_logits(p, o):
+        logits, v = net.apply(p, o)
+        return (*losses.head_stats(logits, actions, nvec), v)
+
+    def loss(f, p, o):
+        lp, ent, v = f(p, o)
+        return jnp.sum(lp * o[:, 0]) + 0.1 * jnp.sum(ent) + jnp.sum(v * o[:, 1])
+
+    got = stats(params, obs)
+    ref = _xla(via_logits, params, obs)
+    assert [(o.shape, o.dtype) for o in got] == [((rows,), jnp.float32)] * 3
+    _close(got, ref, dtype)
+    _close(jax.grad(loss, (1, 2))(stats, params, obs),
+           _xla(jax.grad(loss, (1, 2)), via_logits, params, obs), dtype)
+
+
+def test_actions_without_the_fused_heads_are_refused(monkeypatch):
+    net = MLPActorCritic((4,), (256,), dtype=jnp.bfloat16)
+    obs = jnp.zeros((8, 10))
+    params = net.init(jax.random.PRNGKey(0), obs)
+    if not mlp_kernel.on_cuda():
+        assert not net.fuses_head_stats(10)
+        with pytest.raises(ValueError, match="fuses_head_stats"):
+            net.apply(params, obs, jnp.zeros((8, 1), jnp.int32))
+    monkeypatch.setattr(mlp_kernel, "why_not_here", lambda *a, **k: None)
+    with pytest.raises(ValueError, match=r"heads \[3, 3\].*add up to out_cols - 1 = 4"):
+        mlp_kernel.layout_for(10, (256,), 5, 1, "relu", jnp.bfloat16, (3, 3))
+    # no room for the statistics' columns within MAX_OUT: the plain kernels only
+    lay = mlp_kernel.layout_for(10, (256,), 255, 1, "relu", jnp.bfloat16, (127, 127))
+    assert lay.heads == () and lay.out_pad == 256
 
 
 def test_leading_axes_and_vmap_over_seeds(kernels, monkeypatch):

@@ -245,7 +245,7 @@ def test_update_decreases_loss_on_fixed_batch(algorithm):
 
     def loss(p):
         lg, v = model.apply(p, batch.obs)
-        return losses.policy_loss(lg, v, batch, nvec, **kw)
+        return losses.policy_loss(*losses.head_stats(lg, batch.actions, nvec), v, batch, **kw)
 
     before, m0 = loss(params)
     assert float(m0["approx_kl"]) == pytest.approx(0.0, abs=1e-6)  # behaviour == current
@@ -270,8 +270,9 @@ def test_ppo_clipped_objective_is_flat_outside_the_clip():
                        advantage=jnp.ones(1), target=jnp.zeros(1))
 
     def pg(lg):
-        return losses.policy_loss(lg, jnp.zeros(1), batch, nvec, algorithm="ppo", clip_eps=0.2,
-                                vf_coef=0.0, ent_coef=0.0, normalize_advantages=False)[0]
+        lp, ent = losses.head_stats(lg, batch.actions, nvec)
+        return losses.policy_loss(lp, ent, jnp.zeros(1), batch, algorithm="ppo", clip_eps=0.2,
+                                  vf_coef=0.0, ent_coef=0.0, normalize_advantages=False)[0]
 
     np.testing.assert_allclose(jax.grad(pg)(logits), 0.0, atol=1e-7)
     np.testing.assert_allclose(pg(logits), -1.2, rtol=1e-6)

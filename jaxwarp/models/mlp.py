@@ -129,7 +129,7 @@ class MLPActorCritic(nn.Module):
             return None, "no hidden layers"
         out_cols = int(sum(self.action_dims)) + 1
         layout = mlp_kernel.layout_for(obs_dim, widths, out_cols, 1 if self.shared_torso else 2,
-                                       self.activation, self.dtype)
+                                       self.activation, self.dtype, self.action_dims)
         if layout is not None:
             return layout, ""
         # (layout_for declines only for why_not_here's reasons, unless replaced)
@@ -142,8 +142,19 @@ class MLPActorCritic(nn.Module):
         layout, why = self._kernels(obs_dim)
         return "fused kernels" if layout is not None else f"XLA's layers: {why}"
 
+    def fuses_head_stats(self, obs_dim: int) -> bool:
+        """Whether ``apply(params, obs, actions)`` is offered on obs_dim inputs:
+        the fused kernels run this model and take the heads' statistics too."""
+        layout, _ = self._kernels(obs_dim)
+        return layout is not None and bool(layout.heads)
+
     @nn.compact
-    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, obs: jax.Array, actions: jax.Array | None = None
+                 ) -> tuple[jax.Array, ...]:
+        """(logits f32[..., sum(nvec)], value f32[...]) of obs [..., obs_dim];
+        with actions i32[..., len(nvec)] (only where `fuses_head_stats`): the
+        learner's (log_prob, entropy, value), each f32[...], with the heads'
+        softmax taken in the forward kernel (`mlp_kernel.fused_head_stats`)."""
         act = ACTIVATIONS[self.activation]
         hidden = orthogonal(np.sqrt(2))
         widths = list(self.hidden_sizes)
@@ -158,9 +169,15 @@ class MLPActorCritic(nn.Module):
         value = DenseParams(1, orthogonal(1.0), name=next(names))(last)
 
         layout, _ = self._kernels(obs.shape[-1])
+        if actions is not None and (layout is None or not layout.heads):
+            raise ValueError("MLPActorCritic: actions are taken only where the fused kernels "
+                             "run the heads (fuses_head_stats); apply(params, obs) otherwise")
         if layout is not None:
             # On the GPU: every layer of a tile of rows on chip (mlp_kernel).
             weights = mlp_kernel.pack(layout, torsos, policy, value)
+            if actions is not None and layout.heads:
+                return mlp_kernel.fused_head_stats(layout, obs, weights, actions,
+                                                   self.row_blocks)
             out = mlp_kernel.fused_mlp(layout, obs, weights, self.row_blocks)
             a = policy[0].shape[1]
             return out[..., :a], out[..., a]

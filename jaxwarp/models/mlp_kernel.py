@@ -24,7 +24,10 @@ keeps XLA's layers for float32: measured slower). Activations live as
 column blocks of `Layout.block` columns (Triton tensors cannot be sliced), so
 every dot is [rows, block] x [block, block] and widths may be any multiple of
 the block. `fused_mlp` is the op (a `jax.custom_vjp`; works under jit, vmap,
-scan); `why_not` says which shapes it covers.
+scan); `why_not` says which shapes it covers. `fused_head_stats` is the
+learner's form: the forward kernel also takes the actions and returns the
+categorical heads' log-probability and entropy with the value, so the loss
+reads three numbers a row instead of the logits.
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ class Layout:
     towers: int
     activation: str
     dtype: str
+    heads: tuple[int, ...] = ()  # nvec (sum = out_cols - 1): `fused_head_stats` needs it
     rows: int = 128  # the forward's rows per program
     warps: int = 8
     back_rows: int = 64  # the backward's
@@ -117,7 +121,9 @@ class Layout:
 
     @property
     def out_pad(self) -> int:
-        return _pow2(self.out_cols)
+        """The heads' columns padded to a power of 2, with room after the value
+        for `fused_head_stats`' per-head entropies and log-probability."""
+        return _pow2(self.out_cols + (1 + len(self.heads) if self.heads else 0))
 
     block = 128  # columns per activation block
 
@@ -166,13 +172,21 @@ def why_not_here(in_dim: int, widths: Sequence[int], out_cols: int, activation: 
 
 
 def layout_for(in_dim: int, widths: Sequence[int], out_cols: int, towers: int,
-               activation: str, dtype: Any) -> Layout | None:
+               activation: str, dtype: Any, heads: Sequence[int] = ()) -> Layout | None:
     """The kernels' layout for this MLP where they run it: on a CUDA GPU, for
-    the shapes `why_not` covers (None: XLA's layers)."""
+    the shapes `why_not` covers (None: XLA's layers). heads: the choices per
+    action head (sum out_cols - 1), for `fused_head_stats`; left out where
+    their statistics' columns would pass MAX_OUT."""
     if why_not_here(in_dim, widths, out_cols, activation, dtype):
         return None
+    heads = tuple(int(n) for n in heads)
+    if heads and sum(heads) != out_cols - 1:
+        raise ValueError(f"heads {list(heads)}: their choices must add up to out_cols - 1 = "
+                         f"{out_cols - 1} (the logits; the value is the last column)")
+    if out_cols + 1 + len(heads) > MAX_OUT:
+        heads = ()
     return Layout(int(in_dim), tuple(int(w) for w in widths), int(out_cols), int(towers),
-                  activation, jnp.dtype(dtype).name)
+                  activation, jnp.dtype(dtype).name, heads)
 
 
 # ---------------------------------------------------------------------------
@@ -237,8 +251,37 @@ def _load_x(x_ref: Any, lay: Layout, mask: jax.Array) -> jax.Array:
     return x.astype(jnp.dtype(lay.dtype))
 
 
-def _forward_kernel(x_ref: Any, *refs: Any, lay: Layout, n_rows: int, save: bool) -> None:
+def _head_stats_tile(out: jax.Array, a: jax.Array, lay: Layout) -> jax.Array:
+    """The heads' slab of a tile with its categorical statistics: out
+    f32[rows, out_pad] (every head's logits, the value at column A =
+    out_cols - 1), a i32[rows, >= len(heads)] the actions -> f32[rows, out_pad]
+    with each head's log-softmax in its logit columns, the value at A, head h's
+    entropy at A + 1 + h and the actions' summed log-probability at A + 1 + K.
+    Full-width masked passes: a Triton tensor's columns cannot be sliced."""
+    col = jnp.arange(lay.out_pad)[None, :]
+    acol = jnp.arange(a.shape[1])[None, :]
+    v, k = lay.out_cols - 1, len(lay.heads)
+    slab = jnp.where(col == v, out, 0.0)
+    lp = jnp.zeros((out.shape[0], 1), jnp.float32)
+    c0 = 0
+    for h, n in enumerate(lay.heads):
+        inside = (col >= c0) & (col < c0 + n)
+        m = jnp.max(jnp.where(inside, out, -jnp.inf), axis=1)[:, None]
+        e = jnp.where(inside, jnp.exp(out - m), 0.0)
+        s = jnp.sum(e, axis=1)[:, None]
+        logp = out - m - jnp.log(s)
+        ent = -jnp.sum(jnp.where(inside, e / s * logp, 0.0), axis=1)[:, None]
+        ah = jnp.sum(jnp.where(acol == h, a, 0), axis=1)[:, None]
+        lp = lp + jnp.sum(jnp.where(col == c0 + ah, logp, 0.0), axis=1)[:, None]
+        slab = jnp.where(inside, logp, jnp.where(col == v + 1 + h, ent, slab))
+        c0 += n
+    return jnp.where(col == v + 1 + k, lp, slab)
+
+
+def _forward_kernel(x_ref: Any, *refs: Any, lay: Layout, n_rows: int, save: bool,
+                    stats: bool) -> None:
     n = len(lay.widths)
+    a_ref, refs = (refs[0], refs[1:]) if stats else (None, refs)
     towers, heads, bo_ref, outs = _split(refs, lay)
     mask = _row_mask(lay.rows, n_rows)
     x = _load_x(x_ref, lay, mask)
@@ -254,6 +297,10 @@ def _forward_kernel(x_ref: Any, *refs: Any, lay: Layout, n_rows: int, save: bool
         for blk in h:
             out = out + _dot(blk, wo_ref[pl.ds(k0, blk.shape[1]), :])
             k0 += blk.shape[1]
+    if stats:
+        acols = jnp.arange(a_ref.shape[1]) < len(lay.heads)
+        a = plgpu.load(a_ref, mask=mask & acols[None, :], other=0)
+        out = _head_stats_tile(out, a, lay)
     _store(outs[0], out, mask)
 
 
@@ -327,10 +374,11 @@ def _compiler(warps: int, interpret: bool) -> dict:
 
 
 def forward(lay: Layout, x: jax.Array, weights: Sequence[jax.Array], save: bool = False,
-            interpret: bool = False) -> list[jax.Array]:
+            interpret: bool = False, actions: jax.Array | None = None) -> list[jax.Array]:
     """[the heads' columns f32[N, out_pad]] of x [N, in_dim] (any float dtype),
     then with `save` every hidden layer's h [N, width] (compute dtype; per
-    tower, in layer order).
+    tower, in layer order). With actions i32[N, len(lay.heads)] the heads'
+    columns are `_head_stats_tile`'s slab instead.
 
     weights: per tower (kernel, bias) of each hidden layer, then per tower the
     head's kernel [width, out_pad], then the heads' bias f32[out_pad] (`pack`).
@@ -344,15 +392,18 @@ def forward(lay: Layout, x: jax.Array, weights: Sequence[jax.Array], save: bool 
             for w in lay.widths:
                 shapes.append(jax.ShapeDtypeStruct((n_rows, w), jnp.dtype(lay.dtype)))
                 specs.append(_rows(lay.rows, w))
+    stats = actions is not None
+    extra = [actions.astype(jnp.int32)] if stats else []
+    extra_specs = [_rows(lay.rows, _pow2(len(lay.heads), 2))] if stats else []
     return pl.pallas_call(
-        functools.partial(_forward_kernel, lay=lay, n_rows=n_rows, save=save),
+        functools.partial(_forward_kernel, lay=lay, n_rows=n_rows, save=save, stats=stats),
         out_shape=shapes,
         grid=(pl.cdiv(n_rows, lay.rows),),
-        in_specs=[_rows(lay.rows, lay.in_pad)] + [_full(w) for w in ws],
+        in_specs=[_rows(lay.rows, lay.in_pad)] + extra_specs + [_full(w) for w in ws],
         out_specs=specs,
         name="jaxwarp_mlp_forward",
         **_compiler(lay.warps, interpret),
-    )(x, *ws)
+    )(x, *extra, *ws)
 
 
 def _backward(lay: Layout, g: jax.Array, hs: Sequence[jax.Array], weights: Sequence[jax.Array],
@@ -397,7 +448,11 @@ def fused_mlp(lay: Layout, x: jax.Array, weights: tuple[jax.Array, ...], blocks:
     return out.reshape(*lead, lay.out_pad)
 
 
-def _fwd(lay, x, weights, blocks, interpret):
+def _saved_forward(lay: Layout, x: jax.Array, weights: Sequence[jax.Array], interpret: bool,
+                   actions: jax.Array | None = None
+                   ) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
+    """The forward under differentiation: (the heads' columns f32[N, out_pad],
+    the padded input xp, every hidden layer's h)."""
     # Under differentiation the forward also writes every hidden layer's
     # activation: the backward reads them rather than recomputing the layers
     # (and the weight gradients need them in memory either way). The input is
@@ -405,18 +460,29 @@ def _fwd(lay, x, weights, blocks, interpret):
     # multiple of 8 features once, by one fusion that both the kernel and the
     # first layer's weight gradient read: cuBLAS wants that operand aligned, and
     # XLA otherwise made a padded copy of it from the batch (71 Tag features).
-    lead = x.shape[:-1]
     d = x.shape[-1]
     xp = jnp.pad(x.reshape(-1, d).astype(jnp.dtype(lay.dtype)), ((0, 0), (0, -d % 8)))
-    out, *hs = forward(lay, xp, weights, True, interpret)
+    out, *hs = forward(lay, xp, weights, True, interpret, actions)
+    return out, xp, hs
+
+
+def _fwd(lay, x, weights, blocks, interpret):
+    out, xp, hs = _saved_forward(lay, x, weights, interpret)
     # x stays a residual for its shape and dtype only (dx's); the backward reads xp.
-    return out.reshape(*lead, lay.out_pad), (x, xp, weights, hs)
+    return out.reshape(*x.shape[:-1], lay.out_pad), (x, xp, weights, hs)
 
 
 def _bwd(lay, blocks, interpret, res, g):
     x, xp, weights, hs = res
+    return _grads(lay, blocks, interpret, x, xp, weights, hs, g.reshape(-1, lay.out_pad))
+
+
+def _grads(lay: Layout, blocks: bool, interpret: bool, x: jax.Array, xp: jax.Array,
+           weights: tuple[jax.Array, ...], hs: Sequence[jax.Array], g2: jax.Array
+           ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """(dx like x, the weights' gradients) from the heads' columns' gradient
+    g2 f32[N, out_pad] and the saved forward (`_saved_forward`)."""
     dt, n = jnp.dtype(lay.dtype), len(lay.widths)
-    g2 = g.reshape(-1, lay.out_pad)
     outs = _backward(lay, g2, hs, weights, interpret)
     grads: list[jax.Array] = []
     head_grads = []
@@ -439,6 +505,68 @@ def _bwd(lay, blocks, interpret, res, g):
 
 
 fused_mlp.defvjp(_fwd, _bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 4, 5))
+def fused_head_stats(lay: Layout, x: jax.Array, weights: tuple[jax.Array, ...],
+                     actions: jax.Array, blocks: bool = True, interpret: bool = False
+                     ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(log_prob, entropy, value), each f32[...], of x [..., in_dim] and the
+    actions i32[..., len(lay.heads)]: the sums over the heads of
+    log softmax(logits_h)[actions_h] and of the categorical entropy, and the
+    value, with the log-softmax taken in the forward kernel (the learner's
+    loss reads nothing else of the heads, so the logits never pass through
+    XLA's softmax fusions). Reverse-mode differentiable (weights and x; the
+    gradient of the heads' columns is one elementwise pass over the saved
+    log-softmax, as `losses.head_stats`'). lay.heads must be set (`layout_for`
+    with heads); blocks, interpret: as `fused_mlp`'s.
+    """
+    lead = x.shape[:-1]
+    slab = forward(lay, x.reshape(-1, x.shape[-1]), weights, False, interpret,
+                   actions.reshape(-1, actions.shape[-1]))[0]
+    return _stats_of(lay, slab, lead)
+
+
+def _stats_of(lay: Layout, slab: jax.Array, lead: tuple[int, ...]
+              ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    v, k = lay.out_cols - 1, len(lay.heads)
+    ent = jnp.sum(slab[:, v + 1:v + 1 + k], axis=1)
+    return slab[:, v + 1 + k].reshape(lead), ent.reshape(lead), slab[:, v].reshape(lead)
+
+
+def _stats_fwd(lay, x, weights, actions, blocks, interpret):
+    a = actions.reshape(-1, actions.shape[-1])
+    slab, xp, hs = _saved_forward(lay, x, weights, interpret, a)
+    return _stats_of(lay, slab, x.shape[:-1]), (x, xp, weights, hs, slab, a)
+
+
+def _stats_bwd(lay, blocks, interpret, res, g):
+    x, xp, weights, hs, slab, a = res
+    g_lp, g_ent, g_v = (c.reshape(-1, 1).astype(jnp.float32) for c in g)
+    g2 = _slab_grad(lay, slab, a, g_lp, g_ent, g_v)
+    dx, grads = _grads(lay, blocks, interpret, x, xp, weights, hs, g2)
+    return dx, grads, None
+
+
+def _slab_grad(lay: Layout, slab: jax.Array, a: jax.Array, g_lp: jax.Array, g_ent: jax.Array,
+               g_v: jax.Array) -> jax.Array:
+    """f32[N, out_pad]: the gradient of the heads' columns, from the slab of
+    `_head_stats_tile` and the cotangents g_lp, g_ent, g_v f32[N, 1]: per head
+    d log pi(a)/dx = onehot(a) - p, d H/dx = -p (log p + H); the value's column
+    g_v; zeros in the padding (the heads' padded weights get no gradient)."""
+    v = lay.out_cols - 1
+    parts, c0 = [], 0
+    for h, n in enumerate(lay.heads):
+        logp = slab[:, c0:c0 + n]
+        p = jnp.exp(logp)
+        hit = (jnp.arange(n) == a[:, h:h + 1]).astype(jnp.float32)
+        parts.append(g_lp * (hit - p) - g_ent * p * (logp + slab[:, v + 1 + h, None]))
+        c0 += n
+    pad = jnp.zeros((slab.shape[0], lay.out_pad - lay.out_cols), jnp.float32)
+    return jnp.concatenate(parts + [g_v, pad], axis=1)
+
+
+fused_head_stats.defvjp(_stats_fwd, _stats_bwd)
 
 
 def pack(lay: Layout, torsos: Sequence[Sequence[tuple[jax.Array, jax.Array]]],

@@ -120,10 +120,10 @@ def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: RunningStats | None,
         # mb.obs holds every agent: the group's slice is cut here, from the
         # minibatch, so that no copy of the whole batch's group slice is made.
         carry = None if mb.carry is None else jax.tree.map(lambda x: x[0], mb.carry)
-        logits, value = policy.sequence(g, p, stats, policy.groups.select(mb.obs, g, 2),
-                                        carry, mb.first, mb.state)
+        lp, ent, value = policy.head_stats(g, p, stats, policy.groups.select(mb.obs, g, 2),
+                                           mb.actions, carry, mb.first, mb.state)
         return losses.policy_loss(
-            logits, value, mb, policy.nvec, algorithm=c.algorithm, clip_eps=hyper.clip_eps,
+            lp, ent, value, mb, algorithm=c.algorithm, clip_eps=hyper.clip_eps,
             vf_coef=hyper.vf_coef, ent_coef=hyper.ent_coef, normalize_advantages=normalize)
 
     return jax.value_and_grad(loss_fn, has_aux=True)

@@ -153,10 +153,13 @@ class Batch:
     state: jax.Array | None = None  # f32[T, envs, S]: global state (centralised critic)
 
 
-def policy_loss(logits: jax.Array, value: jax.Array, batch: Batch, nvec: Sequence[int], *,
+def policy_loss(lp: jax.Array, ent: jax.Array, value: jax.Array, batch: Batch, *,
                 algorithm: str, clip_eps: float, vf_coef: float, ent_coef: float,
                 normalize_advantages: bool) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """PPO (clipped surrogate, clipped value loss) or A2C loss of one batch.
+    """PPO (clipped surrogate, clipped value loss) or A2C loss of one batch,
+    from the current policy's log-probability of the batch's actions lp, its
+    entropy ent and value, each f32[...] like batch.advantage (`head_stats`
+    of the logits, or a model's own: `Policy.head_stats`).
 
     Returns (total loss, metrics: policy_loss, value_loss, entropy,
     approx_kl, clip_frac).
@@ -164,7 +167,6 @@ def policy_loss(logits: jax.Array, value: jax.Array, batch: Batch, nvec: Sequenc
     adv = batch.advantage
     if normalize_advantages:
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    lp, ent = head_stats(logits, batch.actions, nvec)
     ent = ent.mean()
     log_ratio = lp - batch.log_prob
     ratio = jnp.exp(log_ratio)

@@ -24,6 +24,7 @@ import numpy as np
 
 from jaxwarp.errors import ConfigError
 from jaxwarp.models.recurrent import has_sequence, is_recurrent
+from jaxwarp.train import losses
 from jaxwarp.train.obs_stats import RunningStats
 
 
@@ -177,6 +178,24 @@ class Policy(NamedTuple):
 
         _, (logits, value) = jax.lax.scan(body, carry, (obs, reset, state))
         return logits, value
+
+    def head_stats(self, g: str, params: Any, stats: RunningStats | None, obs: jax.Array,
+                   actions: jax.Array, carry: Any, reset: jax.Array | None,
+                   state: jax.Array | None) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The learner's view of group g (arguments as `sequence`'s, actions
+        i32[T, envs, agents_in_group, heads]): (log_prob, entropy, value), each
+        f32[T, envs, agents_in_group] (`losses.head_stats`). A feed-forward
+        model that takes the actions itself (``fuses_head_stats``: the `mlp`
+        model on the fused kernels) returns them without the logits leaving
+        its kernel."""
+        net = self.nets[g]
+        fuses = getattr(net, "fuses_head_stats", None)
+        if g not in self.recurrent and not self.critics and fuses and fuses(obs.shape[-1]):
+            if self.normalize_obs:
+                obs = stats.normalize(obs)
+            return net.apply(params, obs, actions)
+        logits, value = self.sequence(g, params, stats, obs, carry, reset, state)
+        return (*losses.head_stats(logits, actions, self.nvec), value)
 
     def step(self, params: Mapping[str, Any], stats: Mapping[str, RunningStats],
              obs: jax.Array, carry: Mapping[str, Any], reset: jax.Array,
