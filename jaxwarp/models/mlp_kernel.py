@@ -554,23 +554,16 @@ def _slab_grad(lay: Layout, slab: jax.Array, a: jax.Array, g_lp: jax.Array, g_en
     `_head_stats_tile` and the cotangents g_lp, g_ent, g_v f32[N, 1]: per head
     d log pi(a)/dx = onehot(a) - p, d H/dx = -p (log p + H); the value's column
     g_v; zeros in the padding (the heads' padded weights get no gradient)."""
-    # Masked passes over the whole width, not per-head slices put together:
-    # XLA then fuses this into the one pass that casts it for the backward
-    # kernel and sums the heads' bias gradient (a concatenation of slices was
-    # a separate pass over [N, out_pad] float32 on the GPU).
     v = lay.out_cols - 1
-    col = jnp.arange(lay.out_pad)[None, :]
-    hit = jnp.zeros(slab.shape, bool)
-    ent = jnp.zeros(slab.shape, jnp.float32)
-    c0 = 0
+    parts, c0 = [], 0
     for h, n in enumerate(lay.heads):
-        inside = (col >= c0) & (col < c0 + n)
-        hit = hit | (col == c0 + a[:, h:h + 1])
-        ent = jnp.where(inside, slab[:, v + 1 + h, None], ent)
+        logp = slab[:, c0:c0 + n]
+        p = jnp.exp(logp)
+        hit = (jnp.arange(n) == a[:, h:h + 1]).astype(jnp.float32)
+        parts.append(g_lp * (hit - p) - g_ent * p * (logp + slab[:, v + 1 + h, None]))
         c0 += n
-    p = jnp.exp(slab)
-    d = g_lp * (hit.astype(jnp.float32) - p) - g_ent * p * (slab + ent)
-    return jnp.where(col < v, d, jnp.where(col == v, g_v, 0.0))
+    pad = jnp.zeros((slab.shape[0], lay.out_pad - lay.out_cols), jnp.float32)
+    return jnp.concatenate(parts + [g_v, pad], axis=1)
 
 
 fused_head_stats.defvjp(_stats_fwd, _stats_bwd)
