@@ -35,22 +35,87 @@ def gae(rewards: jax.Array, values: jax.Array, dones: jax.Array, last_value: jax
     return adv, adv + values
 
 
-def _head_log_probs(logits: jax.Array, nvec: Sequence[int]) -> list[tuple[int, jax.Array]]:
-    """(first head, log_softmax f32[..., k, n]) per run of k consecutive heads
-    of equal size n: Tag's two 21-way heads are one [..., 2, 21] array (one
-    fusion over the batch, not one per 21-wide slice)."""
-    groups: list[tuple[int, int]] = []  # (size, count)
+def _head_groups(nvec: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(first head, count k, size n) per run of k consecutive heads of equal
+    size n: Tag's two 21-way heads are one [..., 2, 21] block (one fusion over
+    the batch, not one per 21-wide slice)."""
+    out: list[tuple[int, int, int]] = []
+    head = 0
     for n in (int(v) for v in nvec):
-        if groups and groups[-1][0] == n:
-            groups[-1] = (n, groups[-1][1] + 1)
+        if out and out[-1][2] == n:
+            out[-1] = (out[-1][0], out[-1][1] + 1, n)
         else:
-            groups.append((n, 1))
-    out, col, head = [], 0, 0
-    for n, k in groups:
-        block = logits[..., col:col + n * k].reshape(logits.shape[:-1] + (k, n))
-        out.append((head, jax.nn.log_softmax(block, axis=-1)))
-        col, head = col + n * k, head + k
+            out.append((head, 1, n))
+        head += 1
     return out
+
+
+def _one_hot(a: jax.Array, n: int) -> jax.Array:
+    """bool[..., k, n]: the actions a int[..., k] as masks over n choices. A select
+    against it, not take_along_axis: the same value (one term, the rest exact
+    zeros) without a gather."""
+    return jnp.arange(n, dtype=a.dtype) == a[..., None]
+
+
+def _stats_forward(x: jax.Array, a: jax.Array
+                   ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
+    """x f32[..., k, n] (k heads of n logits), a i32[..., k] ->
+    ((log-prob f32[...], entropy f32[...]) summed over the k heads,
+    (log-softmax f32[..., k, n], each head's entropy f32[..., k]))."""
+    logp = jax.nn.log_softmax(x, axis=-1)
+    lp = jnp.sum(jnp.where(_one_hot(a, x.shape[-1]), logp, 0.0), axis=-1)
+    # p log p is 0 where p is: a logit of -inf (a masked choice) adds nothing.
+    ent = -jnp.sum(jnp.where(logp > -jnp.inf, jnp.exp(logp) * logp, 0.0), axis=-1)
+    return (jnp.sum(lp, axis=-1), jnp.sum(ent, axis=-1)), (logp, ent)
+
+
+@jax.custom_vjp
+def _head_stats(x: jax.Array, a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sum of log pi(a_h), sum of entropies) over k heads of n: x f32[..., k, n]."""
+    return _stats_forward(x, a)[0]
+
+
+def _head_stats_fwd(x, a):
+    out, (logp, ent) = _stats_forward(x, a)
+    return out, (logp, a, ent)
+
+
+def _head_stats_bwd(res, g):
+    # One elementwise pass over the saved log-softmax: d log pi(a)/dx = onehot(a)
+    # - p and d H/dx = -p (log p + H). jax's own gradient of the forward reduces
+    # the log-softmax's cotangent again (one more pass over every [rows, k, n]
+    # logit of a minibatch); recomputing the log-softmax from the logits here
+    # instead was slower on the GPU (docs/decisions.md, "The learner's tail").
+    logp, a, ent = res
+    g_lp, g_ent = (v[..., None, None] for v in g)
+    p = jnp.exp(logp)
+    hit = _one_hot(a, logp.shape[-1])
+    d_ent = jnp.where(logp > -jnp.inf, p * (logp + ent[..., None]), 0.0)  # 0 where p is
+    dx = g_lp * (hit.astype(logp.dtype) - p) - g_ent * d_ent
+    return dx, None
+
+
+_head_stats.defvjp(_head_stats_fwd, _head_stats_bwd)
+
+
+def head_stats(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]
+               ) -> tuple[jax.Array, jax.Array]:
+    """(log_prob f32[...], entropy f32[...]): sums over heads of
+    log softmax(logits_h)[actions[..., h]] and of the categorical entropy.
+
+    logits: float[..., sum(nvec)]; actions: int[..., len(nvec)]. Differentiable
+    in the logits in reverse mode (`jax.grad`, `jax.vjp`) by a hand-written
+    backward (one pass over them); forward mode (`jax.jvp`) is not defined. A
+    logit of -inf masks its choice (its probability 0, its gradient 0).
+    """
+    x = logits.astype(jnp.float32)
+    lp, ent = 0.0, 0.0
+    col = 0
+    for head, k, n in _head_groups(nvec):
+        block = x[..., col:col + n * k].reshape(x.shape[:-1] + (k, n))
+        g_lp, g_ent = _head_stats(block, actions[..., head:head + k])
+        lp, ent, col = lp + g_lp, ent + g_ent, col + n * k
+    return lp, ent
 
 
 def log_prob(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]) -> jax.Array:
@@ -87,12 +152,6 @@ class Batch:
     carry: Any = None
     state: jax.Array | None = None  # f32[T, envs, S]: global state (centralised critic)
 
-
-
-def head_stats(logits: jax.Array, actions: jax.Array, nvec: Sequence[int]
-               ) -> tuple[jax.Array, jax.Array]:
-    """(log_prob, entropy) by `log_prob` and `entropy`, differentiated by jax."""
-    return log_prob(logits, actions, nvec), entropy(logits, nvec)
 
 def policy_loss(lp: jax.Array, ent: jax.Array, value: jax.Array, batch: Batch, *,
                 algorithm: str, clip_eps: float, vf_coef: float, ent_coef: float,
