@@ -930,7 +930,7 @@ def section_learner(root: Path) -> tuple[list[str], list[Source]]:
 _PROFILE_CMD = "python experiments/profile_phases.py"
 TAIL_PROFILES = [  # (label, file): the learner's tail, before and after (H200)
     ("A2C bf16, before", Source("profile_phases_a2c_bf16_h200.json", _PROFILE_CMD)),
-    ("A2C bf16, now", Source("profile_phases_a2c_bf16_tail_h200.json", _PROFILE_CMD)),
+    ("A2C bf16, c4795e9", Source("profile_phases_a2c_bf16_tail_h200.json", _PROFILE_CMD)),
     ("A2C bf16, 177dae9", Source("profile_phases_a2c_bf16_recompute_h200.json", _PROFILE_CMD)),
     ("A2C f32", Source("profile_phases_a2c_f32_h200.json", _PROFILE_CMD)),
 ]
@@ -949,9 +949,9 @@ TAIL_TTR = Source("time_to_return_tail_h200.json", "python experiments/bench_tim
                   "--cases mpe,cartpole --scale gpu")
 
 
-def _tail_variant_rows(root: Path) -> list[list[str]]:
+def _tail_variant_rows(root: Path, sources: list[Source] | None = None) -> list[list[str]]:
     rows = []
-    for src in TAIL_VARIANTS:
+    for src in TAIL_VARIANTS if sources is None else sources:
         data = _read_json(root, src)
         for r in data["results"]:
             rows.append([f"`{src.path}`", data["meta"].get("note", ""),
@@ -961,8 +961,8 @@ def _tail_variant_rows(root: Path) -> list[list[str]]:
     return rows
 
 
-def _tail_profile_rows(root: Path) -> list[list[str]]:
-    profs = [_read_json(root, src) for _, src in TAIL_PROFILES]
+def _tail_profile_rows(root: Path, profiles: list | None = None) -> list[list[str]]:
+    profs = [_read_json(root, src) for _, src in (profiles or TAIL_PROFILES)]
     rows = []
     for phase in [ph["phase"] for ph in profs[0]["phases"]]:
         row = [phase]
@@ -1007,7 +1007,7 @@ def section_learner_tail(root: Path) -> tuple[list[str], list[Source]]:
         *table(["phase", *(f"{h} ({label})" for label, _ in TAIL_PROFILES
                            for h in ("ms", "floor ms"))], _tail_profile_rows(root)),
         "",
-        f"The largest learner kernels now ({TAIL_PROFILES[1][0]}): kernel, phase, ms per update, "
+        f"The largest learner kernels then ({TAIL_PROFILES[1][0]}): kernel, phase, ms per update, "
         "GB its HLO instruction moves, ms at the copy bandwidth:",
         "",
         *table(["kernel", "phase", "ms", "GB", "floor ms"],
@@ -1020,6 +1020,93 @@ def section_learner_tail(root: Path) -> tuple[list[str], list[Source]]:
         *_time_to_return_table(root, TAIL_TTR),
     ]
     return lines, [*TAIL_VARIANTS, TAIL_TRAIN, *(s for _, s in TAIL_PROFILES), TAIL_TTR]
+
+
+HEADS_VARIANTS = [  # pairs run back to back in one call: before, then the variant
+    Source("bench_train_stats_before_h200.json", _TRAIN_CMD),
+    Source("bench_train_stats_h200.json", _TRAIN_CMD),
+    Source("bench_train_stats2_before_h200.json", _TRAIN_CMD),
+    Source("bench_train_stats2_h200.json", _TRAIN_CMD),
+]
+HEADS_TRAIN = Source("bench_train_heads_kernel_h200.json", "python experiments/bench_train.py "
+                     "--cases 2,3,6,7")
+HEADS_PROFILES = [
+    ("c4795e9", Source("profile_phases_a2c_bf16_tail_h200.json", _PROFILE_CMD)),
+    ("heads in the kernel", Source("profile_phases_a2c_bf16_stats_h200.json", _PROFILE_CMD)),
+    ("masked backward", Source("profile_phases_a2c_bf16_stats2_h200.json", _PROFILE_CMD)),
+]
+_LEARN_CMD = "python experiments/learn_compare.py"
+HEADS_LEARN = [  # (config, file, what it is compared with)
+    ("tag_2000_envs", Source("learn_compare_stats_h200/learn_compare.json", _LEARN_CMD),
+     "learner_equivalence_h100.json: 72.6 ± 1.5 (9d7bd31), 71.1 ± 1.4 (6b37f99, the kernels)"),
+    ("tag_100_agents", Source("learn_compare_100_stats_h200/learn_compare.json", _LEARN_CMD),
+     "learner_equivalence_h100.json: 53.4 ± 0.7 (kernels), 53.6 ± 1.0 (XLA's layers)"),
+]
+
+
+def _heads_learn_rows(root: Path) -> list[list[str]]:
+    rows = []
+    for config, src, before in HEADS_LEARN:
+        data = _read_json(root, src)
+        (name, s), = data["summary"].items()
+        runners = data.get("runner_return", {}).get(name)
+        if "policies.runner.train=false" in data["overrides"]:
+            runners = None  # random runners that do not train
+        rows.append([f"`{config}`", str(s["n"]), f"{s['mean']:.1f} ± {s['ci95']:.1f}",
+                     "—" if runners is None else f"{runners['mean']:.2f} ± {runners['ci95']:.2f}",
+                     f"{data['random_tags_per_episode']:.1f}", before])
+    return rows
+
+
+def section_heads_kernel(root: Path) -> tuple[list[str], list[Source]]:
+    now = _read_json(root, HEADS_PROFILES[1][1])
+    kernels = sorted(((k, ph["phase"]) for ph in now["phases"] if ph["phase"] in (
+        "forward", "backward") for k in ph["kernels"]), key=lambda kp: -kp[0][1])[:10]
+    head = [*TRAIN_HEAD, "`cuda` env-steps/s", "`jax` env-steps/s", "cuda / jax", "MFU",
+            "compile s"]
+    learn = [s for _, s, _ in HEADS_LEARN]
+    lines = [
+        "### The heads' statistics in the forward kernel",
+        "",
+        f"Before and after, each pair run back to back in one call, each file in its own "
+        f"process, {on(root, *HEADS_VARIANTS)} (what each is: the file's note); env-steps/s "
+        "(agent-steps/s in brackets), ms per update, compile in seconds:",
+        "",
+        *table(["file", "variant", "case", "matmuls", "env-steps/s", "ms / update",
+                "compile s"], _tail_variant_rows(root, HEADS_VARIANTS)),
+        *sources_block(root, HEADS_VARIANTS),
+        f"The shipped trainer, both env backends in one process, {on(root, HEADS_TRAIN)}; "
+        f"env-steps/s {AGENT_STEPS}:",
+        "",
+        *table(head, _train_rows(_read_json(root, HEADS_TRAIN)["results"], ("cuda", "jax"))),
+        *sources_block(root, [HEADS_TRAIN]),
+        "Phase profile of the A2C bf16 update at 2,000 × 110 (command buffers off), ms per "
+        f"update and the phase's floor as above, {on(root, *(s for _, s in HEADS_PROFILES))}:",
+        "",
+        *table(["phase", *(f"{h} ({label})" for label, _ in HEADS_PROFILES
+                           for h in ("ms", "floor ms"))], _tail_profile_rows(root, HEADS_PROFILES)),
+        "",
+        f"The largest learner kernels now ({HEADS_PROFILES[1][0]}): kernel, phase, ms per update, "
+        "GB its HLO instruction moves, ms at the copy bandwidth:",
+        "",
+        *table(["kernel", "phase", "ms", "GB", "floor ms"],
+               [[f"`{k[0]}`", p, f"{k[1]:.2f}", f"{k[2]:.2f}", f"{k[3]:.2f}"]
+                for k, p in kernels]),
+        *sources_block(root, [s for _, s in HEADS_PROFILES[1:]]),
+        f"The same learning, 4 seeds each, {on(root, *learn)}: tags per episode at the end "
+        "(95% interval over seeds), the runners' return where they train, random taggers' "
+        "level, and the earlier measurements of the same command:",
+        "",
+        *table(["config", "seeds", "tags per episode", "runners' return", "random",
+                "before"], _heads_learn_rows(root)),
+        *sources_block(root, learn),
+    ]
+    curves = [Source(s.path.replace(".json", ".csv"), s.makes, device="NVIDIA H200")
+              for s in learn]
+    lines += [f"Their curves (tags per episode per update, each seed): "
+              f"{', '.join(f'`{RESULTS / c.path}`' for c in curves)}.", ""]
+    return lines, [*HEADS_VARIANTS, HEADS_TRAIN, *(s for _, s in HEADS_PROFILES[1:]), *learn,
+                   *curves]
 
 
 DUEL_LOG = Source("duel_h100/train.log",
@@ -2356,7 +2443,8 @@ def _gru_mma_lines(root: Path) -> list[str]:
 
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
-                           section_learner, section_learner_tail, section_time_to_policy,
+                           section_learner, section_learner_tail, section_heads_kernel,
+                           section_time_to_policy,
                            section_tag_runs,
                            section_time_to_return, section_fused_rollout,
                            section_time_to_return_rnn,
