@@ -22,6 +22,7 @@ numbers are in docs/decisions.md, "The learner's tail"):
 | heads_autodiff.patch | the heads' log-probability and entropy differentiated by jax (the code before `losses.head_stats`) |
 | heads_recompute.patch | `head_stats`'s backward recomputes the log-softmax from the logits instead of saving it |
 | linear_relu.patch | XLA's layers: a ReLU hidden layer's custom gradient keeps the ReLU's output for the mask |
+| heads_grad_in_kernel.patch | `fused_head_stats`' backward: the heads' columns' gradient made inside the backward kernel from the saved slab |
 | heads_slab_masked.patch | `fused_head_stats`' backward: the heads' columns' gradient as masked passes over the whole width instead of per-head slices put together |
 """
 

@@ -304,50 +304,13 @@ def _forward_kernel(x_ref: Any, *refs: Any, lay: Layout, n_rows: int, save: bool
     _store(outs[0], out, mask)
 
 
-def _slab_grad_tile(slab: jax.Array, a: jax.Array, cot: jax.Array, lay: Layout) -> jax.Array:
-    """f32[rows, out_pad]: the heads' columns' gradient of a tile, from its
-    `_head_stats_tile` slab, actions a i32[rows, >= heads] and cotangents cot
-    f32[rows, >= 3] (log-probability, entropy, value): per head d log pi(a)/dx =
-    onehot(a) - p and d H/dx = -p (log p + H); the value's column; zeros in the
-    padding (the heads' padded weights get no gradient)."""
-    col = jnp.arange(lay.out_pad)[None, :]
-    acol = jnp.arange(a.shape[1])[None, :]
-    g_lp, g_ent, g_v = (jnp.sum(jnp.where(jnp.arange(cot.shape[1])[None, :] == i, cot, 0.0),
-                                axis=1)[:, None] for i in range(3))
-    v = lay.out_cols - 1
-    d = jnp.where(col == v, g_v, 0.0)
-    c0 = 0
-    for h, n in enumerate(lay.heads):
-        inside = (col >= c0) & (col < c0 + n)
-        ent = jnp.sum(jnp.where(col == v + 1 + h, slab, 0.0), axis=1)[:, None]
-        ah = jnp.sum(jnp.where(acol == h, a, 0), axis=1)[:, None]
-        p = jnp.exp(jnp.where(inside, slab, -jnp.inf))
-        hit = (col == c0 + ah).astype(jnp.float32)
-        d = jnp.where(inside, g_lp * (hit - p) - g_ent * p * (slab + ent), d)
-        c0 += n
-    return d
-
-
-def _backward_kernel(g_ref: Any, *refs: Any, lay: Layout, n_rows: int, stats: bool) -> None:
-    """dz of every hidden layer from the heads' gradient g and the saved h. With
-    `stats` g_ref is `fused_head_stats`' saved slab, followed by the actions and
-    the cotangents: the heads' gradient is made here (`_slab_grad_tile`) and
-    written (the compute dtype) with its tile's column sums, after the rest."""
+def _backward_kernel(g_ref: Any, *refs: Any, lay: Layout, n_rows: int) -> None:
+    """dz of every hidden layer from the heads' gradient g and the saved h."""
     n, nb, dt = len(lay.widths), lay.block, jnp.dtype(lay.dtype)
-    if stats:
-        (a_ref, c_ref), refs = refs[:2], refs[2:]
     h_refs = refs[:n * lay.towers]
     towers, heads, _, outs = _split(refs[n * lay.towers:], lay)
     mask = _row_mask(lay.back_rows, n_rows)
     g = plgpu.load(g_ref, mask=jnp.broadcast_to(mask, (lay.back_rows, lay.out_pad)), other=0)
-    if stats:
-        a = plgpu.load(a_ref, mask=mask & (jnp.arange(a_ref.shape[1]) < len(lay.heads))[None, :],
-                       other=0)
-        cot = plgpu.load(c_ref, mask=mask & (jnp.arange(c_ref.shape[1]) < 3)[None, :], other=0)
-        g = jnp.where(mask, _slab_grad_tile(g, a, cot, lay), 0.0)  # rows past the end: 0
-        _store(outs[-2], g.astype(dt), mask)
-        outs[-1][...] = jnp.sum(g, axis=0)[None, :]
-        g = g.astype(dt)
     for t, (layers, wo_ref) in enumerate(zip(towers, heads)):
         dz_refs = outs[2 * n * t:2 * n * t + n]
         sum_refs = outs[2 * n * t + n:2 * n * (t + 1)]
@@ -444,13 +407,9 @@ def forward(lay: Layout, x: jax.Array, weights: Sequence[jax.Array], save: bool 
 
 
 def _backward(lay: Layout, g: jax.Array, hs: Sequence[jax.Array], weights: Sequence[jax.Array],
-              interpret: bool = False, stats: tuple[jax.Array, jax.Array] | None = None
-              ) -> list[jax.Array]:
+              interpret: bool = False) -> list[jax.Array]:
     """Per tower: each hidden layer's dz [N, w] (compute dtype), then each
-    layer's tile column sums of dz f32[tiles, w]. With stats = (actions
-    i32[N, heads], cotangents f32[N, 3]) g is `fused_head_stats`' slab, and the
-    heads' gradient [N, out_pad] (compute dtype) and its tile column sums
-    f32[tiles, out_pad] follow."""
+    layer's tile column sums of dz f32[tiles, w]."""
     n_rows = g.shape[0]
     dt = jnp.dtype(lay.dtype)
     ws = _params(lay, weights)
@@ -463,24 +422,16 @@ def _backward(lay: Layout, g: jax.Array, hs: Sequence[jax.Array], weights: Seque
         for w in lay.widths:
             shapes.append(jax.ShapeDtypeStruct((tiles, w), jnp.float32))
             specs.append(pl.BlockSpec((1, w), lambda i: (i, 0)))
-    extra, extra_specs = [], []
-    if stats is not None:
-        shapes += [jax.ShapeDtypeStruct((n_rows, lay.out_pad), dt),
-                   jax.ShapeDtypeStruct((tiles, lay.out_pad), jnp.float32)]
-        specs += [_rows(lay.back_rows, lay.out_pad), pl.BlockSpec((1, lay.out_pad),
-                                                                  lambda i: (i, 0))]
-        extra = [stats[0].astype(jnp.int32), stats[1].astype(jnp.float32)]
-        extra_specs = [_rows(lay.back_rows, _pow2(len(lay.heads), 2)), _rows(lay.back_rows, 4)]
     return pl.pallas_call(
-        functools.partial(_backward_kernel, lay=lay, n_rows=n_rows, stats=stats is not None),
+        functools.partial(_backward_kernel, lay=lay, n_rows=n_rows),
         out_shape=shapes,
         grid=(tiles,),
-        in_specs=[_rows(lay.back_rows, lay.out_pad)] + extra_specs
+        in_specs=[_rows(lay.back_rows, lay.out_pad)]
         + [_rows(lay.back_rows, h.shape[1]) for h in hs] + [_full(w) for w in ws],
         out_specs=specs,
         name="jaxwarp_mlp_backward",
         **_compiler(lay.back_warps, interpret),
-    )(g if stats is not None else g.astype(dt), *extra, *hs, *ws)
+    )(g.astype(dt), *hs, *ws)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
@@ -527,19 +478,12 @@ def _bwd(lay, blocks, interpret, res, g):
 
 
 def _grads(lay: Layout, blocks: bool, interpret: bool, x: jax.Array, xp: jax.Array,
-           weights: tuple[jax.Array, ...], hs: Sequence[jax.Array], g2: jax.Array,
-           stats: tuple[jax.Array, jax.Array] | None = None
+           weights: tuple[jax.Array, ...], hs: Sequence[jax.Array], g2: jax.Array
            ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """(dx like x, the weights' gradients) from the heads' columns' gradient
-    g2 f32[N, out_pad] and the saved forward (`_saved_forward`); with stats =
-    (actions, cotangents) g2 is `fused_head_stats`' slab (`_backward`)."""
+    g2 f32[N, out_pad] and the saved forward (`_saved_forward`)."""
     dt, n = jnp.dtype(lay.dtype), len(lay.widths)
-    outs = _backward(lay, g2, hs, weights, interpret, stats)
-    if stats is None:
-        g_dt, head_bias = g2.astype(dt), jnp.sum(g2, axis=0, dtype=jnp.float32)
-    else:
-        *outs, g_dt, sums = outs
-        head_bias = jnp.sum(sums, axis=0)
+    outs = _backward(lay, g2, hs, weights, interpret)
     grads: list[jax.Array] = []
     head_grads = []
     dx = jnp.zeros((g2.shape[0], x.shape[-1]), jnp.float32)
@@ -552,10 +496,10 @@ def _grads(lay: Layout, blocks: bool, interpret: bool, x: jax.Array, xp: jax.Arr
             grads.append(gw[:x.shape[-1]] if i == 0 else gw)  # xp's padding cut off
             grads.append(jnp.sum(sums[i], axis=0))
             prev = hs[t * n + i]
-        head_grads.append(weight_grad(prev, g_dt, blocks))
+        head_grads.append(weight_grad(prev, g2.astype(dt), blocks))
         dx = dx + _dot(dzs[0], weights[2 * n * t].astype(dt), trans_b=True)
     grads += head_grads
-    grads.append(head_bias)
+    grads.append(jnp.sum(g2, axis=0, dtype=jnp.float32))
     grads = [gr.astype(w.dtype) for gr, w in zip(grads, weights)]
     return dx.astype(x.dtype).reshape(x.shape), tuple(grads)
 
@@ -597,14 +541,29 @@ def _stats_fwd(lay, x, weights, actions, blocks, interpret):
 
 
 def _stats_bwd(lay, blocks, interpret, res, g):
-    # The heads' columns' gradient is made inside the backward kernel from the
-    # saved slab (`_slab_grad_tile`): made by XLA it was a pass of its own over
-    # [N, out_pad] float32, then another to cast it and sum the heads' bias
-    # gradient (docs/decisions.md, "The heads' statistics in the forward kernel").
     x, xp, weights, hs, slab, a = res
-    cot = jnp.stack([c.reshape(-1).astype(jnp.float32) for c in g], axis=1)
-    dx, grads = _grads(lay, blocks, interpret, x, xp, weights, hs, slab, (a, cot))
+    g_lp, g_ent, g_v = (c.reshape(-1, 1).astype(jnp.float32) for c in g)
+    g2 = _slab_grad(lay, slab, a, g_lp, g_ent, g_v)
+    dx, grads = _grads(lay, blocks, interpret, x, xp, weights, hs, g2)
     return dx, grads, None
+
+
+def _slab_grad(lay: Layout, slab: jax.Array, a: jax.Array, g_lp: jax.Array, g_ent: jax.Array,
+               g_v: jax.Array) -> jax.Array:
+    """f32[N, out_pad]: the gradient of the heads' columns, from the slab of
+    `_head_stats_tile` and the cotangents g_lp, g_ent, g_v f32[N, 1]: per head
+    d log pi(a)/dx = onehot(a) - p, d H/dx = -p (log p + H); the value's column
+    g_v; zeros in the padding (the heads' padded weights get no gradient)."""
+    v = lay.out_cols - 1
+    parts, c0 = [], 0
+    for h, n in enumerate(lay.heads):
+        logp = slab[:, c0:c0 + n]
+        p = jnp.exp(logp)
+        hit = (jnp.arange(n) == a[:, h:h + 1]).astype(jnp.float32)
+        parts.append(g_lp * (hit - p) - g_ent * p * (logp + slab[:, v + 1 + h, None]))
+        c0 += n
+    pad = jnp.zeros((slab.shape[0], lay.out_pad - lay.out_cols), jnp.float32)
+    return jnp.concatenate(parts + [g_v, pad], axis=1)
 
 
 fused_head_stats.defvjp(_stats_fwd, _stats_bwd)
