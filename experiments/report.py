@@ -975,12 +975,23 @@ def _tail_profile_rows(root: Path, profiles: list | None = None) -> list[list[st
     return rows
 
 
+TRAIN_BOTH_HEAD = [*TRAIN_HEAD, "`cuda` env-steps/s", "`jax` env-steps/s", "cuda / jax", "MFU",
+                   "compile s"]
+
+
+def _learner_kernels(prof: dict, n: int) -> list[str]:
+    """The n largest kernels of a phase profile's forward and backward: kernel,
+    phase, ms per update, GB its HLO instruction moves, ms at the copy bandwidth."""
+    kernels = sorted(((k, ph["phase"]) for ph in prof["phases"] if ph["phase"] in (
+        "forward", "backward") for k in ph["kernels"]), key=lambda kp: -kp[0][1])[:n]
+    return table(["kernel", "phase", "ms", "GB", "floor ms"],
+                 [[f"`{k[0]}`", p, f"{k[1]:.2f}", f"{k[2]:.2f}", f"{k[3]:.2f}"]
+                  for k, p in kernels])
+
+
 def section_learner_tail(root: Path) -> tuple[list[str], list[Source]]:
     now = _read_json(root, TAIL_PROFILES[1][1])
-    kernels = sorted(((k, ph["phase"]) for ph in now["phases"] if ph["phase"] in (
-        "forward", "backward") for k in ph["kernels"]), key=lambda kp: -kp[0][1])[:12]
-    head = [*TRAIN_HEAD, "`cuda` env-steps/s", "`jax` env-steps/s", "cuda / jax", "MFU",
-            "compile s"]
+    head = TRAIN_BOTH_HEAD
     lines = [
         "### The learner's tail",
         "",
@@ -1010,9 +1021,7 @@ def section_learner_tail(root: Path) -> tuple[list[str], list[Source]]:
         f"The largest learner kernels then ({TAIL_PROFILES[1][0]}): kernel, phase, ms per update, "
         "GB its HLO instruction moves, ms at the copy bandwidth:",
         "",
-        *table(["kernel", "phase", "ms", "GB", "floor ms"],
-               [[f"`{k[0]}`", p, f"{k[1]:.2f}", f"{k[2]:.2f}", f"{k[3]:.2f}"]
-                for k, p in kernels]),
+        *_learner_kernels(now, 12),
         *sources_block(root, [s for _, s in TAIL_PROFILES]),
         f"Time to a return at GPU sizes with the tail trimmed, {on(root, TAIL_TTR)}; "
         f"env-steps/s {AGENT_STEPS}:",
@@ -1062,10 +1071,7 @@ def _heads_learn_rows(root: Path) -> list[list[str]]:
 
 def section_heads_kernel(root: Path) -> tuple[list[str], list[Source]]:
     now = _read_json(root, HEADS_PROFILES[1][1])
-    kernels = sorted(((k, ph["phase"]) for ph in now["phases"] if ph["phase"] in (
-        "forward", "backward") for k in ph["kernels"]), key=lambda kp: -kp[0][1])[:10]
-    head = [*TRAIN_HEAD, "`cuda` env-steps/s", "`jax` env-steps/s", "cuda / jax", "MFU",
-            "compile s"]
+    head = TRAIN_BOTH_HEAD
     learn = [s for _, s, _ in HEADS_LEARN]
     lines = [
         "### The heads' statistics in the forward kernel",
@@ -1091,9 +1097,7 @@ def section_heads_kernel(root: Path) -> tuple[list[str], list[Source]]:
         f"The largest learner kernels now ({HEADS_PROFILES[1][0]}): kernel, phase, ms per update, "
         "GB its HLO instruction moves, ms at the copy bandwidth:",
         "",
-        *table(["kernel", "phase", "ms", "GB", "floor ms"],
-               [[f"`{k[0]}`", p, f"{k[1]:.2f}", f"{k[2]:.2f}", f"{k[3]:.2f}"]
-                for k, p in kernels]),
+        *_learner_kernels(now, 10),
         *sources_block(root, [s for _, s in HEADS_PROFILES[1:]]),
         f"The same learning, 4 seeds each, {on(root, *learn)}: tags per episode at the end "
         "(95% interval over seeds), the runners' return where they train, random taggers' "

@@ -14,6 +14,7 @@ import pytest
 
 from jaxwarp.models import MLPActorCritic, mlp_kernel
 from jaxwarp.train import losses
+from jaxwarp.train.policy import Groups, Policy
 
 CASES = [
     # (obs features, hidden, logits, shared torso, activation, dtype, rows)
@@ -201,6 +202,48 @@ def test_the_model_takes_the_actions_on_the_kernels(kernels, case):
     _close(got, ref, dtype)
     _close(jax.grad(loss, (1, 2))(stats, params, obs),
            _xla(jax.grad(loss, (1, 2)), via_logits, params, obs), dtype)
+
+
+def test_the_learner_takes_the_heads_statistics_from_the_kernel(kernels):
+    """`Policy.head_stats` (what the learner's loss reads) runs a group on the
+    kernels through the model's actions form, and gives what the logits' path
+    gives on XLA's layers; a recurrent or custom model keeps the logits' path."""
+    nvec = (3, 4)
+    groups = Groups({"a": np.arange(2), "b": np.arange(2, 5)}, None)
+    nets = {"a": MLPActorCritic(nvec, (128,), "relu", True, jnp.bfloat16),
+            "b": MLPActorCritic(nvec, (128,), "relu", True)}  # float32: XLA's layers
+    policy = Policy.of(groups, nets, nvec, False)
+    ks = jax.random.split(jax.random.PRNGKey(7), 4)
+    obs = jax.random.normal(ks[0], (3, 4, 2, 9))  # [T, envs, agents in group a, D]
+    actions = jnp.stack([jax.random.randint(k, (3, 4, 2), 0, n)
+                         for k, n in zip(ks[1:3], nvec)], -1)
+    params = nets["a"].init(ks[3], obs[0, 0])
+
+    def stats(p):
+        return policy.head_stats("a", p, None, obs, actions, None, None, None)
+
+    def via_logits(p):
+        logits, value = policy.sequence("a", p, None, obs, None, None, None)
+        return (*losses.head_stats(logits, actions, nvec), value)
+
+    assert "pallas_call" in str(jax.make_jaxpr(stats)(params))
+    got, ref = stats(params), _xla(via_logits, params)
+    assert [(o.shape, o.dtype) for o in got] == [((3, 4, 2), jnp.float32)] * 3
+    _close(got, ref, "bfloat16")
+
+    def loss(f, p):
+        lp, ent, v = f(p)
+        # weights of one sign: XLA's layers round the value's cotangent to bf16,
+        # so a sum that cancels would compare rounding noise
+        return jnp.sum(lp * obs[..., 0]) + jnp.sum(ent) + jnp.sum(v * jnp.abs(obs[..., 1]))
+
+    _close(jax.grad(loss, 1)(stats, params), _xla(jax.grad(loss, 1), via_logits, params),
+           "bfloat16")
+    pb = nets["b"].init(ks[3], obs[0, 0])
+    jaxpr = str(jax.make_jaxpr(
+        lambda p: policy.head_stats("b", p, None, obs[:, :, :1].repeat(3, 2),
+                                    actions[:, :, :1].repeat(3, 2), None, None, None))(pb))
+    assert "pallas_call" not in jaxpr
 
 
 def test_actions_without_the_fused_heads_are_refused(monkeypatch):
