@@ -245,10 +245,28 @@ def _store(ref: Any, val: jax.Array, mask: jax.Array) -> None:
     plgpu.store(ref, val, mask=jnp.broadcast_to(mask, val.shape))
 
 
-def _load_x(x_ref: Any, lay: Layout, mask: jax.Array) -> jax.Array:
-    cols = jnp.arange(lay.in_pad) < lay.in_dim  # in_dim features loaded into in_pad
-    x = plgpu.load(x_ref, mask=mask & cols[None, :], other=0)
-    return x.astype(jnp.dtype(lay.dtype))
+def _x_blocks(in_dim: int) -> list[tuple[int, int]]:
+    """(first column, width) of the column blocks the observations are loaded
+    in: powers of 2 of at least 16 (a dot's K) and at most `Layout.block`,
+    covering in_dim rounded up to 16, so the first layer does not multiply
+    in_pad - in_dim zero columns (Tag's 71 features: 64 + 16, not 128)."""
+    out, c, left = [], 0, -(-in_dim // 16) * 16
+    while left:
+        w = min(Layout.block, 1 << (left.bit_length() - 1))
+        out.append((c, w))
+        c, left = c + w, left - w
+    return out
+
+
+def _load_x(x_ref: Any, lay: Layout, mask: jax.Array) -> list[jax.Array]:
+    """The tile's observations as `_x_blocks` column blocks in the compute dtype
+    (features past in_dim and rows past the end loaded as 0)."""
+    blocks = []
+    for c, w in _x_blocks(lay.in_dim):
+        cols = c + jnp.arange(w) < lay.in_dim
+        x = plgpu.load(x_ref.at[:, pl.ds(c, w)], mask=mask & cols[None, :], other=0)
+        blocks.append(x.astype(jnp.dtype(lay.dtype)))
+    return blocks
 
 
 def _head_stats_tile(out: jax.Array, a: jax.Array, lay: Layout) -> jax.Array:
@@ -287,7 +305,7 @@ def _forward_kernel(x_ref: Any, *refs: Any, lay: Layout, n_rows: int, save: bool
     x = _load_x(x_ref, lay, mask)
     out = bo_ref[...][None, :]
     for t, (layers, wo_ref) in enumerate(zip(towers, heads)):
-        h = [x]
+        h = x
         for i, ((w_ref, b_ref), width) in enumerate(zip(layers, lay.widths)):
             h = _layer(h, w_ref, b_ref, width, lay)
             if save:  # the backward's residual (and the weight gradients' operand)
