@@ -1038,6 +1038,8 @@ HEADS_VARIANTS = [  # pairs run back to back in one call: before, then the varia
     Source("bench_train_stats2_h200.json", _TRAIN_CMD),
     Source("bench_train_bwd_heads_before_h200.json", _TRAIN_CMD),
     Source("bench_train_bwd_heads_h200.json", _TRAIN_CMD),
+    Source("bench_train_xblocks_before_h200.json", _TRAIN_CMD),
+    Source("bench_train_xblocks_h200.json", _TRAIN_CMD),
 ]
 HEADS_TRAIN = Source("bench_train_heads_kernel_h200.json", "python experiments/bench_train.py "
                      "--cases 2,3,6,7")
