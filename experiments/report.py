@@ -1049,17 +1049,30 @@ HEADS_PROFILES = [
     ("masked backward", Source("profile_phases_a2c_bf16_stats2_h200.json", _PROFILE_CMD)),
 ]
 _LEARN_CMD = "python experiments/learn_compare.py"
-HEADS_LEARN = [  # (config, file, what it is compared with)
+HEADS_LEARN = [  # (config, file, how to read the earlier figures from EQUIV)
     ("tag_2000_envs", Source("learn_compare_stats_h200/learn_compare.json", _LEARN_CMD),
-     "learner_equivalence_h100.json: 72.6 ± 1.5 (9d7bd31), 71.1 ± 1.4 (6b37f99, the kernels)"),
+     lambda eq: [(f"{c}", eq["commits"][c]["summary"]) for c in ("9d7bd31", "6b37f99")]),
     ("tag_100_agents", Source("learn_compare_100_stats_h200/learn_compare.json", _LEARN_CMD),
-     "learner_equivalence_h100.json: 53.4 ± 0.7 (kernels), 53.6 ± 1.0 (XLA's layers)"),
+     lambda eq: [(v, eq["tag_100_agents"]["variants"][v]["tags"])
+                 for v in ("kernels", "xla_layers")]),
 ]
 
 
+HEADS_PYTEST = [(Source("pytest_heads_h200.log", "python -m pytest (the part's header)",
+                       device="NVIDIA H200", part=part), what) for part, what in [
+    ("heads_kernel", "`tests/test_mlp_kernel.py` on the Triton kernels (f540ac0)"),
+    ("train_gpu", "the fused kernels' same bits twice, deterministic training (f540ac0)"),
+    ("bwd_variant", "the model's actions form, `heads_grad_in_kernel.patch` (0858eba)"),
+    ("xblocks", "the model's actions form and Tag's layers, column blocks (9a62441)"),
+    ("dense_before", "`test_mlp_matches_plain_dense_layers` on the GPU, the code before"),
+]]
+
+
 def _heads_learn_rows(root: Path) -> list[list[str]]:
-    rows = []
-    for config, src, before in HEADS_LEARN:
+    rows, eq = [], _read_json(root, EQUIV)
+    for config, src, earlier in HEADS_LEARN:
+        before = ", ".join(f"{m['mean']:.1f} ± {m['ci95']:.1f} ({label})"
+                           for label, m in earlier(eq))
         data = _read_json(root, src)
         (name, s), = data["summary"].items()
         runners = data.get("runner_return", {}).get(name)
@@ -1103,7 +1116,7 @@ def section_heads_kernel(root: Path) -> tuple[list[str], list[Source]]:
         *sources_block(root, [s for _, s in HEADS_PROFILES[1:]]),
         f"The same learning, 4 seeds each, {on(root, *learn)}: tags per episode at the end "
         "(95% interval over seeds), the runners' return where they train, random taggers' "
-        "level, and the earlier measurements of the same command:",
+        f"level, and the earlier measurements of the same command ({on(root, EQUIV)}):",
         "",
         *table(["config", "seeds", "tags per episode", "runners' return", "random",
                 "before"], _heads_learn_rows(root)),
@@ -1112,9 +1125,13 @@ def section_heads_kernel(root: Path) -> tuple[list[str], list[Source]]:
     curves = [Source(s.path.replace(".json", ".csv"), s.makes, device="NVIDIA H200")
               for s in learn]
     lines += [f"Their curves (tags per episode per update, each seed): "
-              f"{', '.join(f'`{RESULTS / c.path}`' for c in curves)}.", ""]
+              f"{', '.join(f'`{RESULTS / c.path}`' for c in curves)}.", "",
+              "GPU test runs of the change (each part's header names its command and commit):",
+              "", *table(["tests", "result", "file"],
+                         [[what, _pytest_counts(_text(root, src)), f"`{src.path}` (`{src.part}`)"]
+                          for src, what in HEADS_PYTEST]), ""]
     return lines, [*HEADS_VARIANTS, HEADS_TRAIN, *(s for _, s in HEADS_PROFILES[1:]), *learn,
-                   *curves]
+                   *curves, *(s for s, _ in HEADS_PYTEST)]
 
 
 DUEL_LOG = Source("duel_h100/train.log",

@@ -207,7 +207,7 @@ def test_the_model_takes_the_actions_on_the_kernels(kernels, case):
 def test_the_learner_takes_the_heads_statistics_from_the_kernel(kernels):
     """`Policy.head_stats` (what the learner's loss reads) runs a group on the
     kernels through the model's actions form, and gives what the logits' path
-    gives on XLA's layers; a recurrent or custom model keeps the logits' path."""
+    gives on XLA's layers; a group on XLA's layers (float32) keeps the logits' path."""
     nvec = (3, 4)
     groups = Groups({"a": np.arange(2), "b": np.arange(2, 5)}, None)
     nets = {"a": MLPActorCritic(nvec, (128,), "relu", True, jnp.bfloat16),

@@ -15,7 +15,10 @@ when it is made. A run killed inside the block leaves the patch applied;
 | tag_ablate_search.patch | as above, and Tag's team pass (the neighbour search with its compaction or grid build) is skipped |
 
 Learner variants (Python: `git apply` one, time it in its own process, `git apply -R`; the
-numbers are in docs/decisions.md, "The learner's tail"):
+numbers are in docs/decisions.md, "The learner's tail" and "The heads' statistics in the forward
+kernel"). The two `heads_` patches of `losses.head_stats` now change only groups on XLA's layers
+(float32, 64-wide, the CPU): a group on the fused kernels takes its heads' statistics from the
+forward kernel (`Policy.head_stats`), not from `losses.head_stats`:
 
 | patch | what it changes |
 |---|---|

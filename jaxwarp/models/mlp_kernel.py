@@ -547,6 +547,8 @@ def fused_head_stats(lay: Layout, x: jax.Array, weights: tuple[jax.Array, ...],
 
 def _stats_of(lay: Layout, slab: jax.Array, lead: tuple[int, ...]
               ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(log_prob, entropy summed over the heads, value), each f32[*lead], from
+    the slab f32[N, out_pad] of `_head_stats_tile` (N = prod(lead))."""
     v, k = lay.out_cols - 1, len(lay.heads)
     ent = jnp.sum(slab[:, v + 1:v + 1 + k], axis=1)
     return slab[:, v + 1 + k].reshape(lead), ent.reshape(lead), slab[:, v].reshape(lead)

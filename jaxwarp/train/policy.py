@@ -189,6 +189,8 @@ class Policy(NamedTuple):
         model on the fused kernels) returns them without the logits leaving
         its kernel."""
         net = self.nets[g]
+        # Feed-forward models with their own value only: a centralised critic's
+        # value comes from another module (and the group's parameters nest).
         fuses = getattr(net, "fuses_head_stats", None)
         if g not in self.recurrent and not self.critics and fuses and fuses(obs.shape[-1]):
             if self.normalize_obs:
