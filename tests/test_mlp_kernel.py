@@ -245,6 +245,15 @@ def test_the_learner_takes_the_heads_statistics_from_the_kernel(kernels):
                                     actions[:, :, :1].repeat(3, 2), None, None, None))(pb))
     assert "pallas_call" not in jaxpr
 
+    class Plain(MLPActorCritic):  # a subclass whose call takes no actions
+        def __call__(self, obs):
+            return super().__call__(obs)
+
+    plain = Policy.of(groups, {"a": Plain(nvec, (128,), "relu", True, jnp.bfloat16),
+                               "b": nets["b"]}, nvec, False)
+    got = plain.head_stats("a", params, None, obs, actions, None, None, None)
+    _close(got, ref, "bfloat16")  # through the logits (on the kernels' plain forward)
+
 
 def test_actions_without_the_fused_heads_are_refused(monkeypatch):
     net = MLPActorCritic((4,), (256,), dtype=jnp.bfloat16)

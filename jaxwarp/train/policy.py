@@ -14,6 +14,7 @@ does not, before anything compiles.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -30,6 +31,15 @@ from jaxwarp.train.obs_stats import RunningStats
 
 def _contiguous(ids: np.ndarray) -> bool:
     return len(ids) > 0 and np.array_equal(ids, np.arange(ids[0], ids[0] + len(ids)))
+
+
+def _takes_actions(net: nn.Module, obs_dim: int) -> bool:
+    """Whether ``net.apply(params, obs, actions)`` gives (log_prob, entropy,
+    value) on obs_dim inputs: the model says so (``fuses_head_stats``) and its
+    call takes the actions (a subclass may have replaced the call)."""
+    fuses = getattr(net, "fuses_head_stats", None)
+    return (fuses is not None and "actions" in inspect.signature(net.__call__).parameters
+            and fuses(obs_dim))
 
 
 class Groups(NamedTuple):
@@ -191,8 +201,7 @@ class Policy(NamedTuple):
         net = self.nets[g]
         # Feed-forward models with their own value only: a centralised critic's
         # value comes from another module (and the group's parameters nest).
-        fuses = getattr(net, "fuses_head_stats", None)
-        if g not in self.recurrent and not self.critics and fuses and fuses(obs.shape[-1]):
+        if g not in self.recurrent and not self.critics and _takes_actions(net, obs.shape[-1]):
             if self.normalize_obs:
                 obs = stats.normalize(obs)
             return net.apply(params, obs, actions)
