@@ -175,7 +175,7 @@ class MLPActorCritic(nn.Module):
         if layout is not None:
             # On the GPU: every layer of a tile of rows on chip (mlp_kernel).
             weights = mlp_kernel.pack(layout, torsos, policy, value)
-            if actions is not None and layout.heads:
+            if actions is not None:  # (layout.heads: checked above)
                 return mlp_kernel.fused_head_stats(layout, obs, weights, actions,
                                                    self.row_blocks)
             out = mlp_kernel.fused_mlp(layout, obs, weights, self.row_blocks)

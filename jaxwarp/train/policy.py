@@ -129,6 +129,10 @@ class Policy(NamedTuple):
         """Recurrent group -> its fresh carry (`group_carry`)."""
         return {g: self.group_carry(g, num_envs) for g in self.recurrent}
 
+    def _normalized(self, stats: RunningStats | None, obs: jax.Array) -> jax.Array:
+        """obs normalised by the group's running statistics where the config asks."""
+        return stats.normalize(obs) if self.normalize_obs else obs
+
     def forward(self, g: str, params: Any, stats: RunningStats | None, obs: jax.Array,
                 carry: Any = None, reset: jax.Array | None = None,
                 state: jax.Array | None = None, method: str = "__call__"
@@ -140,8 +144,7 @@ class Policy(NamedTuple):
         method "sequence": the recurrent models' sequence form, over obs with a
         leading time axis [T, ...] (`sequence`).
         Returns (carry, logits f32[..., sum(nvec)], value f32[...])."""
-        if self.normalize_obs:
-            obs = stats.normalize(obs)
+        obs = self._normalized(stats, obs)
         actor = params["actor"] if self.critics else params
         split = self.critic_recurrent(g)
         carry_a = carry["actor"] if split else carry
@@ -202,9 +205,7 @@ class Policy(NamedTuple):
         # Feed-forward models with their own value only: a centralised critic's
         # value comes from another module (and the group's parameters nest).
         if g not in self.recurrent and not self.critics and _takes_actions(net, obs.shape[-1]):
-            if self.normalize_obs:
-                obs = stats.normalize(obs)
-            return net.apply(params, obs, actions)
+            return net.apply(params, self._normalized(stats, obs), actions)
         logits, value = self.sequence(g, params, stats, obs, carry, reset, state)
         return (*losses.head_stats(logits, actions, self.nvec), value)
 
