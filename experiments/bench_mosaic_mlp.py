@@ -118,7 +118,10 @@ from jaxwarp.benchmark import write_result
 ROWS = (220_000, 32_768)  # the decisive size first: a cut-off run keeps it
 SHAPES = ((64, 64), (64, 128), (64, 256), (128, 64), (128, 128), (128, 256))  # (D, H)
 QUICK_ROWS, QUICK_SHAPES = (220_000,), ((64, 128), (64, 256))
-SIDES = ("xla", "mgpu_mlp", "mgpu_mlp_slab")
+SIDES = ("xla", "pallas", "mgpu_mlp", "mgpu_mlp_slab", "mgpu_split", "mgpu_1wg",
+         "mgpu_1wg_out16")
+# The plans each of our sides may take (`PLANS`, below, for the first two).
+SIDE_PLANS = {"mgpu_split": ((2, 16),), "mgpu_1wg": ((1, None),), "mgpu_1wg_out16": ((1, 16),)}
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory a CTA may have on an H100/H200
 SMEM_SLACK = 2048  # barriers and what Mosaic GPU keeps for itself
 
@@ -134,14 +137,18 @@ def head_width(actions: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class MlpTiles:
-    """2 compute warpgroups of tile_m rows each (a CTA's row block is 2 tile_m);
-    `stages` x blocks in flight."""
+    """`wgs` compute warpgroups of tile_m rows each (a CTA's row block is
+    wgs x tile_m); `stages` x blocks in flight; the heads' output staged and
+    stored `out_cols` columns at a time (None: all of them at once)."""
     tile_m: int
     stages: int
     semantics: str = "warpgroup"
+    wgs: int = 2
+    out_cols: int | None = None
 
     def label(self) -> str:
-        return f"{2 * self.tile_m}r/{self.stages}st/{self.semantics[:2]}"
+        split = f"/out{self.out_cols}" if self.out_cols else ""
+        return f"{self.wgs}x{self.tile_m}r/{self.stages}st{split}/{self.semantics[:2]}"
 
 
 def kb(b: int) -> int:
@@ -149,19 +156,32 @@ def kb(b: int) -> int:
     return -(-b // 1024) * 1024
 
 
-def smem_bytes(d: int, h: int, nh: int, tile_m: int, stages: int) -> int:
+def smem_bytes(d: int, h: int, nh: int, tile_m: int, stages: int, wgs: int = 2,
+               out_cols: int | None = None) -> int:
     """Shared memory of the kernel (each buffer rounded up to 1 KB, `kb`)."""
     weights = kb(2 * d * h) + kb(2 * h * h) + kb(2 * h * nh)
     biases = kb(4 * h) * 2 + kb(4 * nh)
-    return weights + biases + stages * kb(2 * tile_m * d * 2) + kb(2 * tile_m * nh * 4)
+    return (weights + biases + stages * kb(wgs * tile_m * d * 2)
+            + kb(wgs * tile_m * (out_cols or nh) * 4))
 
 
-def mlp_tiles(d: int, h: int, nh: int, semantics: str, tile_m: int | None = None) -> MlpTiles:
+# How a shape too large for the first plan is fitted, in order of preference:
+# (compute warpgroups, output columns a store). Two warpgroups overlap one's
+# epilogue with the other's wgmma; storing the heads 16 columns at a time
+# shrinks the output's staging; one warpgroup halves the x blocks and the staging.
+PLANS = ((2, None), (2, 16), (1, None), (1, 16))
+
+
+def mlp_tiles(d: int, h: int, nh: int, semantics: str, tile_m: int | None = None,
+              plans: tuple = PLANS) -> MlpTiles:
+    """The first plan (then the most stages, 3 to 1) whose shared memory fits."""
     tm = tile_m or (128 if h <= 64 else 64)
-    for stages in (3, 2, 1):
-        if smem_bytes(d, h, nh, tm, stages) + SMEM_SLACK <= SMEM_LIMIT:
-            return MlpTiles(tm, stages, semantics)
-    need = smem_bytes(d, h, nh, tm, 1) + SMEM_SLACK
+    for wgs, oc in plans:
+        for stages in (3, 2, 1):
+            if smem_bytes(d, h, nh, tm, stages, wgs, oc) + SMEM_SLACK <= SMEM_LIMIT:
+                return MlpTiles(tm, stages, semantics, wgs, oc)
+    wgs, oc = plans[-1]
+    need = smem_bytes(d, h, nh, tm, 1, wgs, oc) + SMEM_SLACK
     raise Skip(f"skipped: needs {need / 1024:.0f} KB of shared memory at one stage "
                f"(weights {2 * (d * h + h * h + h * nh) / 1024:.0f} KB resident) > "
                f"{SMEM_LIMIT // 1024} KB")
@@ -176,9 +196,11 @@ def fused_mlp(x, w1, b1, w2, b2, wh, bh, *, act: str, tiles: MlpTiles, sms: int 
     pl, plgpu = _plgpu()
     m, d = x.shape
     h, nh = w1.shape[1], wh.shape[1]
-    tm = tiles.tile_m
-    cta_m = 2 * tm
-    if m % cta_m or d % 16 or h % 64 or nh % 16 or w2.shape != (h, h) or wh.shape[0] != h:
+    tm, wgs = tiles.tile_m, tiles.wgs
+    oc = tiles.out_cols or nh
+    cta_m = wgs * tm
+    if (m % cta_m or d % 16 or h % 64 or nh % oc or oc % 16 or w2.shape != (h, h)
+            or wh.shape[0] != h):
         raise Skip(f"tiles {tiles.label()} do not fit m={m} d={d} h={h} nh={nh}")
     blocks = m // cta_m
     ctas = min(sms or num_sms(), blocks)
@@ -186,7 +208,7 @@ def fused_mlp(x, w1, b1, w2, b2, wh, bh, *, act: str, tiles: MlpTiles, sms: int 
     # W1 is the rhs of a wgmma whose lhs (x) is in shared memory: same swizzle as x's.
     tf = {"w1": x_tf, "w2": _transforms(plgpu, h, w2.dtype),
           "wh": _transforms(plgpu, nh, wh.dtype)}
-    out_tf = _transforms(plgpu, nh, jnp.float32)
+    out_tf = _transforms(plgpu, oc, jnp.float32)
     bf16 = jnp.bfloat16
 
     def kernel(x_gmem, *refs):
@@ -214,11 +236,14 @@ def fused_mlp(x, w1, b1, w2, b2, wh, bh, *, act: str, tiles: MlpTiles, sms: int 
             h1 = activation(dense(rows, w1_s, b1_s, h), act).astype(bf16)  # registers only
             h2 = activation(dense(h1, w2_s, b2_s, h), act).astype(bf16)
             y = dense(h2, wh_s, bh_s, nh)
-            plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last block's store
-            out_s[wg] = y
-            plgpu.commit_smem()
             row = (cta + idx[0] * ctas) * cta_m + wg * tm
-            plgpu.copy_smem_to_gmem(out_s.at[wg], out_gmem.at[pl.ds(row, tm)])
+            for j in range(nh // oc):  # one store of oc columns at a time
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the staging's last store
+                out_s[wg] = y if oc == nh else y[:, j * oc:(j + 1) * oc]
+                plgpu.commit_smem()
+                dst = out_gmem.at[pl.ds(row, tm)] if oc == nh else out_gmem.at[
+                    pl.ds(row, tm), pl.ds(j * oc, oc)]
+                plgpu.copy_smem_to_gmem(out_s.at[wg], dst)
             return carry
 
         def compute_context(run):
@@ -229,7 +254,7 @@ def fused_mlp(x, w1, b1, w2, b2, wh, bh, *, act: str, tiles: MlpTiles, sms: int 
             body, grid=(lax.div(blocks - 1 - cta, ctas) + 1,), memory_registers=40,
             in_specs=[plgpu.BlockSpec((cta_m, d), lambda i: (cta + i * ctas, 0),
                                       transforms=x_tf)],
-            wg_axis="wg", num_compute_wgs=2, max_concurrent_steps=tiles.stages,
+            wg_axis="wg", num_compute_wgs=wgs, max_concurrent_steps=tiles.stages,
             compute_context=compute_context)
         pipeline(x_gmem)
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
@@ -237,11 +262,11 @@ def fused_mlp(x, w1, b1, w2, b2, wh, bh, *, act: str, tiles: MlpTiles, sms: int 
     scratch = [plgpu.SMEM((d, h), bf16, transforms=tf["w1"]), plgpu.SMEM((h,), jnp.float32),
                plgpu.SMEM((h, h), bf16, transforms=tf["w2"]), plgpu.SMEM((h,), jnp.float32),
                plgpu.SMEM((h, nh), bf16, transforms=tf["wh"]), plgpu.SMEM((nh,), jnp.float32),
-               plgpu.SMEM((2, tm, nh), jnp.float32, transforms=out_tf),
+               plgpu.SMEM((wgs, tm, oc), jnp.float32, transforms=out_tf),
                plgpu.Barrier(num_arrivals=6)]
     call = plgpu.kernel(
         kernel, out_type=jax.ShapeDtypeStruct((m, nh), jnp.float32), scratch_types=scratch,
-        grid=(ctas,), grid_names=("sm",), num_threads=3, thread_name="wg",
+        grid=(ctas,), grid_names=("sm",), num_threads=wgs + 1, thread_name="wg",
         compiler_params=plgpu.CompilerParams(
             approx_math=True, lowering_semantics=_semantics(plgpu, tiles.semantics)))
     return call(x, w1, b1, w2, b2, wh, bh)
@@ -320,17 +345,39 @@ def side_fn(side: str, case: Case, sms: int, semantics: str,
             tile_m: int | None) -> tuple[Callable, tuple, str]:
     """(the side as a function of one x, its weights as operands, a label)."""
     weights = (case.w1, case.b1, case.w2, case.b2, case.wh, case.bh)
+    a = case.actions
     if side == "xla":
         return functools.partial(xla_mlp, act=case.act), weights, "XLA dot chain"
+    if side == "pallas":
+        return shipped_pallas(case)
     wh, bh = case.padded_heads()
-    tiles = mlp_tiles(case.d, case.h, wh.shape[1], semantics, tile_m)
+    tiles = mlp_tiles(case.d, case.h, wh.shape[1], semantics, tile_m,
+                      SIDE_PLANS.get(side, PLANS))
     kernel = functools.partial(fused_mlp, act=case.act, tiles=tiles, sms=sms)
-    a = case.actions
 
     def heads(x, *w):  # logits and value out of the slab, as the model returns them
         y = kernel(x, *w)
         return y[:, :a], y[:, a]
     return (kernel if side == "mgpu_mlp_slab" else heads), weights[:4] + (wh, bh), tiles.label()
+
+
+def shipped_pallas(case: Case) -> tuple[Callable, tuple, str]:
+    """The shipped forward kernel (`jaxwarp.models.mlp_kernel.forward`, Pallas's
+    Triton lowering: what the rollout runs), its weights packed as the model
+    packs them, on the same bf16 x; logits and value sliced out of its slab."""
+    from jaxwarp.models import mlp_kernel as mk
+
+    if jax.default_backend() != "gpu":
+        raise Skip("skipped: no GPU (Triton)")
+    a = case.actions
+    lay = mk.Layout(case.d, (case.h, case.h), a + 1, 1, case.act, "bfloat16")
+    packed = mk.pack(lay, [[(case.w1, case.b1), (case.w2, case.b2)]],
+                     (case.wh[:, :a], case.bh[:a]), (case.wh[:, a:], case.bh[a:]))
+
+    def fn(x, *w):
+        y = mk.forward(lay, x, w)[0]
+        return y[:, :a], y[:, a]
+    return fn, packed, f"Triton {lay.rows}r/{lay.warps}w, out {lay.out_pad}"
 
 
 def cost(case: Case) -> tuple[float, float]:
