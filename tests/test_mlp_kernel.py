@@ -60,7 +60,10 @@ def _xla(fn, *args):
 
 
 def _uses_kernel(net, params, obs) -> bool:
-    return "pallas_call" in str(jax.make_jaxpr(net.apply)(params, obs))
+    """Whether the model runs a Pallas kernel: Triton's (pallas_call) or, on a
+    Hopper GPU, the rollout's Mosaic GPU forward (wgmma)."""
+    jaxpr = str(jax.make_jaxpr(net.apply)(params, obs))
+    return "pallas_call" in jaxpr or "wgmma" in jaxpr
 
 
 def _close(a, b, dtype):

@@ -43,6 +43,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from jaxwarp.models import mlp_mosaic
+
 # This Pallas kernel's own limits (Python only; the CUDA fused rollout's are
 # jaxwarp.train.fused.ROLLOUT_MAX_LAYERS etc., from cuda/jaxwarp_fused.h).
 ACTIVATIONS = ("tanh", "relu")
@@ -462,7 +464,12 @@ def fused_mlp(lay: Layout, x: jax.Array, weights: tuple[jax.Array, ...], blocks:
     the kernels in Pallas's interpreter (any backend; the tests' CPU path).
     """
     lead = x.shape[:-1]
-    out = forward(lay, x.reshape(-1, x.shape[-1]), weights, False, interpret)[0]
+    x2 = x.reshape(-1, x.shape[-1])
+    # Outside differentiation (the rollout) one persistent Mosaic GPU kernel
+    # where the model fits it (docs/decisions.md, "The rollout's forward on Mosaic GPU").
+    plan = None if interpret else mlp_mosaic.plan_for(lay)
+    out = (mlp_mosaic.forward(lay, plan, x2, weights) if plan is not None
+           else forward(lay, x2, weights, False, interpret)[0])
     return out.reshape(*lead, lay.out_pad)
 
 

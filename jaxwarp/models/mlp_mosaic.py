@@ -1,0 +1,264 @@
+"""The `mlp` model's rollout forward as one persistent Pallas Mosaic GPU kernel.
+
+`mlp_kernel.fused_mlp` outside differentiation (the rollout's and the
+evaluation's forward) runs this kernel on a Hopper GPU where the model's
+weights fit in shared memory (`plan_for`); the Triton kernels of `mlp_kernel`
+run everything else (the learner's forward and backward, wider models,
+separate towers). A grid of one CTA per SM: each CTA loads every weight and
+bias once into shared memory; its last warpgroup streams blocks of
+observation rows in by TMA (`Plan.stages` blocks in flight, so the next
+loads while this one computes); each compute warpgroup takes 64 rows of a
+block through every layer with wgmma, the float32 accumulator in registers,
+bias and activation in registers, the bfloat16 activation kept in registers
+as the next layer's A operand; the heads' columns go out through shared
+memory by TMA, `Plan.out_cols` columns at a time. No activation leaves the
+chip. Tag's model (71 features, 256-256, 43 columns) is 1.55x the Triton
+forward on an H200 (docs/decisions.md, "The rollout's forward on Mosaic GPU").
+
+Values: the same bfloat16 roundings as the Triton kernel and XLA's layers
+(bfloat16 matmul operands, float32 accumulation, bias and activation), in
+another summation order: equal within bfloat16 tolerance, and the same bits
+every run (no atomics; a row's output depends only on its own row).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+SMEM_LIMIT = 227 * 1024  # bytes of shared memory a CTA may have on an H100/H200
+SMEM_SLACK = 2048  # barriers and what Mosaic GPU keeps for itself
+TILE_M = 64  # rows a compute warpgroup takes: a [64, 256] f32 accumulator is 128 registers
+MAX_WIDTH = 256  # widest layer whose accumulator a warpgroup keeps in registers
+# How a model is fitted, in order of preference: (compute warpgroups, row
+# blocks in flight). Two warpgroups overlap one's epilogue with the other's
+# wgmma, but one warpgroup with two blocks in flight beat two with one at Tag's
+# shape (the next block's load hidden matters more); at each, the heads are
+# stored whole where they fit, else 16 columns at a time (a smaller staging).
+PLANS = ((2, 3), (2, 2), (1, 3), (1, 2), (2, 1), (1, 1))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the kernel runs a layout: the observations padded to in_pad
+    columns, the heads computed over nh columns (the rest of out_pad stored
+    as zeros), `wgs` compute warpgroups of TILE_M rows, `stages` row blocks in
+    flight, out_cols columns a store."""
+
+    in_pad: int
+    nh: int
+    wgs: int
+    stages: int
+    out_cols: int
+
+    @property
+    def block_rows(self) -> int:
+        return self.wgs * TILE_M
+
+
+def _round16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def _kb(b: int) -> int:
+    """`b` bytes rounded up to 1 KB (a swizzled shared-memory tile's alignment)."""
+    return -(-b // 1024) * 1024
+
+
+def smem_bytes(dims: tuple[int, ...], nh: int, wgs: int, stages: int, out_cols: int) -> int:
+    """Shared memory of the kernel: dims = (in_pad, widths...), heads over nh
+    columns, each buffer rounded up to 1 KB."""
+    weights = sum(_kb(2 * k * n) for k, n in zip(dims, dims[1:])) + _kb(2 * dims[-1] * nh)
+    biases = sum(_kb(4 * n) for n in dims[1:]) + _kb(4 * nh)
+    return (weights + biases + stages * _kb(wgs * TILE_M * dims[0] * 2)
+            + _kb(wgs * TILE_M * out_cols * 4))
+
+
+@functools.cache
+def _plgpu() -> Any:
+    """Pallas's Mosaic GPU module where this jax has it and its bindings (a
+    jax-cuda plugin) are installed, else None."""
+    try:
+        importlib.import_module("jax._src.lib.mosaic_gpu")
+        plgpu = importlib.import_module("jax.experimental.pallas.mosaic_gpu")
+    except Exception:  # noqa: BLE001  (no plugin, or a jax without Mosaic GPU)
+        return None
+    needed = ("kernel", "emit_pipeline_warp_specialized", "LoweringSemantics", "wgmma")
+    return plgpu if all(hasattr(plgpu, n) for n in needed) else None
+
+
+def _hopper() -> bool:
+    """Whether jax's first GPU is a Hopper (wgmma: compute capability 9.x)."""
+    try:
+        dev = jax.local_devices(backend="gpu")[0]
+        return str(getattr(dev, "compute_capability", "")).startswith("9")
+    except RuntimeError:
+        return False
+
+
+def plan_for(lay: Any) -> Plan | None:
+    """How the kernel runs `lay` (an `mlp_kernel.Layout`), or None where it
+    does not: not a Hopper GPU with Mosaic GPU, separate towers, float32,
+    layers wider than MAX_WIDTH, or weights that do not fit in shared memory."""
+    if lay.towers != 1 or lay.dtype != "bfloat16" or any(w > MAX_WIDTH for w in lay.widths):
+        return None
+    if _plgpu() is None or not _hopper():
+        return None
+    return fit(lay.in_dim, lay.widths, lay.out_cols, lay.out_pad)
+
+
+def fit(in_dim: int, widths: tuple[int, ...], out_cols: int, out_pad: int) -> Plan | None:
+    """The first of PLANS whose shared memory fits (None where none does)."""
+    dims, nh = (_round16(in_dim),) + tuple(widths), _round16(out_cols)
+    for wgs, stages in PLANS:
+        # A whole store needs nh == out_pad: the zero columns past nh are
+        # stored from a 16-column tile of their own.
+        for oc in ((out_pad, 16) if nh == out_pad else (16,)):
+            if smem_bytes(dims, nh, wgs, stages, oc) + SMEM_SLACK <= SMEM_LIMIT:
+                return Plan(dims[0], nh, wgs, stages, oc)
+    return None
+
+
+def _transforms(plgpu: Any, minor: int, dtype: Any) -> tuple:
+    """Tiling and swizzle of a shared-memory tile whose minor dimension holds
+    `minor` elements: the largest swizzle that divides its rows (wgmma needs
+    the tiling (8, swizzle / itemsize))."""
+    itemsize = jnp.dtype(dtype).itemsize
+    swizzle = plgpu.find_swizzle(minor * itemsize * 8)
+    return (plgpu.TilingTransform((8, swizzle // itemsize)), plgpu.SwizzleTransform(swizzle))
+
+
+def _load_vector(plgpu: Any, ref: Any, layout: Any) -> jax.Array:
+    """A whole bias from shared memory into `layout` (jax 0.10 takes the
+    index positionally and requires it; jax 0.11 deprecates it)."""
+    idx = inspect.signature(plgpu.load).parameters.get("idx")
+    if idx is not None and idx.default is inspect.Parameter.empty:
+        return plgpu.load(ref, (), layout=layout)
+    return plgpu.load(ref, layout=layout)
+
+
+def _num_sms() -> int:
+    dev = jax.local_devices(backend="gpu")[0]
+    return int(getattr(dev, "core_count", 0) or 132)
+
+
+def _params(lay: Any, plan: Plan, weights: tuple[jax.Array, ...]) -> list[jax.Array]:
+    """`mlp_kernel.pack`'s weights as the kernel reads them: each layer's
+    kernel (bf16; the first padded to in_pad rows) and bias (f32), the heads'
+    kernel and bias cut to nh columns."""
+    n = len(lay.widths)
+    out = []
+    for i, w in enumerate(weights[:2 * n]):
+        if w.ndim == 1:
+            out.append(w.astype(jnp.float32))
+        else:
+            pad = plan.in_pad - w.shape[0] if i == 0 else 0
+            out.append(jnp.pad(w.astype(jnp.bfloat16), ((0, pad), (0, 0))))
+    wh, bh = weights[2 * n], weights[2 * n + 1]
+    return out + [wh[:, :plan.nh].astype(jnp.bfloat16), bh[:plan.nh].astype(jnp.float32)]
+
+
+def forward(lay: Any, plan: Plan, x: jax.Array, weights: tuple[jax.Array, ...]) -> jax.Array:
+    """The heads' columns f32[N, out_pad] of x [N, in_dim] (any float dtype):
+    every head's logits, then the value, then zeros; `mlp_kernel.forward`'s
+    slab. weights: `mlp_kernel.pack`'s (one tower)."""
+    n, d = x.shape
+    m = -(-n // plan.block_rows) * plan.block_rows
+    # One fusion casts, pads the features to in_pad and the rows to whole
+    # blocks: TMA needs rows of a multiple of 16 bytes (71 float32 features are not).
+    xp = jnp.pad(x.astype(jnp.bfloat16), ((0, m - n), (0, plan.in_pad - d)))
+    ws = _params(lay, plan, weights)
+    return _call(lay, plan, m, _num_sms())(xp, *ws)[:n]
+
+
+@functools.cache
+def _call(lay: Any, plan: Plan, m: int, sms: int) -> Any:
+    """The kernel for m rows (a multiple of plan.block_rows) on `sms` SMs."""
+    pl = importlib.import_module("jax.experimental.pallas")
+    plgpu = _plgpu()
+    widths, tm, wgs, oc = lay.widths, TILE_M, plan.wgs, plan.out_cols
+    nh, out_pad, n_layers = plan.nh, lay.out_pad, len(lay.widths)
+    cta_m = plan.block_rows
+    blocks = m // cta_m
+    ctas = min(sms, blocks)
+    bf16, f32 = jnp.bfloat16, jnp.float32
+    x_tf = _transforms(plgpu, plan.in_pad, bf16)
+    # The first layer's kernel takes the x tile's swizzle; the others their columns'.
+    w_tf = [x_tf] + [_transforms(plgpu, w, bf16) for w in widths[1:]] + [
+        _transforms(plgpu, nh, bf16)]
+    act = (lambda z: jnp.maximum(z, 0.0)) if lay.activation == "relu" else jnp.tanh
+
+    def kernel(x_gmem: Any, *refs: Any) -> None:
+        k = 2 * n_layers + 2
+        params_gmem, out_gmem, params_s = refs[:k], refs[k], refs[k + 1:2 * k + 1]
+        out_s, loaded = refs[2 * k + 1], refs[2 * k + 2]
+        cta, wg = lax.axis_index("sm"), lax.axis_index("wg")
+
+        @pl.when(wg == 0)  # every weight and bias, once per CTA, one barrier for all
+        def _load_weights() -> None:
+            for src, dst in zip(params_gmem, params_s):
+                plgpu.copy_gmem_to_smem(src, dst, loaded)
+
+        def dense(a: Any, w_s: Any, b_s: Any, n: int) -> jax.Array:
+            """a @ w + b, float32 [tm, n]: a in shared memory or bf16 registers."""
+            def product(acc_ref: Any) -> jax.Array:
+                plgpu.wgmma(acc_ref, a, w_s)
+                return acc_ref[...]
+            z = pl.run_scoped(product, plgpu.ACC((tm, n), f32))
+            bias = _load_vector(plgpu, b_s, plgpu.Layout.WGMMA.reduce(0))
+            return z + lax.broadcast_in_dim(bias, (tm, n), (1,))
+
+        def store(tile: jax.Array, row: Any, col: int) -> None:
+            plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the staging's last store
+            out_s[wg] = tile
+            plgpu.commit_smem()
+            dst = out_gmem.at[pl.ds(row, tm)] if oc == out_pad else out_gmem.at[
+                pl.ds(row, tm), pl.ds(col, oc)]
+            plgpu.copy_smem_to_gmem(out_s.at[wg], dst)
+
+        def body(idx: Any, x_smem: Any, carry: Any) -> Any:
+            h = x_smem.at[pl.ds(wg * tm, tm)]
+            for i, w in enumerate(widths):  # registers only from the first layer on
+                h = act(dense(h, params_s[2 * i], params_s[2 * i + 1], w)).astype(bf16)
+            y = dense(h, params_s[k - 2], params_s[k - 1], nh)
+            row = (cta + idx[0] * ctas) * cta_m + wg * tm
+            for c in range(0, out_pad, oc):
+                store(y if oc == nh else (y[:, c:c + oc] if c < nh
+                                          else jnp.zeros((tm, oc), f32)), row, c)
+            return carry
+
+        def compute_context(run: Any) -> None:
+            plgpu.barrier_wait(loaded)  # the weights are in shared memory
+            run(())
+
+        pipeline = plgpu.emit_pipeline_warp_specialized(
+            body, grid=(lax.div(blocks - 1 - cta, ctas) + 1,), memory_registers=40,
+            in_specs=[plgpu.BlockSpec((cta_m, plan.in_pad), lambda i: (cta + i * ctas, 0),
+                                      transforms=x_tf)],
+            wg_axis="wg", num_compute_wgs=wgs, max_concurrent_steps=plan.stages,
+            compute_context=compute_context)
+        pipeline(x_gmem)
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+    dims = (plan.in_pad,) + tuple(widths)
+    scratch = []
+    for i, (kin, n) in enumerate(zip(dims, dims[1:])):
+        scratch += [plgpu.SMEM((kin, n), bf16, transforms=w_tf[i]), plgpu.SMEM((n,), f32)]
+    scratch += [plgpu.SMEM((widths[-1], nh), bf16, transforms=w_tf[-1]), plgpu.SMEM((nh,), f32),
+                plgpu.SMEM((wgs, tm, oc), f32, transforms=_transforms(plgpu, oc, f32)),
+                plgpu.Barrier(num_arrivals=2 * n_layers + 2)]
+    # The kernel's name in profiles, where this jax's Mesh takes one.
+    named = "kernel_name" in inspect.signature(plgpu.Mesh).parameters
+    return plgpu.kernel(
+        kernel, out_type=jax.ShapeDtypeStruct((m, out_pad), f32), scratch_types=scratch,
+        grid=(ctas,), grid_names=("sm",), num_threads=wgs + 1, thread_name="wg",
+        **({"kernel_name": "jaxwarp_mlp_forward_mosaic"} if named else {}),
+        compiler_params=plgpu.CompilerParams(
+            approx_math=True, lowering_semantics=plgpu.LoweringSemantics.Warpgroup))
