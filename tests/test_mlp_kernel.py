@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwarp.models import MLPActorCritic, mlp_kernel
+from jaxwarp.models import MLPActorCritic, mlp_kernel, mlp_mosaic
 from jaxwarp.train import losses
 from jaxwarp.train.policy import Groups, Policy
 
@@ -317,7 +317,12 @@ def test_which_models_keep_xla_layers(kernels):
 
 def test_the_model_says_which_layers_run_it(kernels):
     bf16 = jnp.bfloat16
-    assert MLPActorCritic((21, 21), (256, 256), "relu", True, bf16).layers(71) == "fused kernels"
+    tag = MLPActorCritic((21, 21), (256, 256), "relu", True, bf16)
+    assert tag.layers(71) == ("fused kernels, the rollout's forward on Mosaic GPU"
+                              if mlp_mosaic.plan_for(tag._kernels(71)[0]) else "fused kernels")
+    # separate towers keep the Triton forward in the rollout too
+    assert MLPActorCritic((21, 21), (256, 256), "relu", False, bf16).layers(71) == (
+        "fused kernels")
     assert MLPActorCritic((4,), (256,)).layers(71) == (
         "XLA's layers: dtype float32 (the model uses the kernels in bfloat16)")
     assert MLPActorCritic((4,), (256,), dtype=bf16, row_blocks=False).layers(71) == (

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp.models import mlp_kernel
+from jaxwarp.models import mlp_kernel, mlp_mosaic
 from jaxwarp.models.layers import ACTIVATIONS, orthogonal
 
 
@@ -138,9 +138,14 @@ class MLPActorCritic(nn.Module):
 
     def layers(self, obs_dim: int) -> str:
         """Which layers run this model on obs_dim inputs: "fused kernels"
-        (jaxwarp/models/mlp_kernel.py) or "XLA's layers: <why>"."""
+        (jaxwarp/models/mlp_kernel.py; "..., the rollout's forward on Mosaic
+        GPU" where mlp_mosaic takes it) or "XLA's layers: <why>"."""
         layout, why = self._kernels(obs_dim)
-        return "fused kernels" if layout is not None else f"XLA's layers: {why}"
+        if layout is None:
+            return f"XLA's layers: {why}"
+        if mlp_mosaic.plan_for(layout) is not None:
+            return "fused kernels, the rollout's forward on Mosaic GPU"
+        return "fused kernels"
 
     def fuses_head_stats(self, obs_dim: int) -> bool:
         """Whether ``apply(params, obs, actions)`` is offered on obs_dim inputs:
