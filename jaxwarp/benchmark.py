@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp.models.mlp_mosaic import KERNEL_NAME as MOSAIC_MLP
+
 
 def _mix(h: jax.Array) -> jax.Array:
     h = (h ^ (h >> 15)) * np.uint32(2246822519)
@@ -99,6 +101,18 @@ def _sub_jaxprs(value):
     return []
 
 
+def _kernel_names(params: dict[str, Any]) -> set[str]:
+    """The kernel names a primitive's parameters carry (a Pallas Mosaic GPU
+    kernel's mesh has one)."""
+    out = set()
+    for v in params.values():
+        for u in v if isinstance(v, (tuple, list)) else (v,):
+            name = getattr(u, "kernel_name", None)
+            if isinstance(name, str):
+                out.add(name)
+    return out
+
+
 def _jaxpr_matmul_flops(jaxpr) -> dict[str, float]:
     out: dict[str, float] = {}
 
@@ -121,6 +135,15 @@ def _jaxpr_matmul_flops(jaxpr) -> dict[str, float]:
             body = eqn.params["jaxpr"]
             add(_jaxpr_matmul_flops(getattr(body, "jaxpr", body)),
                 float(np.prod([g for g in grid if isinstance(g, int)])))
+            continue
+        if MOSAIC_MLP in _kernel_names(eqn.params):
+            # The rollout's Mosaic GPU forward (jaxwarp.models.mlp_mosaic): its
+            # body's wgmmas sit in a pipeline loop of unknown trip count, but
+            # every row of x [..., in_pad] goes through every weight [k, n] once.
+            x, *params = (v.aval for v in eqn.invars)
+            rows = float(np.prod(x.shape[:-1]))
+            add({"bfloat16": sum(2.0 * rows * w.shape[-2] * w.shape[-1] for w in params
+                                 if w.ndim >= 2 and w.dtype == jnp.bfloat16)})
             continue
         if name == "while":  # trip count unknown: the body once
             add(_jaxpr_matmul_flops(eqn.params["body_jaxpr"].jaxpr))

@@ -23,7 +23,7 @@ CASES = [
     (13, (128,), 5, "tanh", 64),
     (30, (128, 256, 128), 7, "relu", 1000),
 ]
-ON_HOPPER = mlp_mosaic._plgpu() is not None and mlp_mosaic._hopper()
+ON_HOPPER = mlp_mosaic.bindings() and mlp_mosaic._hopper()
 hopper = pytest.mark.skipif(not ON_HOPPER, reason="needs a Hopper GPU with Mosaic GPU")
 
 
@@ -56,7 +56,7 @@ def test_every_plan_fits_and_stores_whole_rows(d, hidden, a, act, rows):
 
 
 def test_models_the_kernel_does_not_take(monkeypatch):
-    monkeypatch.setattr(mlp_mosaic, "_plgpu", lambda: object())
+    monkeypatch.setattr(mlp_mosaic, "bindings", lambda: True)
     monkeypatch.setattr(mlp_mosaic, "_hopper", lambda: True)
     assert mlp_mosaic.plan_for(_layout(71, (256, 256), 42, "relu")) is not None
     assert mlp_mosaic.plan_for(_layout(71, (256, 256), 42, "relu", towers=2)) is None
@@ -101,7 +101,7 @@ def _operands(lay, plan, rows, seed=0):
 def test_the_kernel_lowers_for_cuda(d, hidden, a, act, rows):
     """Mosaic GPU's lowering (layout inference, the shared-memory check) of
     each case's kernel, without a GPU where a jax-cuda plugin is installed."""
-    if mlp_mosaic._plgpu() is None:
+    if not mlp_mosaic.bindings():
         pytest.skip("Mosaic GPU's bindings (a jax-cuda plugin) are not installed")
     lay = _layout(d, hidden, a, act)
     plan = mlp_mosaic.fit(lay.in_dim, lay.widths, lay.out_cols, lay.out_pad)
@@ -150,3 +150,26 @@ def test_mosaic_forward_vmap_equals_loop_and_same_bits():
     for i, (x, w) in enumerate(pairs):
         np.testing.assert_array_equal(batched[i], np.asarray(fn(x, w)))
     np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(fn))(xs, ws)), batched)
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_the_kernels_matmul_flops_are_counted(monkeypatch, batch):
+    """jaxwarp.benchmark.matmul_flops (bench_train's MFU) counts the kernel:
+    every row (padded to whole blocks) through every weight (the features
+    padded to in_pad, the heads to nh), vmapped members each."""
+    from jaxwarp.benchmark import matmul_flops
+
+    if mlp_mosaic._plgpu() is None:
+        pytest.skip("this jax has no Pallas Mosaic GPU")
+    monkeypatch.setattr(mlp_mosaic, "_num_sms", lambda: 132)
+    lay = _layout(71, (256, 256), 42, "relu")
+    plan = mlp_mosaic.fit(lay.in_dim, lay.widths, lay.out_cols, lay.out_pad)
+    x = jax.ShapeDtypeStruct(batch + (1000, 71), jnp.float32)
+    shapes = [(71, 256), (256,), (256, 256), (256,), (256, lay.out_pad), (lay.out_pad,)]
+    ws = [jax.ShapeDtypeStruct(batch + s, jnp.float32) for s in shapes]
+    fn = lambda x, *w: mlp_mosaic.forward(lay, plan, x, w)  # noqa: E731
+    for _ in batch:
+        fn = jax.vmap(fn)
+    flops = matmul_flops(fn, x, *ws)
+    rows = int(np.prod(batch, dtype=int)) * 1024  # 1000 rows in blocks of 64
+    assert flops == {"bfloat16": 2.0 * rows * (80 * 256 + 256 * 256 + 256 * 48)}

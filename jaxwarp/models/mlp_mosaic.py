@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+KERNEL_NAME = "jaxwarp_mlp_forward_mosaic"  # in profiles; jaxwarp.benchmark counts its FLOPs by it
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory a CTA may have on an H100/H200
 SMEM_SLACK = 2048  # barriers and what Mosaic GPU keeps for itself
 TILE_M = 64  # rows a compute warpgroup takes: a [64, 256] f32 accumulator is 128 registers
@@ -83,15 +84,25 @@ def smem_bytes(dims: tuple[int, ...], nh: int, wgs: int, stages: int, out_cols: 
 
 @functools.cache
 def _plgpu() -> Any:
-    """Pallas's Mosaic GPU module where this jax has it and its bindings (a
-    jax-cuda plugin) are installed, else None."""
+    """Pallas's Mosaic GPU module where this jax has the parts the kernel
+    uses, else None (enough to trace the kernel; lowering it needs `bindings`)."""
     try:
-        importlib.import_module("jax._src.lib.mosaic_gpu")
         plgpu = importlib.import_module("jax.experimental.pallas.mosaic_gpu")
-    except Exception:  # noqa: BLE001  (no plugin, or a jax without Mosaic GPU)
+    except ImportError:
         return None
     needed = ("kernel", "emit_pipeline_warp_specialized", "LoweringSemantics", "wgmma")
     return plgpu if all(hasattr(plgpu, n) for n in needed) else None
+
+
+@functools.cache
+def bindings() -> bool:
+    """Whether Mosaic GPU can lower here: its module and its compiled bindings
+    (installed with a jax-cuda plugin)."""
+    try:
+        importlib.import_module("jax._src.lib.mosaic_gpu")
+    except Exception:  # noqa: BLE001  (no plugin: ImportError, or a broken install)
+        return False
+    return _plgpu() is not None
 
 
 def _hopper() -> bool:
@@ -109,7 +120,7 @@ def plan_for(lay: Any) -> Plan | None:
     layers wider than MAX_WIDTH, or weights that do not fit in shared memory."""
     if lay.towers != 1 or lay.dtype != "bfloat16" or any(w > MAX_WIDTH for w in lay.widths):
         return None
-    if _plgpu() is None or not _hopper():
+    if not bindings() or not _hopper():
         return None
     return fit(lay.in_dim, lay.widths, lay.out_cols, lay.out_pad)
 
@@ -259,6 +270,6 @@ def _call(lay: Any, plan: Plan, m: int, sms: int) -> Any:
     return plgpu.kernel(
         kernel, out_type=jax.ShapeDtypeStruct((m, out_pad), f32), scratch_types=scratch,
         grid=(ctas,), grid_names=("sm",), num_threads=wgs + 1, thread_name="wg",
-        **({"kernel_name": "jaxwarp_mlp_forward_mosaic"} if named else {}),
+        **({"kernel_name": KERNEL_NAME} if named else {}),
         compiler_params=plgpu.CompilerParams(
             approx_math=True, lowering_semantics=plgpu.LoweringSemantics.Warpgroup))
