@@ -32,11 +32,21 @@ Sides (each in its own try/except; one that fails leaves the others):
   value are then ``slab[:, :A]`` and ``slab[:, A]`` (an XLA slice fusion,
   counted in this side's time);
 * ``mgpu_mlp_slab``: the same kernel, returning the padded slab (the kernel
-  alone; the difference to ``mgpu_mlp`` is what the slices cost).
+  alone; the difference to ``mgpu_mlp`` is what the slices cost);
+* ``mgpu_split``, ``mgpu_1wg``, ``mgpu_1wg_out16``: the same kernel under one
+  forced plan (`SIDE_PLANS`): two compute warpgroups with the heads stored 16
+  columns at a time from a [tile_m, 16] staging, one compute warpgroup (a CTA's
+  row block is tile_m rows) with whole stores, one with 16-column stores.
+  ``mgpu_mlp`` takes the first of `PLANS` that fits (two warpgroups with whole
+  stores, then 16-column stores, then one warpgroup), with the most stages;
+* ``pallas``: the shipped forward (`jaxwarp.models.mlp_kernel.forward`, Pallas's
+  Triton lowering, what the rollout ran before the Mosaic GPU kernel), its
+  weights packed as the model packs them, on the same bf16 x (GPU only).
 
 Shared memory per CTA (bytes; 227 KB is an H200's limit): weights
-``2 (D H + H H + H NH)`` + biases ``4 (2 H + NH)`` + x blocks ``stages x 2
-tile_m x D x 2`` + the output staging ``2 tile_m NH 4``. tile_m = 128 rows a
+``2 (D H + H H + H NH)`` + biases ``4 (2 H + NH)`` + x blocks ``stages x wgs
+tile_m x D x 2`` + the output staging ``wgs tile_m out_cols 4`` (wgs = 2
+compute warpgroups and out_cols = NH in the first plan). tile_m = 128 rows a
 warpgroup at H = 64, 64 at H >= 128 (a [64, 256] float32 accumulator is 128
 registers a thread, h in bf16 64 more); the most stages (3 to 1) that fit.
 With NH = 16: H = 64 fits (D = 64: 133 KB at 3 stages; D = 128: 174 KB at 2),
@@ -58,6 +68,9 @@ against XLA. Rows rounded up to a multiple of 256 (220,000 -> 220,160).
     python experiments/bench_mosaic_mlp.py           # 220K and 32K rows, H 64/128/256, D 64/128
     python experiments/bench_mosaic_mlp.py --quick   # 220K rows, (D, H) = (64, 128), (64, 256)
     python experiments/bench_mosaic_mlp.py --quick --out /tmp/x.json   # no GPU: checks only
+    python experiments/bench_mosaic_mlp.py --shapes 80x256 --actions 42 --acts relu \
+        --rows 200000,20000,1000000 --sides xla,pallas,mgpu_mlp,mgpu_1wg,mgpu_1wg_out16
+        # Tag's model: the three fits of its 192 KB of weights against the Triton forward
 
 Without a GPU the XLA side is checked on the CPU and the Mosaic GPU sides are
 reported ``skipped: no GPU``; where Mosaic GPU's bindings are installed (a

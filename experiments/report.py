@@ -1134,6 +1134,117 @@ def section_heads_kernel(root: Path) -> tuple[list[str], list[Source]]:
                    *curves, *(s for s, _ in HEADS_PYTEST)]
 
 
+MOSAIC_FWD_BENCH = Source("bench_mosaic_mlp_tag_h200.json",
+                          "python experiments/bench_mosaic_mlp.py --shapes 80x256 --actions 42")
+MOSAIC_FWD_VARIANTS = [  # run back to back in one call: before (Triton), then Mosaic GPU
+    Source("bench_train_mosaic_fwd_before_h200.json", _TRAIN_CMD),
+    Source("bench_train_mosaic_fwd_h200.json", _TRAIN_CMD),
+]
+MOSAIC_FWD_TRAIN = Source("bench_train_mosaic_table_h200.json",
+                          "python experiments/bench_train.py --cases 2,3,6,7")
+MOSAIC_FWD_PROFILES = [
+    ("heads in the kernel", Source("profile_phases_a2c_bf16_stats_h200.json", _PROFILE_CMD)),
+    ("Mosaic GPU rollout forward", Source("profile_phases_a2c_bf16_mosaic_h200.json",
+                                          _PROFILE_CMD)),
+]
+MOSAIC_FWD_LEARN = [  # (config, this change's file, the file before it)
+    ("tag_2000_envs", Source("learn_compare_mosaic_h200/learn_compare.json", _LEARN_CMD),
+     HEADS_LEARN[0][1]),
+    ("tag_100_agents", Source("learn_compare_100_mosaic_h200/learn_compare.json", _LEARN_CMD),
+     HEADS_LEARN[1][1]),
+]
+MOSAIC_FWD_PYTEST = [(Source("pytest_mosaic_h200.log", "python -m pytest (the part's header)",
+                             device="NVIDIA H200", part=part), what) for part, what in [
+    ("mosaic", "`tests/test_mlp_mosaic.py`, the model's and the kernels' tests of "
+               "`tests/test_mlp_kernel.py`"),
+    ("train_gpu", "the fused kernels' same bits twice, deterministic training"),
+]]
+_MOSAIC_FWD_SIDES = [("pallas", "Triton (shipped before)"), ("mgpu_1wg_out16", "1 WG, 2 stages, "
+                     "16-col stores (shipped)"), ("mgpu_mlp", "2 WGs, 1 stage, 16-col stores"),
+                     ("mgpu_1wg", "1 WG, 1 stage, whole stores")]
+
+
+def _mosaic_fwd_kernel_rows(root: Path) -> list[list[str]]:
+    rows = []
+    for r in _read_json(root, MOSAIC_FWD_BENCH)["results"]:
+        s = r["sides"]
+        base = s["pallas"]["us"]
+        rows.append([f"{r['rows']:,}", f"{s['xla']['us']:.1f}"] + [
+            f"{s[n]['us']:.1f} ({ratio(base / s[n]['us'])}, {100 * s[n]['peak_fraction']:.0f}%)"
+            for n, _ in _MOSAIC_FWD_SIDES])
+    return rows
+
+
+def _learn_row(root: Path, config: str, src: Source) -> list[str]:
+    data = _read_json(root, src)
+    (name, s), = data["summary"].items()
+    runners = data.get("runner_return", {}).get(name)
+    return [f"`{config}`", f"`{src.path}`", f"{s['mean']:.1f} ± {s['ci95']:.1f}",
+            "—" if not runners or "policies.runner.train=false" in data["overrides"]
+            else f"{runners['mean']:.2f} ± {runners['ci95']:.2f}",
+            f"{data['random_tags_per_episode']:.1f}"]
+
+
+def section_mosaic_forward(root: Path) -> tuple[list[str], list[Source]]:
+    learn = [s for _, s, _ in MOSAIC_FWD_LEARN]
+    profiles = [s for _, s in MOSAIC_FWD_PROFILES]
+    lines = [
+        "### The rollout's forward on Mosaic GPU",
+        "",
+        "Tag's model (71 features padded to 80, shared torso 256-256 ReLU, 42 logits and a "
+        "value) at a rollout step's rows (200,000 runners, 20,000 taggers) and a learner "
+        "minibatch's (1,000,000), one forward without saved activations: XLA's dot chain, "
+        "the shipped Triton kernel and `bench_mosaic_mlp.py`'s persistent Mosaic GPU kernel "
+        "under three ways of fitting 192 KB of resident weights into shared memory; GPU "
+        "kernel time in µs, speed against the Triton kernel and the fraction of the dense "
+        f"bf16 peak in brackets, every side within bf16 tolerance of a float32 reference, "
+        f"{on(root, MOSAIC_FWD_BENCH)}:",
+        "",
+        *table(["rows", "XLA", *(label for _, label in _MOSAIC_FWD_SIDES)],
+               _mosaic_fwd_kernel_rows(root)),
+        *sources_block(root, [MOSAIC_FWD_BENCH]),
+        f"The trainer before and after, back to back in one call, each in its own process, "
+        f"{on(root, *MOSAIC_FWD_VARIANTS)} (what each is: the file's note); env-steps/s "
+        "(agent-steps/s in brackets), ms per update, compile in seconds:",
+        "",
+        *table(["file", "variant", "case", "matmuls", "env-steps/s", "ms / update",
+                "compile s"], _tail_variant_rows(root, MOSAIC_FWD_VARIANTS)),
+        *sources_block(root, MOSAIC_FWD_VARIANTS),
+        f"The shipped trainer, both env backends in one process, {on(root, MOSAIC_FWD_TRAIN)}; "
+        f"env-steps/s {AGENT_STEPS} (the MFU of the bf16 rows recounted after the run: the "
+        "file's note):",
+        "",
+        *table(TRAIN_BOTH_HEAD, _train_rows(_read_json(root, MOSAIC_FWD_TRAIN)["results"],
+                                            ("cuda", "jax"))),
+        *sources_block(root, [MOSAIC_FWD_TRAIN]),
+        "Phase profile of the A2C bf16 update at 2,000 × 110 (command buffers off), ms per "
+        f"update and the phase's floor as above, {on(root, *profiles)}:",
+        "",
+        *table(["phase", *(f"{h} ({label})" for label, _ in MOSAIC_FWD_PROFILES
+                           for h in ("ms", "floor ms"))],
+               _tail_profile_rows(root, MOSAIC_FWD_PROFILES)),
+        *sources_block(root, profiles[1:]),
+        f"The same learning, 4 seeds each, this change's run and the one before it, "
+        f"{on(root, *learn)}: tags per episode at the end (95% interval over seeds), the "
+        "runners' return where they train, random taggers' level:",
+        "",
+        *table(["config", "file", "tags per episode", "runners' return", "random"],
+               [_learn_row(root, c, s) for c, now, before in MOSAIC_FWD_LEARN
+                for s in (before, now)]),
+        *sources_block(root, learn),
+    ]
+    curves = [Source(s.path.replace(".json", ".csv"), s.makes, device="NVIDIA H200")
+              for s in learn]
+    lines += [f"Their curves (tags per episode per update, each seed): "
+              f"{', '.join(f'`{RESULTS / c.path}`' for c in curves)}.", "",
+              "GPU test runs of the change (each part's header names its command and commit):",
+              "", *table(["tests", "result", "file"],
+                         [[what, _pytest_counts(_text(root, src)), f"`{src.path}` (`{src.part}`)"]
+                          for src, what in MOSAIC_FWD_PYTEST]), ""]
+    return lines, [MOSAIC_FWD_BENCH, *MOSAIC_FWD_VARIANTS, MOSAIC_FWD_TRAIN, *profiles[1:],
+                   *learn, *curves, *(s for s, _ in MOSAIC_FWD_PYTEST)]
+
+
 DUEL_LOG = Source("duel_h100/train.log",
                   "time jaxwarp train --config tag_duel_cpu --out runs/duel", device=H100)
 DUEL_EVAL = Source("duel_h100/eval.json", "jaxwarp eval --run runs/duel", device=H100)
@@ -2469,6 +2580,7 @@ def _gru_mma_lines(root: Path) -> list[str]:
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_learner_tail, section_heads_kernel,
+                           section_mosaic_forward,
                            section_time_to_policy,
                            section_tag_runs,
                            section_time_to_return, section_fused_rollout,

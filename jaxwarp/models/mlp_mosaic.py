@@ -191,23 +191,58 @@ def forward(lay: Any, plan: Plan, x: jax.Array, weights: tuple[jax.Array, ...]) 
 
 @functools.cache
 def _call(lay: Any, plan: Plan, m: int, sms: int) -> Any:
-    """The kernel for m rows (a multiple of plan.block_rows) on `sms` SMs."""
-    pl = importlib.import_module("jax.experimental.pallas")
+    """The kernel for m rows (a multiple of plan.block_rows) on `sms` SMs:
+    a function of (x bf16[m, in_pad], each layer's kernel and bias, the heads'
+    kernel [width, nh] and bias [nh]) -> f32[m, out_pad]."""
     plgpu = _plgpu()
-    widths, tm, wgs, oc = lay.widths, TILE_M, plan.wgs, plan.out_cols
-    nh, out_pad, n_layers = plan.nh, lay.out_pad, len(lay.widths)
-    cta_m = plan.block_rows
-    blocks = m // cta_m
-    ctas = min(sms, blocks)
     bf16, f32 = jnp.bfloat16, jnp.float32
+    blocks = m // plan.block_rows
+    ctas = min(sms, blocks)
     x_tf = _transforms(plgpu, plan.in_pad, bf16)
     # The first layer's kernel takes the x tile's swizzle; the others their columns'.
-    w_tf = [x_tf] + [_transforms(plgpu, w, bf16) for w in widths[1:]] + [
-        _transforms(plgpu, nh, bf16)]
+    w_tf = [x_tf] + [_transforms(plgpu, w, bf16) for w in lay.widths[1:]] + [
+        _transforms(plgpu, plan.nh, bf16)]
+    dims = (plan.in_pad,) + tuple(lay.widths)
+    scratch = []
+    for i, (kin, n) in enumerate(zip(dims, dims[1:])):
+        scratch += [plgpu.SMEM((kin, n), bf16, transforms=w_tf[i]), plgpu.SMEM((n,), f32)]
+    scratch += [plgpu.SMEM((lay.widths[-1], plan.nh), bf16, transforms=w_tf[-1]),
+                plgpu.SMEM((plan.nh,), f32),
+                plgpu.SMEM((plan.wgs, TILE_M, plan.out_cols), f32,
+                           transforms=_transforms(plgpu, plan.out_cols, f32)),
+                plgpu.Barrier(num_arrivals=2 * len(lay.widths) + 2)]
+    # The kernel's name in profiles, where this jax's Mesh takes one.
+    named = "kernel_name" in inspect.signature(plgpu.Mesh).parameters
+    return plgpu.kernel(
+        _kernel(lay, plan, blocks, ctas, x_tf), out_type=jax.ShapeDtypeStruct(
+            (m, lay.out_pad), f32), scratch_types=scratch,
+        grid=(ctas,), grid_names=("sm",), num_threads=plan.wgs + 1, thread_name="wg",
+        **({"kernel_name": KERNEL_NAME} if named else {}),
+        compiler_params=plgpu.CompilerParams(
+            approx_math=True, lowering_semantics=plgpu.LoweringSemantics.Warpgroup))
+
+
+def _dense(a: Any, w_s: Any, b_s: Any, n: int) -> jax.Array:
+    """a @ w + b, float32 [TILE_M, n], in a compute warpgroup: a in shared
+    memory or bf16 registers (the WGMMA layout), w and b in shared memory."""
+    pl, plgpu = importlib.import_module("jax.experimental.pallas"), _plgpu()
+
+    def product(acc_ref: Any) -> jax.Array:
+        plgpu.wgmma(acc_ref, a, w_s)
+        return acc_ref[...]
+    z = pl.run_scoped(product, plgpu.ACC((TILE_M, n), jnp.float32))
+    bias = _load_vector(plgpu, b_s, plgpu.Layout.WGMMA.reduce(0))
+    return z + lax.broadcast_in_dim(bias, (TILE_M, n), (1,))
+
+
+def _kernel(lay: Any, plan: Plan, blocks: int, ctas: int, x_tf: tuple) -> Any:
+    """The kernel body: refs (x, params, out in global memory; params, the
+    output staging and the weights' barrier in shared memory)."""
+    pl, plgpu = importlib.import_module("jax.experimental.pallas"), _plgpu()
+    tm, oc, nh, out_pad, k = TILE_M, plan.out_cols, plan.nh, lay.out_pad, 2 * len(lay.widths) + 2
     act = (lambda z: jnp.maximum(z, 0.0)) if lay.activation == "relu" else jnp.tanh
 
     def kernel(x_gmem: Any, *refs: Any) -> None:
-        k = 2 * n_layers + 2
         params_gmem, out_gmem, params_s = refs[:k], refs[k], refs[k + 1:2 * k + 1]
         out_s, loaded = refs[2 * k + 1], refs[2 * k + 2]
         cta, wg = lax.axis_index("sm"), lax.axis_index("wg")
@@ -217,32 +252,21 @@ def _call(lay: Any, plan: Plan, m: int, sms: int) -> Any:
             for src, dst in zip(params_gmem, params_s):
                 plgpu.copy_gmem_to_smem(src, dst, loaded)
 
-        def dense(a: Any, w_s: Any, b_s: Any, n: int) -> jax.Array:
-            """a @ w + b, float32 [tm, n]: a in shared memory or bf16 registers."""
-            def product(acc_ref: Any) -> jax.Array:
-                plgpu.wgmma(acc_ref, a, w_s)
-                return acc_ref[...]
-            z = pl.run_scoped(product, plgpu.ACC((tm, n), f32))
-            bias = _load_vector(plgpu, b_s, plgpu.Layout.WGMMA.reduce(0))
-            return z + lax.broadcast_in_dim(bias, (tm, n), (1,))
-
-        def store(tile: jax.Array, row: Any, col: int) -> None:
-            plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the staging's last store
-            out_s[wg] = tile
-            plgpu.commit_smem()
-            dst = out_gmem.at[pl.ds(row, tm)] if oc == out_pad else out_gmem.at[
-                pl.ds(row, tm), pl.ds(col, oc)]
-            plgpu.copy_smem_to_gmem(out_s.at[wg], dst)
-
         def body(idx: Any, x_smem: Any, carry: Any) -> Any:
             h = x_smem.at[pl.ds(wg * tm, tm)]
-            for i, w in enumerate(widths):  # registers only from the first layer on
-                h = act(dense(h, params_s[2 * i], params_s[2 * i + 1], w)).astype(bf16)
-            y = dense(h, params_s[k - 2], params_s[k - 1], nh)
-            row = (cta + idx[0] * ctas) * cta_m + wg * tm
-            for c in range(0, out_pad, oc):
-                store(y if oc == nh else (y[:, c:c + oc] if c < nh
-                                          else jnp.zeros((tm, oc), f32)), row, c)
+            for i, w in enumerate(lay.widths):  # registers only from the first layer on
+                h = act(_dense(h, params_s[2 * i], params_s[2 * i + 1], w)).astype(jnp.bfloat16)
+            y = _dense(h, params_s[k - 2], params_s[k - 1], nh)
+            row = (cta + idx[0] * ctas) * plan.block_rows + wg * tm
+            for c in range(0, out_pad, oc):  # the heads' columns, then zeros to out_pad
+                tile = y if oc == nh else (y[:, c:c + oc] if c < nh
+                                           else jnp.zeros((tm, oc), jnp.float32))
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the staging's last store
+                out_s[wg] = tile
+                plgpu.commit_smem()
+                dst = out_gmem.at[pl.ds(row, tm)] if oc == out_pad else out_gmem.at[
+                    pl.ds(row, tm), pl.ds(c, oc)]
+                plgpu.copy_smem_to_gmem(out_s.at[wg], dst)
             return carry
 
         def compute_context(run: Any) -> None:
@@ -251,25 +275,10 @@ def _call(lay: Any, plan: Plan, m: int, sms: int) -> Any:
 
         pipeline = plgpu.emit_pipeline_warp_specialized(
             body, grid=(lax.div(blocks - 1 - cta, ctas) + 1,), memory_registers=40,
-            in_specs=[plgpu.BlockSpec((cta_m, plan.in_pad), lambda i: (cta + i * ctas, 0),
-                                      transforms=x_tf)],
-            wg_axis="wg", num_compute_wgs=wgs, max_concurrent_steps=plan.stages,
+            in_specs=[plgpu.BlockSpec((plan.block_rows, plan.in_pad),
+                                      lambda i: (cta + i * ctas, 0), transforms=x_tf)],
+            wg_axis="wg", num_compute_wgs=plan.wgs, max_concurrent_steps=plan.stages,
             compute_context=compute_context)
         pipeline(x_gmem)
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-
-    dims = (plan.in_pad,) + tuple(widths)
-    scratch = []
-    for i, (kin, n) in enumerate(zip(dims, dims[1:])):
-        scratch += [plgpu.SMEM((kin, n), bf16, transforms=w_tf[i]), plgpu.SMEM((n,), f32)]
-    scratch += [plgpu.SMEM((widths[-1], nh), bf16, transforms=w_tf[-1]), plgpu.SMEM((nh,), f32),
-                plgpu.SMEM((wgs, tm, oc), f32, transforms=_transforms(plgpu, oc, f32)),
-                plgpu.Barrier(num_arrivals=2 * n_layers + 2)]
-    # The kernel's name in profiles, where this jax's Mesh takes one.
-    named = "kernel_name" in inspect.signature(plgpu.Mesh).parameters
-    return plgpu.kernel(
-        kernel, out_type=jax.ShapeDtypeStruct((m, out_pad), f32), scratch_types=scratch,
-        grid=(ctas,), grid_names=("sm",), num_threads=wgs + 1, thread_name="wg",
-        **({"kernel_name": KERNEL_NAME} if named else {}),
-        compiler_params=plgpu.CompilerParams(
-            approx_math=True, lowering_semantics=plgpu.LoweringSemantics.Warpgroup))
+    return kernel
