@@ -1158,7 +1158,9 @@ MOSAIC_FWD_PYTEST = [(Source("pytest_mosaic_h200.log", "python -m pytest (the pa
     ("mosaic", "`tests/test_mlp_mosaic.py`, the model's and the kernels' tests of "
                "`tests/test_mlp_kernel.py`"),
     ("train_gpu", "the fused kernels' same bits twice, deterministic training"),
-]]
+]] + [(Source("pytest_gpu_mosaic_h200.log", "bash experiments/tools/gpu_tests.sh tests",
+              device="NVIDIA H200", part=f"group{g}"), f"every GPU test, group {g} (5a3bb73)")
+      for g in range(1, 8)]
 _MOSAIC_FWD_SIDES = [("pallas", "Triton (shipped before)"), ("mgpu_1wg_out16", "1 WG, 2 stages, "
                      "16-col stores (shipped)"), ("mgpu_mlp", "2 WGs, 1 stage, 16-col stores"),
                      ("mgpu_1wg", "1 WG, 1 stage, whole stores")]
