@@ -2,7 +2,8 @@
 
 `report()` gathers the versions (jaxwarp, Python, jax, jaxlib), the devices
 JAX sees, jaxwarp's backends, the prebuilt libraries the package carries with
-their GPU architectures (`jaxwarp.authoring.prebuilt`), the compilers a user
+their GPU architectures (`jaxwarp.authoring.prebuilt`), which of the `mlp`
+model's GPU kernels can run here, the compilers a user
 env would be built with, and the cache folder; `format_report` prints it as
 ``key: value`` lines.
 """
@@ -65,10 +66,23 @@ def report() -> dict[str, Any]:
         "devices": devices,
         "backends": backends,
         "prebuilt": libs or ["none (built-in envs compile at first use)"],
+        "model kernels": model_kernels(),
         "c++ compiler": _compiler(build.find_cxx),
         "nvcc": _compiler(build.find_nvcc),
         "cache": str(build.cache_dir()),
     }
+
+
+def model_kernels() -> list[str]:
+    """Which of the `mlp` model's GPU kernels this process can run, or why not
+    (docs/models.md, "The fused layers")."""
+    from jaxwarp.models import mlp_kernel, mlp_mosaic
+
+    triton = "on a CUDA GPU" if mlp_kernel.on_cuda() else "not here (no CUDA GPU)"
+    why = mlp_mosaic.why_not_here()
+    return [f"fused layers (Pallas, Triton): {triton}",
+            "the rollout's forward (Pallas, Mosaic GPU): "
+            + ("on a Hopper GPU" if why is None else f"not here ({why})")]
 
 
 def package_origin(package: Path) -> str:

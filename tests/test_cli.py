@@ -291,12 +291,15 @@ def test_info_prints_every_field(capsys, monkeypatch, tmp_path):
     out = capsys.readouterr().out
     fields = {ln.split(":", 1)[0] for ln in out.splitlines() if ln and not ln.startswith(" ")}
     assert {"jaxwarp", "imported from", "python", "platform", "jax", "jaxlib", "devices",
-            "backends", "prebuilt", "c++ compiler", "nvcc", "cache"} <= fields
+            "backends", "prebuilt", "model kernels", "c++ compiler", "nvcc", "cache"} <= fields
     assert f"jaxwarp: {jaxwarp.__version__} " in out
     assert f"jax: {jax.__version__}\n" in out and f"jaxlib: {jaxlib.__version__}\n" in out
     assert "  cpu:0" in out  # the devices, one a line
     assert "  jax (pure-JAX reference)" in out and "  cpu (XLA:CPU library loaded)" in out
     assert f"cache: {tmp_path / 'jwcache'}\n" in out
+    if not jaxwarp.gpu_available():  # the CPU: neither model kernel runs, each says why
+        assert "  fused layers (Pallas, Triton): not here (no CUDA GPU)\n" in out
+        assert "  the rollout's forward (Pallas, Mosaic GPU): not here (" in out
 
 
 def test_info_says_whether_jaxwarp_is_imported_from_a_checkout_or_installed(

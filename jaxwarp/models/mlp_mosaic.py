@@ -114,13 +114,24 @@ def _hopper() -> bool:
         return False
 
 
+def why_not_here() -> str | None:
+    """Why this process cannot run the kernel (None: it can), for `jaxwarp info`."""
+    if _plgpu() is None:
+        return "this jax has no Pallas Mosaic GPU"
+    if not bindings():
+        return "Mosaic GPU's bindings are not installed; they come with jax's CUDA plugin"
+    if not _hopper():
+        return "no Hopper GPU; its wgmma needs compute capability 9.x"
+    return None
+
+
 def plan_for(lay: Any) -> Plan | None:
     """How the kernel runs `lay` (an `mlp_kernel.Layout`), or None where it
     does not: not a Hopper GPU with Mosaic GPU, separate towers, float32,
     layers wider than MAX_WIDTH, or weights that do not fit in shared memory."""
     if lay.towers != 1 or lay.dtype != "bfloat16" or any(w > MAX_WIDTH for w in lay.widths):
         return None
-    if not bindings() or not _hopper():
+    if why_not_here() is not None:
         return None
     return fit(lay.in_dim, lay.widths, lay.out_cols, lay.out_pad)
 
