@@ -1122,16 +1122,24 @@ def section_heads_kernel(root: Path) -> tuple[list[str], list[Source]]:
                 "before"], _heads_learn_rows(root)),
         *sources_block(root, learn),
     ]
+    tail, cited = _curves_and_tests(root, learn, HEADS_PYTEST)
+    return lines + tail, [*HEADS_VARIANTS, HEADS_TRAIN, *(s for _, s in HEADS_PROFILES[1:]),
+                          *learn, *cited]
+
+
+def _curves_and_tests(root: Path, learn: list[Source], pytest: list[tuple[Source, str]]
+                      ) -> tuple[list[str], list[Source]]:
+    """A change's learning curves (each learn_compare file's CSV) and its GPU
+    test runs: (lines, the sources they cite)."""
     curves = [Source(s.path.replace(".json", ".csv"), s.makes, device="NVIDIA H200")
               for s in learn]
-    lines += [f"Their curves (tags per episode per update, each seed): "
-              f"{', '.join(f'`{RESULTS / c.path}`' for c in curves)}.", "",
-              "GPU test runs of the change (each part's header names its command and commit):",
-              "", *table(["tests", "result", "file"],
-                         [[what, _pytest_counts(_text(root, src)), f"`{src.path}` (`{src.part}`)"]
-                          for src, what in HEADS_PYTEST]), ""]
-    return lines, [*HEADS_VARIANTS, HEADS_TRAIN, *(s for _, s in HEADS_PROFILES[1:]), *learn,
-                   *curves, *(s for s, _ in HEADS_PYTEST)]
+    lines = [f"Their curves (tags per episode per update, each seed): "
+             f"{', '.join(f'`{RESULTS / c.path}`' for c in curves)}.", "",
+             "GPU test runs of the change (each part's header names its command and commit):",
+             "", *table(["tests", "result", "file"],
+                        [[what, _pytest_counts(_text(root, src)), f"`{src.path}` (`{src.part}`)"]
+                         for src, what in pytest]), ""]
+    return lines, [*curves, *(s for s, _ in pytest)]
 
 
 MOSAIC_FWD_BENCH = Source("bench_mosaic_mlp_tag_h200.json",
@@ -1235,16 +1243,9 @@ def section_mosaic_forward(root: Path) -> tuple[list[str], list[Source]]:
                 for s in (before, now)]),
         *sources_block(root, learn),
     ]
-    curves = [Source(s.path.replace(".json", ".csv"), s.makes, device="NVIDIA H200")
-              for s in learn]
-    lines += [f"Their curves (tags per episode per update, each seed): "
-              f"{', '.join(f'`{RESULTS / c.path}`' for c in curves)}.", "",
-              "GPU test runs of the change (each part's header names its command and commit):",
-              "", *table(["tests", "result", "file"],
-                         [[what, _pytest_counts(_text(root, src)), f"`{src.path}` (`{src.part}`)"]
-                          for src, what in MOSAIC_FWD_PYTEST]), ""]
-    return lines, [MOSAIC_FWD_BENCH, *MOSAIC_FWD_VARIANTS, MOSAIC_FWD_TRAIN, *profiles[1:],
-                   *learn, *curves, *(s for s, _ in MOSAIC_FWD_PYTEST)]
+    tail, cited = _curves_and_tests(root, learn, MOSAIC_FWD_PYTEST)
+    return lines + tail, [MOSAIC_FWD_BENCH, *MOSAIC_FWD_VARIANTS, MOSAIC_FWD_TRAIN,
+                          *profiles[1:], *learn, *cited]
 
 
 DUEL_LOG = Source("duel_h100/train.log",
