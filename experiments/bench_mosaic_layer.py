@@ -67,7 +67,6 @@ import argparse
 import dataclasses
 import functools
 import importlib
-import inspect
 import statistics
 import sys
 import time
@@ -86,6 +85,9 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: jaxwarp from thi
     sys.path.insert(0, str(ROOT))
 
 from jaxwarp.benchmark import median_seconds, run_meta, write_result
+# The product's helpers (the rollout's Mosaic GPU forward), under the names these benches use.
+from jaxwarp.models.mlp_mosaic import load_vector as _load_vector
+from jaxwarp.models.mlp_mosaic import smem_transforms as _transforms
 
 # Dense bf16 tensor-core peak and HBM bandwidth by device kind (datasheets:
 # H100 SXM 989 TFLOP/s, 3.35 TB/s; H200 989 TFLOP/s, 4.8 TB/s).
@@ -174,24 +176,6 @@ def _semantics(plgpu, name: str):
     if sem is None:
         raise Skip("this jax has no plgpu.LoweringSemantics")
     return {"warpgroup": sem.Warpgroup, "lane": sem.Lane}[name]
-
-
-def _transforms(plgpu, minor_elems: int, dtype) -> tuple:
-    """Tiling and swizzle of a shared-memory tile whose minor dimension holds
-    `minor_elems` elements (the largest swizzle that divides it; wgmma needs
-    the tiling (8, swizzle / itemsize))."""
-    itemsize = jnp.dtype(dtype).itemsize
-    swizzle = plgpu.find_swizzle(minor_elems * itemsize * 8)
-    return (plgpu.TilingTransform((8, swizzle // itemsize)), plgpu.SwizzleTransform(swizzle))
-
-
-def _load_vector(plgpu, ref, layout):
-    """plgpu.load of a whole ref into `layout` (jax 0.10 takes the index
-    positionally and requires it; jax 0.11 deprecates it)."""
-    idx = inspect.signature(plgpu.load).parameters.get("idx")
-    if idx is not None and idx.default is inspect.Parameter.empty:
-        return plgpu.load(ref, (), layout=layout)
-    return plgpu.load(ref, layout=layout)
 
 
 def num_sms() -> int:

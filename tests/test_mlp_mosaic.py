@@ -22,9 +22,15 @@ CASES = [
     (64, (256, 256), 5, "tanh", 130),
     (13, (128,), 5, "tanh", 64),
     (30, (128, 256, 128), 7, "relu", 1000),
+    (71, (256, 256), 14, "relu", 1000),  # the heads in 16 columns, out_pad 32: a zero store
 ]
-ON_HOPPER = mlp_mosaic.bindings() and mlp_mosaic._hopper()
-hopper = pytest.mark.skipif(not ON_HOPPER, reason="needs a Hopper GPU with Mosaic GPU")
+ON_HOPPER = mlp_mosaic.why_not_here() is None
+
+
+def hopper(test):
+    """A GPU test (`-m gpu`, experiments/tools/gpu_tests.sh) that needs a Hopper GPU."""
+    return pytest.mark.gpu(pytest.mark.skipif(
+        not ON_HOPPER, reason="needs a Hopper GPU with Mosaic GPU")(test))
 
 
 def _layout(d, hidden, a, act, towers=1, dtype="bfloat16"):
@@ -38,9 +44,10 @@ def test_tags_model_fits_one_warpgroup_two_blocks_in_flight():
     assert plan == mlp_mosaic.Plan(in_pad=80, nh=48, wgs=1, stages=2, out_cols=16)
     dims = (80, 256, 256)
     assert mlp_mosaic.smem_bytes(dims, 48, 1, 2, 16) == 1024 * (40 + 128 + 24 + 3 + 20 + 4)
-    # the next plan up (two warpgroups, two stages) passes the limit
-    assert mlp_mosaic.smem_bytes(dims, 48, 2, 2, 16) + mlp_mosaic.SMEM_SLACK > (
-        mlp_mosaic.SMEM_LIMIT)
+    # the plans before it in PLANS pass the limit: (2, 3), (2, 2), (1, 3)
+    for wgs, stages in mlp_mosaic.PLANS[:3]:
+        assert mlp_mosaic.smem_bytes(dims, 48, wgs, stages, 16) + mlp_mosaic.SMEM_SLACK > (
+            mlp_mosaic.SMEM_LIMIT)
 
 
 @pytest.mark.parametrize("d,hidden,a,act,rows", CASES)
@@ -68,20 +75,43 @@ def test_models_the_kernel_does_not_take(monkeypatch):
     assert mlp_mosaic.plan_for(_layout(71, (256, 256), 42, "relu")) is None
 
 
-def test_fused_mlp_keeps_triton_without_a_plan(monkeypatch):
-    """Where plan_for declines (here: no Hopper GPU), and in the interpreter,
-    fused_mlp is the Triton forward's slab."""
+def test_store_plan_covers_out_pad_with_zeros_past_the_heads():
+    assert mlp_mosaic.store_plan(48, 16, 64) == [(0, "slice"), (16, "slice"), (32, "slice"),
+                                                 (48, "zeros")]
+    assert mlp_mosaic.store_plan(16, 16, 32) == [(0, "all"), (16, "zeros")]
+    assert mlp_mosaic.store_plan(64, 64, 64) == [(0, "all")]
+    assert mlp_mosaic.store_plan(16, 16, 16) == [(0, "all")]
+
+
+def _tiny():
     lay = _layout(13, (128,), 5, "tanh")
-    calls = []
-    monkeypatch.setattr(mlp_mosaic, "forward", lambda *a: calls.append(a))
     ks = jax.random.split(jax.random.PRNGKey(0), 4)
     torso = [[(jax.random.normal(ks[0], (13, 128)) / 4, jnp.zeros(128))]]
     ws = mlp_kernel.pack(lay, torso, (jax.random.normal(ks[1], (128, 5)) / 12, jnp.zeros(5)),
                          (jax.random.normal(ks[2], (128, 1)) / 12, jnp.zeros(1)))
-    x = jax.random.normal(ks[3], (70, 13))
-    out = mlp_kernel.fused_mlp(lay, x, ws, True, True)
-    assert out.shape == (70, lay.out_pad) and not calls
-    np.testing.assert_array_equal(out, mlp_kernel.forward(lay, x, ws, False, True)[0])
+    return lay, ws, jax.random.normal(ks[3], (2, 35, 13))
+
+
+def test_fused_mlp_runs_the_mosaic_forward_where_there_is_a_plan(monkeypatch):
+    """fused_mlp outside differentiation: the Mosaic forward on the rows
+    flattened where plan_for gives a plan, the Triton forward where it gives
+    none; the interpreter (interpret=True) never asks."""
+    lay, ws, x = _tiny()
+    plan = mlp_mosaic.fit(lay.in_dim, lay.widths, lay.out_cols, lay.out_pad)
+    calls, asked = [], []
+    monkeypatch.setattr(mlp_mosaic, "plan_for", lambda la: asked.append(la) or plan)
+    monkeypatch.setattr(mlp_mosaic, "forward", lambda *a: calls.append(a) or jnp.full(
+        (a[2].shape[0], lay.out_pad), 7.0))
+    out = mlp_kernel.fused_mlp(lay, x, ws)
+    assert out.shape == (2, 35, lay.out_pad) and bool(jnp.all(out == 7.0))
+    (got_lay, got_plan, x2, got_ws), = calls
+    assert got_lay == lay and got_plan == plan and x2.shape == (70, 13) and got_ws == ws
+    asked.clear()
+    triton = mlp_kernel.fused_mlp(lay, x, ws, True, True)  # the interpreter
+    assert not asked and len(calls) == 1
+    np.testing.assert_array_equal(
+        triton, mlp_kernel.forward(lay, x.reshape(70, 13), ws, False, True)[0].reshape(
+            2, 35, lay.out_pad))
 
 
 def _operands(lay, plan, rows, seed=0):
@@ -97,7 +127,7 @@ def _operands(lay, plan, rows, seed=0):
     return jax.random.normal(next(ks), (rows, lay.in_dim)), ws
 
 
-@pytest.mark.parametrize("d,hidden,a,act,rows", CASES[1:])
+@pytest.mark.parametrize("d,hidden,a,act,rows", CASES)
 def test_the_kernel_lowers_for_cuda(d, hidden, a, act, rows):
     """Mosaic GPU's lowering (layout inference, the shared-memory check) of
     each case's kernel, without a GPU where a jax-cuda plugin is installed."""
@@ -133,9 +163,24 @@ def test_mosaic_forward_matches_triton_and_the_layers(d, hidden, a, act, rows):
     scale = np.abs(triton[:, :lay.out_cols]).max()
     # the same bf16 roundings in another order: within a few bf16 ulps of the largest
     assert np.abs(got - triton).max() <= 1.6e-2 * scale
+    # the plain layers in float32 on the host, rounding to bf16 where the model does
+    assert np.abs(got[:, :lay.out_cols] - _layers(lay, x, ws)).max() <= 1.6e-2 * scale
     # the model's path: fused_mlp outside differentiation is this kernel
     np.testing.assert_array_equal(
         np.asarray(jax.jit(lambda x, ws: mlp_kernel.fused_mlp(lay, x, ws))(x, ws)), got)
+
+
+def _layers(lay, x, ws):
+    """The packed shared-torso MLP's out_cols columns, f32[N, out_cols], by
+    NumPy: operands rounded to bf16, products and sums in float32."""
+    def bf16(a):
+        return np.asarray(jnp.asarray(a).astype(jnp.bfloat16).astype(jnp.float32))
+    act = {"relu": lambda z: np.maximum(z, 0.0), "tanh": np.tanh}[lay.activation]
+    h = bf16(x)
+    for i in range(len(lay.widths)):
+        h = bf16(act(h @ bf16(ws[2 * i]) + np.asarray(ws[2 * i + 1])))
+    k = 2 * len(lay.widths)
+    return (h @ bf16(ws[k]) + np.asarray(ws[k + 1]))[:, :lay.out_cols]
 
 
 @hopper

@@ -181,9 +181,12 @@ def test_same_command_twice_gives_the_same_bits_and_a_quiet_exit(tmp_path):
 # Both groups' models as bf16 128-128 MLPs: on the GPU they run on the fused
 # Pallas kernels (jaxwarp/models/mlp_kernel.py), whose weight gradients are
 # XLA matmuls over row blocks and whose bias sums are per-tile partials summed
-# in a fixed order (no atomics).
+# in a fixed order (no atomics). The taggers' shared torso also puts their
+# rollout's forward on the Mosaic GPU kernel (jaxwarp/models/mlp_mosaic.py) on
+# a Hopper GPU; the runners' two towers keep the Triton forward.
 ON_KERNELS = [f"policies.{g}.{k}" for g in ("tagger", "runner")
-              for k in ("hidden_sizes=[128, 128]", "dtype=bfloat16")]
+              for k in ("hidden_sizes=[128, 128]", "dtype=bfloat16")] + [
+    "policies.tagger.shared_torso=true"]
 
 
 def test_same_command_twice_on_the_fused_kernels_gives_the_same_bits(tmp_path):
@@ -194,8 +197,11 @@ def test_same_command_twice_on_the_fused_kernels_gives_the_same_bits(tmp_path):
     for i in range(2):
         _cli_train(tmp_path / f"run{i}", *ON_KERNELS)
     summary = json.loads((tmp_path / "run0" / "summary.json").read_text())
-    assert {g: v.split(",")[0] for g, v in summary["model_layers"].items()} == {
-        "tagger": "fused kernels", "runner": "fused kernels"}
+    from jaxwarp.models import mlp_mosaic
+
+    mosaic = ", the rollout's forward on Mosaic GPU" if mlp_mosaic.why_not_here() is None else ""
+    assert summary["model_layers"] == {"tagger": "fused kernels" + mosaic,
+                                       "runner": "fused kernels"}
     a, b = _metrics(tmp_path / "run0"), _metrics(tmp_path / "run1")
     assert len(a) == 10 and a.keys() == b.keys()
     for k in a:

@@ -12,13 +12,17 @@ block through every layer with wgmma, the float32 accumulator in registers,
 bias and activation in registers, the bfloat16 activation kept in registers
 as the next layer's A operand; the heads' columns go out through shared
 memory by TMA, `Plan.out_cols` columns at a time. No activation leaves the
-chip. Tag's model (71 features, 256-256, 43 columns) is 1.55x the Triton
-forward on an H200 (docs/decisions.md, "The rollout's forward on Mosaic GPU").
+chip. At Tag's model (71 features, 256-256, 43 columns) the rollout's forward
+took 5.1 + 1.3 ms an A2C update (the kernel, the cast and pad) against the
+Triton forward's 8.9 on an H200 (docs/decisions.md, "The rollout's forward on
+Mosaic GPU").
 
-Values: the same bfloat16 roundings as the Triton kernel and XLA's layers
-(bfloat16 matmul operands, float32 accumulation, bias and activation), in
-another summation order: equal within bfloat16 tolerance, and the same bits
-every run (no atomics; a row's output depends only on its own row).
+Values: the bfloat16 roundings of the Triton kernel and XLA's layers
+(bfloat16 matmul operands, float32 accumulation, bias and activation) in
+another summation order, tanh as the GPU's approximate tanh (relative error
+about 2^-11, under the bfloat16 rounding that follows): equal within bfloat16
+tolerance, and the same bits every run (no atomics; a row's output depends
+only on its own row).
 """
 
 from __future__ import annotations
@@ -32,6 +36,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.experimental import pallas as pl
+
+# `lay` arguments below are `jaxwarp.models.mlp_kernel.Layout`s (mlp_kernel
+# imports this module, so it is not imported back, not even for typing).
+Layout = Any
 
 KERNEL_NAME = "jaxwarp_mlp_forward_mosaic"  # in profiles; jaxwarp.benchmark counts its FLOPs by it
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory a CTA may have on an H100/H200
@@ -65,6 +74,7 @@ class Plan:
 
 
 def _round16(n: int) -> int:
+    """n rounded up to a multiple of 16 (a bf16 wgmma's K, a TMA row of 32 bytes)."""
     return -(-n // 16) * 16
 
 
@@ -90,8 +100,15 @@ def _plgpu() -> Any:
         plgpu = importlib.import_module("jax.experimental.pallas.mosaic_gpu")
     except ImportError:
         return None
-    needed = ("kernel", "emit_pipeline_warp_specialized", "LoweringSemantics", "wgmma")
-    return plgpu if all(hasattr(plgpu, n) for n in needed) else None
+    return plgpu if all(hasattr(plgpu, n) for n in _USED) else None
+
+
+# Every part of Pallas's Mosaic GPU module the kernel uses: a jax that renamed
+# one keeps the Triton forward rather than failing inside a traced rollout.
+_USED = ("kernel", "Mesh", "CompilerParams", "LoweringSemantics", "emit_pipeline_warp_specialized",
+         "BlockSpec", "SMEM", "ACC", "Barrier", "TilingTransform", "SwizzleTransform",
+         "find_swizzle", "Layout", "wgmma", "load", "copy_gmem_to_smem", "copy_smem_to_gmem",
+         "wait_smem_to_gmem", "commit_smem", "barrier_wait")
 
 
 @functools.cache
@@ -125,7 +142,7 @@ def why_not_here() -> str | None:
     return None
 
 
-def plan_for(lay: Any) -> Plan | None:
+def plan_for(lay: Layout) -> Plan | None:
     """How the kernel runs `lay` (an `mlp_kernel.Layout`), or None where it
     does not: not a Hopper GPU with Mosaic GPU, separate towers, float32,
     layers wider than MAX_WIDTH, or weights that do not fit in shared memory."""
@@ -148,7 +165,7 @@ def fit(in_dim: int, widths: tuple[int, ...], out_cols: int, out_pad: int) -> Pl
     return None
 
 
-def _transforms(plgpu: Any, minor: int, dtype: Any) -> tuple:
+def smem_transforms(plgpu: Any, minor: int, dtype: Any) -> tuple:
     """Tiling and swizzle of a shared-memory tile whose minor dimension holds
     `minor` elements: the largest swizzle that divides its rows (wgmma needs
     the tiling (8, swizzle / itemsize))."""
@@ -157,7 +174,7 @@ def _transforms(plgpu: Any, minor: int, dtype: Any) -> tuple:
     return (plgpu.TilingTransform((8, swizzle // itemsize)), plgpu.SwizzleTransform(swizzle))
 
 
-def _load_vector(plgpu: Any, ref: Any, layout: Any) -> jax.Array:
+def load_vector(plgpu: Any, ref: Any, layout: Any) -> jax.Array:
     """A whole bias from shared memory into `layout` (jax 0.10 takes the
     index positionally and requires it; jax 0.11 deprecates it)."""
     idx = inspect.signature(plgpu.load).parameters.get("idx")
@@ -167,11 +184,12 @@ def _load_vector(plgpu: Any, ref: Any, layout: Any) -> jax.Array:
 
 
 def _num_sms() -> int:
+    """The first GPU's SMs: the persistent grid's CTAs (132 where it does not say)."""
     dev = jax.local_devices(backend="gpu")[0]
     return int(getattr(dev, "core_count", 0) or 132)
 
 
-def _params(lay: Any, plan: Plan, weights: tuple[jax.Array, ...]) -> list[jax.Array]:
+def _params(lay: Layout, plan: Plan, weights: tuple[jax.Array, ...]) -> list[jax.Array]:
     """`mlp_kernel.pack`'s weights as the kernel reads them: each layer's
     kernel (bf16; the first padded to in_pad rows) and bias (f32), the heads'
     kernel and bias cut to nh columns."""
@@ -187,7 +205,7 @@ def _params(lay: Any, plan: Plan, weights: tuple[jax.Array, ...]) -> list[jax.Ar
     return out + [wh[:, :plan.nh].astype(jnp.bfloat16), bh[:plan.nh].astype(jnp.float32)]
 
 
-def forward(lay: Any, plan: Plan, x: jax.Array, weights: tuple[jax.Array, ...]) -> jax.Array:
+def forward(lay: Layout, plan: Plan, x: jax.Array, weights: tuple[jax.Array, ...]) -> jax.Array:
     """The heads' columns f32[N, out_pad] of x [N, in_dim] (any float dtype):
     every head's logits, then the value, then zeros; `mlp_kernel.forward`'s
     slab. weights: `mlp_kernel.pack`'s (one tower)."""
@@ -200,8 +218,16 @@ def forward(lay: Any, plan: Plan, x: jax.Array, weights: tuple[jax.Array, ...]) 
     return _call(lay, plan, m, _num_sms())(xp, *ws)[:n]
 
 
+def store_plan(nh: int, oc: int, out_pad: int) -> list[tuple[int, str]]:
+    """The heads' stores of a tile: (first column, what) per store of oc
+    columns covering out_pad, what being "all" (the nh computed columns in
+    one store), "slice" (oc of them) or "zeros" (columns past nh)."""
+    return [(c, "zeros" if c >= nh else "all" if oc == nh else "slice")
+            for c in range(0, out_pad, oc)]
+
+
 @functools.cache
-def _call(lay: Any, plan: Plan, m: int, sms: int) -> Any:
+def _call(lay: Layout, plan: Plan, m: int, sms: int) -> Any:
     """The kernel for m rows (a multiple of plan.block_rows) on `sms` SMs:
     a function of (x bf16[m, in_pad], each layer's kernel and bias, the heads'
     kernel [width, nh] and bias [nh]) -> f32[m, out_pad]."""
@@ -209,10 +235,10 @@ def _call(lay: Any, plan: Plan, m: int, sms: int) -> Any:
     bf16, f32 = jnp.bfloat16, jnp.float32
     blocks = m // plan.block_rows
     ctas = min(sms, blocks)
-    x_tf = _transforms(plgpu, plan.in_pad, bf16)
+    x_tf = smem_transforms(plgpu, plan.in_pad, bf16)
     # The first layer's kernel takes the x tile's swizzle; the others their columns'.
-    w_tf = [x_tf] + [_transforms(plgpu, w, bf16) for w in lay.widths[1:]] + [
-        _transforms(plgpu, plan.nh, bf16)]
+    w_tf = [x_tf] + [smem_transforms(plgpu, w, bf16) for w in lay.widths[1:]] + [
+        smem_transforms(plgpu, plan.nh, bf16)]
     dims = (plan.in_pad,) + tuple(lay.widths)
     scratch = []
     for i, (kin, n) in enumerate(zip(dims, dims[1:])):
@@ -220,7 +246,7 @@ def _call(lay: Any, plan: Plan, m: int, sms: int) -> Any:
     scratch += [plgpu.SMEM((lay.widths[-1], plan.nh), bf16, transforms=w_tf[-1]),
                 plgpu.SMEM((plan.nh,), f32),
                 plgpu.SMEM((plan.wgs, TILE_M, plan.out_cols), f32,
-                           transforms=_transforms(plgpu, plan.out_cols, f32)),
+                           transforms=smem_transforms(plgpu, plan.out_cols, f32)),
                 plgpu.Barrier(num_arrivals=2 * len(lay.widths) + 2)]
     # The kernel's name in profiles, where this jax's Mesh takes one.
     named = "kernel_name" in inspect.signature(plgpu.Mesh).parameters
@@ -236,20 +262,20 @@ def _call(lay: Any, plan: Plan, m: int, sms: int) -> Any:
 def _dense(a: Any, w_s: Any, b_s: Any, n: int) -> jax.Array:
     """a @ w + b, float32 [TILE_M, n], in a compute warpgroup: a in shared
     memory or bf16 registers (the WGMMA layout), w and b in shared memory."""
-    pl, plgpu = importlib.import_module("jax.experimental.pallas"), _plgpu()
+    plgpu = _plgpu()
 
     def product(acc_ref: Any) -> jax.Array:
         plgpu.wgmma(acc_ref, a, w_s)
         return acc_ref[...]
     z = pl.run_scoped(product, plgpu.ACC((TILE_M, n), jnp.float32))
-    bias = _load_vector(plgpu, b_s, plgpu.Layout.WGMMA.reduce(0))
+    bias = load_vector(plgpu, b_s, plgpu.Layout.WGMMA.reduce(0))
     return z + lax.broadcast_in_dim(bias, (TILE_M, n), (1,))
 
 
-def _kernel(lay: Any, plan: Plan, blocks: int, ctas: int, x_tf: tuple) -> Any:
+def _kernel(lay: Layout, plan: Plan, blocks: int, ctas: int, x_tf: tuple) -> Any:
     """The kernel body: refs (x, params, out in global memory; params, the
     output staging and the weights' barrier in shared memory)."""
-    pl, plgpu = importlib.import_module("jax.experimental.pallas"), _plgpu()
+    plgpu = _plgpu()
     tm, oc, nh, out_pad, k = TILE_M, plan.out_cols, plan.nh, lay.out_pad, 2 * len(lay.widths) + 2
     act = (lambda z: jnp.maximum(z, 0.0)) if lay.activation == "relu" else jnp.tanh
 
@@ -269,9 +295,9 @@ def _kernel(lay: Any, plan: Plan, blocks: int, ctas: int, x_tf: tuple) -> Any:
                 h = act(_dense(h, params_s[2 * i], params_s[2 * i + 1], w)).astype(jnp.bfloat16)
             y = _dense(h, params_s[k - 2], params_s[k - 1], nh)
             row = (cta + idx[0] * ctas) * plan.block_rows + wg * tm
-            for c in range(0, out_pad, oc):  # the heads' columns, then zeros to out_pad
-                tile = y if oc == nh else (y[:, c:c + oc] if c < nh
-                                           else jnp.zeros((tm, oc), jnp.float32))
+            for c, part in store_plan(nh, oc, out_pad):
+                tile = (y if part == "all" else y[:, c:c + oc] if part == "slice"
+                        else jnp.zeros((tm, oc), jnp.float32))
                 plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the staging's last store
                 out_s[wg] = tile
                 plgpu.commit_smem()
