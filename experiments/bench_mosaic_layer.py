@@ -85,6 +85,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: jaxwarp from thi
     sys.path.insert(0, str(ROOT))
 
 from jaxwarp.benchmark import median_seconds, run_meta, write_result
+
 # The product's helpers (the rollout's Mosaic GPU forward), under the names these benches use.
 from jaxwarp.models.mlp_mosaic import load_vector as _load_vector
 from jaxwarp.models.mlp_mosaic import smem_transforms as _transforms

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -48,13 +49,13 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:  # bench_mosaic_layer beside this file (it puts the checkout on the path)
     sys.path.insert(0, HERE)
 
-from bench_mosaic_layer import Skip, lowered_only, num_sms, timed  # noqa: E402
+from bench_mosaic_layer import Skip, lowered_only, num_sms, timed
 
-from jaxwarp.benchmark import run_meta, write_result  # noqa: E402
-from jaxwarp.models import mlp_kernel  # noqa: E402
-from jaxwarp.models import mlp_mosaic as mm  # noqa: E402
+from jaxwarp.benchmark import run_meta, write_result
+from jaxwarp.models import mlp_kernel
+from jaxwarp.models import mlp_mosaic as mm
 
-TAG = dict(in_dim=71, widths=(256, 256), heads=(21, 21), activation="relu")
+TAG = {"in_dim": 71, "widths": (256, 256), "heads": (21, 21), "activation": "relu"}
 ACT_COLS = 8  # the actions' block: K float32 columns padded to 32 bytes (a WGMMA tile's width)
 
 
@@ -170,17 +171,7 @@ def _call(lay: mlp_kernel.Layout, plan: mm.Plan, m: int, sms: int) -> Any:
     ctas = min(sms, blocks)
     x_tf = mm.smem_transforms(plgpu, plan.in_pad, bf16)
     a_tf = mm.smem_transforms(plgpu, ACT_COLS, f32)
-    w_tf = [x_tf] + [mm.smem_transforms(plgpu, w, bf16) for w in lay.widths[1:]] + [
-        mm.smem_transforms(plgpu, plan.nh, bf16)]
-    dims = (plan.in_pad,) + tuple(lay.widths)
-    scratch = []
-    for i, (kin, n) in enumerate(zip(dims, dims[1:])):
-        scratch += [plgpu.SMEM((kin, n), bf16, transforms=w_tf[i]), plgpu.SMEM((n,), f32)]
-    scratch += [plgpu.SMEM((lay.widths[-1], plan.nh), bf16, transforms=w_tf[-1]),
-                plgpu.SMEM((plan.nh,), f32),
-                plgpu.SMEM((plan.wgs, mm.TILE_M, plan.out_cols), f32,
-                           transforms=mm.smem_transforms(plgpu, plan.out_cols, f32)),
-                plgpu.Barrier(num_arrivals=2 * len(lay.widths) + 2)]
+    scratch = mm.scratch_types(lay, plan)  # the rollout kernel's shared memory
     outs = (jax.ShapeDtypeStruct((m, lay.out_pad), f32),
             *(jax.ShapeDtypeStruct((m, w), bf16) for w in lay.widths))
     return plgpu.kernel(
@@ -209,7 +200,7 @@ def operands(lay: mlp_kernel.Layout, plan: mm.Plan, rows: int, seed: int = 0
     ks = iter(jax.random.split(jax.random.PRNGKey(seed), 16))
     dims = (lay.in_dim,) + lay.widths
     torso = [[(jax.random.normal(next(ks), (k, n)) * np.sqrt(2.0 / k),
-               0.1 * jax.random.normal(next(ks), (n,))) for k, n in zip(dims, dims[1:])]]
+               0.1 * jax.random.normal(next(ks), (n,))) for k, n in itertools.pairwise(dims)]]
     w, a = lay.widths[-1], lay.out_cols - 1
     ws = mlp_kernel.pack(lay, torso, (jax.random.normal(next(ks), (w, a)) / np.sqrt(w),
                                       jnp.zeros(a)),
@@ -284,7 +275,7 @@ def main() -> int:
             t = time.perf_counter()
             compiled = jax.jit(f).lower(*ops).compile()
             entry[name] = {"compile_s": time.perf_counter() - t,
-                           **timed(lambda *o: compiled(*o), ops, 1, args, gpu)}
+                           **timed(compiled, ops, 1, args, gpu)}
         entry["speed_vs_triton"] = entry["triton"]["us"] / entry["mosaic"]["us"]
         print(f"{m} rows: triton {entry['triton']['us']:.1f} us, mosaic "
               f"{entry['mosaic']['us']:.1f} us ({entry['speed_vs_triton']:.2f}x), "

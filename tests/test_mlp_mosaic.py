@@ -9,6 +9,8 @@ do not fill a block, vmap over parameters against a loop, the same bits twice.
 
 from __future__ import annotations
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -118,7 +120,7 @@ def _operands(lay, plan, rows, seed=0):
     ks = iter(jax.random.split(jax.random.PRNGKey(seed), 16))
     dims = (lay.in_dim,) + lay.widths
     torso = [[(jax.random.normal(next(ks), (k, n)) / np.sqrt(k),
-               0.1 * jax.random.normal(next(ks), (n,))) for k, n in zip(dims, dims[1:])]]
+               0.1 * jax.random.normal(next(ks), (n,))) for k, n in itertools.pairwise(dims)]]
     a = lay.out_cols - 1
     w = lay.widths[-1]
     ws = mlp_kernel.pack(lay, torso, (jax.random.normal(next(ks), (w, a)) / np.sqrt(w),
@@ -138,7 +140,7 @@ def test_the_kernel_lowers_for_cuda(d, hidden, a, act, rows):
     m = 3 * plan.block_rows
     dims = (plan.in_pad,) + tuple(hidden)
     shapes = [jax.ShapeDtypeStruct((m, plan.in_pad), jnp.bfloat16)]
-    for k, n in zip(dims, dims[1:]):
+    for k, n in itertools.pairwise(dims):
         shapes += [jax.ShapeDtypeStruct((k, n), jnp.bfloat16),
                    jax.ShapeDtypeStruct((n,), jnp.float32)]
     shapes += [jax.ShapeDtypeStruct((hidden[-1], plan.nh), jnp.bfloat16),
@@ -212,7 +214,7 @@ def test_the_kernels_matmul_flops_are_counted(monkeypatch, batch):
     x = jax.ShapeDtypeStruct(batch + (1000, 71), jnp.float32)
     shapes = [(71, 256), (256,), (256, 256), (256,), (256, lay.out_pad), (lay.out_pad,)]
     ws = [jax.ShapeDtypeStruct(batch + s, jnp.float32) for s in shapes]
-    fn = lambda x, *w: mlp_mosaic.forward(lay, plan, x, w)  # noqa: E731
+    fn = lambda x, *w: mlp_mosaic.forward(lay, plan, x, w)
     for _ in batch:
         fn = jax.vmap(fn)
     flops = matmul_flops(fn, x, *ws)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,7 +87,7 @@ def _kb(b: int) -> int:
 def smem_bytes(dims: tuple[int, ...], nh: int, wgs: int, stages: int, out_cols: int) -> int:
     """Shared memory of the kernel: dims = (in_pad, widths...), heads over nh
     columns, each buffer rounded up to 1 KB."""
-    weights = sum(_kb(2 * k * n) for k, n in zip(dims, dims[1:])) + _kb(2 * dims[-1] * nh)
+    weights = sum(_kb(2 * k * n) for k, n in itertools.pairwise(dims)) + _kb(2 * dims[-1] * nh)
     biases = sum(_kb(4 * n) for n in dims[1:]) + _kb(4 * nh)
     return (weights + biases + stages * _kb(wgs * TILE_M * dims[0] * 2)
             + _kb(wgs * TILE_M * out_cols * 4))
@@ -236,18 +237,7 @@ def _call(lay: Layout, plan: Plan, m: int, sms: int) -> Any:
     blocks = m // plan.block_rows
     ctas = min(sms, blocks)
     x_tf = smem_transforms(plgpu, plan.in_pad, bf16)
-    # The first layer's kernel takes the x tile's swizzle; the others their columns'.
-    w_tf = [x_tf] + [smem_transforms(plgpu, w, bf16) for w in lay.widths[1:]] + [
-        smem_transforms(plgpu, plan.nh, bf16)]
-    dims = (plan.in_pad,) + tuple(lay.widths)
-    scratch = []
-    for i, (kin, n) in enumerate(zip(dims, dims[1:])):
-        scratch += [plgpu.SMEM((kin, n), bf16, transforms=w_tf[i]), plgpu.SMEM((n,), f32)]
-    scratch += [plgpu.SMEM((lay.widths[-1], plan.nh), bf16, transforms=w_tf[-1]),
-                plgpu.SMEM((plan.nh,), f32),
-                plgpu.SMEM((plan.wgs, TILE_M, plan.out_cols), f32,
-                           transforms=smem_transforms(plgpu, plan.out_cols, f32)),
-                plgpu.Barrier(num_arrivals=2 * len(lay.widths) + 2)]
+    scratch = scratch_types(lay, plan)
     # The kernel's name in profiles, where this jax's Mesh takes one.
     named = "kernel_name" in inspect.signature(plgpu.Mesh).parameters
     return plgpu.kernel(
@@ -257,6 +247,27 @@ def _call(lay: Layout, plan: Plan, m: int, sms: int) -> Any:
         **({"kernel_name": KERNEL_NAME} if named else {}),
         compiler_params=plgpu.CompilerParams(
             approx_math=True, lowering_semantics=plgpu.LoweringSemantics.Warpgroup))
+
+
+def scratch_types(lay: Layout, plan: Plan) -> list[Any]:
+    """The kernel's shared memory: each layer's kernel (bf16) and bias (f32),
+    the heads' kernel [width, nh] and bias, the heads' output staging
+    [wgs, TILE_M, out_cols] f32, and the barrier the weights' copies arrive on."""
+    plgpu = _plgpu()
+    bf16, f32 = jnp.bfloat16, jnp.float32
+    x_tf = smem_transforms(plgpu, plan.in_pad, bf16)
+    # The first layer's kernel takes the x tile's swizzle; the others their columns'.
+    w_tf = [x_tf] + [smem_transforms(plgpu, w, bf16) for w in lay.widths[1:]] + [
+        smem_transforms(plgpu, plan.nh, bf16)]
+    dims = (plan.in_pad,) + tuple(lay.widths)
+    scratch = []
+    for i, (kin, n) in enumerate(itertools.pairwise(dims)):
+        scratch += [plgpu.SMEM((kin, n), bf16, transforms=w_tf[i]), plgpu.SMEM((n,), f32)]
+    return scratch + [plgpu.SMEM((lay.widths[-1], plan.nh), bf16, transforms=w_tf[-1]),
+                      plgpu.SMEM((plan.nh,), f32),
+                      plgpu.SMEM((plan.wgs, TILE_M, plan.out_cols), f32,
+                                 transforms=smem_transforms(plgpu, plan.out_cols, f32)),
+                      plgpu.Barrier(num_arrivals=2 * len(lay.widths) + 2)]
 
 
 def _dense(a: Any, w_s: Any, b_s: Any, n: int) -> jax.Array:
