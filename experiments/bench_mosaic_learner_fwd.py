@@ -106,8 +106,48 @@ def _stats(y: jax.Array, a: jax.Array, lay: mlp_kernel.Layout, nh: int, iota: An
     return jnp.where(col == v + 1 + k, rows(lp), slab)
 
 
+def _stats_fast(y: jax.Array, a: jax.Array, lay: mlp_kernel.Layout, nh: int, iota: Any
+                ) -> jax.Array:
+    """`_stats` with one exp, one division and one log-prob reduction over the
+    nh columns (the heads' row maxima and sums broadcast back to their
+    columns), not one of each per head: K row maxima, K sums, K entropies,
+    one log-prob sum."""
+    shape = y.shape
+    col, acol = iota(shape), iota(a.shape)
+    v, k = lay.out_cols - 1, len(lay.heads)
+
+    def rows(r: jax.Array) -> jax.Array:
+        return lax.broadcast_in_dim(r, shape, (0,))
+    edges = list(itertools.accumulate(lay.heads, initial=0))
+    inside = [(col >= c0) & (col < c1) for c0, c1 in itertools.pairwise(edges)]
+    maxima = [jnp.max(jnp.where(m, y, -jnp.inf), axis=1) for m in inside]
+    shift = y  # outside the heads exp(0): nothing overflows there
+    for m, mx in zip(inside, maxima):
+        shift = jnp.where(m, rows(mx), shift)
+    e = jnp.exp(y - shift)
+    sums = [jnp.sum(jnp.where(m, e, 0.0), axis=1) for m in inside]
+    lse, total = shift, jnp.ones(shape, jnp.float32)
+    for m, mx, sm in zip(inside, maxima, sums):
+        lse = jnp.where(m, rows(mx + jnp.log(sm)), lse)
+        total = jnp.where(m, rows(sm), total)
+    logp = y - lse
+    plogp = e / total * logp
+    ents = [-jnp.sum(jnp.where(m, plogp, 0.0), axis=1) for m in inside]
+    taken = col < 0
+    for h, c0 in enumerate(edges[:-1]):
+        ah = jnp.sum(jnp.where(acol == h, a, 0.0), axis=1).astype(jnp.int32)
+        taken = taken | (col == rows(ah) + c0)
+    lp = jnp.sum(jnp.where(taken, logp, 0.0), axis=1)
+    slab = jnp.where(col < edges[-1], logp, jnp.where(col == v, y, 0.0))
+    for h, ent in enumerate(ents):
+        slab = jnp.where(col == v + 1 + h, rows(ent), slab)
+    return jnp.where(col == v + 1 + k, rows(lp), slab)
+
+
 def _kernel(lay: mlp_kernel.Layout, plan: mm.Plan, blocks: int, ctas: int, x_tf: tuple,
-            a_tf: tuple) -> Any:
+            a_tf: tuple, parts: frozenset = frozenset({"h", "stats"})) -> Any:
+    """parts: what the kernel does besides the layers ("h": store each h,
+    "stats": the heads' statistics); the variants leave one out to time it."""
     plgpu = mm._plgpu()
     tm, oc, nh, out_pad = mm.TILE_M, plan.out_cols, plan.nh, lay.out_pad
     n_layers = len(lay.widths)
@@ -132,11 +172,16 @@ def _kernel(lay: mlp_kernel.Layout, plan: mm.Plan, blocks: int, ctas: int, x_tf:
             for i, w in enumerate(lay.widths):
                 h = act(mm._dense(h, params_s[2 * i], params_s[2 * i + 1], w)).astype(
                     jnp.bfloat16)
-                h_gmem[i][pl.ds(row, tm), :] = h  # from registers: no shared-memory staging
+                if "h" in parts:  # from registers: no shared-memory staging
+                    h_gmem[i][pl.ds(row, tm), :] = h
             y = mm._dense(h, params_s[k - 2], params_s[k - 1], nh)
             a = a_smem.at[pl.ds(wg * tm, tm)][...]
-            y = _stats(y, a, lay, nh, lambda shape: plgpu.broadcasted_iota(
-                jnp.int32, shape, 1, layout=plgpu.Layout.WGMMA))
+            if "stats" in parts:
+                stats = _stats_fast if "fast" in parts else _stats
+                y = stats(y, a, lay, nh, lambda shape: plgpu.broadcasted_iota(
+                    jnp.int32, shape, 1, layout=plgpu.Layout.WGMMA))
+            else:  # keep the actions' load live
+                y = y + lax.broadcast_in_dim(jnp.sum(a, axis=1), y.shape, (0,))
             for c, part in mm.store_plan(nh, oc, out_pad):
                 tile = (y if part == "all" else y[:, c:c + oc] if part == "slice"
                         else jnp.zeros((tm, oc), jnp.float32))
@@ -164,7 +209,8 @@ def _kernel(lay: mlp_kernel.Layout, plan: mm.Plan, blocks: int, ctas: int, x_tf:
 
 
 @functools.cache
-def _call(lay: mlp_kernel.Layout, plan: mm.Plan, m: int, sms: int) -> Any:
+def _call(lay: mlp_kernel.Layout, plan: mm.Plan, m: int, sms: int,
+          parts: frozenset = frozenset({"h", "stats"})) -> Any:
     plgpu = mm._plgpu()
     bf16, f32 = jnp.bfloat16, jnp.float32
     blocks = m // plan.block_rows
@@ -175,17 +221,26 @@ def _call(lay: mlp_kernel.Layout, plan: mm.Plan, m: int, sms: int) -> Any:
     outs = (jax.ShapeDtypeStruct((m, lay.out_pad), f32),
             *(jax.ShapeDtypeStruct((m, w), bf16) for w in lay.widths))
     return plgpu.kernel(
-        _kernel(lay, plan, blocks, ctas, x_tf, a_tf), out_type=outs, scratch_types=scratch,
+        _kernel(lay, plan, blocks, ctas, x_tf, a_tf, parts), out_type=outs, scratch_types=scratch,
         grid=(ctas,), grid_names=("sm",), num_threads=plan.wgs + 1, thread_name="wg",
         compiler_params=plgpu.CompilerParams(
             approx_math=True, lowering_semantics=plgpu.LoweringSemantics.Warpgroup))
 
 
+# The variants: the kernel whole, and without one of its parts (to time that part).
+VARIANTS = {"mosaic": frozenset({"h", "stats"}), "no_h": frozenset({"stats"}),
+            "no_stats": frozenset({"h"}), "layers_only": frozenset(),
+            "fast_stats": frozenset({"h", "stats", "fast"}),
+            "fast_no_h": frozenset({"stats", "fast"})}
+
+
 def mosaic(lay: mlp_kernel.Layout, plan: mm.Plan, xp: jax.Array, acts: jax.Array,
-           ws: tuple[jax.Array, ...], sms: int) -> tuple[jax.Array, ...]:
+           ws: tuple[jax.Array, ...], sms: int, variant: str = "mosaic"
+           ) -> tuple[jax.Array, ...]:
     """(slab f32[m, out_pad], h per layer bf16[m, w]) of xp bf16[m, in_pad]
     (m a multiple of plan.block_rows) and the actions f32[m, ACT_COLS]."""
-    return _call(lay, plan, xp.shape[0], sms)(xp, acts, *mm._params(lay, plan, ws))
+    return _call(lay, plan, xp.shape[0], sms, VARIANTS[variant])(
+        xp, acts, *mm._params(lay, plan, ws))
 
 
 def triton(lay: mlp_kernel.Layout, xp: jax.Array, actions: jax.Array,
@@ -212,7 +267,8 @@ def operands(lay: mlp_kernel.Layout, plan: mm.Plan, rows: int, seed: int = 0
     return xp, acts, acts_f, ws
 
 
-def stats_error(lay: mlp_kernel.Layout, plan: mm.Plan, rows: int = 512) -> float:
+def stats_error(lay: mlp_kernel.Layout, plan: mm.Plan, rows: int = 512, stats: Any = _stats
+                ) -> float:
     """`_stats` in plain jnp (the CPU) against the Triton kernel's own
     statistics (`mlp_kernel._head_stats_tile`) on random logits and actions:
     the largest |difference| over the largest |value| in the slab's columns."""
@@ -221,7 +277,7 @@ def stats_error(lay: mlp_kernel.Layout, plan: mm.Plan, rows: int = 512) -> float
     acts = jnp.stack([jax.random.randint(jax.random.fold_in(ka, h), (rows,), 0, n)
                       for h, n in enumerate(lay.heads)], 1)
     a = jnp.pad(acts.astype(jnp.float32), ((0, 0), (0, ACT_COLS - len(lay.heads))))
-    got = _stats(y, a, lay, plan.nh, lambda shape: lax.broadcasted_iota(jnp.int32, shape, 1))
+    got = stats(y, a, lay, plan.nh, lambda shape: lax.broadcasted_iota(jnp.int32, shape, 1))
     want = mlp_kernel._head_stats_tile(jnp.pad(y, ((0, 0), (0, lay.out_pad - plan.nh))),
                                        acts, lay)[:, :plan.nh]
     cols = lay.out_cols + 1 + len(lay.heads)
@@ -245,6 +301,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", default="1000000,100000")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--variants", default="mosaic",
+                    help=f"comma-separated, of {', '.join(VARIANTS)} (the kernel without a part)")
     ap.add_argument("--no-cupti", action="store_true")
     ap.add_argument("--out", default="experiments/results/bench_mosaic_learner_fwd_h200.json")
     args = ap.parse_args()
@@ -261,25 +319,36 @@ def main() -> int:
         tri = jax.jit(lambda x, a, *w: triton(lay, x, a, w))
         ops_m, ops_t = (xp, acts_f, *ws), (xp, acts, *ws)
         if not gpu:
-            print(f"the statistics' maths against mlp_kernel._head_stats_tile: "
-                  f"{stats_error(lay, plan):.1e} (largest relative difference)", flush=True)
-            try:
-                lowered_only(fn, ops_m, f"{m} rows")
-            except Skip as e:
-                print(f"{m} rows: mosaic {e}", flush=True)
-                data["results"].append({"rows": m, "mosaic": str(e)})
+            for f in (_stats, _stats_fast):
+                print(f"{f.__name__}'s maths against mlp_kernel._head_stats_tile: "
+                      f"{stats_error(lay, plan, stats=f):.1e} (largest relative difference)",
+                      flush=True)
+            for v in args.variants.split(","):
+                try:
+                    lowered_only(jax.jit(lambda x, a, *w, v=v: mosaic(lay, plan, x, a, w, sms, v)),
+                                 ops_m, f"{m} rows, {v}")
+                except Skip as e:
+                    print(f"{m} rows: {v} {e}", flush=True)
+                    data["results"].append({"rows": m, v: str(e)})
             continue
         entry: dict[str, Any] = {"rows": m}
-        entry["errors"] = check(fn(*ops_m), tri(*ops_t), lay)
-        for name, f, ops in (("triton", tri, ops_t), ("mosaic", fn, ops_m)):
+        sides = [("triton", tri, ops_t)] + [
+            (v, fn if v == "mosaic" else jax.jit(
+                lambda x, a, *w, v=v: mosaic(lay, plan, x, a, w, sms, v)), ops_m)
+            for v in args.variants.split(",")]
+        want = tri(*ops_t)
+        # against Triton: each variant that computes every output
+        entry["errors"] = {n: check(f(*ops), want, lay) for n, f, ops in sides[1:]
+                           if {"h", "stats"} <= VARIANTS[n]}
+        for name, f, ops in sides:
             t = time.perf_counter()
             compiled = jax.jit(f).lower(*ops).compile()
             entry[name] = {"compile_s": time.perf_counter() - t,
                            **timed(compiled, ops, 1, args, gpu)}
-        entry["speed_vs_triton"] = entry["triton"]["us"] / entry["mosaic"]["us"]
-        print(f"{m} rows: triton {entry['triton']['us']:.1f} us, mosaic "
-              f"{entry['mosaic']['us']:.1f} us ({entry['speed_vs_triton']:.2f}x), "
-              f"errors {entry['errors']}", flush=True)
+        if "mosaic" in entry:
+            entry["speed_vs_triton"] = entry["triton"]["us"] / entry["mosaic"]["us"]
+        print(f"{m} rows: " + ", ".join(f"{n} {entry[n]['us']:.1f} us" for n, _, _ in sides)
+              + f"; errors {entry['errors']}", flush=True)
         data["results"].append(entry)
         write_result(args.out, data)
     if not gpu:
