@@ -32,6 +32,7 @@ nothing is timed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import itertools
 import sys
@@ -144,6 +145,24 @@ def _stats_fast(y: jax.Array, a: jax.Array, lay: mlp_kernel.Layout, nh: int, iot
     return jnp.where(col == v + 1 + k, rows(lp), slab)
 
 
+H_COLS = 64  # "tma": columns of h a shared-memory staging tile holds (128-byte rows)
+
+
+def _dense(a: Any, w_s: Any, b_s: Any, n: int, during: Any = None) -> jax.Array:
+    """`mm._dense`, calling during() after the wgmma is issued and before its
+    accumulator is read (work that overlaps the tensor cores')."""
+    plgpu = mm._plgpu()
+
+    def product(acc_ref: Any) -> jax.Array:
+        plgpu.wgmma(acc_ref, a, w_s)
+        if during is not None:
+            during()
+        return acc_ref[...]
+    z = pl.run_scoped(product, plgpu.ACC((mm.TILE_M, n), jnp.float32))
+    bias = mm.load_vector(plgpu, b_s, plgpu.Layout.WGMMA.reduce(0))
+    return z + lax.broadcast_in_dim(bias, (mm.TILE_M, n), (1,))
+
+
 def _kernel(lay: mlp_kernel.Layout, plan: mm.Plan, blocks: int, ctas: int, x_tf: tuple,
             a_tf: tuple, parts: frozenset = frozenset({"h", "stats"})) -> Any:
     """parts: what the kernel does besides the layers ("h": store each h,
@@ -159,6 +178,7 @@ def _kernel(lay: mlp_kernel.Layout, plan: mm.Plan, blocks: int, ctas: int, x_tf:
         h_gmem = refs[k + 1:k + 1 + n_layers]
         params_s = refs[k + 1 + n_layers:2 * k + 1 + n_layers]
         out_s, loaded = refs[2 * k + 1 + n_layers], refs[2 * k + 2 + n_layers]
+        h_s = refs[2 * k + 3 + n_layers] if "tma" in parts else None
         cta, wg = lax.axis_index("sm"), lax.axis_index("wg")
 
         @pl.when(wg == 0)
@@ -166,15 +186,32 @@ def _kernel(lay: mlp_kernel.Layout, plan: mm.Plan, blocks: int, ctas: int, x_tf:
             for src, dst in zip(params_gmem, params_s):
                 plgpu.copy_gmem_to_smem(src, dst, loaded)
 
+        def store_h(i: int, h: jax.Array, row: Any) -> None:
+            """h_i to global memory: from registers (no staging), or with "tma"
+            through one [64, H_COLS] shared-memory tile, H_COLS columns a copy."""
+            if "tma" not in parts:
+                h_gmem[i][pl.ds(row, tm), :] = h
+                return
+            for c in range(0, lay.widths[i], H_COLS):
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+                h_s[...] = h[:, c:c + H_COLS]
+                plgpu.commit_smem()
+                plgpu.copy_smem_to_gmem(h_s, h_gmem[i].at[pl.ds(row, tm), pl.ds(c, H_COLS)])
+
         def body(idx: Any, x_smem: Any, a_smem: Any, carry: Any) -> Any:
             row = (cta + idx[0] * ctas) * plan.block_rows + wg * tm
             h = x_smem.at[pl.ds(wg * tm, tm)]
             for i, w in enumerate(lay.widths):
-                h = act(mm._dense(h, params_s[2 * i], params_s[2 * i + 1], w)).astype(
+                # "overlap": h_(i-1) stored while layer i's wgmma (reading it) runs
+                during = (functools.partial(store_h, i - 1, h, row)
+                          if "h" in parts and "overlap" in parts and i else None)
+                h = act(_dense(h, params_s[2 * i], params_s[2 * i + 1], w, during)).astype(
                     jnp.bfloat16)
-                if "h" in parts:  # from registers: no shared-memory staging
-                    h_gmem[i][pl.ds(row, tm), :] = h
-            y = mm._dense(h, params_s[k - 2], params_s[k - 1], nh)
+                if "h" in parts and "overlap" not in parts:
+                    store_h(i, h, row)
+            during = (functools.partial(store_h, n_layers - 1, h, row)
+                      if "h" in parts and "overlap" in parts else None)
+            y = _dense(h, params_s[k - 2], params_s[k - 1], nh, during)
             a = a_smem.at[pl.ds(wg * tm, tm)][...]
             if "stats" in parts:
                 stats = _stats_fast if "fast" in parts else _stats
@@ -218,6 +255,10 @@ def _call(lay: mlp_kernel.Layout, plan: mm.Plan, m: int, sms: int,
     x_tf = mm.smem_transforms(plgpu, plan.in_pad, bf16)
     a_tf = mm.smem_transforms(plgpu, ACT_COLS, f32)
     scratch = mm.scratch_types(lay, plan)  # the rollout kernel's shared memory
+    if "tma" in parts:  # h's staging tile (one compute warpgroup)
+        assert plan.wgs == 1, plan
+        scratch.append(plgpu.SMEM((mm.TILE_M, H_COLS), bf16,
+                                  transforms=mm.smem_transforms(plgpu, H_COLS, bf16)))
     outs = (jax.ShapeDtypeStruct((m, lay.out_pad), f32),
             *(jax.ShapeDtypeStruct((m, w), bf16) for w in lay.widths))
     return plgpu.kernel(
@@ -231,7 +272,10 @@ def _call(lay: mlp_kernel.Layout, plan: mm.Plan, m: int, sms: int,
 VARIANTS = {"mosaic": frozenset({"h", "stats"}), "no_h": frozenset({"stats"}),
             "no_stats": frozenset({"h"}), "layers_only": frozenset(),
             "fast_stats": frozenset({"h", "stats", "fast"}),
-            "fast_no_h": frozenset({"stats", "fast"})}
+            "fast_no_h": frozenset({"stats", "fast"}),
+            "h_overlap": frozenset({"h", "stats", "overlap"}),
+            "h_tma": frozenset({"h", "stats", "tma"}),
+            "h_tma_overlap": frozenset({"h", "stats", "tma", "overlap"})}
 
 
 def mosaic(lay: mlp_kernel.Layout, plan: mm.Plan, xp: jax.Array, acts: jax.Array,
@@ -239,8 +283,10 @@ def mosaic(lay: mlp_kernel.Layout, plan: mm.Plan, xp: jax.Array, acts: jax.Array
            ) -> tuple[jax.Array, ...]:
     """(slab f32[m, out_pad], h per layer bf16[m, w]) of xp bf16[m, in_pad]
     (m a multiple of plan.block_rows) and the actions f32[m, ACT_COLS]."""
-    return _call(lay, plan, xp.shape[0], sms, VARIANTS[variant])(
-        xp, acts, *mm._params(lay, plan, ws))
+    parts = VARIANTS[variant]
+    if "tma" in parts:  # room for h's staging: one block in flight
+        plan = dataclasses.replace(plan, stages=1)
+    return _call(lay, plan, xp.shape[0], sms, parts)(xp, acts, *mm._params(lay, plan, ws))
 
 
 def triton(lay: mlp_kernel.Layout, xp: jax.Array, actions: jax.Array,
