@@ -177,8 +177,10 @@ def _kernel(lay: mlp_kernel.Layout, plan: mm.Plan, blocks: int, ctas: int, x_tf:
         params_gmem, out_gmem = refs[:k], refs[k]
         h_gmem = refs[k + 1:k + 1 + n_layers]
         params_s = refs[k + 1 + n_layers:2 * k + 1 + n_layers]
-        out_s, loaded = refs[2 * k + 1 + n_layers], refs[2 * k + 2 + n_layers]
-        h_s = refs[2 * k + 3 + n_layers] if "tma" in parts else None
+        rest = list(refs[2 * k + 1 + n_layers:])
+        out_s = None if "direct" in parts else rest.pop(0)
+        loaded = rest.pop(0)
+        h_s = rest.pop(0) if "tma" in parts else None
         cta, wg = lax.axis_index("sm"), lax.axis_index("wg")
 
         @pl.when(wg == 0)
@@ -219,6 +221,12 @@ def _kernel(lay: mlp_kernel.Layout, plan: mm.Plan, blocks: int, ctas: int, x_tf:
                     jnp.int32, shape, 1, layout=plgpu.Layout.WGMMA))
             else:  # keep the actions' load live
                 y = y + lax.broadcast_in_dim(jnp.sum(a, axis=1), y.shape, (0,))
+            if "direct" in parts:  # the slab from registers too
+                out_gmem[pl.ds(row, tm), pl.ds(0, nh)] = y
+                if out_pad > nh:
+                    out_gmem[pl.ds(row, tm), pl.ds(nh, out_pad - nh)] = jnp.zeros(
+                        (tm, out_pad - nh), jnp.float32)
+                return carry
             for c, part in mm.store_plan(nh, oc, out_pad):
                 tile = (y if part == "all" else y[:, c:c + oc] if part == "slice"
                         else jnp.zeros((tm, oc), jnp.float32))
@@ -255,6 +263,8 @@ def _call(lay: mlp_kernel.Layout, plan: mm.Plan, m: int, sms: int,
     x_tf = mm.smem_transforms(plgpu, plan.in_pad, bf16)
     a_tf = mm.smem_transforms(plgpu, ACT_COLS, f32)
     scratch = mm.scratch_types(lay, plan)  # the rollout kernel's shared memory
+    if "direct" in parts:  # no staging of the slab
+        del scratch[-2]
     if "tma" in parts:  # h's staging tile (one compute warpgroup)
         assert plan.wgs == 1, plan
         scratch.append(plgpu.SMEM((mm.TILE_M, H_COLS), bf16,
@@ -275,7 +285,11 @@ VARIANTS = {"mosaic": frozenset({"h", "stats"}), "no_h": frozenset({"stats"}),
             "fast_no_h": frozenset({"stats", "fast"}),
             "h_overlap": frozenset({"h", "stats", "overlap"}),
             "h_tma": frozenset({"h", "stats", "tma"}),
-            "h_tma_overlap": frozenset({"h", "stats", "tma", "overlap"})}
+            "h_tma_overlap": frozenset({"h", "stats", "tma", "overlap"}),
+            "direct": frozenset({"h", "stats", "direct"}),
+            "wg2_direct": frozenset({"h", "stats", "wg2", "direct"}),
+            "wg2_direct_no_h": frozenset({"stats", "wg2", "direct"}),
+            "wg2_direct_overlap": frozenset({"h", "stats", "wg2", "direct", "overlap"})}
 
 
 def mosaic(lay: mlp_kernel.Layout, plan: mm.Plan, xp: jax.Array, acts: jax.Array,
@@ -286,6 +300,8 @@ def mosaic(lay: mlp_kernel.Layout, plan: mm.Plan, xp: jax.Array, acts: jax.Array
     parts = VARIANTS[variant]
     if "tma" in parts:  # room for h's staging: one block in flight
         plan = dataclasses.replace(plan, stages=1)
+    if "wg2" in parts:  # two compute warpgroups (one's stores beside the other's wgmma)
+        plan = dataclasses.replace(plan, wgs=2, stages=1)
     return _call(lay, plan, xp.shape[0], sms, parts)(xp, acts, *mm._params(lay, plan, ws))
 
 
@@ -359,7 +375,7 @@ def main() -> int:
     data: dict[str, Any] = {"meta": run_meta(gpu=gpu, sms=sms), "config": {**TAG,
                             "plan": str(plan)}, "results": []}
     for rows in (int(r) for r in args.rows.split(",")):
-        m = -(-rows // plan.block_rows) * plan.block_rows
+        m = -(-rows // (2 * mm.TILE_M)) * 2 * mm.TILE_M  # whole blocks of every variant
         xp, acts, acts_f, ws = operands(lay, plan, m)
         fn = jax.jit(lambda x, a, *w: mosaic(lay, plan, x, a, w, sms))
         tri = jax.jit(lambda x, a, *w: triton(lay, x, a, w))
