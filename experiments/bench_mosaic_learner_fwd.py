@@ -180,7 +180,7 @@ def _kernel(lay: mlp_kernel.Layout, plan: mm.Plan, blocks: int, ctas: int, x_tf:
         rest = list(refs[2 * k + 1 + n_layers:])
         out_s = None if "direct" in parts else rest.pop(0)
         loaded = rest.pop(0)
-        h_s = rest.pop(0) if "tma" in parts else None
+        h_s = rest.pop(0) if parts & {"tma", "tma2"} else None
         cta, wg = lax.axis_index("sm"), lax.axis_index("wg")
 
         @pl.when(wg == 0)
@@ -189,16 +189,26 @@ def _kernel(lay: mlp_kernel.Layout, plan: mm.Plan, blocks: int, ctas: int, x_tf:
                 plgpu.copy_gmem_to_smem(src, dst, loaded)
 
         def store_h(i: int, h: jax.Array, row: Any) -> None:
-            """h_i to global memory: from registers (no staging), or with "tma"
-            through one [64, H_COLS] shared-memory tile, H_COLS columns a copy."""
-            if "tma" not in parts:
+            """h_i to global memory: from registers (no staging); with "tma"
+            through one [64, H_COLS] shared-memory tile, H_COLS columns a copy;
+            with "tma2" through two [64, H_COLS // 2] tiles in turn, a copy in
+            flight while the next tile is written."""
+            if "tma" in parts:
+                for c in range(0, lay.widths[i], H_COLS):
+                    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+                    h_s[...] = h[:, c:c + H_COLS]
+                    plgpu.commit_smem()
+                    plgpu.copy_smem_to_gmem(h_s, h_gmem[i].at[pl.ds(row, tm), pl.ds(c, H_COLS)])
+            elif "tma2" in parts:
+                half = H_COLS // 2
+                for j, c in enumerate(range(0, lay.widths[i], half)):
+                    plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+                    h_s[j % 2] = h[:, c:c + half]
+                    plgpu.commit_smem()
+                    plgpu.copy_smem_to_gmem(h_s.at[j % 2],
+                                            h_gmem[i].at[pl.ds(row, tm), pl.ds(c, half)])
+            else:
                 h_gmem[i][pl.ds(row, tm), :] = h
-                return
-            for c in range(0, lay.widths[i], H_COLS):
-                plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-                h_s[...] = h[:, c:c + H_COLS]
-                plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(h_s, h_gmem[i].at[pl.ds(row, tm), pl.ds(c, H_COLS)])
 
         def body(idx: Any, x_smem: Any, a_smem: Any, carry: Any) -> Any:
             row = (cta + idx[0] * ctas) * plan.block_rows + wg * tm
@@ -265,6 +275,10 @@ def _call(lay: mlp_kernel.Layout, plan: mm.Plan, m: int, sms: int,
     scratch = mm.scratch_types(lay, plan)  # the rollout kernel's shared memory
     if "direct" in parts:  # no staging of the slab
         del scratch[-2]
+    if "tma2" in parts:  # two half-width tiles (one compute warpgroup)
+        assert plan.wgs == 1, plan
+        scratch.append(plgpu.SMEM((2, mm.TILE_M, H_COLS // 2), bf16,
+                                  transforms=mm.smem_transforms(plgpu, H_COLS // 2, bf16)))
     if "tma" in parts:  # h's staging tile (one compute warpgroup)
         assert plan.wgs == 1, plan
         scratch.append(plgpu.SMEM((mm.TILE_M, H_COLS), bf16,
@@ -286,6 +300,9 @@ VARIANTS = {"mosaic": frozenset({"h", "stats"}), "no_h": frozenset({"stats"}),
             "h_overlap": frozenset({"h", "stats", "overlap"}),
             "h_tma": frozenset({"h", "stats", "tma"}),
             "h_tma_overlap": frozenset({"h", "stats", "tma", "overlap"}),
+            "h_tma2": frozenset({"h", "stats", "tma2"}),
+            "h_tma2_overlap": frozenset({"h", "stats", "tma2", "overlap"}),
+            "h_s1": frozenset({"h", "stats", "s1"}), "no_h_s1": frozenset({"stats", "s1"}),
             "direct": frozenset({"h", "stats", "direct"}),
             "wg2_direct": frozenset({"h", "stats", "wg2", "direct"}),
             "wg2_direct_no_h": frozenset({"stats", "wg2", "direct"}),
@@ -298,7 +315,7 @@ def mosaic(lay: mlp_kernel.Layout, plan: mm.Plan, xp: jax.Array, acts: jax.Array
     """(slab f32[m, out_pad], h per layer bf16[m, w]) of xp bf16[m, in_pad]
     (m a multiple of plan.block_rows) and the actions f32[m, ACT_COLS]."""
     parts = VARIANTS[variant]
-    if "tma" in parts:  # room for h's staging: one block in flight
+    if parts & {"tma", "tma2", "s1"}:  # room for h's staging: one block in flight
         plan = dataclasses.replace(plan, stages=1)
     if "wg2" in parts:  # two compute warpgroups (one's stores beside the other's wgmma)
         plan = dataclasses.replace(plan, wgs=2, stages=1)
