@@ -18,7 +18,14 @@ Sides, at Tag's shape (71 features, shared 256-256 ReLU, heads (21, 21)):
 * ``triton``: the shipped `mlp_kernel.forward(lay, xp, ws, save=True,
   actions=a)` (the slab, h1, h2);
 * ``mosaic``: this kernel (the same three outputs), checked against triton's
-  within bfloat16 tolerance (slab columns to out_cols + 1 + heads, and h).
+  within bfloat16 tolerance (slab columns to out_cols + 1 + heads, and h);
+* ``--variants``: the kernel without a part, to time it (``no_h``,
+  ``no_stats``, ``layers_only``), or storing h another way (``h_overlap``:
+  while the next layer's wgmma runs; ``h_tma``/``h_tma2``: through shared
+  memory by TMA, which leaves room for one block in flight only; ``wg2_*``:
+  two compute warpgroups; ``fast_*``: the statistics with one exp over the
+  heads' columns). `VARIANTS` lists them; each that computes every output is
+  checked against triton's.
 
 GPU kernel time per call by CUPTI (`bench_mosaic_layer.timed`), µs and the
 speed against Triton. Without a GPU the kernel is lowered for CUDA where a
@@ -27,6 +34,7 @@ nothing is timed.
 
     python experiments/bench_mosaic_learner_fwd.py                 # 1,000,000 and 100,000 rows
     python experiments/bench_mosaic_learner_fwd.py --rows 200000
+    python experiments/bench_mosaic_learner_fwd.py --variants mosaic,no_h,h_tma2_overlap
 """
 
 from __future__ import annotations

@@ -1161,14 +1161,18 @@ MOSAIC_FWD_LEARN = [  # (config, this change's file, the file before it)
     ("tag_100_agents", Source("learn_compare_100_mosaic_h200/learn_compare.json", _LEARN_CMD),
      HEADS_LEARN[1][1]),
 ]
-MOSAIC_FWD_PYTEST = [(Source("pytest_mosaic_h200.log", "python -m pytest (the part's header)",
-                             device="NVIDIA H200", part=part), what) for part, what in [
-    ("mosaic", "`tests/test_mlp_mosaic.py`, the model's and the kernels' tests of "
-               "`tests/test_mlp_kernel.py`"),
-    ("train_gpu", "the fused kernels' same bits twice, deterministic training"),
-]] + [(Source("pytest_gpu_mosaic_h200.log", "bash experiments/tools/gpu_tests.sh tests",
-              device="NVIDIA H200", part=f"group{g}"), f"every GPU test, group {g} (5a3bb73)")
-      for g in range(1, 8)]
+MOSAIC_FWD_PYTEST = [  # the whole GPU test run's parts that hold this change's tests
+    (Source("pytest_gpu_h200.log", "bash experiments/tools/gpu_tests.sh tests",
+            device="NVIDIA H200", part="group7"),
+     "`tests/test_mlp_mosaic.py` on the GPU (against Triton and plain layers, vmap, the same "
+     "bits), with every other file's GPU tests"),
+    (Source("pytest_gpu_h200.log", "bash experiments/tools/gpu_tests.sh tests",
+            device="NVIDIA H200", part="group5"),
+     "the trainer's GPU tests: the fused kernels' same bits twice (the taggers on the Mosaic "
+     "forward), deterministic training"),
+]
+MOSAIC_SANITIZE = Source("mosaic_sanitize_h200.log", "bash experiments/tools/gpu_tests.sh mosaic",
+                         device="NVIDIA H200")
 _MOSAIC_FWD_SIDES = [("pallas", "Triton (shipped before)"), ("mgpu_1wg_out16", "1 WG, 2 stages, "
                      "16-col stores (shipped)"), ("mgpu_mlp", "2 WGs, 1 stage, 16-col stores"),
                      ("mgpu_1wg", "1 WG, 1 stage, whole stores")]
@@ -1244,8 +1248,90 @@ def section_mosaic_forward(root: Path) -> tuple[list[str], list[Source]]:
         *sources_block(root, learn),
     ]
     tail, cited = _curves_and_tests(root, learn, MOSAIC_FWD_PYTEST)
-    return lines + tail, [MOSAIC_FWD_BENCH, *MOSAIC_FWD_VARIANTS, MOSAIC_FWD_TRAIN,
-                          *profiles[1:], *learn, *cited]
+    return lines + tail + _mosaic_sanitize_lines(root), [
+        MOSAIC_FWD_BENCH, *MOSAIC_FWD_VARIANTS, MOSAIC_FWD_TRAIN, *profiles[1:], *learn, *cited,
+        MOSAIC_SANITIZE]
+
+
+def _mosaic_sanitize_lines(root: Path) -> list[str]:
+    """compute-sanitizer over the Mosaic GPU forward: a row per tool."""
+    rows = []
+    for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
+        part = _text(root, Source(MOSAIC_SANITIZE.path, MOSAIC_SANITIZE.makes, part=tool))
+        cases = len(re.findall(r"^case \d+ .* ok ", part, re.M))
+        summary = re.search(r"SUMMARY: (.*)", part).group(1)
+        in_kernel = re.search(r"^in a kernel: (\d+)", part, re.M).group(1)
+        rows.append([tool, str(cases), summary, in_kernel])
+    return [f"compute-sanitizer over the kernel (`experiments/tools/mosaic_sanitize.py`: four "
+            f"models, uneven rows, each output checked against the Triton forward), "
+            f"{on(root, MOSAIC_SANITIZE)}; initcheck's reports are at the host's copies of "
+            "the outputs (XLA's command buffers), whose values the script checked: the tool "
+            "does not see the kernel's TMA stores (docs/decisions.md):", "",
+            *table(["tool", "cases checked", "summary", "reports in a kernel"], rows),
+            *sources_block(root, [MOSAIC_SANITIZE])]
+
+
+MOSAIC_LEARNER_FWD = [  # (file, what its run asked)
+    (Source("bench_mosaic_learner_fwd_h200.json",
+            "python experiments/bench_mosaic_learner_fwd.py"), "parts"),
+    (Source("bench_mosaic_learner_fwd_store_h200.json",
+            "python experiments/bench_mosaic_learner_fwd.py"), "h's stores"),
+    (Source("bench_mosaic_learner_fwd_wg2_h200.json",
+            "python experiments/bench_mosaic_learner_fwd.py"), "two warpgroups"),
+    (Source("bench_mosaic_learner_fwd_tma2_h200.json",
+            "python experiments/bench_mosaic_learner_fwd.py"), "one block in flight"),
+]
+_LEARNER_FWD_WHAT = {
+    "mosaic": "whole: h stored from registers, statistics in registers (2 blocks in flight)",
+    "no_h": "without h's stores", "no_stats": "without the statistics",
+    "layers_only": "neither (the layers and the slab)",
+    "fast_stats": "statistics with one exp over the heads' columns",
+    "fast_no_h": "the same, without h's stores",
+    "h_overlap": "h stored while the next layer's wgmma runs",
+    "h_tma": "h through a [64, 64] tile by TMA (1 block in flight)",
+    "h_tma_overlap": "the same, while the next wgmma runs",
+    "direct": "the slab from registers too", "wg2_direct": "two compute warpgroups, 1 block each",
+    "wg2_direct_no_h": "the same without h's stores",
+    "wg2_direct_overlap": "two warpgroups, h while the next wgmma runs",
+    "h_s1": "h from registers, 1 block in flight", "no_h_s1": "1 block in flight, without h",
+    "h_tma2": "h through two [64, 32] tiles, a copy in flight (1 block)",
+    "h_tma2_overlap": "the same, while the next wgmma runs",
+}
+
+
+def _learner_fwd_rows(root: Path) -> list[list[str]]:
+    rows = []
+    for src, asked in MOSAIC_LEARNER_FWD:
+        big, small = _read_json(root, src)["results"]
+        for name in [k for k in big if isinstance(big[k], dict) and "us" in big[k]]:
+            rows.append([f"`{src.path}` ({asked})", f"`{name}`",
+                         "Triton forward (shipped)" if name == "triton"
+                         else _LEARNER_FWD_WHAT[name],
+                         f"{big[name]['us']:.1f} ({ratio(big['triton']['us'] / big[name]['us'])})",
+                         f"{small[name]['us']:.1f}"])
+    return rows
+
+
+def section_mosaic_learner_forward(root: Path) -> tuple[list[str], list[Source]]:
+    srcs = [s for s, _ in MOSAIC_LEARNER_FWD]
+    first = _read_json(root, srcs[0])["results"]
+    return [
+        "### The learner's forward on Mosaic GPU (measured, not shipped)",
+        "",
+        "`mlp_kernel.fused_head_stats`'s forward at Tag's shape as one persistent Mosaic GPU "
+        "kernel (`experiments/bench_mosaic_learner_fwd.py`: the rollout kernel's resident "
+        "weights, plus each hidden layer's activation h saved, bf16, and each head's "
+        "log-softmax, entropy and the actions' log-probability) against the shipped Triton "
+        f"forward, and the kernel without one of its parts, {on(root, *srcs)}; GPU kernel "
+        f"µs per call at {first[0]['rows']:,} rows (speed against the same run's Triton in "
+        f"brackets) and at {first[1]['rows']:,}; rows rounded to whole 128-row blocks from "
+        "the second file on; every variant that computes all outputs within bf16 "
+        "tolerance of Triton's (each file's `errors`):",
+        "",
+        *table(["file (what it asked)", "variant", "what", "µs, 1M rows", "µs, 100K rows"],
+               _learner_fwd_rows(root)),
+        *sources_block(root, srcs),
+    ], srcs
 
 
 DUEL_LOG = Source("duel_h100/train.log",
@@ -1940,8 +2026,8 @@ PYTEST = [(Source(PYTEST_LOG, PYTEST_MAKES, device=H200, part=f"group{i}"), what
               "Tag, gridworld and fused-rollout GPU tests",
               "sampler, trainer and adapter GPU tests",
               "the fused MLP kernels against XLA's layers",
-              "every other file's GPU tests: env params and a throwaway env on `cuda` "
-              "(the two-GPU tests skip)",
+              "every other file's GPU tests: env params, a throwaway env on `cuda`, the "
+              "Mosaic GPU forward (the two-GPU tests skip)",
           ], start=1)]
 # The earlier run of the same groups on an H100, which docs/adapters.md and
 # docs/decisions.md cite.
@@ -2583,7 +2669,7 @@ def _gru_mma_lines(root: Path) -> list[str]:
 SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_cartpole,
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_learner_tail, section_heads_kernel,
-                           section_mosaic_forward,
+                           section_mosaic_forward, section_mosaic_learner_forward,
                            section_time_to_policy,
                            section_tag_runs,
                            section_time_to_return, section_fused_rollout,

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Every GPU test (`pytest -m gpu`) in seven processes at once (no preallocation,
 # so they share a GPU's memory; GPUS="1 2 3" deals them over those GPUs, one
-# GPU by default), compute-sanitizer over every env kernel (`sanitize`) and over
-# the fused rollout's cases (`fused`), or all three after one build (`all`: about
-# 9 minutes on one H200 by its parts, not yet run whole: build 36 s, sanitize 54 s,
-# the tests 345 s, the fused cases about 2 minutes). Run from a checkout holding
+# GPU by default), compute-sanitizer over every env kernel (`sanitize`), over
+# the fused rollout's cases (`fused`) and over the Mosaic GPU forward's cases
+# (`mosaic`: memcheck, racecheck, synccheck, initcheck; about 2 minutes on one
+# H200), or all of them after one build (`all`: about 12 minutes on one H200 by
+# its parts, not yet run whole: build 36 s, sanitize 54 s, the tests 345-445 s,
+# the fused cases about 2 minutes, mosaic about 2). Run from a checkout holding
 # .snap/src.tar (`git archive HEAD`, with .snap_commit inside); logs under $OUT.
 # Nothing here runs beside anything else on the GPU: a process that preallocates
 # leaves the others out of memory.
 #   bash experiments/tools/gpu_tests.sh all
-#   bash experiments/tools/gpu_tests.sh tests | sanitize | fused
+#   bash experiments/tools/gpu_tests.sh tests | sanitize | fused | mosaic
 set -o pipefail
 export PYTHONUNBUFFERED=1
 W=/tmp/w; mkdir -p $W && tar -xf .snap/src.tar -C $W && cd $W || exit 1
@@ -18,7 +20,7 @@ SUF=_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[
 # JAXWARP_INSTALLED=1: /tmp/w is already built and installed (by the caller)
 [ -n "${JAXWARP_INSTALLED:-}" ] || python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | tail -2
 if [ "$1" = all ]; then
-  for part in sanitize fused tests; do
+  for part in sanitize fused mosaic tests; do
     ( cd "$OLDPWD" && JAXWARP_INSTALLED=1 bash experiments/tools/gpu_tests.sh $part )
   done
   exit
@@ -84,5 +86,27 @@ fused)
   export -f run_one
   for tool in memcheck racecheck; do for c in $(seq 0 $((N - 1))); do echo "$tool $c"; done; done |
     xargs -P 4 -L 1 bash -c 'run_one $0 $1' | sort >> $LOG
+  cat $LOG ;;
+mosaic)
+  # Each tool's run: the cases' lines, its summary, and its reports counted by
+  # kind (addresses and host backtraces dropped; "in a kernel" counts the
+  # reports that name a device thread or memory space).
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  LOG=$OUT/mosaic_sanitize$SUF.log
+  { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), compute-sanitizer $(compute-sanitizer --version | grep -o '[0-9][0-9.]*' | head -1)"
+    echo "# bash experiments/tools/gpu_tests.sh mosaic (one process per tool, --kernel-name kns=mosaic)"; } > $LOG
+  for tt in memcheck:150 racecheck:150 synccheck:90 initcheck:90; do
+    tool=${tt%:*}
+    out=$(timeout ${tt#*:} compute-sanitizer --tool $tool --kernel-name kns=mosaic \
+      python3 experiments/tools/mosaic_sanitize.py 2>&1); rc=$?
+    { echo "==> $tool <=="
+      echo "\$ compute-sanitizer --tool $tool --kernel-name kns=mosaic python experiments/tools/mosaic_sanitize.py"
+      echo "$out" | grep "^case "
+      echo "$out" | grep "SUMMARY"
+      echo "$out" | grep "^========= [A-Z]" | grep -v "SUMMARY\|COMPUTE-SANITIZER" |
+        sed 's/0x[0-9a-f]*/ADDR/g' | sort | uniq -c | sed 's/^/  reports: /'
+      echo "in a kernel: $(echo "$out" | grep -c "by thread\|__global__\|__shared__\|__local__")"
+      echo "rc $rc"; } >> $LOG
+  done
   cat $LOG ;;
 esac
