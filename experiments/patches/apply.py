@@ -27,6 +27,12 @@ forward kernel (`Policy.head_stats`), not from `losses.head_stats`:
 | linear_relu.patch | XLA's layers: a ReLU hidden layer's custom gradient keeps the ReLU's output for the mask |
 | heads_grad_in_kernel.patch | `fused_head_stats`' backward: the heads' columns' gradient made inside the backward kernel from the saved slab |
 | heads_slab_masked.patch | `fused_head_stats`' backward: the heads' columns' gradient as masked passes over the whole width instead of per-head slices put together |
+
+Rollout variant (Python, applied and timed the same way):
+
+| patch | what it changes |
+|---|---|
+| rollout_obs_buffer.patch | the step-by-step rollout keeps the observations acted on in one [T, ...] buffer (step t reads row t, writes row t + 1; the last step after the scan), so no step copies the env's new observations into the scan's carry |
 """
 
 from __future__ import annotations
