@@ -1334,6 +1334,38 @@ def section_mosaic_learner_forward(root: Path) -> tuple[list[str], list[Source]]
     ], srcs
 
 
+OBS_BUFFER = [  # run back to back in one call: before, then with the patch
+    Source("bench_train_obs_buffer_before_h200.json", _TRAIN_CMD),
+    Source("bench_train_obs_buffer_h200.json", _TRAIN_CMD),
+]
+
+
+def section_obs_buffer(root: Path) -> tuple[list[str], list[Source]]:
+    rows = []
+    for src in OBS_BUFFER:
+        data = _read_json(root, src)
+        for r in data["results"]:
+            rows.append([f"`{src.path}`", _case(r["config"], r["overrides"]), _dtype(r),
+                         rate(r["env_steps_per_s"], r["num_agents"], kilo_or_mega),
+                         f"{r['seconds_per_update'] * 1e3:.1f}",
+                         f"{r['rollout_seconds_per_update'] * 1e3:.1f}", f"{r['compile_s']:.1f}"])
+    return [
+        "### The rollout's observations in one buffer (measured, not shipped)",
+        "",
+        "`experiments/patches/rollout_obs_buffer.patch`: the step-by-step rollout keeps the "
+        "observations acted on in one [T, ...] buffer instead of the scan's carry (which "
+        "copies each step's new observations, f32[envs, agents, D], into the carry on the "
+        "CPU's HLO), the last step after the scan. The trainer before and with the patch, "
+        f"back to back in one call, each in its own process, {on(root, *OBS_BUFFER)} (each "
+        "file's note says which); env-steps/s (agent-steps/s in brackets), ms per update, the "
+        "rollout timed alone, compile in seconds:",
+        "",
+        *table(["file", "case", "matmuls", "env-steps/s", "ms / update", "rollout ms",
+                "compile s"], rows),
+        *sources_block(root, OBS_BUFFER),
+    ], OBS_BUFFER
+
+
 DUEL_LOG = Source("duel_h100/train.log",
                   "time jaxwarp train --config tag_duel_cpu --out runs/duel", device=H100)
 DUEL_EVAL = Source("duel_h100/eval.json", "jaxwarp eval --run runs/duel", device=H100)
@@ -2670,6 +2702,7 @@ SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_car
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_learner_tail, section_heads_kernel,
                            section_mosaic_forward, section_mosaic_learner_forward,
+                           section_obs_buffer,
                            section_time_to_policy,
                            section_tag_runs,
                            section_time_to_return, section_fused_rollout,
