@@ -7,6 +7,10 @@ model uses there.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -376,6 +380,29 @@ def test_on_cuda_follows_the_default_device(monkeypatch):
             assert not mlp_kernel.on_cuda()
             assert mlp_kernel.why_not_here(10, (256,), 5, "tanh", jnp.bfloat16) == "no CUDA GPU"
     assert mlp_kernel.on_cuda()
+
+
+def test_a_jax_without_the_triton_backend_keeps_xla_layers():
+    """jax 0.11 deprecates Pallas's Triton backend: in a process whose jax has
+    none (its module made unimportable), jaxwarp imports, and on a CUDA GPU
+    (faked) a model the kernels cover keeps XLA's layers and says why."""
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["jax.experimental.pallas.triton"] = None  # no Triton backend
+        import jax.numpy as jnp
+        from jaxwarp.info import model_kernels
+        from jaxwarp.models import MLPActorCritic, mlp_kernel
+        mlp_kernel.on_cuda = lambda: True  # as on a CUDA GPU
+        print(mlp_kernel.layout_for(71, (256, 256), 43, 1, "relu", jnp.bfloat16, (21, 21)))
+        print(MLPActorCritic((21, 21), (256, 256), "relu", True, jnp.bfloat16).layers(71))
+        print(model_kernels()[0])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=300).stdout.splitlines()
+    assert out[0] == "None"
+    assert out[1].startswith("XLA's layers: this jax has no Pallas Triton backend (")
+    assert out[2].startswith("fused layers (Pallas, Triton): not here (this jax has no Pallas "
+                             "Triton backend (")
 
 
 def test_weight_grad_row_blocks_equal_one_matmul():

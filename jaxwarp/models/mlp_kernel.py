@@ -41,9 +41,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
 
 from jaxwarp.models import mlp_mosaic
+
+try:  # jax 0.11 deprecates Pallas's Triton backend: a jax without it keeps XLA's layers
+    from jax.experimental.pallas import triton as plgpu
+    NO_TRITON: str | None = None
+except ImportError as e:
+    plgpu = None
+    NO_TRITON = f"this jax has no Pallas Triton backend ({e})"
 
 # This Pallas kernel's own limits (Python only; the CUDA fused rollout's are
 # jaxwarp.train.fused.ROLLOUT_MAX_LAYERS etc., from cuda/jaxwarp_fused.h).
@@ -167,9 +173,12 @@ def on_cuda() -> bool:
 
 def why_not_here(in_dim: int, widths: Sequence[int], out_cols: int, activation: str,
                  dtype: Any) -> str | None:
-    """`why_not`, or "no CUDA GPU" where the kernels cannot lower (None: they run)."""
+    """`why_not`, or why the kernels cannot lower here: no CUDA GPU, or a jax
+    without Pallas's Triton backend (None: they run)."""
     if not on_cuda():
         return "no CUDA GPU"
+    if NO_TRITON:
+        return NO_TRITON
     return why_not(in_dim, widths, out_cols, activation, dtype)
 
 
