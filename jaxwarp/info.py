@@ -78,9 +78,8 @@ def model_kernels() -> list[str]:
     (docs/models.md, "The fused layers")."""
     from jaxwarp.models import mlp_kernel, mlp_mosaic
 
-    triton = ("not here (no CUDA GPU)" if not mlp_kernel.on_cuda()
-              else f"not here ({mlp_kernel.NO_TRITON})" if mlp_kernel.NO_TRITON
-              else "on a CUDA GPU")
+    why_triton = mlp_kernel.cannot_lower()
+    triton = "on a CUDA GPU" if why_triton is None else f"not here ({why_triton})"
     why = mlp_mosaic.why_not_here()
     return [f"fused layers (Pallas, Triton): {triton}",
             "the rollout's forward (Pallas, Mosaic GPU): "

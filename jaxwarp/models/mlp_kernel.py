@@ -171,15 +171,16 @@ def on_cuda() -> bool:
         return False
 
 
+def cannot_lower() -> str | None:
+    """Why no model's kernels lower here: no CUDA GPU, or a jax without
+    Pallas's Triton backend (None: they can)."""
+    return "no CUDA GPU" if not on_cuda() else NO_TRITON
+
+
 def why_not_here(in_dim: int, widths: Sequence[int], out_cols: int, activation: str,
                  dtype: Any) -> str | None:
-    """`why_not`, or why the kernels cannot lower here: no CUDA GPU, or a jax
-    without Pallas's Triton backend (None: they run)."""
-    if not on_cuda():
-        return "no CUDA GPU"
-    if NO_TRITON:
-        return NO_TRITON
-    return why_not(in_dim, widths, out_cols, activation, dtype)
+    """`cannot_lower`, else `why_not` (None: the kernels run this MLP here)."""
+    return cannot_lower() or why_not(in_dim, widths, out_cols, activation, dtype)
 
 
 def layout_for(in_dim: int, widths: Sequence[int], out_cols: int, towers: int,
