@@ -44,15 +44,22 @@ def _runtime() -> str:
     return " ".join(libs)
 
 
-def _run_sanitized(script: str, cache: Path) -> subprocess.CompletedProcess:
+def _sanitized(script: str, cache: Path, *args: str) -> subprocess.Popen:
     env = dict(os.environ, LD_PRELOAD=_runtime(), JAXWARP_SANITIZE="address,undefined",
                JAXWARP_CACHE_DIR=str(cache), ASAN_OPTIONS="detect_leaks=0",
                UBSAN_OPTIONS="print_stacktrace=1", JAX_PLATFORMS="cpu")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
-                          capture_output=True, text=True, timeout=1500, cwd=ROOT)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def _run_sanitized(script: str, cache: Path) -> subprocess.CompletedProcess:
+    proc = _sanitized(script, cache)
+    out, err = proc.communicate(timeout=1500)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 EVERY_ENV = """
+import sys
 import jax, jax.numpy as jnp, numpy as np
 import jaxwarp
 from jaxwarp.envs import tag_continuous as tc
@@ -64,7 +71,8 @@ cases += [("tag_continuous", dict(num_taggers=20, num_runners=280)),       # uni
                                   use_full_observation=True)),            # full observation
           ("tag_continuous", dict(num_taggers=2, num_runners=30,
                                   num_other_agents_observed=20))]         # k > 16: selection
-for name, params in cases:
+part, parts = map(int, sys.argv[1:3])  # this process's share of the cases
+for name, params in cases[part::parts]:
     env = jaxwarp.make(name, backend="cpu", **params)
     nvec = np.asarray(env.action_space.nvec)
     length = getattr(env.params, "episode_length", None) or env.params.max_steps
@@ -84,17 +92,23 @@ print("ALL CLEAN")
 
 
 def test_every_env_is_clean_under_asan_and_ubsan(tmp_path):
-    proc = _run_sanitized(EVERY_ENV, tmp_path / "cache")
-    report = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and "ALL CLEAN" in proc.stdout, report[-6000:]
-    assert "AddressSanitizer" not in report and "runtime error" not in report, report[-6000:]
-    # Every env registered in that fresh process (the built-ins; this process
+    # Two processes, each with every other case: the sanitized builds (most of
+    # the time) run on two cores.
+    procs = [_sanitized(EVERY_ENV, tmp_path / "cache", str(i), "2") for i in range(2)]
+    outs = [p.communicate(timeout=1500) for p in procs]
+    stdout = "".join(out for out, _ in outs)
+    for p, (out, err) in zip(procs, outs):
+        report = out + err
+        assert p.returncode == 0 and "ALL CLEAN" in out, report[-6000:]
+        assert "AddressSanitizer" not in report and "runtime error" not in report, report[-6000:]
+    # Every env registered in a fresh process (the built-ins; this process
     # may hold more, registered by other tests).
-    names = next(line.split()[1:] for line in proc.stdout.splitlines()
+    names = next(line.split()[1:] for line in stdout.splitlines()
                  if line.startswith("REGISTERED"))
     assert {"tag_continuous", "cartpole", "mpe_simple_spread"} <= set(names)
     for name in names:
-        assert f"clean {name} " in proc.stdout
+        assert f"clean {name} " in stdout
+    assert stdout.count("clean tag_continuous ") == 4  # its default and three paths
 
 
 PLANTED = """
