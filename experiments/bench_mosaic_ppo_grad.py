@@ -55,7 +55,10 @@ trainer's ((loss, metrics), grads) with grads shaped as the model's params):
 * ``emulated``: the kernels' arithmetic in plain jax (`tower_grad_jnp`: the
   same bf16 roundings and row-wise loss gradient), a check of their maths
   that runs anywhere;
-* ``mgpu``: ours (bfloat16 operands, float32 accumulation).
+* ``mgpu``: ours (bfloat16 operands, float32 accumulation);
+* ``mgpu_kernels``: the two tower kernels alone on operands packed outside
+  the timed program (timing only: what the XLA fusions around them cost is
+  ``mgpu`` less this).
 
     python experiments/bench_mosaic_ppo_grad.py                   # CartPole and MPE, GPU size
     python experiments/bench_mosaic_ppo_grad.py --cases cartpole
@@ -101,7 +104,7 @@ HYPER = {"clip_eps": 0.2, "vf_coef": 0.5, "ent_coef": 0.01}
 # bench_time_to_return: CartPole 2,048 envs x 32 steps / 4 minibatches; MPE 1,024 envs x
 # 32 steps x 3 agents / 4 minibatches; ten seeds, as the time-to-return runs).
 CASES = {"cartpole": (4, 2, 16_384, 10), "mpe": (18, 5, 24_576, 10)}
-SIDES = ("xla", "xla_bf16", "emulated", "mgpu")
+SIDES = ("xla", "xla_bf16", "emulated", "mgpu", "mgpu_kernels")
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
 ACTOR_STATS = ("policy_loss", "entropy", "approx_kl", "clip_frac")  # the actor's dy columns
 
@@ -399,11 +402,13 @@ def _tower_grads(parts: tuple, p: dict, names: tuple[str, str, str]) -> tuple[di
     return grads, sums
 
 
-def mgpu_side(params: dict, mb: losses.Batch, *, actions: int, grid: Grid,
-              tower: Any = tower_grad):
-    """((loss, metrics), grads) for every seed, as `xla_side`, by the kernels.
-    mb: fields [seeds, rows, ...] (obs f32[seeds, rows, D], actions
-    i32[seeds, rows, 1])."""
+A_NAMES, C_NAMES = ("Dense_0", "Dense_1", "Dense_4"), ("Dense_2", "Dense_3", "Dense_5")
+
+
+def pack(params: dict, mb: losses.Batch) -> tuple[tuple, tuple]:
+    """The kernels' operands: (x bf16[seeds x rows, W], the actor's aux, the
+    critic's aux) and (the actor's weights, the critic's), advantages
+    normalised per seed's minibatch."""
     p = params["params"]
     s, n = mb.advantage.shape
     adv = mb.advantage
@@ -413,12 +418,28 @@ def mgpu_side(params: dict, mb: losses.Batch, *, actions: int, grid: Grid,
     aux_a = jnp.stack([mb.actions[..., 0].astype(jnp.float32), mb.log_prob, adv] + [zeros] * 5,
                       -1).reshape(s * n, AUX)
     aux_c = jnp.stack([mb.value, mb.target] + [zeros] * 6, -1).reshape(s * n, AUX)
-    a_names, c_names = ("Dense_0", "Dense_1", "Dense_4"), ("Dense_2", "Dense_3", "Dense_5")
+    return (x, aux_a, aux_c), (_tower_operands(p, *A_NAMES), _tower_operands(p, *C_NAMES))
+
+
+def kernels_only(weights: tuple, rows: tuple, *, actions: int, grid: Grid) -> tuple:
+    """The two tower kernels alone on packed operands (`pack`), their partials
+    unsummed: the ``mgpu_kernels`` side, timing only."""
+    x, aux_a, aux_c = rows
+    run = functools.partial(tower_grad, actions=actions, grid=grid)
+    return (run(x, aux_a, *weights[0], kind="actor"), run(x, aux_c, *weights[1], kind="critic"))
+
+
+def mgpu_side(params: dict, mb: losses.Batch, *, actions: int, grid: Grid,
+              tower: Any = tower_grad):
+    """((loss, metrics), grads) for every seed, as `xla_side`, by the kernels.
+    mb: fields [seeds, rows, ...] (obs f32[seeds, rows, D], actions
+    i32[seeds, rows, 1])."""
+    p = params["params"]
+    n = mb.advantage.shape[1]
+    (x, aux_a, aux_c), (wa, wc) = pack(params, mb)
     run = functools.partial(tower, actions=actions, grid=grid)
-    ga, sa = _tower_grads(run(x, aux_a, *_tower_operands(p, *a_names), kind="actor"), p,
-                          a_names)
-    gc, sc = _tower_grads(run(x, aux_c, *_tower_operands(p, *c_names), kind="critic"), p,
-                          c_names)
+    ga, sa = _tower_grads(run(x, aux_a, *wa, kind="actor"), p, A_NAMES)
+    gc, sc = _tower_grads(run(x, aux_c, *wc, kind="critic"), p, C_NAMES)
     terms = {k: sa[:, i] / n for i, k in enumerate(ACTOR_STATS)} | {"value_loss": sc[:, 0] / n}
     loss = (terms["policy_loss"] + HYPER["vf_coef"] * terms["value_loss"]
             - HYPER["ent_coef"] * terms["entropy"])
@@ -498,8 +519,21 @@ def run_side(side: str, case: tuple, ref: Any, args: argparse.Namespace, gpu: bo
     model, params, batches = case
     mb = batches[0]
     seeds, rows, _ = mb.obs.shape
-    fn = side_fn(side, model, model.action_dims[0], seeds, rows, sms)
     out: dict[str, Any] = {}
+    if side == "mgpu_kernels":
+        grid = grid_for(seeds, rows, sms)
+        fn = functools.partial(kernels_only, actions=model.action_dims[0], grid=grid)
+        packed = [pack(params, m) for m in batches]
+        if not gpu:
+            _lowered_only(fn, (packed[0][1], packed[0][0]))
+        step = jax.jit(fn)
+        program = jax.jit(lambda ws, rs: tuple(step(ws, r) for r in rs))
+        operands = (packed[0][1], [r for r, _ in packed])
+        compiled = program.lower(*operands).compile()
+        out["check"] = "timing only"
+        out.update(layer_bench.timed(compiled, operands, len(batches), args, gpu))
+        return out
+    fn = side_fn(side, model, model.action_dims[0], seeds, rows, sms)
     if side == "mgpu":
         out["grid"] = dataclasses.asdict(grid_for(seeds, rows, sms))
         if not gpu:
