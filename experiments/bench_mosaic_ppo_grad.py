@@ -446,6 +446,33 @@ def mgpu_side(params: dict, mb: losses.Batch, *, actions: int, grid: Grid,
     return (loss, {k: terms[k] for k in METRICS}), {"params": ga | gc}
 
 
+def trainer_grad(params: dict, mb: losses.Batch, *, actions: int) -> tuple:
+    """`mgpu_side` for one run's minibatch (mb: obs f32[rows, D], actions
+    i32[rows, 1], the rest f32[rows]), in the shape of the trainer's grad_fn:
+    ((loss, metrics), grads). Under ``jax.vmap`` over runs (seeds) one call
+    takes every run (`jax.custom_batching.custom_vmap`): the kernels hold the
+    seeds in their grid. Used by ``experiments/patches/ppo_grad_kernel.patch``."""
+    rows = mb.advantage.shape[0]
+    sms = layer_bench.num_sms()
+
+    def run(seeds, p, b):
+        return mgpu_side(p, b, actions=actions, grid=grid_for(seeds, rows, sms))
+
+    @jax.custom_batching.custom_vmap
+    def one(p, b):
+        return jax.tree.map(lambda a: a[0], run(1, *jax.tree.map(lambda a: a[None], (p, b))))
+
+    @one.def_vmap
+    def every(axis_size, in_batched, p, b):
+        p, b = jax.tree.map(
+            lambda a, batched: a if batched else jnp.broadcast_to(a, (axis_size, *a.shape)),
+            (p, b), tuple(in_batched))
+        out = run(axis_size, p, b)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return one(params, mb)
+
+
 def _loss(model: MLPActorCritic, p: dict, mb: losses.Batch):
     logits, value = model.apply(p, mb.obs)
     lp, ent = losses.head_stats(logits, mb.actions, model.action_dims)
