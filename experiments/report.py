@@ -1334,6 +1334,61 @@ def section_mosaic_learner_forward(root: Path) -> tuple[list[str], list[Source]]
     ], srcs
 
 
+PPO_GRAD = [Source("bench_mosaic_ppo_grad_h200.json", "python experiments/bench_mosaic_ppo_grad.py"),
+            Source("bench_mosaic_ppo_grad_kernels_h200.json",
+                   "python experiments/bench_mosaic_ppo_grad.py --sides xla,mgpu,mgpu_kernels")]
+PPO_GRAD_TTR = [  # bf16 against float32 (XLA's layers); then the kernels' patch and before it
+    Source("time_to_return_bf16_h200.json", "python experiments/bench_time_to_return.py"),
+    Source("time_to_return_ppo_kernel_h200.json", "python experiments/bench_time_to_return.py"),
+    Source("time_to_return_ppo_kernel_before_h200.json",
+           "python experiments/bench_time_to_return.py"),
+]
+_PPO_GRAD_WHAT = {"xla": "XLA, float32 model (TF32 dots): what the trainer runs",
+                  "xla_bf16": "XLA, bfloat16 matmuls", "emulated": "the kernels' maths in jax",
+                  "mgpu": "the two tower kernels and XLA's packing and sums around them",
+                  "mgpu_kernels": "the two tower kernels alone"}
+
+
+def _ppo_grad_rows(root: Path) -> list[list[str]]:
+    rows = []
+    for src in PPO_GRAD:
+        for entry in _read_json(root, src)["results"]:
+            sides = entry["sides"]
+            for name, r in sides.items():
+                rows.append([f"`{src.path}`", entry["case"], f"`{name}`", _PPO_GRAD_WHAT[name],
+                             f"{r['us']:.0f} ({ratio(sides['xla']['us'] / r['us'])})",
+                             f"{r['max_rel_err']:.3f}" if "max_rel_err" in r else "—"])
+    return rows
+
+
+def section_ppo_grad(root: Path) -> tuple[list[str], list[Source]]:
+    cases = _read_json(root, PPO_GRAD[0])["config"]["cases"]
+    sizes = "; ".join(f"{k} {c['seeds']} seeds × {c['rows']:,} rows, {c['obs_dim']} features, "
+                      f"{c['actions']} actions" for k, c in cases.items())
+    lines = [
+        "### A PPO minibatch's loss and gradient as one kernel per tower",
+        "",
+        "`experiments/bench_mosaic_ppo_grad.py`: one minibatch step of the trainer before Optax "
+        "(`jax.value_and_grad` of `policy_loss` of the 64-64 tanh two-tower `mlp`, PPO, "
+        f"advantages normalised per minibatch) for every seed at once ({sizes}), "
+        f"{on(root, *PPO_GRAD)}; GPU kernel µs per minibatch step (speed against the same "
+        "run's `xla` in brackets) and the largest error of any output (loss, metrics, each "
+        "gradient) over that output's largest value, against XLA at `precision=highest`:",
+        "",
+        *table(["file", "case", "side", "what", "µs (vs `xla`)", "largest error"],
+               _ppo_grad_rows(root)),
+        *sources_block(root, PPO_GRAD),
+        "",
+        "Whole training runs at GPU sizes, ten seeds (the cases' models in bfloat16 matmuls, "
+        f"`cartpole_bf16` and `mpe_bf16`; float32 as shipped, `cartpole` and `mpe`), "
+        f"{on(root, *PPO_GRAD_TTR)}; what each file ran is its note:",
+    ]
+    for src in PPO_GRAD_TTR:
+        lines += ["", f"`{src.path}`: {_meta(root, src).get('note', '')}."]
+        lines += _time_to_return_table(root, src)
+    return lines, PPO_GRAD + PPO_GRAD_TTR
+
+
 OBS_BUFFER = [  # run back to back in one call: before, then with the patch
     Source("bench_train_obs_buffer_before_h200.json", _TRAIN_CMD),
     Source("bench_train_obs_buffer_h200.json", _TRAIN_CMD),
@@ -2702,7 +2757,7 @@ SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_car
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_learner_tail, section_heads_kernel,
                            section_mosaic_forward, section_mosaic_learner_forward,
-                           section_obs_buffer,
+                           section_ppo_grad, section_obs_buffer,
                            section_time_to_policy,
                            section_tag_runs,
                            section_time_to_return, section_fused_rollout,
