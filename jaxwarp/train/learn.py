@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxwarp.train import losses
+from jaxwarp.train import losses, ppo_mosaic
 from jaxwarp.train.config import Derived, TrainConfig
 from jaxwarp.train.hyper import Hyper
 from jaxwarp.train.minibatches import Minibatches
@@ -126,7 +126,18 @@ def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: RunningStats | None,
             lp, ent, value, mb, algorithm=c.algorithm, clip_eps=hyper.clip_eps,
             vf_coef=hyper.vf_coef, ent_coef=hyper.ent_coef, normalize_advantages=normalize)
 
-    return jax.value_and_grad(loss_fn, has_aux=True)
+    autodiff = jax.value_and_grad(loss_fn, has_aux=True)
+    net = policy.nets[g]
+    kernels = ppo_mosaic.grad_fn(net, lambda obs: policy.groups.select(obs, g, 2),
+                                 lambda obs: policy._normalized(stats, obs), hyper)
+
+    def grad(p, mb: losses.Batch, normalize: bool):
+        # The kernels where they take this group's step (shapes are known here).
+        if ppo_mosaic.why_not(c.algorithm, net, mb.obs.shape[-1], g in policy.recurrent,
+                              policy.critics is not None) is None:
+            return kernels(p, mb, normalize)
+        return autodiff(p, mb, normalize)
+    return grad
 
 
 def _all_finite(tree: Any) -> jax.Array:

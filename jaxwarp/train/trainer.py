@@ -39,7 +39,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxwarp.models import MLPActorCritic
-from jaxwarp.train import fused
+from jaxwarp.train import fused, ppo_mosaic
 from jaxwarp.train.compile import COMPILER_OPTIONS, jit  # noqa: F401  (public re-export)
 from jaxwarp.train.config import Derived, TrainConfig, derived
 from jaxwarp.train.environment import env_on_mesh, import_env_module  # noqa: F401
@@ -170,10 +170,19 @@ def _compose(c: TrainConfig, d: Derived, env: Any, mesh: Mesh | None,
     learner = Learner(c, d, policy, cut, d.epochs, optimisers(c, d, groups.ids))
     run = Pieces(c, d, Acting(policy, sample, env, sums, centralised), learner, roll,
                  init_params, pin, mesh, env_metrics)
-    layers = {g: m.layers(obs_dim) for g, m in policy.nets.items()
+    layers = {g: m.layers(obs_dim) + _learner_kernels(c, policy, g, obs_dim)
+              for g, m in policy.nets.items()
               if isinstance(m, MLPActorCritic)}  # which layers run each `mlp` model
     return run, dict(sampler=sampler, rollout_path=path, model_layers=layers,
                      recurrent_learner=learners, env_metrics=env_metrics)
+
+
+def _learner_kernels(c: TrainConfig, policy: Any, g: str, obs_dim: int) -> str:
+    """What `model_layers` adds where the PPO step runs on `ppo_mosaic`'s kernels."""
+    if ppo_mosaic.why_not(c.algorithm, policy.nets[g], obs_dim, g in policy.recurrent,
+                          policy.critics is not None) is None:
+        return "; the PPO minibatch's loss and gradient on Mosaic GPU"
+    return ""
 
 
 def make_train(config: TrainConfig, env: Any = None,
