@@ -1337,14 +1337,19 @@ def section_mosaic_learner_forward(root: Path) -> tuple[list[str], list[Source]]
 PPO_GRAD = [Source("bench_mosaic_ppo_grad_h200.json", "python experiments/bench_mosaic_ppo_grad.py"),
             Source("bench_mosaic_ppo_grad_kernels_h200.json",
                    "python experiments/bench_mosaic_ppo_grad.py --sides xla,mgpu,mgpu_kernels")]
-PPO_GRAD_TTR = [  # bf16 against float32 (XLA's layers); then the kernels' patch and before it
+# (both measured the bench's own copy of the kernels, before they moved to jaxwarp/train/ppo_mosaic.py)
+PPO_GRAD_TTR = [  # bf16 against float32 (XLA's layers); the kernels' patch and before it; shipped
     Source("time_to_return_bf16_h200.json", "python experiments/bench_time_to_return.py"),
+    Source("time_to_return_ppo_mosaic_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_ppo_kernel_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_ppo_kernel_before_h200.json",
            "python experiments/bench_time_to_return.py"),
 ]
+PPO_PYTEST = Source("pytest_ppo_mosaic_h200.log", "python -m pytest tests/test_ppo_mosaic.py",
+                    device="NVIDIA H200")
 _PPO_GRAD_WHAT = {"xla": "XLA, float32 model (TF32 dots): what the trainer runs",
-                  "xla_bf16": "XLA, bfloat16 matmuls", "emulated": "the kernels' maths in jax",
+                  "xla_bf16": "XLA, bfloat16 matmuls",
+                  "emulated": "the kernels' maths in jax (a side since removed: tests/test_ppo_mosaic.py)",
                   "mgpu": "the two tower kernels and XLA's packing and sums around them",
                   "mgpu_kernels": "the two tower kernels alone"}
 
@@ -1381,12 +1386,16 @@ def section_ppo_grad(root: Path) -> tuple[list[str], list[Source]]:
         "",
         "Whole training runs at GPU sizes, ten seeds (the cases' models in bfloat16 matmuls, "
         f"`cartpole_bf16` and `mpe_bf16`; float32 as shipped, `cartpole` and `mpe`), "
-        f"{on(root, *PPO_GRAD_TTR)}; what each file ran is its note:",
+        f"{on(root, *PPO_GRAD_TTR)}; env-steps/s with agent-steps/s (env-steps × agents per "
+        "env) in brackets where an env has more than one agent; what each file ran is its note:",
     ]
     for src in PPO_GRAD_TTR:
-        lines += ["", f"`{src.path}`: {_meta(root, src).get('note', '')}."]
+        lines += ["", f"`{src.path}` (env-steps/s; agent-steps/s in brackets for MPE's three "
+                  f"agents): {_meta(root, src).get('note', '')}."]
         lines += _time_to_return_table(root, src)
-    return lines, PPO_GRAD + PPO_GRAD_TTR
+    lines += ["", f"`tests/test_ppo_mosaic.py` on the GPU ({_pytest_counts(_text(root, PPO_PYTEST))}"
+              f"; the file's first line says what failed and why): `{RESULTS / PPO_PYTEST.path}`."]
+    return lines, PPO_GRAD + PPO_GRAD_TTR + [PPO_PYTEST]
 
 
 OBS_BUFFER = [  # run back to back in one call: before, then with the patch

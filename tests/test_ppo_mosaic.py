@@ -274,7 +274,8 @@ def _train(monkeypatch, kernels: bool, seeds: int = 1, calls: list | None = None
     def train(key):
         return trainer.run(trainer.init(key), trainer.derived.num_updates)
     keys = jnp.stack([jax.random.PRNGKey(i) for i in range(seeds)])
-    state, metrics = jax.jit(jax.vmap(train))(keys)
+    with jax.default_device(jax.devices("cpu")[0]):  # the cpu backend's env, on a GPU machine too
+        state, metrics = jax.jit(jax.vmap(train))(keys)
     return trainer, state, metrics
 
 
