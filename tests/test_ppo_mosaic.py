@@ -138,16 +138,20 @@ def test_every_clip_branch_is_exercised_by_the_case():
     assert (moved > 0.2).any() and (moved < 0.2).any()
 
 
-def test_vmap_folds_members_into_one_call_and_equals_each_alone():
-    model, params, mb = make_case(members=3, rows=256)
-    calls = []
-
+def counted_grad_fn(model, calls: list):
+    """`ppo_mosaic.grad_fn` of the model on the stand-in kernel, each call's
+    members appended to calls (no group cut, no observation statistics)."""
     def counting(*args, **kw):
         calls.append(kw["grid"].members)
         return tower_jnp(*args, **kw)
-    h = dataclasses.make_dataclass("H", ["clip_eps", "vf_coef", "ent_coef"])(
-        *(jnp.float32(HYPER[k]) for k in ("clip_eps", "vf_coef", "ent_coef")))
-    fn = pm.grad_fn(model, lambda obs: obs, lambda obs: obs, h, tower=counting)
+    h = dataclasses.make_dataclass("H", list(HYPER))(*(jnp.float32(v) for v in HYPER.values()))
+    return pm.grad_fn(model, lambda obs: obs, lambda obs: obs, h, tower=counting)
+
+
+def test_vmap_folds_members_into_one_call_and_equals_each_alone():
+    model, params, mb = make_case(members=3, rows=256)
+    calls = []
+    fn = counted_grad_fn(model, calls)
     # obs [rows, agents=1, D] as the learner's minibatches hold them
     batch = jax.tree.map(lambda a: a[:, :, None], mb)
     batch = batch.replace(obs=mb.obs[:, :, None, :], actions=mb.actions[:, :, None, :])
@@ -155,8 +159,8 @@ def test_vmap_folds_members_into_one_call_and_equals_each_alone():
     # (custom_vmap traces the function unbatched first: one member each, not run)
     assert calls[-2:] == [3, 3]  # the actor's and the critic's kernel, each for all three
     for i in range(3):
-        alone = fn(jax.tree.map(lambda a: a[i], params), jax.tree.map(lambda a: a[i], batch),
-                   True)
+        member = functools.partial(lambda k, a: a[k], i)
+        alone = fn(jax.tree.map(member, params), jax.tree.map(member, batch), True)
         for a, b in zip(jax.tree.leaves(alone), jax.tree.leaves(every)):
             np.testing.assert_allclose(a, b[i], rtol=1e-5, atol=1e-8)
 
@@ -164,13 +168,7 @@ def test_vmap_folds_members_into_one_call_and_equals_each_alone():
 def test_nested_vmaps_fold_into_one_call():
     model, params, mb = make_case(members=4, rows=128)
     calls = []
-
-    def counting(*args, **kw):
-        calls.append(kw["grid"].members)
-        return tower_jnp(*args, **kw)
-    h = dataclasses.make_dataclass("H", ["clip_eps", "vf_coef", "ent_coef"])(
-        jnp.float32(0.2), jnp.float32(0.5), jnp.float32(0.01))
-    fn = pm.grad_fn(model, lambda obs: obs, lambda obs: obs, h, tower=counting)
+    fn = counted_grad_fn(model, calls)
     nest = jax.tree.map(lambda a: a.reshape(2, 2, *a.shape[1:]), (params, mb))
     out = jax.vmap(jax.vmap(functools.partial(fn, normalize=True)))(*nest)
     assert calls[-2:] == [4, 4]
@@ -217,7 +215,7 @@ def _lowers() -> bool:
 @pytest.mark.skipif(not _lowers(), reason="needs Mosaic GPU's bindings (a jax-cuda plugin)")
 @pytest.mark.parametrize("act", ["tanh", "relu"])
 def test_the_kernels_lower_for_cuda(act):
-    model, params, mb = make_case(act=act, members=2, rows=256)
+    _, params, mb = make_case(act=act, members=2, rows=256)
     fn = functools.partial(pm.grads, normalize=True, actions=2, act=act, sms=132)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                           (params, mb, hyper_of(2)))
