@@ -1334,10 +1334,12 @@ def section_mosaic_learner_forward(root: Path) -> tuple[list[str], list[Source]]
     ], srcs
 
 
-PPO_GRAD = [Source("bench_mosaic_ppo_grad_h200.json", "python experiments/bench_mosaic_ppo_grad.py"),
+PPO_GRAD = [Source("bench_mosaic_ppo_grad_h200.json",
+                   "python experiments/bench_mosaic_ppo_grad.py"),
             Source("bench_mosaic_ppo_grad_kernels_h200.json",
                    "python experiments/bench_mosaic_ppo_grad.py --sides xla,mgpu,mgpu_kernels")]
-# (both measured the bench's own copy of the kernels, before they moved to jaxwarp/train/ppo_mosaic.py)
+# (both measured the bench's own copy of the kernels, before they moved to
+# jaxwarp/train/ppo_mosaic.py)
 PPO_GRAD_TTR = [  # bf16 against float32 (XLA's layers); the kernels' patch and before it; shipped
     Source("time_to_return_bf16_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_ppo_mosaic_h200.json", "python experiments/bench_time_to_return.py"),
@@ -1349,7 +1351,8 @@ PPO_PYTEST = Source("pytest_ppo_mosaic_h200.log", "python -m pytest tests/test_p
                     device="NVIDIA H200")
 _PPO_GRAD_WHAT = {"xla": "XLA, float32 model (TF32 dots): what the trainer runs",
                   "xla_bf16": "XLA, bfloat16 matmuls",
-                  "emulated": "the kernels' maths in jax (a side since removed: tests/test_ppo_mosaic.py)",
+                  "emulated": "the kernels' maths in jax (a side since removed: "
+                              "tests/test_ppo_mosaic.py)",
                   "mgpu": "the two tower kernels and XLA's packing and sums around them",
                   "mgpu_kernels": "the two tower kernels alone"}
 
@@ -1393,7 +1396,8 @@ def section_ppo_grad(root: Path) -> tuple[list[str], list[Source]]:
         lines += ["", f"`{src.path}` (env-steps/s; agent-steps/s in brackets for MPE's three "
                   f"agents): {_meta(root, src).get('note', '')}."]
         lines += _time_to_return_table(root, src)
-    lines += ["", f"`tests/test_ppo_mosaic.py` on the GPU ({_pytest_counts(_text(root, PPO_PYTEST))}"
+    counts = _pytest_counts(_text(root, PPO_PYTEST))
+    lines += ["", f"`tests/test_ppo_mosaic.py` on the GPU ({counts}"
               f"; the file's first line says what failed and why): `{RESULTS / PPO_PYTEST.path}`."]
     return lines, PPO_GRAD + PPO_GRAD_TTR + [PPO_PYTEST]
 

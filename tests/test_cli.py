@@ -300,6 +300,8 @@ def test_info_prints_every_field(capsys, monkeypatch, tmp_path):
     if not jaxwarp.gpu_available():  # the CPU: neither model kernel runs, each says why
         assert "  fused layers (Pallas, Triton): not here (no CUDA GPU)\n" in out
         assert "  the rollout's forward (Pallas, Mosaic GPU): not here (" in out
+        assert ("  PPO minibatch steps of 64-wide bf16 models (Pallas, Mosaic GPU): not here ("
+                in out)
 
 
 def test_info_says_whether_jaxwarp_is_imported_from_a_checkout_or_installed(
