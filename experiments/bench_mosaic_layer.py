@@ -525,7 +525,7 @@ def cupti_seconds(compiled: Callable, args: tuple, repeats: int) -> float | None
 def lower_for_cuda(fn: Callable, args: tuple) -> None:
     """Lowers `fn` for CUDA on a machine without a GPU (Pallas -> Mosaic GPU
     runs in Python; compiling to SASS is left to the GPU)."""
-    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), list(args))
     jax.export.export(jax.jit(fn), platforms=["cuda"])(*shapes)
 
 

@@ -169,7 +169,7 @@ def run_side(side: str, case: tuple, ref: Any, args: argparse.Namespace, gpu: bo
         fn = functools.partial(kernels_only, actions=model.action_dims[0], grid=grid)
         ops = [packed(params, m) for m in batches]
         if not gpu:
-            _lowered_only(fn, (ops[0][1], ops[0][0]))
+            layer_bench.lowered_only(fn, (ops[0][1], ops[0][0]))
         step = jax.jit(fn)
         program = jax.jit(lambda ws, rs: tuple(step(ws, r) for r in rs))
         operands = (ops[0][1], [r for r, _ in ops])
@@ -181,7 +181,7 @@ def run_side(side: str, case: tuple, ref: Any, args: argparse.Namespace, gpu: bo
     if side == "mgpu":
         out["grid"] = dataclasses.asdict(ppo_mosaic.grid_for(seeds, rows, sms))
         if not gpu:
-            _lowered_only(fn, (params, mb))
+            layer_bench.lowered_only(fn, (params, mb))
     options = compiler_options(False, members=seeds) if gpu else None
     step = jax.jit(fn)
     program = jax.jit(lambda p, mbs: tuple(step(p, m) for m in mbs), compiler_options=options)
@@ -193,18 +193,6 @@ def run_side(side: str, case: tuple, ref: Any, args: argparse.Namespace, gpu: bo
     out["max_rel_err"] = max(out["errors"].values())
     out.update(layer_bench.timed(compiled, (params, batches), len(batches), args, gpu))
     return out
-
-
-def _lowered_only(fn, operands) -> None:
-    """`layer_bench.lowered_only` for pytree operands."""
-    import importlib
-    try:
-        importlib.import_module("jax._src.lib.mosaic_gpu")
-    except Exception:  # noqa: BLE001
-        raise Skip("skipped: no GPU (Mosaic GPU bindings absent; lowering not checked)")
-    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), operands)
-    jax.export.export(jax.jit(fn), platforms=["cuda"])(*shapes)
-    raise Skip("skipped: no GPU (lowered for cuda: ok)")
 
 
 def main() -> int:

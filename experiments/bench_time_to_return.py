@@ -169,17 +169,6 @@ CASES: dict[str, dict[str, Any]] = {
         # PureJaxRL purejaxrl/ppo.py's CartPole-v1 config; gpu: 512x the envs, 32-step
         # rollouts, jaxwarp cartpole_ppo's lr
         {"paper": _sizes(4, 128, 500_000, 2.5e-4), "gpu": _sizes(2048, 32, 10_000_000, 2.5e-3)}),
-    # jaxwarp's model with bfloat16 matmuls (float32 parameters), the peer as it is: does the
-    # 64-64 model learn as well in bf16 (issue 51: the fused kernels' precision)?
-    "cartpole_bf16": _case(
-        "cartpole_ppo", "agent", "ppo_gymnax", "pure-JAX PPO on gymnax CartPole-v1",
-        {"paper": _sizes(4, 128, 500_000, 2.5e-4), "gpu": _sizes(2048, 32, 10_000_000, 2.5e-3)},
-        dtype="bfloat16"),
-    "mpe_bf16": _case(
-        "mpe_simple_spread_ppo", "agent", "ippo_jaxmarl",
-        "pure-JAX IPPO on JaxMARL MPE_simple_spread_v3",
-        {"paper": _sizes(16, 128, 10_000_000, 2.5e-4),
-         "gpu": _sizes(1024, 32, 20_000_000, 2.5e-4)}, dtype="bfloat16"),
     "tag": _case(
         "tag_duel_cpu", "tagger", "jaxwarp_jax", "jaxwarp trainer, pure-JAX `jax` backend",
         # paper: tag_duel_cpu as shipped (its own hyperparameters, both sides);
@@ -285,6 +274,12 @@ def _timed(fn, keys, options: dict | None = None) -> tuple[float, float, Any]:
     t0 = time.perf_counter()
     out = jax.block_until_ready(compiled(keys))
     return compile_s, time.perf_counter() - t0, out
+
+# jaxwarp's model with bfloat16 matmuls (float32 parameters), the peer as it is: does the
+# 64-64 model learn as well in bf16 (issue 51: the PPO kernels' precision)?
+for _name in ("cartpole", "mpe"):
+    CASES[f"{_name}_bf16"] = {**CASES[_name], "hyperparameters": {
+        **CASES[_name].get("hyperparameters", {}), "dtype": "bfloat16"}}
 
 
 def hyperparameters(case: str, scale: str, total_steps: int | None) -> dict[str, Any]:

@@ -12,15 +12,21 @@ Arguments: the cases' indices (default all).
 
 import functools
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+EXPERIMENTS = str(Path(__file__).resolve().parents[1])
+if EXPERIMENTS not in sys.path:  # the bench beside this folder (its XLA side)
+    sys.path.insert(0, EXPERIMENTS)
+
+from bench_mosaic_ppo_grad import HYPER, xla_side
+
 from jaxwarp.models.mlp import MLPActorCritic
 from jaxwarp.train import losses, ppo_mosaic
 
-HYPER = {"clip_eps": 0.2, "vf_coef": 0.5, "ent_coef": 0.01}
 # (obs features, actions, rows a member, members, activation)
 CASES = [(4, 2, 300, 2, "tanh"), (18, 5, 130, 3, "relu")]
 
@@ -39,15 +45,6 @@ def case(i: int):
     return model, params, mb
 
 
-def autodiff(model, params, mb):
-    def loss(p, b):
-        logits, value = model.apply(p, b.obs)
-        lp, ent = losses.head_stats(logits, b.actions, model.action_dims)
-        return losses.policy_loss(lp, ent, value, b, algorithm="ppo",
-                                  normalize_advantages=True, **HYPER)
-    return jax.vmap(jax.value_and_grad(loss, has_aux=True))(params, mb)
-
-
 for i in [int(x) for x in sys.argv[1:]] or range(len(CASES)):
     model, params, mb = case(i)
     members = mb.advantage.shape[0]
@@ -55,7 +52,7 @@ for i in [int(x) for x in sys.argv[1:]] or range(len(CASES)):
     got = jax.jit(functools.partial(ppo_mosaic.grads, normalize=True,
                                     actions=model.action_dims[0], act=model.activation))(
         params, mb, hyper)
-    want = jax.jit(functools.partial(autodiff, model))(params, mb)
+    want = jax.jit(functools.partial(xla_side, model=model))(params, mb)
     errs = [float(jnp.max(jnp.abs(g - w)) / jnp.max(jnp.abs(w)))
             for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want))]
     finite = all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(got))

@@ -133,8 +133,7 @@ def _grad_fn(c: TrainConfig, policy: Policy, g: str, stats: RunningStats | None,
 
     def grad(p, mb: losses.Batch, normalize: bool):
         # The kernels where they take this group's step (shapes are known here).
-        if ppo_mosaic.why_not(c.algorithm, net, mb.obs.shape[-1], g in policy.recurrent,
-                              policy.critics is not None) is None:
+        if ppo_mosaic.group_why_not(c.algorithm, policy, g, mb.obs.shape[-1]) is None:
             return kernels(p, mb, normalize)
         return autodiff(p, mb, normalize)
     return grad

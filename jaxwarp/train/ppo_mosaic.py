@@ -49,6 +49,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.experimental import pallas as pl
 
 from jaxwarp.models import mlp_mosaic
 from jaxwarp.models.mlp import MLPActorCritic
@@ -81,6 +82,12 @@ def why_not(algorithm: str, net: Any, obs_dim: int, recurrent: bool, centralised
     if not net.row_blocks:
         return "the envs are split over devices"
     return mlp_mosaic.why_not_here()
+
+
+def group_why_not(algorithm: str, policy: Any, g: str, obs_dim: int) -> str | None:
+    """`why_not` for group g of a `Policy`."""
+    return why_not(algorithm, policy.nets[g], obs_dim, g in policy.recurrent,
+                   policy.critics is not None)
 
 
 # --- the loss's gradient at the head, on registers (or any jax arrays) -----------------------
@@ -203,7 +210,7 @@ def grid_for(members: int, rows: int, sms: int) -> Grid:
 def _body(kind: str, actions: int, act: str, refs: tuple, wg: Any) -> Callable:
     """The pipeline's body for one warpgroup: one row block's forward, loss
     gradient, chain and weight-gradient wgmmas (module docstring)."""
-    pl, plgpu = _pl(), mlp_mosaic._plgpu()
+    plgpu = mlp_mosaic._plgpu()
     w1_s, b1_s, w2_s, b2_s, wh_s, bh_s, sel_s, chain_s = refs
     f32, bf16 = jnp.float32, jnp.bfloat16
 
@@ -247,7 +254,7 @@ def _body(kind: str, actions: int, act: str, refs: tuple, wg: Any) -> Callable:
 
 
 def _kernel(kind: str, actions: int, act: str, grid: Grid) -> Callable:
-    pl, plgpu = _pl(), mlp_mosaic._plgpu()
+    plgpu = mlp_mosaic._plgpu()
     bf16, f32 = jnp.bfloat16, jnp.float32
     tf = mlp_mosaic.smem_transforms(plgpu, W, bf16)
     per, blocks = grid.per_member, grid.blocks
@@ -324,11 +331,6 @@ def _sms() -> int:
         return mlp_mosaic._num_sms()
     except RuntimeError:
         return 132
-
-
-def _pl() -> Any:
-    from jax.experimental import pallas as pl
-    return pl
 
 
 # --- around the kernels ----------------------------------------------------------------------

@@ -179,9 +179,7 @@ def _compose(c: TrainConfig, d: Derived, env: Any, mesh: Mesh | None,
 
 def _learner_kernels(c: TrainConfig, policy: Any, g: str, obs_dim: int) -> str:
     """What `model_layers` adds where the PPO step runs on `ppo_mosaic`'s kernels."""
-    if c.policy(g).train and ppo_mosaic.why_not(
-            c.algorithm, policy.nets[g], obs_dim, g in policy.recurrent,
-            policy.critics is not None) is None:
+    if c.policy(g).train and ppo_mosaic.group_why_not(c.algorithm, policy, g, obs_dim) is None:
         return "; the PPO minibatch's loss and gradient on Mosaic GPU"
     return ""
 
