@@ -11,7 +11,7 @@
 # Nothing here runs beside anything else on the GPU: a process that preallocates
 # leaves the others out of memory.
 #   bash experiments/tools/gpu_tests.sh all
-#   bash experiments/tools/gpu_tests.sh tests | sanitize | fused | mosaic
+#   bash experiments/tools/gpu_tests.sh tests | sanitize | fused | mosaic | ppo
 set -o pipefail
 export PYTHONUNBUFFERED=1
 W=/tmp/w; mkdir -p $W && tar -xf .snap/src.tar -C $W && cd $W || exit 1
@@ -20,7 +20,7 @@ SUF=_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[
 # JAXWARP_INSTALLED=1: /tmp/w is already built and installed (by the caller)
 [ -n "${JAXWARP_INSTALLED:-}" ] || python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | tail -2
 if [ "$1" = all ]; then
-  for part in sanitize fused mosaic tests; do
+  for part in sanitize fused mosaic ppo tests; do
     ( cd "$OLDPWD" && JAXWARP_INSTALLED=1 bash experiments/tools/gpu_tests.sh $part )
   done
   exit
@@ -87,20 +87,22 @@ fused)
   for tool in memcheck racecheck; do for c in $(seq 0 $((N - 1))); do echo "$tool $c"; done; done |
     xargs -P 4 -L 1 bash -c 'run_one $0 $1' | sort >> $LOG
   cat $LOG ;;
-mosaic)
+mosaic|ppo)
   # Each tool's run: the cases' lines, its summary, and its reports counted by
   # kind (addresses and host backtraces dropped; "in a kernel" counts the
-  # reports that name a device thread or memory space).
+  # reports that name a device thread or memory space). mosaic: the rollout's
+  # forward (`mlp_mosaic`); ppo: the PPO minibatch kernels (`ppo_mosaic`).
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
-  LOG=$OUT/mosaic_sanitize$SUF.log
+  if [ "$1" = ppo ]; then NAME=ppo_mosaic_sanitize KNS=ppo_tower; else NAME=mosaic_sanitize KNS=mosaic; fi
+  LOG=$OUT/$NAME$SUF.log
   { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), compute-sanitizer $(compute-sanitizer --version | grep -o '[0-9][0-9.]*' | head -1)"
-    echo "# bash experiments/tools/gpu_tests.sh mosaic (one process per tool, --kernel-name kns=mosaic)"; } > $LOG
+    echo "# bash experiments/tools/gpu_tests.sh $1 (one process per tool, --kernel-name kns=$KNS)"; } > $LOG
   for tt in memcheck:150 racecheck:150 synccheck:90 initcheck:90; do
     tool=${tt%:*}
-    out=$(timeout ${tt#*:} compute-sanitizer --tool $tool --kernel-name kns=mosaic \
-      python3 experiments/tools/mosaic_sanitize.py 2>&1); rc=$?
+    out=$(timeout ${tt#*:} compute-sanitizer --tool $tool --kernel-name kns=$KNS \
+      python3 experiments/tools/$NAME.py 2>&1); rc=$?
     { echo "==> $tool <=="
-      echo "\$ compute-sanitizer --tool $tool --kernel-name kns=mosaic python experiments/tools/mosaic_sanitize.py"
+      echo "\$ compute-sanitizer --tool $tool --kernel-name kns=$KNS python experiments/tools/$NAME.py"
       echo "$out" | grep "^case "
       echo "$out" | grep "SUMMARY"
       echo "$out" | grep "^========= [A-Z]" | grep -v "SUMMARY\|COMPUTE-SANITIZER" |
