@@ -97,10 +97,12 @@ mosaic|ppo)
   LOG=$OUT/$NAME$SUF.log
   { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), compute-sanitizer $(compute-sanitizer --version | grep -o '[0-9][0-9.]*' | head -1)"
     echo "# bash experiments/tools/gpu_tests.sh $1 (one process per tool, --kernel-name kns=$KNS)"; } > $LOG
-  for tt in memcheck:150 racecheck:150 synccheck:90 initcheck:90; do
+  for tt in memcheck:120 racecheck:120 synccheck:60 initcheck:60; do
     tool=${tt%:*}
-    out=$(timeout ${tt#*:} compute-sanitizer --tool $tool --kernel-name kns=$KNS \
-      python3 experiments/tools/$NAME.py 2>&1); rc=$?
+    # to a file, not $(...): a killed tool leaves its python behind holding the pipe
+    timeout -k 5 ${tt#*:} compute-sanitizer --tool $tool --kernel-name kns=$KNS \
+      python3 experiments/tools/$NAME.py > /tmp/san_$tool.out 2>&1; rc=$?
+    pkill -9 -f "experiments/tools/$NAME.py"; out=$(cat /tmp/san_$tool.out)
     { echo "==> $tool <=="
       echo "\$ compute-sanitizer --tool $tool --kernel-name kns=$KNS python experiments/tools/$NAME.py"
       echo "$out" | grep "^case "

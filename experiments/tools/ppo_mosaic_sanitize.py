@@ -1,7 +1,7 @@
 """The PPO minibatch kernels (`jaxwarp.train.ppo_mosaic`) once per case, for
 compute-sanitizer: rows that do not fill a block (the padding's weight 0),
 several members folded into one launch, tanh and relu. Each result is checked
-against XLA's bfloat16 autodiff of the same loss (every leaf within 0.5 of its
+against XLA's bfloat16 autodiff of the same loss on the CPU (every leaf within 0.5 of its
 largest value, all finite: the tool's runs are small, the GPU tests hold the
 tight bounds), so a run the tool lets through also computed the right thing.
 Arguments: the cases' indices (default all).
@@ -52,10 +52,13 @@ for i in [int(x) for x in sys.argv[1:]] or range(len(CASES)):
     got = jax.jit(functools.partial(ppo_mosaic.grads, normalize=True,
                                     actions=model.action_dims[0], act=model.activation))(
         params, mb, hyper)
-    want = jax.jit(functools.partial(xla_side, model=model))(params, mb)
-    errs = [float(jnp.max(jnp.abs(g - w)) / jnp.max(jnp.abs(w)))
-            for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want))]
-    finite = all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(got))
+    # The reference on the CPU: XLA:GPU's dots would autotune under the tool (slow).
+    cpu = jax.devices("cpu")[0]
+    want = jax.jit(functools.partial(xla_side, model=model))(*jax.device_put((params, mb), cpu))
+    got = [np.asarray(g) for g in jax.tree.leaves(got)]
+    errs = [float(np.max(np.abs(g - w)) / np.max(np.abs(w)))
+            for g, w in zip(got, map(np.asarray, jax.tree.leaves(want)))]
+    finite = all(bool(np.all(np.isfinite(g))) for g in got)
     ok = finite and max(errs) < 0.5
     print(f"case {i} {CASES[i]}: largest error {max(errs):.3g}, finite {finite}: "
           f"{'ok' if ok else 'FAILED'}", flush=True)
