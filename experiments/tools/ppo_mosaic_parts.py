@@ -46,6 +46,10 @@ VARIANTS = {
     "no_backward": {"loss", "chain", "wgrad"},  # the forward, dy = y stored, one wgmma
     "forward_only": {"loss", "chain", "wgrad", "store"},
     "pipeline_only": {"all"},          # the loads, weights in, partials out
+    "no_bias_grads": {"bias"},         # the three selector wgmmas (the bias gradients)
+    # a candidate, not a removal: h1 and h2 stored as soon as computed, the chain's
+    # derivatives from their bf16 copies (fewer float32 tiles live through the loss)
+    "h_early": {"h_early"},
 }
 
 
@@ -73,8 +77,14 @@ def body(kind: str, actions: int, act: str, refs: tuple, wg: Any, drop: set) -> 
             return carry
         rows = pl.ds(wg * pm.TM, pm.TM)
         xs, a = x_smem.at[rows], aux_smem.at[rows][...]
+        slots = [chain_s.at[wg, i] for i in range(5)]  # h1, h2, dz1, dz2, dy
+        early = "h_early" in drop
         h1 = pm.activation(dense(xs, w1_s, b1_s), act)
+        if early:
+            slots[0][...] = h1.astype(bf16)
         h2 = pm.activation(dense(h1.astype(bf16), w2_s, b2_s), act)
+        if early:
+            slots[1][...] = h2.astype(bf16)
         y = dense(h2.astype(bf16), wh_s, bh_s)
         col, acol = iota(y.shape), iota(a.shape)
         if "loss" in drop:
@@ -82,7 +92,6 @@ def body(kind: str, actions: int, act: str, refs: tuple, wg: Any, drop: set) -> 
         else:
             dy = (pm.actor_dy(y, a, col, acol, actions) if kind == "actor"
                   else pm.critic_dy(y, a, col, acol)).astype(bf16)
-        slots = [chain_s.at[wg, i] for i in range(5)]  # h1, h2, dz1, dz2, dy
         acc_w1, acc_w2, acc_wh, acc_b = carry
         if "chain" in drop:
             if "store" not in drop:
@@ -94,9 +103,12 @@ def body(kind: str, actions: int, act: str, refs: tuple, wg: Any, drop: set) -> 
                 plgpu.wgmma(acc_wh, dy, wh_s)  # keeps the forward's values alive
                 plgpu.wgmma_wait(0)
             return carry
+        if early:
+            h1, h2 = (slots[i][...].astype(f32) for i in (0, 1))
         dz2 = pm.derivative(h2, matmul(dy, wh_s.transpose((1, 0))), act).astype(bf16)
         dz1 = pm.derivative(h1, matmul(dz2, w2_s.transpose((1, 0))), act).astype(bf16)
-        for ref, value in zip(slots, (h1.astype(bf16), h2.astype(bf16), dz1, dz2, dy)):
+        values = (h1.astype(bf16), h2.astype(bf16), dz1, dz2, dy)
+        for ref, value in list(zip(slots, values))[2 if early else 0:]:
             ref[...] = value
         plgpu.commit_smem()
         if "wgrad" in drop:
@@ -105,7 +117,7 @@ def body(kind: str, actions: int, act: str, refs: tuple, wg: Any, drop: set) -> 
             for acc, lhs, rhs in ((acc_w1, xs, slots[2]), (acc_w2, slots[0], slots[3]),
                                   (acc_wh, slots[1], slots[4])):
                 plgpu.wgmma(acc, lhs.transpose((1, 0)), rhs)
-            for k, grad_s in enumerate(slots[2:]):
+            for k, grad_s in enumerate(slots[2:] if "bias" not in drop else []):
                 plgpu.wgmma(acc_b, sel_s.at[k], grad_s)
         plgpu.wgmma_wait(0)
         return carry
