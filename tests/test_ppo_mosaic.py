@@ -56,6 +56,7 @@ def tower_jnp(x, aux, weights, *, kind, actions, act, grid, dtype=jnp.float32):
     else:
         dy = jax.vmap(lambda y, a: pm.critic_dy(y, a, col, acol))(y, aux)
     dy = dy.astype(dtype)
+    h1, h2 = (h.astype(dtype).astype(jnp.float32) for h in (h1, h2))  # the kernel's copies
     dz2 = pm.derivative(h2, mm(dy, jnp.swapaxes(wh, 1, 2)), act).astype(dtype)
     dz1 = pm.derivative(h1, mm(dz2, jnp.swapaxes(w2, 1, 2)), act).astype(dtype)
     db = jnp.zeros((s, 64, pm.W))

@@ -230,16 +230,23 @@ def _body(kind: str, actions: int, act: str, refs: tuple, wg: Any) -> Callable:
     def body(idx, x_smem, aux_smem, carry):
         rows = pl.ds(wg * TM, TM)
         xs, a = x_smem.at[rows], aux_smem.at[rows][...]
-        h1 = activation(dense(xs, w1_s, b1_s), act)
-        h2 = activation(dense(h1.astype(bf16), w2_s, b2_s), act)
-        y = dense(h2.astype(bf16), wh_s, bh_s)
+        slots = [chain_s.at[wg, i] for i in range(5)]  # h1, h2, dz1, dz2, dy
+        # h1 and h2 go to shared memory as soon as they exist, and the chain's
+        # derivatives read their bf16 copies back (as XLA's bf16 layers, whose
+        # activations are bf16): float32 tiles held through the loss spilled
+        # registers and serialised the wgmmas (2.2x slower, decisions.md).
+        h1 = activation(dense(xs, w1_s, b1_s), act).astype(bf16)
+        slots[0][...] = h1
+        h2 = activation(dense(h1, w2_s, b2_s), act).astype(bf16)
+        slots[1][...] = h2
+        y = dense(h2, wh_s, bh_s)
         col, acol = iota(y.shape), iota(a.shape)
         dy = (actor_dy(y, a, col, acol, actions) if kind == "actor"
               else critic_dy(y, a, col, acol)).astype(bf16)
+        h1, h2 = (slots[i][...].astype(f32) for i in (0, 1))
         dz2 = derivative(h2, matmul(dy, wh_s.transpose((1, 0))), act).astype(bf16)
         dz1 = derivative(h1, matmul(dz2, w2_s.transpose((1, 0))), act).astype(bf16)
-        slots = [chain_s.at[wg, i] for i in range(5)]  # h1, h2, dz1, dz2, dy
-        for ref, value in zip(slots, (h1.astype(bf16), h2.astype(bf16), dz1, dz2, dy)):
+        for ref, value in zip(slots[2:], (dz1, dz2, dy)):
             ref[...] = value
         plgpu.commit_smem()  # the stores above, before the wgmmas read them
         acc_w1, acc_w2, acc_wh, acc_b = carry
