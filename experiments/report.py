@@ -1253,15 +1253,22 @@ def section_mosaic_forward(root: Path) -> tuple[list[str], list[Source]]:
         MOSAIC_SANITIZE]
 
 
-def _mosaic_sanitize_lines(root: Path) -> list[str]:
-    """compute-sanitizer over the Mosaic GPU forward: a row per tool."""
+def _sanitize_rows(root: Path, src: Source) -> list[list[str]]:
+    """A `gpu_tests.sh mosaic` or `ppo` log: a row per tool (cases, summary,
+    reports in a kernel)."""
     rows = []
     for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
-        part = _text(root, Source(MOSAIC_SANITIZE.path, MOSAIC_SANITIZE.makes, part=tool))
-        cases = len(re.findall(r"^case \d+ .* ok ", part, re.M))
+        part = _text(root, Source(src.path, src.makes, part=tool))
+        cases = len(re.findall(r"^case \d+ .*\bok\b", part, re.M))
         summary = re.search(r"SUMMARY: (.*)", part).group(1)
         in_kernel = re.search(r"^in a kernel: (\d+)", part, re.M).group(1)
         rows.append([tool, str(cases), summary, in_kernel])
+    return rows
+
+
+def _mosaic_sanitize_lines(root: Path) -> list[str]:
+    """compute-sanitizer over the Mosaic GPU forward: a row per tool."""
+    rows = _sanitize_rows(root, MOSAIC_SANITIZE)
     return [f"compute-sanitizer over the kernel (`experiments/tools/mosaic_sanitize.py`: four "
             f"models, uneven rows, each output checked against the Triton forward), "
             f"{on(root, MOSAIC_SANITIZE)}; initcheck's reports are at the host's copies of "
@@ -1340,15 +1347,54 @@ PPO_GRAD = [Source("bench_mosaic_ppo_grad_h200.json",
                    "python experiments/bench_mosaic_ppo_grad.py --sides xla,mgpu,mgpu_kernels")]
 # (both measured the bench's own copy of the kernels, before they moved to
 # jaxwarp/train/ppo_mosaic.py)
-PPO_GRAD_TTR = [  # bf16 against float32 (XLA's layers); the kernels' patch and before it; shipped
+PPO_GRAD_TTR = [  # bf16 against float32 (XLA's layers); shipped now; first shipped; patch, before
     Source("time_to_return_bf16_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_ppo_mosaic_h200.json", "python experiments/bench_time_to_return.py"),
+    Source("time_to_return_ppo_mosaic_first_h200.json",
+           "python experiments/bench_time_to_return.py"),
     Source("time_to_return_ppo_kernel_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_ppo_kernel_before_h200.json",
            "python experiments/bench_time_to_return.py"),
 ]
 PPO_PYTEST = Source("pytest_ppo_mosaic_h200.log", "python -m pytest tests/test_ppo_mosaic.py",
                     device="NVIDIA H200")
+PPO_PARTS = [Source("ppo_mosaic_parts_h200.json", "python experiments/tools/ppo_mosaic_parts.py"),
+             Source("ppo_mosaic_parts_regs_h200.json",
+                    "python experiments/tools/ppo_mosaic_parts.py")]
+PPO_SANITIZE = Source("ppo_mosaic_sanitize_h200.log", "bash experiments/tools/gpu_tests.sh ppo",
+                      device="NVIDIA H200")
+_PPO_PARTS_WHAT = {
+    "whole": "the kernel as the file's commit had it", "no_stats": "without the loss's terms",
+    "no_loss": "without the loss's gradient (dy = y)",
+    "no_weight_grads": "without the six gradient wgmmas",
+    "no_backward": "the forward and dy's store only", "forward_only": "the forward only",
+    "pipeline_only": "the loads, weights in, partials out",
+    "no_bias_grads": "without the three bias-gradient wgmmas",
+    "h_early": "h1, h2 stored as computed, derivatives from their bf16 copies (now shipped)"}
+
+
+def _ppo_parts_lines(root: Path) -> list[str]:
+    rows = []
+    for src in PPO_PARTS:
+        res = _read_json(root, src)["results"]
+        for name, r in res.items():
+            base = name.split("@")[0]
+            what = _PPO_PARTS_WHAT[base] + (f", {name.split('@')[1]} rows a seed" if "@" in name
+                                            else "")
+            rows.append([f"`{src.path}`", f"`{name}`", what, f"{r['us']:.1f}",
+                         ratio(r["us"] / res["whole"]["us"])])
+    return ["", "Where the actor kernel's time goes (`experiments/tools/ppo_mosaic_parts.py`: "
+            "CartPole's GPU size, ten seeds × 16,384 rows, GPU kernel µs a call; variants with "
+            f"parts of the block body taken out, timings only), {on(root, *PPO_PARTS)}:", "",
+            *table(["file", "variant", "what", "µs", "of whole"], rows),
+            *sources_block(root, PPO_PARTS), "",
+            "compute-sanitizer over the kernels (`experiments/tools/ppo_mosaic_sanitize.py`: two "
+            "cases, uneven rows and members folded into one launch, each result checked against "
+            f"XLA's bf16 autodiff on the CPU; the kernels of its commit), {on(root, PPO_SANITIZE)}; "
+            "initcheck's reports are host accesses, none in a kernel (as the forward's above):",
+            "", *table(["tool", "cases checked", "summary", "reports in a kernel"],
+                       _sanitize_rows(root, PPO_SANITIZE)),
+            *sources_block(root, [PPO_SANITIZE])]
 _PPO_GRAD_WHAT = {"xla": "XLA, float32 model (TF32 dots): what the trainer runs",
                   "xla_bf16": "XLA, bfloat16 matmuls",
                   "emulated": "the kernels' maths in jax (a side since removed: "
@@ -1397,9 +1443,10 @@ def section_ppo_grad(root: Path) -> tuple[list[str], list[Source]]:
                   f"agents): {_meta(root, src).get('note', '')}."]
         lines += _time_to_return_table(root, src)
     counts = _pytest_counts(_text(root, PPO_PYTEST))
-    lines += ["", f"`tests/test_ppo_mosaic.py` on the GPU ({counts}"
-              f"; the file's first line says what failed and why): `{RESULTS / PPO_PYTEST.path}`."]
-    return lines, PPO_GRAD + PPO_GRAD_TTR + [PPO_PYTEST]
+    lines += ["", f"`tests/test_ppo_mosaic.py`'s GPU tests ({counts}; the file's first line "
+              f"says how they ran): `{RESULTS / PPO_PYTEST.path}`."]
+    lines += _ppo_parts_lines(root)
+    return lines, PPO_GRAD + PPO_GRAD_TTR + [PPO_PYTEST] + PPO_PARTS + [PPO_SANITIZE]
 
 
 OBS_BUFFER = [  # run back to back in one call: before, then with the patch
