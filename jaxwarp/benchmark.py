@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp.models.mlp_mosaic import KERNEL_NAME as MOSAIC_MLP
+from jaxwarp.train.ppo_mosaic import KERNEL_NAME as PPO_TOWER
 
 
 def _mix(h: jax.Array) -> jax.Array:
@@ -144,6 +145,14 @@ def _jaxpr_matmul_flops(jaxpr) -> dict[str, float]:
             rows = float(np.prod(x.shape[:-1]))
             add({"bfloat16": sum(2.0 * rows * w.shape[-2] * w.shape[-1] for w in params
                                  if w.ndim >= 2 and w.dtype == jnp.bfloat16)})
+            continue
+        if PPO_TOWER in _kernel_names(eqn.params):
+            # A PPO minibatch kernel (jaxwarp.train.ppo_mosaic): every row of x
+            # [rows, W] through the tower's three [W, W] weights forward, two back
+            # and three weight gradients (padding included; the selector wgmmas
+            # that sum the bias gradients are not counted).
+            x, _, w1 = (v.aval for v in eqn.invars[:3])
+            add({"bfloat16": 8 * 2.0 * x.shape[0] * w1.shape[-2] * w1.shape[-1]})
             continue
         if name == "while":  # trip count unknown: the body once
             add(_jaxpr_matmul_flops(eqn.params["body_jaxpr"].jaxpr))

@@ -292,3 +292,23 @@ def test_the_learner_takes_the_kernels_path_and_learns_as_autodiff(monkeypatch):
         np.testing.assert_allclose(metrics[k], metrics0[k], rtol=2e-2, atol=1e-4, err_msg=k)
     for a, b in zip(jax.tree.leaves(state.learner.params), jax.tree.leaves(state0.learner.params)):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-2)
+
+
+@pytest.mark.parametrize("vmapped", [False, True])
+def test_the_kernels_matmul_flops_are_counted(vmapped):
+    """jaxwarp.benchmark.matmul_flops (bench_train's MFU) counts both towers'
+    kernels: every row (padded to whole blocks) of every member through eight
+    [64, 64] products (three forward, two back, three weight gradients)."""
+    from jaxwarp.benchmark import matmul_flops
+
+    if mlp_mosaic._plgpu() is None:
+        pytest.skip("this jax has no Pallas Mosaic GPU")
+    _, params, mb = make_case(members=3, rows=300)
+    fn = pm._members(functools.partial(pm.grads, normalize=True, actions=2, act="tanh",
+                                       sms=132))
+    args = (params, mb, hyper_of(3))
+    if vmapped:  # a vmap (seeds) folded into the call: 2 x 3 members
+        fn, args = jax.vmap(fn), jax.tree.map(lambda a: jnp.stack([a, a]), args)
+    flops = matmul_flops(fn, *args)
+    members, rows = (6 if vmapped else 3), 384  # 300 rows in blocks of 128
+    assert flops == {"bfloat16": 2 * members * rows * 8 * 2.0 * pm.W * pm.W}

@@ -58,7 +58,7 @@ from jaxwarp.models import mlp_mosaic
 from jaxwarp.models.mlp import MLPActorCritic
 from jaxwarp.train import losses
 
-KERNEL_NAME = "jaxwarp_ppo_tower_grad_mosaic"  # in profiles
+KERNEL_NAME = "jaxwarp_ppo_tower_grad_mosaic"  # in profiles; jaxwarp.benchmark counts its FLOPs
 W = 64  # hidden width, padded observations and heads: one [64, 64] tile each
 TM = 64  # rows a compute warpgroup takes per block (a wgmma's M)
 AUX = 8  # the rows' loss inputs: float32 columns (32-byte rows for TMA)
