@@ -1370,7 +1370,8 @@ _PPO_PARTS_WHAT = {
     "no_backward": "the forward and dy's store only", "forward_only": "the forward only",
     "pipeline_only": "the loads, weights in, partials out",
     "no_bias_grads": "without the three bias-gradient wgmmas",
-    "h_early": "h1, h2 stored as computed, derivatives from their bf16 copies (now shipped)"}
+    "h_early": "h1, h2 stored as computed, derivatives from their bf16 copies (now shipped)",
+    "h_late": "h1, h2 held in float32 through the loss (the first kernels' order)"}
 
 
 def _ppo_parts_lines(root: Path) -> list[str]:
@@ -1390,8 +1391,8 @@ def _ppo_parts_lines(root: Path) -> list[str]:
             *sources_block(root, PPO_PARTS), "",
             "compute-sanitizer over the kernels (`experiments/tools/ppo_mosaic_sanitize.py`: two "
             "cases, uneven rows and members folded into one launch, each result checked against "
-            f"XLA's bf16 autodiff on the CPU; the kernels of its commit), {on(root, PPO_SANITIZE)}; "
-            "initcheck's reports are host accesses, none in a kernel (as the forward's above):",
+            "XLA's bf16 autodiff on the CPU; the kernels of its commit), "
+            f"{on(root, PPO_SANITIZE)}; initcheck's reports are host accesses, none in a kernel (as the forward's above):",
             "", *table(["tool", "cases checked", "summary", "reports in a kernel"],
                        _sanitize_rows(root, PPO_SANITIZE)),
             *sources_block(root, [PPO_SANITIZE])]

@@ -3,8 +3,9 @@ actor tower's kernel at CartPole's GPU size (ten seeds x 16,384 rows, as
 `bench_mosaic_ppo_grad.py`), GPU kernel time (CUPTI) of the whole kernel and of
 variants with parts of its block body taken out, and the whole kernel at half
 the rows (so the per-block and the fixed cost separate). The variants are
-copies of `ppo_mosaic._body` with pieces removed, patched in while the kernel
-is traced: timings only, their outputs are not gradients.
+copies of `ppo_mosaic._body` with pieces removed (``whole`` is the product's
+body), patched in while the kernel is traced: timings only, their outputs are
+not gradients.
 
     python experiments/tools/ppo_mosaic_parts.py --out $OUT/ppo_mosaic_parts_h200.json
 
@@ -23,7 +24,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 from jax.experimental import pallas as pl
 
 EXPERIMENTS = str(Path(__file__).resolve().parents[1])
@@ -47,9 +47,10 @@ VARIANTS = {
     "forward_only": {"loss", "chain", "wgrad", "store"},
     "pipeline_only": {"all"},          # the loads, weights in, partials out
     "no_bias_grads": {"bias"},         # the three selector wgmmas (the bias gradients)
-    # a candidate, not a removal: h1 and h2 stored as soon as computed, the chain's
-    # derivatives from their bf16 copies (fewer float32 tiles live through the loss)
-    "h_early": {"h_early"},
+    # not a removal: h1 and h2 held in float32 through the loss and stored with the
+    # chain, as the first kernels did (they spilled registers; before 0e5fd2a the
+    # product was this and the stores as computed were the variant `h_early`)
+    "h_late": {"h_late"},
 }
 
 
@@ -59,18 +60,7 @@ def body(kind: str, actions: int, act: str, refs: tuple, wg: Any, drop: set) -> 
     w1_s, b1_s, w2_s, b2_s, wh_s, bh_s, sel_s, chain_s = refs
     f32, bf16 = jnp.float32, jnp.bfloat16
 
-    def matmul(a, b_s):
-        def product(acc_ref):
-            plgpu.wgmma(acc_ref, a, b_s)
-            return acc_ref[...]
-        return pl.run_scoped(product, plgpu.ACC((pm.TM, pm.W), f32))
-
-    def dense(a, w_s, b_s):
-        b = mlp_mosaic.load_vector(plgpu, b_s, plgpu.Layout.WGMMA.reduce(0))
-        return matmul(a, w_s) + lax.broadcast_in_dim(b, (pm.TM, pm.W), (1,))
-
-    def iota(shape):
-        return plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=plgpu.Layout.WGMMA)
+    matmul, dense, iota = pm.matmul, pm.dense, pm.column_iota
 
     def run(idx, x_smem, aux_smem, carry):
         if "all" in drop:
@@ -78,7 +68,7 @@ def body(kind: str, actions: int, act: str, refs: tuple, wg: Any, drop: set) -> 
         rows = pl.ds(wg * pm.TM, pm.TM)
         xs, a = x_smem.at[rows], aux_smem.at[rows][...]
         slots = [chain_s.at[wg, i] for i in range(5)]  # h1, h2, dz1, dz2, dy
-        early = "h_early" in drop
+        early = "h_late" not in drop
         h1 = pm.activation(dense(xs, w1_s, b1_s), act)
         if early:
             slots[0][...] = h1.astype(bf16)

@@ -210,25 +210,37 @@ def grid_for(members: int, rows: int, sms: int) -> Grid:
     return Grid(members, rows, per, stages)
 
 
+def matmul(a: Any, b_s: Any) -> jax.Array:
+    """a [TM, K] (registers or shared memory) @ b_s [K, W] (shared memory) on
+    the warpgroup's tensor cores, a float32 [TM, W] in registers."""
+    plgpu = mlp_mosaic._plgpu()
+
+    def product(acc_ref):
+        plgpu.wgmma(acc_ref, a, b_s)
+        return acc_ref[...]
+    return pl.run_scoped(product, plgpu.ACC((TM, W), jnp.float32))
+
+
+def dense(a: Any, w_s: Any, b_s: Any) -> jax.Array:
+    """matmul(a, w_s) plus the bias b_s f32[W] (shared memory) on every row."""
+    plgpu = mlp_mosaic._plgpu()
+    b = mlp_mosaic.load_vector(plgpu, b_s, plgpu.Layout.WGMMA.reduce(0))
+    return matmul(a, w_s) + lax.broadcast_in_dim(b, (TM, W), (1,))
+
+
+def column_iota(shape: tuple[int, ...]) -> jax.Array:
+    """Each element's column index, in the wgmma accumulators' layout."""
+    plgpu = mlp_mosaic._plgpu()
+    return plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=plgpu.Layout.WGMMA)
+
+
 def _body(kind: str, actions: int, act: str, refs: tuple, wg: Any) -> Callable:
     """The pipeline's body for one warpgroup: one row block's forward, loss
     gradient, chain and weight-gradient wgmmas (module docstring)."""
     plgpu = mlp_mosaic._plgpu()
     w1_s, b1_s, w2_s, b2_s, wh_s, bh_s, sel_s, chain_s = refs
     f32, bf16 = jnp.float32, jnp.bfloat16
-
-    def matmul(a, b_s):
-        def product(acc_ref):
-            plgpu.wgmma(acc_ref, a, b_s)
-            return acc_ref[...]
-        return pl.run_scoped(product, plgpu.ACC((TM, W), f32))
-
-    def dense(a, w_s, b_s):
-        b = mlp_mosaic.load_vector(plgpu, b_s, plgpu.Layout.WGMMA.reduce(0))
-        return matmul(a, w_s) + lax.broadcast_in_dim(b, (TM, W), (1,))
-
-    def iota(shape):
-        return plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=plgpu.Layout.WGMMA)
+    iota = column_iota
 
     def body(idx, x_smem, aux_smem, carry):
         rows = pl.ds(wg * TM, TM)
