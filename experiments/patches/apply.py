@@ -33,6 +33,12 @@ Rollout variant (Python, applied and timed the same way):
 | patch | what it changes |
 |---|---|
 | rollout_obs_buffer.patch | the step-by-step rollout keeps the observations acted on in one [T, ...] buffer (step t reads row t, writes row t + 1; the last step after the scan), so no step copies the env's new observations into the scan's carry |
+
+Model variant (Python, applied and timed the same way; not yet measured on a GPU):
+
+| patch | what it changes |
+|---|---|
+| two_towers_block_diagonal.patch | XLA's layers of an `mlp` with separate actor and critic towers run as one block-diagonal network (the towers' units side by side, zeros off the diagonal): three matmuls a forward instead of six, none sliced between layers, twice the FLOPs of the layers after the first. On the CPU its outputs and gradients are within float rounding of the towers apart (float32: outputs 2e-7, gradients 3e-6 of their largest values; bfloat16 outputs equal). For CartPole's and MPE's float32 configs (the rollout and the learner) and the rollout of their bf16 forms |
 """
 
 from __future__ import annotations
