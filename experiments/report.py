@@ -1370,6 +1370,7 @@ _PPO_PARTS_WHAT = {
     "no_backward": "the forward and dy's store only", "forward_only": "the forward only",
     "pipeline_only": "the loads, weights in, partials out",
     "no_bias_grads": "without the three bias-gradient wgmmas",
+    "no_db1_wgmma": "without db1's bias-gradient wgmma",
     "h_early": "h1, h2 stored as computed, derivatives from their bf16 copies (now shipped)",
     "h_late": "h1, h2 held in float32 through the loss (the first kernels' order)"}
 

@@ -47,6 +47,8 @@ VARIANTS = {
     "forward_only": {"loss", "chain", "wgrad", "store"},
     "pipeline_only": {"all"},          # the loads, weights in, partials out
     "no_bias_grads": {"bias"},         # the three selector wgmmas (the bias gradients)
+    # db1's selector wgmma only: what a ones column in x (db1 from the dW1 wgmma) would save
+    "no_db1_wgmma": {"bias1"},
     # not a removal: h1 and h2 held in float32 through the loss and stored with the
     # chain, as the first kernels did (they spilled registers; before 0e5fd2a the
     # product was this and the stores as computed were the variant `h_early`)
@@ -108,7 +110,8 @@ def body(kind: str, actions: int, act: str, refs: tuple, wg: Any, drop: set) -> 
                                   (acc_wh, slots[1], slots[4])):
                 plgpu.wgmma(acc, lhs.transpose((1, 0)), rhs)
             for k, grad_s in enumerate(slots[2:] if "bias" not in drop else []):
-                plgpu.wgmma(acc_b, sel_s.at[k], grad_s)
+                if not (k == 0 and "bias1" in drop):
+                    plgpu.wgmma(acc_b, sel_s.at[k], grad_s)
         plgpu.wgmma_wait(0)
         return carry
     return run
