@@ -25,6 +25,7 @@ from jaxwarp.models import mlp_mosaic
 from jaxwarp.models.mlp import MLPActorCritic
 from jaxwarp.train import losses
 from jaxwarp.train import ppo_mosaic as pm
+from jaxwarp.train.seeds import folded_vmap
 
 HYPER = {"clip_eps": 0.2, "vf_coef": 0.5, "ent_coef": 0.01}
 
@@ -304,7 +305,7 @@ def test_the_kernels_matmul_flops_are_counted(vmapped):
     if mlp_mosaic._plgpu() is None:
         pytest.skip("this jax has no Pallas Mosaic GPU")
     _, params, mb = make_case(members=3, rows=300)
-    fn = pm._members(functools.partial(pm.grads, normalize=True, actions=2, act="tanh",
+    fn = folded_vmap(functools.partial(pm.grads, normalize=True, actions=2, act="tanh",
                                        sms=132))
     args = (params, mb, hyper_of(3))
     if vmapped:  # a vmap (seeds) folded into the call: 2 x 3 members

@@ -582,6 +582,43 @@ def test_sample_minibatches_partition_every_step_once(shards):
             np.testing.assert_array_equal(halves, np.array([[0], [1]]) * np.ones_like(halves))
 
 
+def test_steps_permutation_is_jaxs_kind_and_each_member_its_own_draw():
+    """`minibatches.permutation`: i32[n], a permutation of range(n); under vmap
+    (nested: seeds x sweep runs; more members than one sort takes) each
+    member's is the one drawn alone, and different keys draw different ones."""
+    from jaxwarp.train.minibatches import MEMBER_BITS, permutation
+
+    for n in (1, 7, 300):
+        p = jax.jit(permutation, static_argnums=1)(jax.random.PRNGKey(5), n)
+        assert p.shape == (n,) and p.dtype == jnp.int32
+        np.testing.assert_array_equal(np.sort(np.asarray(p)), np.arange(n))
+    keys = jax.random.split(jax.random.PRNGKey(1), 2 ** MEMBER_BITS + 6).reshape(2, -1, 2)
+    batched = np.asarray(jax.jit(jax.vmap(jax.vmap(lambda k: permutation(k, 50))))(keys))
+    one = jax.jit(lambda k: permutation(k, 50))
+    alone = np.stack([[np.asarray(one(k)) for k in row] for row in keys])
+    np.testing.assert_array_equal(batched, alone)
+    assert len({tuple(p) for p in batched.reshape(-1, 50)}) == batched.shape[0] * batched.shape[1]
+
+
+def test_steps_permutation_is_uniform():
+    """Every ordering of 4 elements equally often over 4,800 keys (chi-square,
+    23 degrees of freedom, below its 0.999 quantile 49.7), and each element
+    equally often at each position of 9 (27 keys a cell expected)."""
+    from jaxwarp.train.minibatches import permutation
+
+    keys = jax.random.split(jax.random.PRNGKey(7), 4800)
+    perms = np.asarray(jax.jit(jax.vmap(lambda k: permutation(k, 4)))(keys))
+    _, counts = np.unique(perms, axis=0, return_counts=True)
+    assert len(counts) == 24
+    assert np.sum((counts - 200.0) ** 2 / 200.0) < 49.7
+    perms = np.asarray(jax.jit(jax.vmap(lambda k: permutation(k, 9)))(keys[:243]))
+    cells = np.zeros((9, 9))
+    np.add.at(cells, (perms, np.arange(9)[None, :].repeat(243, 0)), 1)
+    # 80 degrees of freedom (a Latin square's margins fix 16 more: a bound, not exact);
+    # the 0.999 quantile of chi-square(80) is 124.8
+    assert np.sum((cells - 27.0) ** 2 / 27.0) < 124.8
+
+
 def test_sample_minibatches_train_and_refuse_recurrent_models():
     c = tiny_config(minibatch_layout="samples", num_minibatches=2)
     _, m = jax.jit(make_train(c))(jax.random.PRNGKey(0))

@@ -16,8 +16,11 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from jaxwarp.train.seeds import folded_vmap
 
 # (tree, PartitionSpec) -> tree with that sharding constraint (identity on one device)
 Pin = Callable[[Any, P], Any]
@@ -34,6 +37,52 @@ def pinner(mesh: Mesh | None) -> Pin:
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, target), tree)
 
     return pin
+
+
+# A steps permutation sorts up to 2**MEMBER_BITS members' steps together, a member's index in
+# the keys' top bits: the rest of each key is random.
+MEMBER_BITS = 6
+
+
+def _rounds(n: int) -> int:
+    """Sorts by random keys of 32 - MEMBER_BITS bits that make a permutation
+    of n uniform but for ties (jax's criterion: keys of rounds x bits >= n^3)."""
+    return int(np.ceil(3 * np.log(max(1, n)) / np.log(2.0 ** (32 - MEMBER_BITS) - 1)))
+
+
+def _permutations(keys: jax.Array, n: int) -> jax.Array:
+    """keys [members] -> one permutation of range(n) each, i32[members, n]:
+    rounds of one stable 1-D sort of every member's positions by (member,
+    the round's random bits), as jax's permutation sorts by random bits but
+    for all members at once. A vmapped sort of [members, n] is a batched sort
+    that XLA's GPU sort kernels take; one row is CUB's radix sort
+    (docs/decisions.md, "The minibatches' permutation")."""
+    m = keys.shape[0]
+    per = min(2 ** MEMBER_BITS, max(1, (2 ** 31 - 1) // n))  # positions fit int32
+    if m > per:  # groups of `per` members in turn
+        groups = -(-m // per)
+        padded = jnp.concatenate([keys, jnp.broadcast_to(keys[:1], (groups * per - m,
+                                                                    *keys.shape[1:]))])
+        out = jax.lax.map(lambda k: _permutations(k, n), padded.reshape(groups, per,
+                                                                        *keys.shape[1:]))
+        return out.reshape(groups * per, n)[:m]
+    pos = jnp.arange(m * n, dtype=jnp.int32)
+    member = (pos // n).astype(jnp.uint32) << (32 - MEMBER_BITS)
+    x = pos % n
+    for _ in range(_rounds(n)):
+        pair = jax.vmap(jax.random.split)(keys)
+        keys, sub = pair[:, 0], pair[:, 1]
+        bits = jax.vmap(lambda k: jax.random.bits(k, (n,), jnp.uint32))(sub).reshape(-1)
+        _, order = jax.lax.sort_key_val(member | (bits >> MEMBER_BITS), pos)
+        x = x[order]
+    return x.reshape(m, n)
+
+
+def permutation(key: jax.Array, n: int) -> jax.Array:
+    """A uniformly random permutation of range(n), i32[n], from key; under
+    ``jax.vmap`` (seeds, a sweep's runs, devices) every member's is drawn in
+    the same sorts (`_permutations`), and each is the one drawn alone."""
+    return folded_vmap(lambda keys: _permutations(keys, n))(key[None])[0]
 
 
 class Minibatches(NamedTuple):
@@ -147,11 +196,11 @@ class Minibatches(NamedTuple):
             t = jax.tree.leaves(batch)[0].shape[0]
             if self.shards > 1 and global_shuffle:  # one permutation of all T x envs steps,
                 # drawn as one device draws it (the one-device minibatches)
-                perm = jax.random.permutation(jax.random.split(key, 1)[0], t * self.num_envs)
+                perm = permutation(jax.random.split(key, 1)[0], t * self.num_envs)
                 return perm, self.deal_steps(batch, perm)
             # one permutation of each device's T x envs/D steps
             steps = t * (self.num_envs // self.shards)
-            return jax.vmap(lambda kd: jax.random.permutation(kd, steps))(
+            return jax.vmap(lambda kd: permutation(kd, steps))(
                 jax.random.split(key, self.shards)), batch
         if self.shards == 1 or global_shuffle:
             perm = jax.random.permutation(key, self.num_envs)

@@ -57,6 +57,7 @@ from jax.experimental import pallas as pl
 from jaxwarp.models import mlp_mosaic
 from jaxwarp.models.mlp import MLPActorCritic
 from jaxwarp.train import losses
+from jaxwarp.train.seeds import folded_vmap
 
 KERNEL_NAME = "jaxwarp_ppo_tower_grad_mosaic"  # in profiles; jaxwarp.benchmark counts its FLOPs
 W = 64  # hidden width, padded observations and heads: one [64, 64] tile each
@@ -445,28 +446,9 @@ def grad_fn(net: MLPActorCritic, select: Callable, normalize_obs: Callable, hype
                             *(x.reshape(-1) for x in (mb.log_prob, mb.value, mb.advantage,
                                                       mb.target)))
         hyp = (hyper.clip_eps, hyper.vf_coef, hyper.ent_coef)
-        call = _members(functools.partial(
+        call = folded_vmap(functools.partial(
             grads, normalize=normalize, actions=int(net.action_dims[0]), act=net.activation,
             tower=tower))
         out = call(*jax.tree.map(lambda a: a[None], (p, flat, hyp)))
         return jax.tree.map(lambda a: a[0], out)
     return one_grad
-
-
-def _members(run: Callable) -> Callable:
-    """run (on arguments with a leading members axis) as a function that
-    ``jax.vmap`` batches by folding the vmapped axis into the members axis
-    (nested vmaps fold in turn): one kernel call for every member."""
-    @jax.custom_batching.custom_vmap
-    def call(*args):
-        return run(*args)
-
-    @call.def_vmap
-    def folded(axis_size, in_batched, *args):
-        args = jax.tree.map(
-            lambda a, batched: a if batched else jnp.broadcast_to(a, (axis_size, *a.shape)),
-            args, tuple(in_batched))
-        out = call(*jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), args))
-        return (jax.tree.map(lambda a: a.reshape(axis_size, -1, *a.shape[1:]), out),
-                jax.tree.map(lambda _: True, out))
-    return call

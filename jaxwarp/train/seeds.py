@@ -9,6 +9,8 @@ or one that runs past `SEED_LIMIT`, in one line naming ``seeds``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,3 +46,23 @@ def member_keys(seed: int, seeds: int, settings: int = 0) -> np.ndarray:
     `seed_keys` for a plain run (``settings`` 0), repeated once per setting
     for a sweep (member ``k * seeds + s``: setting k, seed ``seed + s``)."""
     return np.tile(np.asarray(seed_keys(seed, seeds)), (max(1, settings), 1))
+
+
+def folded_vmap(run: Callable) -> Callable:
+    """run (on arguments with a leading members axis) as a function that
+    ``jax.vmap`` batches by folding the vmapped axis into the members axis
+    (nested vmaps fold in turn): one call of run for every member, of every
+    seed and sweep run, where a vmap of run would batch each of its ops."""
+    @jax.custom_batching.custom_vmap
+    def call(*args):
+        return run(*args)
+
+    @call.def_vmap
+    def folded(axis_size, in_batched, *args):
+        args = jax.tree.map(
+            lambda a, batched: a if batched else jnp.broadcast_to(a, (axis_size, *a.shape)),
+            args, tuple(in_batched))
+        out = call(*jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), args))
+        return (jax.tree.map(lambda a: a.reshape(axis_size, -1, *a.shape[1:]), out),
+                jax.tree.map(lambda _: True, out))
+    return call
