@@ -1260,9 +1260,12 @@ def _sanitize_rows(root: Path, src: Source) -> list[list[str]]:
     for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
         part = _text(root, Source(src.path, src.makes, part=tool))
         cases = len(re.findall(r"^case \d+ .*\bok\b", part, re.M))
-        summary = re.search(r"SUMMARY: (.*)", part).group(1)
+        summary = re.search(r"SUMMARY: (.*)", part)
+        rc = re.search(r"^rc (\d+)", part, re.M)
         in_kernel = re.search(r"^in a kernel: (\d+)", part, re.M).group(1)
-        rows.append([tool, str(cases), summary, in_kernel])
+        rows.append([tool, str(cases), summary.group(1) if summary else
+                     f"none: the tool ended in a crash (rc {rc.group(1) if rc else '?'})",
+                     in_kernel])
     return rows
 
 
@@ -1347,7 +1350,11 @@ PPO_GRAD = [Source("bench_mosaic_ppo_grad_h200.json",
                    "python experiments/bench_mosaic_ppo_grad.py --sides xla,mgpu,mgpu_kernels")]
 # (both measured the bench's own copy of the kernels, before they moved to
 # jaxwarp/train/ppo_mosaic.py)
-PPO_GRAD_TTR = [  # bf16 against float32 (XLA's layers); shipped now; first shipped; patch, before
+PPO_GRAD_TTR = [  # now (two draws of seeds); bf16 against float32 (XLA's layers); the kernels
+    # mended; first shipped; patch, before
+    Source("time_to_return_permutation_h200.json", "python experiments/bench_time_to_return.py"),
+    Source("time_to_return_permutation_seed10_h200.json",
+           "python experiments/bench_time_to_return.py"),
     Source("time_to_return_bf16_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_ppo_mosaic_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_ppo_mosaic_first_h200.json",
@@ -1363,6 +1370,8 @@ PPO_PARTS = [Source("ppo_mosaic_parts_h200.json", "python experiments/tools/ppo_
                     "python experiments/tools/ppo_mosaic_parts.py")]
 PPO_SANITIZE = Source("ppo_mosaic_sanitize_h200.log", "bash experiments/tools/gpu_tests.sh ppo",
                       device="NVIDIA H200")
+PPO_SANITIZE_MENDED = Source("ppo_mosaic_sanitize_mended_h200.log",
+                             "bash experiments/tools/gpu_tests.sh ppo", device="NVIDIA H200")
 _PPO_PARTS_WHAT = {
     "whole": "the kernel as the file's commit had it", "no_stats": "without the loss's terms",
     "no_loss": "without the loss's gradient (dy = y)",
@@ -1396,7 +1405,14 @@ def _ppo_parts_lines(root: Path) -> list[str]:
             f"{on(root, PPO_SANITIZE)}; initcheck's reports are host accesses, none in a kernel (as the forward's above):",
             "", *table(["tool", "cases checked", "summary", "reports in a kernel"],
                        _sanitize_rows(root, PPO_SANITIZE)),
-            *sources_block(root, [PPO_SANITIZE])]
+            *sources_block(root, [PPO_SANITIZE]), "",
+            "The same over the kernels with their registers mended (h1 and h2 stored as they "
+            f"are computed), {on(root, PPO_SANITIZE_MENDED)}: memcheck and racecheck finished "
+            "clean; synccheck and initcheck ended in a segmentation fault, twice (the log's "
+            "last line), so they say nothing of these kernels:", "",
+            *table(["tool", "cases checked", "summary", "reports in a kernel"],
+                   _sanitize_rows(root, PPO_SANITIZE_MENDED)),
+            *sources_block(root, [PPO_SANITIZE_MENDED])]
 _PPO_GRAD_WHAT = {"xla": "XLA, float32 model (TF32 dots): what the trainer runs",
                   "xla_bf16": "XLA, bfloat16 matmuls",
                   "emulated": "the kernels' maths in jax (a side since removed: "
@@ -1448,7 +1464,97 @@ def section_ppo_grad(root: Path) -> tuple[list[str], list[Source]]:
     lines += ["", f"`tests/test_ppo_mosaic.py`'s GPU tests ({counts}; the file's first line "
               f"says how they ran): `{RESULTS / PPO_PYTEST.path}`."]
     lines += _ppo_parts_lines(root)
-    return lines, PPO_GRAD + PPO_GRAD_TTR + [PPO_PYTEST] + PPO_PARTS + [PPO_SANITIZE]
+    return lines, (PPO_GRAD + PPO_GRAD_TTR + [PPO_PYTEST] + PPO_PARTS
+                   + [PPO_SANITIZE, PPO_SANITIZE_MENDED])
+
+
+_PP = "python experiments/tools/peer_profile.py"
+SHUFFLE_BENCH = Source("bench_shuffle_h200.json", "python experiments/bench_shuffle.py")
+SHUFFLE_PROFILES = [Source("peer_profile_cartpole_bf16_mended_h200.json", _PP),
+                    Source("peer_profile_cartpole_bf16_permutation_h200.json", _PP)]
+BLOCK_DIAGONAL = [  # (without the patch, with it): one call each, the patch's run after
+    (Source("peer_profile_cartpole_bf16_mended_h200.json", _PP),
+     Source("peer_profile_cartpole_bf16_block_diagonal_h200.json", _PP)),
+    (Source("peer_profile_cartpole_h200.json", _PP),
+     Source("peer_profile_cartpole_block_diagonal_h200.json", _PP)),
+    (Source("peer_profile_mpe_h200.json", _PP),
+     Source("peer_profile_mpe_block_diagonal_h200.json", _PP))]
+_SHUFFLE_SIDES = {"vmap": "`jax.vmap` of `jax.random.permutation` (the trainer before)",
+                  "folded": "jax's permutations bit for bit by 1-D sorts, two a round",
+                  "member_key": "one 1-D sort a round, the member's index in the keys' top "
+                                "bits (`minibatches.permutation`'s way; it keeps 6 bits for "
+                                "the index whatever the members)"}
+
+
+def _sorts_ms(run: dict) -> float:
+    """The sorts' device ms per update among a profile's longest kernels."""
+    return sum(k[1] for k in run["top_kernels"] if "sort" in k[0])
+
+
+def _shuffle_lines(root: Path) -> list[str]:
+    rows = [[str(r["members"]), f"{r['n']:,}", f"`{r['side']}`", _SHUFFLE_SIDES[r["side"]],
+             f"{r['ms']:.2f}", "yes" if r["cub"] else "no",
+             "—" if r["side"] == "vmap" else ("yes" if r["same"] else "no")]
+            for r in _read_json(root, SHUFFLE_BENCH)["rows"]]
+    prof = []
+    for src in SHUFFLE_PROFILES:
+        for name, r in _read_json(root, src)["runs"].items():
+            prof.append([f"`{src.path}`", "the peer" if name == "peer" else f"`{name}`",
+                         f"{r['device_ms_per_update']:.2f}", f"{_sorts_ms(r):.2f}"])
+    return [
+        "### The minibatches' permutation",
+        "",
+        "PPO's minibatches are a permutation of each member's T × envs steps an epoch. jax's "
+        "`jax.random.permutation` is two rounds of stable sorts by random 32-bit keys at these "
+        "sizes; under the trainer's `jax.vmap` over seeds each round is a batched sort that XLA "
+        "does not give to CUB at ten rows of 65,536. `minibatches.permutation` sorts every "
+        "member's steps in one 1-D sort a round by (member, 26 random bits); each member's "
+        "permutation is the one it draws alone.",
+        "",
+        "`experiments/bench_shuffle.py`: an update's four epochs of PPO's steps permutation "
+        f"for every member of a run, {on(root, SHUFFLE_BENCH)}; wall ms a call (median), "
+        "whether XLA's program sorts with CUB's radix sort, and whether the permutations are "
+        "the vmapped draw's:", "",
+        *table(["members", "n", "side", "what", "ms", "CUB", "same as `vmap`"], rows),
+        *sources_block(root, [SHUFFLE_BENCH]),
+        "",
+        "A CartPole bf16 update (ten seeds, GPU size) before and after, device ms per update "
+        "and its sort kernels' ms among the profile's 15 longest kernels "
+        "(`experiments/tools/peer_profile.py`, command buffers off), "
+        f"{on(root, *SHUFFLE_PROFILES)}; `noshuf` draws no permutation (minibatches in order):",
+        "", *table(["file", "run", "device ms / update", "sorts ms / update"], prof),
+        *sources_block(root, SHUFFLE_PROFILES)]
+
+
+def _block_diagonal_lines(root: Path) -> list[str]:
+    rows = []
+    for before, after in BLOCK_DIAGONAL:
+        for src in (before, after):
+            data = _read_json(root, src)
+            for name, r in data["runs"].items():
+                if name in ("peer", "noshuf"):
+                    continue
+                ph = r.get("phases", {})
+                cell = [f"{ph[k][0]:.2f}" if k in ph else "—"
+                        for k in ("rollout", "forward", "backward")]
+                rows.append([f"`{src.path}`", data["case"], f"`{name}`",
+                             f"{r['device_ms_per_update']:.2f}", *cell])
+    srcs = [s for pair in BLOCK_DIAGONAL for s in pair]
+    return [
+        "",
+        "`experiments/patches/two_towers_block_diagonal.patch` (a two-tower `mlp` on XLA's "
+        "layers as one block-diagonal network), device ms per update by phase, ten seeds at "
+        f"GPU size, command buffers off, {on(root, *srcs)}; each patched run in the same call "
+        "as the run without it, after it (the bf16 case's forward and backward are the PPO "
+        "kernels, not the patch's layers: — where the profile has no such phase):", "",
+        *table(["file", "case", "run", "device ms / update", "rollout", "forward",
+                "backward"], rows),
+        *sources_block(root, srcs)]
+
+
+def section_permutation(root: Path) -> tuple[list[str], list[Source]]:
+    return ([*_shuffle_lines(root), *_block_diagonal_lines(root)],
+            [SHUFFLE_BENCH, *SHUFFLE_PROFILES, *(s for pair in BLOCK_DIAGONAL for s in pair)])
 
 
 OBS_BUFFER = [  # run back to back in one call: before, then with the patch
@@ -2819,7 +2925,7 @@ SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_car
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_learner_tail, section_heads_kernel,
                            section_mosaic_forward, section_mosaic_learner_forward,
-                           section_ppo_grad, section_obs_buffer,
+                           section_ppo_grad, section_permutation, section_obs_buffer,
                            section_time_to_policy,
                            section_tag_runs,
                            section_time_to_return, section_fused_rollout,

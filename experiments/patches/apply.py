@@ -34,7 +34,9 @@ Rollout variant (Python, applied and timed the same way):
 |---|---|
 | rollout_obs_buffer.patch | the step-by-step rollout keeps the observations acted on in one [T, ...] buffer (step t reads row t, writes row t + 1; the last step after the scan), so no step copies the env's new observations into the scan's carry |
 
-Model variant (Python, applied and timed the same way; not yet measured on a GPU):
+Model variant (Python, applied and timed the same way; measured with
+`tools/peer_profile.py`, not shipped: docs/decisions.md, "A PPO minibatch's loss and gradient as
+one kernel"):
 
 | patch | what it changes |
 |---|---|
