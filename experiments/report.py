@@ -1355,6 +1355,8 @@ PPO_GRAD_TTR = [  # now (two draws of seeds); bf16 against float32 (XLA's layers
     Source("time_to_return_permutation_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_permutation_seed10_h200.json",
            "python experiments/bench_time_to_return.py"),
+    Source("time_to_return_cb_default_h200.json", "python experiments/bench_time_to_return.py"),
+    Source("time_to_return_cb_while_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_bf16_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_ppo_mosaic_h200.json", "python experiments/bench_time_to_return.py"),
     Source("time_to_return_ppo_mosaic_first_h200.json",
