@@ -79,9 +79,11 @@ def _permutations(keys: jax.Array, n: int) -> jax.Array:
 
 
 def permutation(key: jax.Array, n: int) -> jax.Array:
-    """A uniformly random permutation of range(n), i32[n], from key; under
-    ``jax.vmap`` (seeds, a sweep's runs, devices) every member's is drawn in
-    the same sorts (`_permutations`), and each is the one drawn alone."""
+    """A random permutation of range(n), i32[n], from key, uniform as jax's
+    (sorts by random keys, rounds enough that ties are as rare as jax makes
+    them); under ``jax.vmap`` (seeds, a sweep's runs, devices) every member's
+    is drawn in the same sorts (`_permutations`), and each is the one drawn
+    alone."""
     return folded_vmap(lambda keys: _permutations(keys, n))(key[None])[0]
 
 
