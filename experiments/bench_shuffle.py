@@ -19,7 +19,10 @@ each at ``--members`` x ``--n`` with the update's four epochs in one program
   (checked here on the device: ``same``);
 * ``member_key``: one 1-D sort a round by the member's index in the top bits
   of the key and the top bits of the random bits below it (fewer random
-  bits: not the same permutations; how much the second sort costs).
+  bits: not the same permutations; how much the second sort costs);
+* ``shipped``: the trainer's `minibatches.permutation` under the same vmap
+  (``member_key``'s way, the index in a fixed 6 bits); its result file
+  ``bench_shuffle_h200.json`` predates this side.
 
 Per side: milliseconds for four epochs, and whether XLA's program calls
 CUB's radix sort (``cub`` in the compiled HLO).
@@ -38,6 +41,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp.benchmark import median_seconds, run_meta, write_result
+from jaxwarp.train import minibatches
 
 EPOCHS = 4
 
@@ -91,6 +95,8 @@ SIDES = {
     "vmap": lambda keys, n: jax.vmap(lambda k: jax.random.permutation(k, n))(keys),
     "folded": folded_permutation,
     "member_key": member_key_permutation,
+    # the trainer's: member_key's way with MEMBER_BITS bits for the index whatever the members
+    "shipped": lambda keys, n: jax.vmap(lambda k: minibatches.permutation(k, n))(keys),
 }
 
 
@@ -108,7 +114,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--members", default="1,10,64")
     ap.add_argument("--n", default="65536,98304", help="elements a permutation (T x envs)")
-    ap.add_argument("--sides", default=",".join(SIDES))
+    ap.add_argument("--sides", default=",".join(SIDES))  # shipped: after the file above
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--out", default="experiments/results/bench_shuffle.json")
     args = ap.parse_args()

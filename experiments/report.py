@@ -1489,7 +1489,8 @@ _SHUFFLE_SIDES = {"vmap": "`jax.vmap` of `jax.random.permutation` (the trainer b
                   "folded": "jax's permutations bit for bit by 1-D sorts, two a round",
                   "member_key": "one 1-D sort a round, the member's index in the keys' top "
                                 "bits (`minibatches.permutation`'s way; it keeps 6 bits for "
-                                "the index whatever the members)"}
+                                "the index whatever the members)",
+                  "shipped": "`minibatches.permutation` itself, vmapped"}
 
 
 def _sorts_ms(run: dict) -> float:
