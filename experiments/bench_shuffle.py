@@ -114,7 +114,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--members", default="1,10,64")
     ap.add_argument("--n", default="65536,98304", help="elements a permutation (T x envs)")
-    ap.add_argument("--sides", default=",".join(SIDES))  # shipped: after the file above
+    ap.add_argument("--sides", default=",".join(SIDES))
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--out", default="experiments/results/bench_shuffle.json")
     args = ap.parse_args()
