@@ -58,6 +58,8 @@ def _permutations(keys: jax.Array, n: int) -> jax.Array:
     that XLA's GPU sort kernels take; one row is CUB's radix sort
     (docs/decisions.md, "The minibatches' permutation")."""
     m = keys.shape[0]
+    if n == 0:
+        return jnp.zeros((m, 0), jnp.int32)
     per = min(2 ** MEMBER_BITS, max(1, (2 ** 31 - 1) // n))  # positions fit int32
     if m > per:  # groups of `per` members in turn
         groups = -(-m // per)
@@ -200,9 +202,12 @@ class Minibatches(NamedTuple):
                 # drawn as one device draws it (the one-device minibatches)
                 perm = permutation(jax.random.split(key, 1)[0], t * self.num_envs)
                 return perm, self.deal_steps(batch, perm)
-            # one permutation of each device's T x envs/D steps
+            # one permutation of each device's T x envs/D steps; over several devices
+            # jax's, whose batched sort XLA splits by device (one 1-D sort of every
+            # device's steps would run whole on each device)
             steps = t * (self.num_envs // self.shards)
-            return jax.vmap(lambda kd: permutation(kd, steps))(
+            draw = permutation if self.shards == 1 else jax.random.permutation
+            return jax.vmap(lambda kd: draw(kd, steps))(
                 jax.random.split(key, self.shards)), batch
         if self.shards == 1 or global_shuffle:
             perm = jax.random.permutation(key, self.num_envs)

@@ -62,7 +62,9 @@ def folded_vmap(run: Callable) -> Callable:
         args = jax.tree.map(
             lambda a, batched: a if batched else jnp.broadcast_to(a, (axis_size, *a.shape)),
             args, tuple(in_batched))
-        out = call(*jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), args))
-        return (jax.tree.map(lambda a: a.reshape(axis_size, -1, *a.shape[1:]), out),
+        out = call(*jax.tree.map(lambda a: a.reshape(a.shape[0] * a.shape[1], *a.shape[2:]),
+                                 args))
+        return (jax.tree.map(lambda a: a.reshape(axis_size, a.shape[0] // axis_size,
+                                                 *a.shape[1:]), out),
                 jax.tree.map(lambda _: True, out))
     return call
