@@ -582,6 +582,27 @@ def test_sample_minibatches_partition_every_step_once(shards):
             np.testing.assert_array_equal(halves, np.array([[0], [1]]) * np.ones_like(halves))
 
 
+def test_global_steps_shuffle_draws_the_one_device_permutation():
+    """minibatch_layout=samples over 2 devices with minibatch_shuffle=global:
+    the epoch's one permutation of all steps is the one device's, under vmap
+    over seeds too; the per-device shuffle draws one per device."""
+    from jaxwarp.train.minibatches import Minibatches
+
+    T, E, M = 4, 8, 4
+    x = jnp.arange(T * E).reshape(T, E)
+    one, two = (Minibatches(M, E // M, d, E, lambda tree, spec: tree, samples=True)
+                for d in (1, 2))
+    keys = jax.random.split(jax.random.PRNGKey(3), 3)
+    p1 = jax.vmap(lambda k: one.shuffle(x, k, False)[0])(keys)
+    p2 = jax.vmap(lambda k: two.shuffle(x, k, True)[0])(keys)
+    assert p1.shape == (3, 1, T * E) and p2.shape == (3, T * E)
+    np.testing.assert_array_equal(np.asarray(p1[:, 0]), np.asarray(p2))
+    local = jax.vmap(lambda k: two.shuffle(x, k, False)[0])(keys)
+    assert local.shape == (3, 2, T * E // 2)
+    np.testing.assert_array_equal(np.sort(np.asarray(local), -1),
+                                  np.broadcast_to(np.arange(T * E // 2), local.shape))
+
+
 def test_steps_permutation_is_jaxs_kind_and_each_member_its_own_draw():
     """`minibatches.permutation`: i32[n], a permutation of range(n); under vmap
     (nested: seeds x sweep runs; more members than one sort takes) each
