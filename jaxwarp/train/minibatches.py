@@ -83,9 +83,10 @@ def _permutations(keys: jax.Array, n: int) -> jax.Array:
 def permutation(key: jax.Array, n: int) -> jax.Array:
     """A random permutation of range(n), i32[n], from key, uniform as jax's
     (sorts by random keys, rounds enough that ties are as rare as jax makes
-    them); under ``jax.vmap`` (seeds, a sweep's runs, devices) every member's
-    is drawn in the same sorts (`_permutations`), and each is the one drawn
-    alone."""
+    them); under ``jax.vmap`` (seeds, a sweep's runs) every member's is drawn
+    in the same sorts (`_permutations`), and each is the one drawn alone.
+    `Minibatches.shuffle` over several devices draws each device's own with
+    jax's (its batched sort splits by device)."""
     return folded_vmap(lambda keys: _permutations(keys, n))(key[None])[0]
 
 
