@@ -95,7 +95,7 @@ mosaic|ppo)
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
   if [ "$1" = ppo ]; then NAME=ppo_mosaic_sanitize KNS=ppo_tower; else NAME=mosaic_sanitize KNS=mosaic; fi
   LOG=$OUT/$NAME$SUF.log
-  { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), compute-sanitizer $(compute-sanitizer --version | grep -o '[0-9][0-9.]*' | head -1)"
+  { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), compute-sanitizer $(compute-sanitizer --version | sed -n 's/^Version \([0-9.]*\).*/\1/p')"
     echo "# bash experiments/tools/gpu_tests.sh $1 (one process per tool, --kernel-name kns=$KNS)"; } > $LOG
   for tt in memcheck:120 racecheck:120 synccheck:60 initcheck:60; do
     tool=${tt%:*}
