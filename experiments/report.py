@@ -1163,11 +1163,11 @@ MOSAIC_FWD_LEARN = [  # (config, this change's file, the file before it)
 ]
 MOSAIC_FWD_PYTEST = [  # the whole GPU test run's parts that hold this change's tests
     (Source("pytest_gpu_h200.log", "bash experiments/tools/gpu_tests.sh tests",
-            device="NVIDIA H200", part="group7"),
+            device="NVIDIA H200", part="group8"),
      "`tests/test_mlp_mosaic.py` on the GPU (against Triton and plain layers, vmap, the same "
      "bits), with every other file's GPU tests"),
     (Source("pytest_gpu_h200.log", "bash experiments/tools/gpu_tests.sh tests",
-            device="NVIDIA H200", part="group5"),
+            device="NVIDIA H200", part="group6"),
      "the trainer's GPU tests: the fused kernels' same bits twice (the taggers on the Mosaic "
      "forward), deterministic training"),
 ]
@@ -1253,19 +1253,20 @@ def section_mosaic_forward(root: Path) -> tuple[list[str], list[Source]]:
         MOSAIC_SANITIZE]
 
 
-def _sanitize_rows(root: Path, src: Source) -> list[list[str]]:
+def _sanitize_rows(root: Path, src: Source, tools: tuple[str, ...] = (
+        "memcheck", "racecheck", "synccheck", "initcheck")) -> list[list[str]]:
     """A `gpu_tests.sh mosaic` or `ppo` log: a row per tool (cases, summary,
-    reports in a kernel)."""
+    reports in a kernel); where a tool ran once per case, its summaries in turn."""
     rows = []
-    for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
+    for tool in tools:
         part = _text(root, Source(src.path, src.makes, part=tool))
         cases = len(re.findall(r"^case \d+ .*\bok\b", part, re.M))
-        summary = re.search(r"SUMMARY: (.*)", part)
+        summaries = [m for m in re.findall(r"SUMMARY: (.*)", part) if "not printed" not in m]
         rc = re.search(r"^rc (\d+)", part, re.M)
-        in_kernel = re.search(r"^in a kernel: (\d+)", part, re.M).group(1)
-        rows.append([tool, str(cases), summary.group(1) if summary else
+        in_kernel = sum(int(n) for n in re.findall(r"^in a kernel: (\d+)", part, re.M))
+        rows.append([tool, str(cases), "; ".join(summaries) if summaries else
                      f"none: the tool ended in a crash (rc {rc.group(1) if rc else '?'})",
-                     in_kernel])
+                     str(in_kernel)])
     return rows
 
 
@@ -1378,6 +1379,9 @@ PPO_SANITIZE = Source("ppo_mosaic_sanitize_h200.log", "bash experiments/tools/gp
                       device="NVIDIA H200")
 PPO_SANITIZE_MENDED = Source("ppo_mosaic_sanitize_mended_h200.log",
                              "bash experiments/tools/gpu_tests.sh ppo", device="NVIDIA H200")
+PPO_SANITIZE_CASES = Source(
+    "ppo_mosaic_sanitize_cases_h200.log", "compute-sanitizer --tool TOOL --kernel-name "
+    "kns=ppo_tower python experiments/tools/ppo_mosaic_sanitize.py CASE", device="NVIDIA H200")
 _PPO_PARTS_WHAT = {
     "whole": "the kernel as the file's commit had it", "no_stats": "without the loss's terms",
     "no_loss": "without the loss's gradient (dy = y)",
@@ -1415,10 +1419,17 @@ def _ppo_parts_lines(root: Path) -> list[str]:
             "The same over the kernels with their registers mended (h1 and h2 stored as they "
             f"are computed), {on(root, PPO_SANITIZE_MENDED)}: memcheck and racecheck finished "
             "clean; synccheck and initcheck ended in a segmentation fault, twice (the log's "
-            "last line), so they say nothing of these kernels:", "",
+            "last line), so that run says nothing of them:", "",
             *table(["tool", "cases checked", "summary", "reports in a kernel"],
                    _sanitize_rows(root, PPO_SANITIZE_MENDED)),
-            *sources_block(root, [PPO_SANITIZE_MENDED])]
+            *sources_block(root, [PPO_SANITIZE_MENDED]), "",
+            "synccheck and initcheck again, one process per case (the same kernels), "
+            f"{on(root, PPO_SANITIZE_CASES)}: each finished; synccheck reports nothing, and "
+            "initcheck's printed reports (the first 100 of each run) are host accesses, none in "
+            "a kernel:", "",
+            *table(["tool", "cases checked", "summary (a case each)", "printed reports in a kernel"],
+                   _sanitize_rows(root, PPO_SANITIZE_CASES, ("synccheck", "initcheck"))),
+            *sources_block(root, [PPO_SANITIZE_CASES])]
 _PPO_GRAD_WHAT = {"xla": "XLA, float32 model (TF32 dots): what the trainer runs",
                   "xla_bf16": "XLA, bfloat16 matmuls",
                   "emulated": "the kernels' maths in jax (a side since removed: "
@@ -1471,7 +1482,7 @@ def section_ppo_grad(root: Path) -> tuple[list[str], list[Source]]:
               f"says how they ran): `{RESULTS / PPO_PYTEST.path}`."]
     lines += _ppo_parts_lines(root)
     return lines, (PPO_GRAD + PPO_GRAD_TTR + [PPO_PYTEST] + PPO_PARTS
-                   + [PPO_SANITIZE, PPO_SANITIZE_MENDED])
+                   + [PPO_SANITIZE, PPO_SANITIZE_MENDED, PPO_SANITIZE_CASES])
 
 
 _PP = "python experiments/tools/peer_profile.py"
@@ -1562,6 +1573,62 @@ def _block_diagonal_lines(root: Path) -> list[str]:
 def section_permutation(root: Path) -> tuple[list[str], list[Source]]:
     return ([*_shuffle_lines(root), *_block_diagonal_lines(root)],
             [SHUFFLE_BENCH, *SHUFFLE_PROFILES, *(s for pair in BLOCK_DIAGONAL for s in pair)])
+
+
+TARGETS_TABLE = Source("bench_train_table_h200.json", "python experiments/bench_train.py")
+TARGETS_PROFILE = Source("profile_phases_a2c_bf16_mosaic_h200.json", _PROFILE_CMD)
+TARGETS_TTR = PPO_GRAD_TTR[:5]  # every time-to-return run since the minibatches' permutation
+_TARGET_ROWS = [  # (case index in the table file: cuda row, target env-steps/s, what)
+    (0, 2.5e6, "A2C bf16, 2,000 envs × 110 agents"),
+    (4, 1.5e6, "A2C float32, 2,000 envs × 110 agents"),
+    (2, 1.5e6, "`tag_2000_envs` PPO (bf16, shared torso)")]
+_LEARNER_PHASES = ("gae", "minibatch", "forward", "backward", "optimizer")
+
+
+def _ttr_speedups(root: Path, case: str) -> list[float]:
+    return [_read_json(root, src)["cases"][case]["scales"]["gpu"]["jaxwarp_speedup"][
+        "time_to_threshold"] for src in TARGETS_TTR
+        if case in _read_json(root, src)["cases"]]
+
+
+def section_targets(root: Path) -> tuple[list[str], list[Source]]:
+    res = _read_json(root, TARGETS_TABLE)["results"]
+    rows = []
+    for i, target, what in _TARGET_ROWS:
+        ours, peer = res[i], res[i + 1]
+        rows.append([what, f"≥ {kilo_or_mega(target)} env-steps/s",
+                     f"{rate(ours['env_steps_per_s'], ours['num_agents'], kilo_or_mega)} (pure-JAX env "
+                     f"{kilo_or_mega(peer['env_steps_per_s'])}), MFU {ours['mfu']:.1%}",
+                     f"`{TARGETS_TABLE.path}`"])
+    prof = _read_json(root, TARGETS_PROFILE)
+    learner = sum(p["ms"] for p in prof["phases"] if p["phase"] in _LEARNER_PHASES)
+    share = learner / prof["ms_per_update"]
+    rows.append(["the learner's share of the A2C bf16 update", "≤ 40%",
+                 f"{share:.0%} ({learner:.1f} of {prof['ms_per_update']:.1f} ms of kernel time)",
+                 f"`{TARGETS_PROFILE.path}`"])
+    rows.append(["matmul MFU in the learner phase (A2C bf16)", "≥ 35%",
+                 f"at most {res[0]['mfu'] / share:.0%} (the whole update's MFU over the "
+                 "learner's share: every matmul FLOP counted in the learner)",
+                 f"`{TARGETS_TABLE.path}`, `{TARGETS_PROFILE.path}`"])
+    for case, what in (("cartpole", "CartPole, float32 (as shipped)"),
+                       ("cartpole_bf16", "CartPole, model in bf16 (the PPO kernels)"),
+                       ("mpe", "MPE simple spread, float32 (as shipped)"),
+                       ("mpe_bf16", "MPE simple spread, model in bf16 (the PPO kernels)")):
+        x = sorted(_ttr_speedups(root, case))
+        got = (f"{ratio(x[0])}–{ratio(x[-1])}, median {ratio(statistics.median(x))} over "
+               f"{len(x)} runs" if len(x) > 1 else f"{ratio(x[0])} (one run)")
+        rows.append([f"time to threshold at GPU size, ten seeds: {what}", "≥ 1.50× the peer",
+                     got, "the time-to-return files above"])
+    return [
+        "### Issue 51's targets: where they stand",
+        "",
+        "The issue's targets are for an H100; every figure here is on an H200 (the same "
+        "tensor-core peak, 4.8 against 3.35 TB/s). Tag's rows "
+        f"{on(root, TARGETS_TABLE)}, both env backends in one process; the learner's share "
+        f"from the phase profile {on(root, TARGETS_PROFILE)}; the times to threshold from "
+        f"every run since the minibatches' permutation ({', '.join(code(s.path) for s in TARGETS_TTR)}):",
+        "", *table(["target", "issue 51", "reached", "file"], rows),
+        *sources_block(root, [TARGETS_TABLE, TARGETS_PROFILE])], [TARGETS_TABLE, TARGETS_PROFILE]
 
 
 OBS_BUFFER = [  # run back to back in one call: before, then with the patch
@@ -2286,7 +2353,8 @@ PYTEST = [(Source(PYTEST_LOG, PYTEST_MAKES, device=H200, part=f"group{i}"), what
               "conformance suite on `cuda`: the other envs",
               "authoring, classic-control, MPE and PyCUDA GPU tests",
               "Tag, gridworld and fused-rollout GPU tests",
-              "sampler, trainer and adapter GPU tests",
+              "sampler and adapter GPU tests",
+              "trainer GPU tests (same bits twice, resumed runs, the fused kernels, the GRU)",
               "the fused MLP kernels against XLA's layers",
               "every other file's GPU tests: env params, a throwaway env on `cuda`, the "
               "Mosaic GPU forward (the two-GPU tests skip)",
@@ -2298,8 +2366,23 @@ PYTEST_H100 = Source("pytest_gpu_h100.log", "bash experiments/tools/gpu_tests.sh
 
 
 def _pytest_counts(text: str) -> str:
-    """A pytest log's summary line without its timing."""
-    return re.sub(r"\s+in [\d.]+s.*$", "", text.strip().splitlines()[-1]).strip()
+    """A pytest log's summary line without its timing; where a log part holds
+    several processes ("$ command" lines), each one's, joined by "; ", and for
+    a process stopped before its summary, its progress characters counted."""
+    runs = re.split(r"^\$ .*$", text, flags=re.M)[1:] or [text]
+    counts = []
+    for run in runs:
+        lines = [line for line in run.strip().splitlines() if line and not line.startswith("#")]
+        summary = [line for line in lines if re.search(r"\d+ (passed|failed|skipped|error)", line)]
+        if summary:
+            counts.append(re.sub(r"\s+in [\d.]+s.*$", "", summary[-1]).strip())
+            continue
+        progress = "".join(re.sub(r"\s*\[\s*\d+%\]$", "", line) for line in lines
+                           if re.fullmatch(r"[.sFE]+(\s*\[\s*\d+%\])?", line))
+        skipped = f", {progress.count('s')} skipped" if "s" in progress else ""
+        counts.append(f"{progress.count('.')} passed, {progress.count('F')} failed{skipped}, "
+                      f"{progress.count('E')} errors before the process was stopped")
+    return "; ".join(counts)
 
 
 def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:
@@ -2311,7 +2394,7 @@ def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:
     rerun = re.search(r"^# rerun alone at commit (\w+)", h100, re.M)
     log = Source(PYTEST_LOG, PYTEST_MAKES, device=H200)
     return ["## GPU test runs", "",
-            "Every `gpu`-marked test and `tests/test_mlp_kernel.py`, in seven pytest processes "
+            "Every `gpu`-marked test and `tests/test_mlp_kernel.py`, in eight pytest processes "
             f"at once on one GPU ({devices(root, log)}; the log's first lines name the commit "
             "and how it ran):", "",
             *table(["tests", "result", "file"], rows), "",
@@ -2932,7 +3015,8 @@ SECTIONS: list[Section] = [section_tag, section_launch, section_mpe, section_car
                            section_other_envs, section_envpool, section_host, section_training,
                            section_learner, section_learner_tail, section_heads_kernel,
                            section_mosaic_forward, section_mosaic_learner_forward,
-                           section_ppo_grad, section_permutation, section_obs_buffer,
+                           section_ppo_grad, section_permutation, section_targets,
+                           section_obs_buffer,
                            section_time_to_policy,
                            section_tag_runs,
                            section_time_to_return, section_fused_rollout,
