@@ -5,7 +5,8 @@
 # the fused rollout's cases (`fused`) and over the Mosaic GPU forward's cases
 # (`mosaic`: memcheck, racecheck, synccheck, initcheck; about 2 minutes on one
 # H200), or all of them after one build (`all`: about 12 minutes on one H200 by
-# its parts, not yet run whole: build 36 s, sanitize 54 s, the tests 345-445 s,
+# its parts, not yet run whole: build 36 s, sanitize 54 s, the tests past 500 s (group 6,
+# the trainer's, the longest: 16 of its 17 tests in 440 s at bdfbb33),
 # the fused cases about 2 minutes, mosaic about 2). Run from a checkout holding
 # .snap/src.tar (`git archive HEAD`, with .snap_commit inside); logs under $OUT.
 # Nothing here runs beside anything else on the GPU: a process that preallocates
@@ -97,22 +98,28 @@ mosaic|ppo)
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
   if [ "$1" = ppo ]; then NAME=ppo_mosaic_sanitize KNS=ppo_tower; else NAME=mosaic_sanitize KNS=mosaic; fi
   LOG=$OUT/$NAME$SUF.log
+  # ppo: one process per case (with both cases in one process synccheck and initcheck
+  # crashed at 39f1aef, each case alone ran clean at bdfbb33); mosaic: all cases at once.
+  CASES=""; [ "$1" = ppo ] && CASES=$(seq 0 $(( $(python3 experiments/tools/$NAME.py --count) - 1 )))
   { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), compute-sanitizer $(compute-sanitizer --version | sed -n 's/^Version \([0-9.]*\).*/\1/p')"
-    echo "# bash experiments/tools/gpu_tests.sh $1 (one process per tool, --kernel-name kns=$KNS)"; } > $LOG
+    echo "# bash experiments/tools/gpu_tests.sh $1 (one process per tool${CASES:+ and case}, --kernel-name kns=$KNS)"; } > $LOG
   for tt in memcheck:120 racecheck:120 synccheck:60 initcheck:60; do
     tool=${tt%:*}
-    # to a file, not $(...): a killed tool leaves its python behind holding the pipe
-    timeout -k 5 ${tt#*:} compute-sanitizer --tool $tool --kernel-name kns=$KNS \
-      python3 experiments/tools/$NAME.py > /tmp/san_$tool.out 2>&1; rc=$?
-    pkill -9 -f "experiments/tools/$NAME.py"; out=$(cat /tmp/san_$tool.out)
-    { echo "==> $tool <=="
-      echo "\$ compute-sanitizer --tool $tool --kernel-name kns=$KNS python experiments/tools/$NAME.py"
-      echo "$out" | grep "^case "
-      echo "$out" | grep "SUMMARY"
-      echo "$out" | grep "^========= [A-Z]" | grep -v "SUMMARY\|COMPUTE-SANITIZER" |
-        sed 's/0x[0-9a-f]*/ADDR/g' | sort | uniq -c | sed 's/^/  reports: /'
-      echo "in a kernel: $(echo "$out" | grep -c "by thread\|__global__\|__shared__\|__local__")"
-      echo "rc $rc"; } >> $LOG
+    echo "==> $tool <==" >> $LOG
+    for c in ${CASES:-all}; do
+      arg=$c; [ "$c" = all ] && arg=
+      # to a file, not $(...): a killed tool leaves its python behind holding the pipe
+      timeout -k 5 ${tt#*:} compute-sanitizer --tool $tool --kernel-name kns=$KNS \
+        python3 experiments/tools/$NAME.py $arg > /tmp/san_$tool.out 2>&1; rc=$?
+      pkill -9 -f "experiments/tools/$NAME.py"; out=$(cat /tmp/san_$tool.out)
+      { echo "\$ compute-sanitizer --tool $tool --kernel-name kns=$KNS python experiments/tools/$NAME.py${arg:+ $arg}"
+        echo "$out" | grep "^case "
+        echo "$out" | grep "SUMMARY"
+        echo "$out" | grep "^========= [A-Z]" | grep -v "SUMMARY\|COMPUTE-SANITIZER" |
+          sed 's/0x[0-9a-f]*/ADDR/g' | sort | uniq -c | sed 's/^/  reports: /'
+        echo "in a kernel: $(echo "$out" | grep -c "by thread\|__global__\|__shared__\|__local__")"
+        echo "rc $rc"; } >> $LOG
+    done
   done
   cat $LOG ;;
 esac

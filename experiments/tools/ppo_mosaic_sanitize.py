@@ -4,7 +4,7 @@ several members folded into one launch, tanh and relu. Each result is checked
 against XLA's bfloat16 autodiff of the same loss on the CPU (every leaf within 0.5 of its
 largest value, all finite: the tool's runs are small, the GPU tests hold the
 tight bounds), so a run the tool lets through also computed the right thing.
-Arguments: the cases' indices (default all).
+Arguments: the cases' indices (default all); `--count` prints how many there are.
 
     compute-sanitizer --tool memcheck --kernel-name kns=ppo_tower \\
         python experiments/tools/ppo_mosaic_sanitize.py
@@ -45,6 +45,9 @@ def case(i: int):
     return model, params, mb
 
 
+if sys.argv[1:] == ["--count"]:
+    print(len(CASES))
+    sys.exit(0)
 for i in [int(x) for x in sys.argv[1:]] or range(len(CASES)):
     model, params, mb = case(i)
     members = mb.advantage.shape[0]
