@@ -1135,7 +1135,8 @@ def _curves_and_tests(root: Path, learn: list[Source], pytest: list[tuple[Source
               for s in learn]
     lines = [f"Their curves (tags per episode per update, each seed): "
              f"{', '.join(f'`{RESULTS / c.path}`' for c in curves)}.", "",
-             "GPU test runs of the change (each part's header names its command and commit):",
+             "GPU test runs holding the change's tests, the latest of each file (its header "
+             "names its command and commit):",
              "", *table(["tests", "result", "file"],
                         [[what, _pytest_counts(_text(root, src)), f"`{src.path}` (`{src.part}`)"]
                          for src, what in pytest]), ""]
@@ -1623,7 +1624,7 @@ def section_targets(root: Path) -> tuple[list[str], list[Source]]:
         "### Issue 51's targets: where they stand",
         "",
         "The issue's targets are for an H100; every figure here is on an H200 (the same "
-        "tensor-core peak, 4.8 against 3.35 TB/s). Tag's rows "
+        "tensor-core peak; NVIDIA gives 4.8 against 3.35 TB/s of bandwidth). Tag's rows "
         f"{on(root, TARGETS_TABLE)}, both env backends in one process; the learner's share "
         f"from the phase profile {on(root, TARGETS_PROFILE)}; the times to threshold from "
         f"every run since the minibatches' permutation ({', '.join(code(s.path) for s in TARGETS_TTR)}):",
@@ -2369,10 +2370,11 @@ def _pytest_counts(text: str) -> str:
     """A pytest log's summary line without its timing; where a log part holds
     several processes ("$ command" lines), each one's, joined by "; ", and for
     a process stopped before its summary, its progress characters counted."""
-    runs = re.split(r"^\$ .*$", text, flags=re.M)[1:] or [text]
     counts = []
-    for run in runs:
+    for run in re.split(r"^\$ .*$", text, flags=re.M):  # a part's first "$" line is gone
         lines = [line for line in run.strip().splitlines() if line and not line.startswith("#")]
+        if not lines:
+            continue
         summary = [line for line in lines if re.search(r"\d+ (passed|failed|skipped|error)", line)]
         if summary:
             counts.append(re.sub(r"\s+in [\d.]+s.*$", "", summary[-1]).strip())
@@ -2394,9 +2396,9 @@ def section_gpu_tests(root: Path) -> tuple[list[str], list[Source]]:
     rerun = re.search(r"^# rerun alone at commit (\w+)", h100, re.M)
     log = Source(PYTEST_LOG, PYTEST_MAKES, device=H200)
     return ["## GPU test runs", "",
-            "Every `gpu`-marked test and `tests/test_mlp_kernel.py`, in eight pytest processes "
-            f"at once on one GPU ({devices(root, log)}; the log's first lines name the commit "
-            "and how it ran):", "",
+            "Every `gpu`-marked test and `tests/test_mlp_kernel.py`, in pytest processes at once "
+            f"on one GPU ({devices(root, log)}; the log's first lines name the commit, how many "
+            "processes ran at once and in which calls):", "",
             *table(["tests", "result", "file"], rows), "",
             f"The same groups on an {devices(root, PYTEST_H100)}, the processes sharing one "
             f"GPU, at commit {h100_commit}"

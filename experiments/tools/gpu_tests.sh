@@ -4,10 +4,11 @@
 # GPU by default), compute-sanitizer over every env kernel (`sanitize`), over
 # the fused rollout's cases (`fused`) and over the Mosaic GPU forward's cases
 # (`mosaic`: memcheck, racecheck, synccheck, initcheck; about 2 minutes on one
-# H200), or all of them after one build (`all`: about 12 minutes on one H200 by
-# its parts, not yet run whole: build 36 s, sanitize 54 s, the tests past 500 s (group 6,
-# the trainer's, the longest: 16 of its 17 tests in 440 s at bdfbb33),
-# the fused cases about 2 minutes, mosaic about 2). Run from a checkout holding
+# H200), or all of them after one build (`all`: about 20 minutes on one H200 by
+# its parts, more than one 600 s device call, not yet run whole: build 36 s, sanitize
+# 54 s, the tests past 500 s (group 6, the trainer's, the longest: 16 of its 17 tests in
+# 440 s at bdfbb33), the fused cases about 2 minutes, mosaic about 2, ppo a process per
+# tool and case). Run from a checkout holding
 # .snap/src.tar (`git archive HEAD`, with .snap_commit inside); logs under $OUT.
 # Nothing here runs beside anything else on the GPU: a process that preallocates
 # leaves the others out of memory.
@@ -99,8 +100,12 @@ mosaic|ppo)
   if [ "$1" = ppo ]; then NAME=ppo_mosaic_sanitize KNS=ppo_tower; else NAME=mosaic_sanitize KNS=mosaic; fi
   LOG=$OUT/$NAME$SUF.log
   # ppo: one process per case (with both cases in one process synccheck and initcheck
-  # crashed at 39f1aef, each case alone ran clean at bdfbb33); mosaic: all cases at once.
-  CASES=""; [ "$1" = ppo ] && CASES=$(seq 0 $(( $(python3 experiments/tools/$NAME.py --count) - 1 )))
+  # crashed at 39f1aef; each case alone, both finished at bdfbb33); mosaic: all cases at once.
+  CASES=""
+  if [ "$1" = ppo ]; then
+    N=$(python3 experiments/tools/$NAME.py --count) || { echo "$NAME.py --count failed"; exit 1; }
+    CASES=$(seq 0 $((N - 1)))
+  fi
   { echo "# commit $JAXWARP_COMMIT, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), compute-sanitizer $(compute-sanitizer --version | sed -n 's/^Version \([0-9.]*\).*/\1/p')"
     echo "# bash experiments/tools/gpu_tests.sh $1 (one process per tool${CASES:+ and case}, --kernel-name kns=$KNS)"; } > $LOG
   for tt in memcheck:120 racecheck:120 synccheck:60 initcheck:60; do
